@@ -1,0 +1,168 @@
+"""Flavors, quotas, priority classes and allocations (grants of GPU capacity to a project)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+
+from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Project
+
+# A Kubernetes extended resource name: a DNS-1123 subdomain prefix, '/', a name of at most 63 characters.
+EXTENDED_RESOURCE_VALIDATOR = RegexValidator(
+    regex=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$",
+    message="Must be a Kubernetes extended resource name such as nvidia.com/gpu or nvidia.com/mig-1g.10gb.",
+)
+
+
+class SharingMode(models.TextChoices):
+    EXCLUSIVE = "exclusive", "Exclusive whole GPU"
+    MIG = "mig", "MIG slice"
+    MPS = "mps", "CUDA MPS replica"
+    TIMESLICE = "timeslice", "Time-slicing replica"
+    VGPU = "vgpu", "HAMi vGPU (memory + core limits)"
+
+
+class Flavor(models.Model):
+    """A GPU model plus a sharing mode, as requested by users and advertised by the cluster.
+
+    ``gpu_equivalents`` is the weight of one unit in whole GPUs: one currency shared by whole
+    GPUs, MIG slices and fractions, used for department totals and accounting.
+    """
+
+    name = models.SlugField(max_length=63, unique=True, validators=[NAMESPACE_SLUG_VALIDATOR])
+    display_name = models.CharField(max_length=200)
+    gpu_model = models.CharField(max_length=100, help_text="GPU product as GPU feature discovery labels it.")
+    sharing_mode = models.CharField(max_length=16, choices=SharingMode.choices)
+    resource_name = models.CharField(max_length=253, validators=[EXTENDED_RESOURCE_VALIDATOR])
+    mig_profile = models.CharField(max_length=32, blank=True, help_text="MIG profile such as 1g.10gb (mig only).")
+    replicas = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Replicas per GPU (mps and timeslice only)."
+    )
+    memory_mib = models.PositiveIntegerField(help_text="GPU memory of one unit in MiB.")
+    compute_percent = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(100)], help_text="Share of the GPU's compute of one unit."
+    )
+    gpu_equivalents = models.DecimalField(
+        max_digits=6,
+        decimal_places=4,
+        validators=[MinValueValidator(Decimal("0.0001")), MaxValueValidator(Decimal("1"))],
+    )
+    cpu_millicores_per_unit = models.PositiveIntegerField(default=8000)
+    memory_mib_per_unit = models.PositiveIntegerField(default=65536)
+    is_active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PreemptionPolicy(models.TextChoices):
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority", "Preempt lower priority"
+    NEVER = "Never", "Never"
+
+
+class PriorityClass(models.Model):
+    """A Kubernetes PriorityClass plus how far it may oversubscribe a department's quota."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[NAMESPACE_SLUG_VALIDATOR])
+    value = models.IntegerField(validators=[MinValueValidator(-2147483648), MaxValueValidator(1000000000)])
+    preemption_policy = models.CharField(
+        max_length=32, choices=PreemptionPolicy.choices, default=PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    )
+    oversubscription_factor = models.DecimalField(
+        max_digits=5, decimal_places=2, default=Decimal("1.00"), validators=[MinValueValidator(Decimal("1.00"))]
+    )
+    description = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-value", "name"]
+        verbose_name_plural = "priority classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Quota(models.Model):
+    """A department's guaranteed amount and hard limit of one flavor (units), or of GPU-equivalents
+    across all flavors when ``flavor`` is empty. A quota covers the department's whole subtree."""
+
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="quotas")
+    flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="quotas")
+    guaranteed = models.DecimalField(max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))])
+    limit = models.DecimalField(max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))])
+
+    class Meta:
+        ordering = ["department__slug", "flavor__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["department", "flavor"], name="quota_unique_department_flavor"),
+            models.UniqueConstraint(
+                fields=["department"], condition=models.Q(flavor__isnull=True), name="quota_unique_department_total"
+            ),
+            models.CheckConstraint(condition=models.Q(guaranteed__lte=models.F("limit")), name="quota_guaranteed_le_limit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.department}/{self.flavor or 'gpu-equivalents'}"
+
+
+class AllocationState(models.TextChoices):
+    PENDING = "pending", "Pending approval"
+    APPROVED = "approved", "Approved"
+    PROVISIONING = "provisioning", "Provisioning"
+    ACTIVE = "active", "Active"
+    FAILED = "failed", "Failed"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    RELEASED = "released", "Released"
+    EXPIRED = "expired", "Expired"
+
+
+class Allocation(models.Model):
+    """A request for, and once approved a grant of, GPU capacity to a project on one cluster."""
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="allocations")
+    flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="allocations")
+    quantity = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(10000)])
+    priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="allocations")
+    cluster = models.ForeignKey(
+        "clusters.Cluster", null=True, blank=True, on_delete=models.PROTECT, related_name="allocations"
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    justification = models.TextField(max_length=2000)
+    state = models.CharField(max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requested_allocations"
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_allocations"
+    )
+    decision_comment = models.TextField(blank=True, max_length=2000)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    failure_reason = models.TextField(blank=True, max_length=4000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "ends_at"]),
+            models.Index(fields=["project", "state"]),
+            models.Index(fields=["flavor", "state"]),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(ends_at__gt=models.F("starts_at")), name="allocation_ends_after_start"),
+            models.CheckConstraint(condition=models.Q(quantity__gte=1), name="allocation_quantity_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.project} {self.quantity}×{self.flavor} ({self.state})"
+
+    @property
+    def department(self) -> Department:
+        return self.project.department

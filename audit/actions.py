@@ -1,0 +1,83 @@
+"""The registry of audit action codes: stable, unique, grouped by domain in hundreds.
+
+Codes are part of the exported log's contract; never renumber or reuse one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AuditAction:
+    number: int
+    code: str
+    description: str
+
+
+_REGISTRY: dict[str, AuditAction] = {}
+_NUMBERS: dict[int, str] = {}
+
+
+def register(number: int, code: str, description: str) -> AuditAction:
+    if code in _REGISTRY or number in _NUMBERS:
+        raise ValueError(f"audit action {code!r} / {number} is registered twice")
+    action = AuditAction(number=number, code=code, description=description)
+    _REGISTRY[code] = action
+    _NUMBERS[number] = code
+    return action
+
+
+def get_action(code: str) -> AuditAction:
+    try:
+        return _REGISTRY[code]
+    except KeyError:
+        raise ValueError(f"unknown audit action {code!r}; register it in audit.actions") from None
+
+
+def all_actions() -> list[AuditAction]:
+    return sorted(_REGISTRY.values(), key=lambda action: action.number)
+
+
+# 1xx authentication and authorisation
+AUTH_LOGIN = register(100, "auth.login", "A user logged in")
+AUTH_LOGIN_FAILED = register(101, "auth.login_failed", "A login attempt failed")
+AUTH_LOGOUT = register(102, "auth.logout", "A user logged out")
+AUTH_TOKEN_ISSUED = register(103, "auth.token_issued", "An API token was issued")
+AUTH_DENIED = register(110, "auth.denied", "An action was refused for lack of permission")
+
+# 2xx tenants
+DEPARTMENT_CREATED = register(200, "department.created", "A department was created")
+DEPARTMENT_UPDATED = register(201, "department.updated", "A department was changed")
+MEMBERSHIP_GRANTED = register(210, "membership.granted", "A role was granted")
+MEMBERSHIP_REVOKED = register(211, "membership.revoked", "A role was revoked")
+PROJECT_CREATED = register(220, "project.created", "A project was created")
+PROJECT_UPDATED = register(221, "project.updated", "A project was changed")
+
+# 3xx catalogue: flavors, quotas, priority classes
+FLAVOR_CREATED = register(300, "flavor.created", "A flavor was created")
+FLAVOR_UPDATED = register(301, "flavor.updated", "A flavor was changed")
+QUOTA_SET = register(310, "quota.set", "A quota was created or changed")
+QUOTA_DELETED = register(311, "quota.deleted", "A quota was removed")
+PRIORITY_CLASS_CREATED = register(320, "priority_class.created", "A priority class was created")
+PRIORITY_CLASS_UPDATED = register(321, "priority_class.updated", "A priority class was changed")
+
+# 4xx allocations
+ALLOCATION_REQUESTED = register(400, "allocation.requested", "An allocation was requested")
+ALLOCATION_APPROVED = register(401, "allocation.approved", "An allocation was approved")
+ALLOCATION_REJECTED = register(402, "allocation.rejected", "An allocation was rejected")
+ALLOCATION_CANCELLED = register(403, "allocation.cancelled", "A pending allocation was withdrawn")
+ALLOCATION_PROVISIONING = register(404, "allocation.provisioning", "Provisioning of an allocation started")
+ALLOCATION_ACTIVATED = register(405, "allocation.activated", "An allocation reached its cluster")
+ALLOCATION_FAILED = register(406, "allocation.failed", "Provisioning of an allocation failed")
+ALLOCATION_RELEASED = register(407, "allocation.released", "An allocation was released")
+ALLOCATION_EXPIRED = register(408, "allocation.expired", "An allocation expired")
+ALLOCATION_RENEWED = register(409, "allocation.renewed", "An allocation's end was extended")
+ALLOCATION_ADMISSION_DENIED = register(410, "allocation.admission_denied", "Approval was refused by admission")
+
+# 5xx clusters and inventory
+CLUSTER_CREATED = register(500, "cluster.created", "A cluster was registered")
+CLUSTER_UPDATED = register(501, "cluster.updated", "A cluster was changed")
+CLUSTER_PUSHED = register(510, "cluster.pushed", "Desired state was pushed to a cluster")
+CLUSTER_PUSH_FAILED = register(511, "cluster.push_failed", "A push to a cluster failed")
+NODE_UPDATED = register(520, "node.updated", "A node's inventory changed")

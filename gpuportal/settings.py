@@ -1,0 +1,174 @@
+"""Django settings, all taken from the environment (see the configuration table in README.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from gpuportal.env import env_bool, env_int, env_list, env_secret, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")) or "var")
+
+DEBUG = env_bool("GPUPORTAL_DEBUG", False)
+
+_secret = env_secret("GPUPORTAL_SECRET_KEY")
+if _secret is None:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "GPUPORTAL_SECRET_KEY (or GPUPORTAL_SECRET_KEY_FILE) must be set when GPUPORTAL_DEBUG is false"
+        )
+    _secret = "insecure-development-key-only-for-debug-mode-0123456789"
+elif len(_secret) < 32:
+    raise ImproperlyConfigured("GPUPORTAL_SECRET_KEY must be at least 32 characters long")
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("GPUPORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("GPUPORTAL_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "tenants",
+    "allocations",
+    "clusters",
+    "audit",
+    "frontend",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "gpuportal.request_context.RequestContextMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "gpuportal.urls"
+WSGI_APPLICATION = "gpuportal.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuportal.sqlite3'}") or ""
+try:
+    _database = dj_database_url.parse(_database_url, conn_max_age=env_int("GPUPORTAL_DB_CONN_MAX_AGE", 60))
+except (ValueError, KeyError) as exc:
+    raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+if _database["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
+    raise ImproperlyConfigured("DATABASE_URL must use postgres:// or sqlite://")
+if _database["ENGINE"] == "django.db.backends.sqlite3":
+    _database["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    _database["CONN_MAX_AGE"] = 0
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+SESSION_COOKIE_SECURE = env_bool("GPUPORTAL_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+if env_bool("GPUPORTAL_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "gpuportal.api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "gpuportal.api.pagination.Pagination",
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "GPU Portal API",
+    "DESCRIPTION": "Request, approve and track GPU allocations on Kubernetes clusters.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+# Celery: without a broker, tasks run in-process (the embedded default).
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL")
+CELERY_TASK_ALWAYS_EAGER = CELERY_BROKER_URL is None
+CELERY_TASK_EAGER_PROPAGATES = False
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_BEAT_SCHEDULE = {
+    "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
+}
+
+# Cluster delivery.
+GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")) or "")
+GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
+GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("GPUPORTAL_LOG_LEVEL", "INFO")},
+}

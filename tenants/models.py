@@ -1,0 +1,72 @@
+"""Departments (a tree), memberships with roles, and projects (one namespace per cluster)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+
+# RFC 1123 label, as Kubernetes requires for namespace names.
+NAMESPACE_SLUG_VALIDATOR = RegexValidator(
+    regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
+    message="Must be a valid Kubernetes namespace name: at most 63 lowercase letters, digits or '-', "
+    "starting and ending with a letter or digit.",
+)
+RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"})
+
+
+class Role(models.TextChoices):
+    RESEARCHER = "researcher", "Researcher"
+    DEPARTMENT_ADMIN = "department_admin", "Department admin"
+    PLATFORM_ADMIN = "platform_admin", "Platform admin"
+    AUDITOR = "auditor", "Auditor"
+
+
+class Department(models.Model):
+    """A node of the organisation tree (organisation → department → team)."""
+
+    slug = models.SlugField(max_length=63, unique=True, validators=[NAMESPACE_SLUG_VALIDATOR])
+    name = models.CharField(max_length=200)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(models.Model):
+    """A user's role in a department; the role applies to the department's whole subtree."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=32, choices=Role.choices)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["department__slug", "user__username"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "department", "role"], name="membership_unique_role"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.role} @ {self.department}"
+
+
+class Project(models.Model):
+    """A research project of a department; it becomes one Kubernetes namespace per cluster."""
+
+    slug = models.CharField(max_length=63, unique=True, validators=[NAMESPACE_SLUG_VALIDATOR])
+    name = models.CharField(max_length=200)
+    department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
+    description = models.TextField(blank=True, max_length=2000)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
