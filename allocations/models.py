@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
@@ -59,6 +61,31 @@ class Flavor(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """The combinations the real components accept (see gpu-sharing-formats.md)."""
+        errors: dict[str, str] = {}
+        mode = self.sharing_mode
+        if mode == SharingMode.MIG and not MIG_PROFILE_PATTERN.match(self.mig_profile or ""):
+            errors["mig_profile"] = "A MIG flavor needs a profile such as 1g.10gb or 3g.40gb."
+        if mode != SharingMode.MIG and self.mig_profile:
+            errors["mig_profile"] = "Only MIG flavors have a MIG profile."
+        if mode in (SharingMode.MPS, SharingMode.TIMESLICE):
+            if self.replicas is None or self.replicas < 2:
+                errors["replicas"] = "MPS and time-slicing flavors need at least 2 replicas per GPU."
+            elif mode == SharingMode.MPS and self.replicas > 48:
+                errors["replicas"] = "The MPS control daemon accepts at most 48 replicas per GPU."
+        elif self.replicas is not None:
+            errors["replicas"] = "Only MPS and time-slicing flavors have replicas."
+        if mode == SharingMode.EXCLUSIVE and self.gpu_equivalents is not None and self.gpu_equivalents != 1:
+            errors["gpu_equivalents"] = "An exclusive whole-GPU flavor weighs exactly 1 GPU-equivalent."
+        if mode == SharingMode.EXCLUSIVE and self.compute_percent not in (None, 100):
+            errors["compute_percent"] = "An exclusive whole-GPU flavor has 100 % of the compute."
+        if errors:
+            raise ValidationError(errors)
+
+
+MIG_PROFILE_PATTERN = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
 
 
 class PreemptionPolicy(models.TextChoices):

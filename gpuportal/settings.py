@@ -84,6 +84,7 @@ except (ValueError, KeyError) as exc:
 if _database["ENGINE"] not in ("django.db.backends.postgresql", "django.db.backends.sqlite3"):
     raise ImproperlyConfigured("DATABASE_URL must use postgres:// or sqlite://")
 if _database["ENGINE"] == "django.db.backends.sqlite3":
+    Path(str(_database["NAME"])).parent.mkdir(parents=True, exist_ok=True)
     _database["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     _database["CONN_MAX_AGE"] = 0
 DATABASES = {"default": _database}
@@ -144,6 +145,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
 }
 
 # Celery: without a broker, tasks run in-process (the embedded default).

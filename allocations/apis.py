@@ -1,0 +1,319 @@
+"""REST endpoints for allocations, flavors, priority classes and quotas. Views stay thin:
+validate, call a selector or service, serialise."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from allocations import catalog, selectors, services
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
+from clusters.selectors import cluster_list
+from gpuportal.api.base import ScopedRelatedField, filters, paginated, validated
+from gpuportal.api.pagination import Pagination
+from tenants.selectors import department_list, project_list
+
+TEXT_LIMIT = 2000
+
+
+class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Flavor
+        fields = [
+            "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
+            "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
+            "is_active",
+        ]
+
+
+class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=63)
+    display_name = serializers.CharField(max_length=200)
+    gpu_model = serializers.CharField(max_length=100)
+    sharing_mode = serializers.ChoiceField(choices=SharingMode.choices)
+    resource_name = serializers.CharField(max_length=253)
+    mig_profile = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
+    replicas = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=2, max_value=1000)
+    memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)
+    compute_percent = serializers.IntegerField(min_value=1, max_value=100)
+    gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=4, min_value=0, max_value=1)
+    cpu_millicores_per_unit = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=8000)
+    memory_mib_per_unit = serializers.IntegerField(min_value=0, max_value=100_000_000, required=False, default=65536)
+    is_active = serializers.BooleanField(required=False, default=True)
+
+
+class FlavorListApi(APIView):
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        active = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(parameters=[Filter], responses=FlavorOut(many=True))
+    def get(self, request: Request) -> Response:
+        params = filters(self.Filter, request)
+        queryset = selectors.flavor_list(user=request.user, active_only=params.get("active", False))
+        return paginated(view=self, request=request, queryset=queryset, serializer=FlavorOut)
+
+    @extend_schema(request=FlavorIn, responses={201: FlavorOut})
+    def post(self, request: Request) -> Response:
+        flavor = catalog.flavor_create(actor=request.user, **validated(FlavorIn, request))
+        return Response(FlavorOut(flavor).data, status=status.HTTP_201_CREATED)
+
+
+class FlavorDetailApi(APIView):
+    @extend_schema(responses=FlavorOut)
+    def get(self, request: Request, flavor_id: int) -> Response:
+        return Response(FlavorOut(selectors.flavor_get(user=request.user, flavor_id=flavor_id)).data)
+
+    @extend_schema(request=FlavorIn(partial=True), responses=FlavorOut)
+    def patch(self, request: Request, flavor_id: int) -> Response:
+        selectors.flavor_get(user=request.user, flavor_id=flavor_id)
+        data = FlavorIn(data=request.data, partial=True, context={"request": request})
+        data.is_valid(raise_exception=True)
+        flavor = catalog.flavor_update(actor=request.user, flavor_id=flavor_id, **data.validated_data)
+        return Response(FlavorOut(flavor).data)
+
+
+class PriorityClassOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = PriorityClass
+        fields = ["id", "name", "value", "preemption_policy", "oversubscription_factor", "description"]
+
+
+class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=63)
+    value = serializers.IntegerField(min_value=-2147483648, max_value=1000000000)
+    preemption_policy = serializers.ChoiceField(choices=["PreemptLowerPriority", "Never"], default="PreemptLowerPriority")
+    oversubscription_factor = serializers.DecimalField(max_digits=5, decimal_places=2, min_value=1, default=1)
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+
+
+class PriorityClassListApi(APIView):
+    @extend_schema(responses=PriorityClassOut(many=True))
+    def get(self, request: Request) -> Response:
+        queryset = selectors.priority_class_list(user=request.user)
+        return paginated(view=self, request=request, queryset=queryset, serializer=PriorityClassOut)
+
+    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut})
+    def post(self, request: Request) -> Response:
+        created = catalog.priority_class_create(actor=request.user, **validated(PriorityClassIn, request))
+        return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
+
+
+class PriorityClassDetailApi(APIView):
+    @extend_schema(responses=PriorityClassOut)
+    def get(self, request: Request, priority_class_id: int) -> Response:
+        found = selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
+        return Response(PriorityClassOut(found).data)
+
+
+class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField(source="quota.id")
+    department = serializers.SlugRelatedField(source="quota.department", slug_field="slug", read_only=True)
+    department_id = serializers.IntegerField(source="quota.department_id")
+    flavor = serializers.SlugRelatedField(source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
+    flavor_id = serializers.IntegerField(source="quota.flavor_id", allow_null=True)
+    unit = serializers.SerializerMethodField()
+    guaranteed = serializers.DecimalField(source="quota.guaranteed", max_digits=10, decimal_places=4)
+    limit = serializers.DecimalField(source="quota.limit", max_digits=10, decimal_places=4)
+    in_use = serializers.DecimalField(max_digits=14, decimal_places=4)
+    available = serializers.DecimalField(max_digits=14, decimal_places=4)
+
+    def get_unit(self, usage: selectors.QuotaUsage) -> str:
+        return "units" if usage.quota.flavor_id else "gpu_equivalents"
+
+
+class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
+    department = ScopedRelatedField(scope=lambda user: department_list(user=user))
+    flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user), allow_null=True, required=False, default=None)
+    guaranteed = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
+    limit = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
+
+
+class QuotaListApi(APIView):
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        department = serializers.IntegerField(required=False, min_value=1)
+
+    @extend_schema(parameters=[Filter], responses=QuotaOut(many=True))
+    def get(self, request: Request) -> Response:
+        params = filters(self.Filter, request)
+        quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
+        paginator = Pagination()
+        page = paginator.paginate_queryset(quotas, request, view=self) or []
+        return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
+
+    @extend_schema(request=QuotaIn, responses={201: QuotaOut})
+    def post(self, request: Request) -> Response:
+        quota = catalog.quota_set(actor=request.user, **validated(QuotaIn, request))
+        return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data, status=status.HTTP_201_CREATED)
+
+
+class QuotaDetailApi(APIView):
+    @extend_schema(responses=QuotaOut)
+    def get(self, request: Request, quota_id: int) -> Response:
+        quota = selectors.quota_get(user=request.user, quota_id=quota_id)
+        return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, quota_id: int) -> Response:
+        selectors.quota_get(user=request.user, quota_id=quota_id)
+        catalog.quota_delete(actor=request.user, quota_id=quota_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField(source="project.department", slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    gpu_equivalents = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Allocation
+        fields = [
+            "id", "project", "project_id", "department", "flavor", "flavor_id", "quantity", "gpu_equivalents",
+            "priority_class", "cluster", "state", "starts_at", "ends_at", "justification", "requested_by",
+            "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at",
+        ]
+
+    def get_gpu_equivalents(self, allocation: Allocation) -> str:
+        return format((allocation.flavor.gpu_equivalents * allocation.quantity).normalize(), "f")
+
+
+def _default_priority_class(user: Any) -> PriorityClass | None:
+    return selectors.priority_class_list(user=user).filter(name="gpu-standard").first()
+
+
+class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
+    project = ScopedRelatedField(scope=lambda user: project_list(user=user))
+    flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user))
+    quantity = serializers.IntegerField(min_value=1, max_value=10000)
+    priority_class = ScopedRelatedField(scope=lambda user: selectors.priority_class_list(user=user), required=False)
+    cluster = ScopedRelatedField(scope=lambda user: cluster_list(user=user), required=False, allow_null=True, default=None)
+    starts_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    ends_at = serializers.DateTimeField()
+    justification = serializers.CharField(max_length=TEXT_LIMIT)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("priority_class") is None:
+            fallback = _default_priority_class(self.context["request"].user)
+            if fallback is None:
+                raise serializers.ValidationError({"priority_class": ["This field is required."]})
+            attrs["priority_class"] = fallback
+        return attrs
+
+
+class AllocationListApi(APIView):
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        state = serializers.MultipleChoiceField(choices=AllocationState.choices, required=False)
+        project = serializers.IntegerField(required=False, min_value=1)
+        department = serializers.IntegerField(required=False, min_value=1)
+        flavor = serializers.IntegerField(required=False, min_value=1)
+        cluster = serializers.IntegerField(required=False, min_value=1)
+        mine = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", str, many=True, enum=AllocationState.values),
+            OpenApiParameter("project", int),
+            OpenApiParameter("department", int),
+            OpenApiParameter("flavor", int),
+            OpenApiParameter("cluster", int),
+            OpenApiParameter("mine", bool),
+        ],
+        responses=AllocationOut(many=True),
+    )
+    def get(self, request: Request) -> Response:
+        data = self.Filter(data={**request.query_params.dict(), "state": request.query_params.getlist("state")})
+        data.is_valid(raise_exception=True)
+        params = data.validated_data
+        queryset = selectors.allocation_list(
+            user=request.user,
+            state=sorted(params.get("state") or []),
+            project_id=params.get("project"),
+            department_id=params.get("department"),
+            flavor_id=params.get("flavor"),
+            cluster_id=params.get("cluster"),
+            mine=params.get("mine", False),
+        )
+        return paginated(view=self, request=request, queryset=queryset, serializer=AllocationOut)
+
+    @extend_schema(request=AllocationIn, responses={201: AllocationOut})
+    def post(self, request: Request) -> Response:
+        allocation = services.allocation_request(actor=request.user, **validated(AllocationIn, request))
+        return Response(AllocationOut(allocation).data, status=status.HTTP_201_CREATED)
+
+
+class AllocationDetailApi(APIView):
+    @extend_schema(responses=AllocationOut)
+    def get(self, request: Request, allocation_id: int) -> Response:
+        return Response(AllocationOut(selectors.allocation_get(user=request.user, allocation_id=allocation_id)).data)
+
+
+class DecisionIn(serializers.Serializer):  # type: ignore[type-arg]
+    comment = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True, default="")
+
+
+class RenewIn(serializers.Serializer):  # type: ignore[type-arg]
+    ends_at = serializers.DateTimeField()
+
+
+class _AllocationActionApi(APIView):
+    """POST /allocations/{id}/<action>/: the allocation must be visible first (404 otherwise)."""
+
+    def _visible(self, request: Request, allocation_id: int) -> None:
+        selectors.allocation_get(user=request.user, allocation_id=allocation_id)
+
+    def _respond(self, allocation: Allocation) -> Response:
+        fresh = Allocation.objects.select_related(
+            "project__department", "flavor", "priority_class", "cluster", "requested_by", "decided_by"
+        ).get(pk=allocation.pk)
+        return Response(AllocationOut(fresh).data)
+
+
+class AllocationApproveApi(_AllocationActionApi):
+    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    def post(self, request: Request, allocation_id: int) -> Response:
+        self._visible(request, allocation_id)
+        data = validated(DecisionIn, request)
+        return self._respond(services.allocation_approve(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+
+
+class AllocationRejectApi(_AllocationActionApi):
+    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    def post(self, request: Request, allocation_id: int) -> Response:
+        self._visible(request, allocation_id)
+        data = validated(DecisionIn, request)
+        return self._respond(services.allocation_reject(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+
+
+class AllocationReleaseApi(_AllocationActionApi):
+    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    def post(self, request: Request, allocation_id: int) -> Response:
+        self._visible(request, allocation_id)
+        data = validated(DecisionIn, request)
+        return self._respond(services.allocation_release(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+
+
+class AllocationRenewApi(_AllocationActionApi):
+    @extend_schema(request=RenewIn, responses=AllocationOut)
+    def post(self, request: Request, allocation_id: int) -> Response:
+        self._visible(request, allocation_id)
+        data = validated(RenewIn, request)
+        if data["ends_at"] <= timezone.now():
+            raise serializers.ValidationError({"ends_at": ["The new end must be in the future."]})
+        return self._respond(services.allocation_renew(actor=request.user, allocation_id=allocation_id, ends_at=data["ends_at"]))
+
+
+class AllocationRetryApi(_AllocationActionApi):
+    @extend_schema(request=None, responses=AllocationOut)
+    def post(self, request: Request, allocation_id: int) -> Response:
+        self._visible(request, allocation_id)
+        return self._respond(services.allocation_retry(actor=request.user, allocation_id=allocation_id))

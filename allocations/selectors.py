@@ -1,0 +1,118 @@
+"""Tenant-scoped reads of allocations, quotas and the catalogue."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from allocations.admission import department_usage
+from allocations.models import Allocation, Flavor, PriorityClass, Quota
+from tenants.access import access_for, department_parent_map, department_subtree_ids
+
+
+def allocation_list(
+    *,
+    user: AbstractBaseUser | AnonymousUser,
+    state: list[str] | None = None,
+    project_id: int | None = None,
+    department_id: int | None = None,
+    flavor_id: int | None = None,
+    cluster_id: int | None = None,
+    mine: bool = False,
+) -> QuerySet[Allocation]:
+    access = access_for(user)
+    queryset = Allocation.objects.select_related(
+        "project__department", "flavor", "priority_class", "cluster", "requested_by", "decided_by"
+    )
+    if not access.reads_everything:
+        queryset = queryset.filter(project__department_id__in=access.readable)
+    if state:
+        queryset = queryset.filter(state__in=state)
+    if project_id is not None:
+        queryset = queryset.filter(project_id=project_id)
+    if department_id is not None:
+        queryset = queryset.filter(project__department_id=department_id)
+    if flavor_id is not None:
+        queryset = queryset.filter(flavor_id=flavor_id)
+    if cluster_id is not None:
+        queryset = queryset.filter(cluster_id=cluster_id)
+    if mine:
+        queryset = queryset.filter(requested_by_id=user.pk)
+    return queryset.order_by("-created_at", "-id")
+
+
+def allocation_get(*, user: AbstractBaseUser | AnonymousUser, allocation_id: int) -> Allocation:
+    try:
+        return allocation_list(user=user).get(pk=allocation_id)
+    except Allocation.DoesNotExist:
+        raise Http404("No such allocation.") from None
+
+
+def flavor_list(*, user: AbstractBaseUser | AnonymousUser, active_only: bool = False) -> QuerySet[Flavor]:
+    if not access_for(user).has_any_role:
+        return Flavor.objects.none()
+    queryset = Flavor.objects.all()
+    if active_only:
+        queryset = queryset.filter(is_active=True)
+    return queryset.order_by("name")
+
+
+def flavor_get(*, user: AbstractBaseUser | AnonymousUser, flavor_id: int) -> Flavor:
+    try:
+        return flavor_list(user=user).get(pk=flavor_id)
+    except Flavor.DoesNotExist:
+        raise Http404("No such flavor.") from None
+
+
+def priority_class_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[PriorityClass]:
+    if not access_for(user).has_any_role:
+        return PriorityClass.objects.none()
+    return PriorityClass.objects.order_by("-value", "name")
+
+
+def priority_class_get(*, user: AbstractBaseUser | AnonymousUser, priority_class_id: int) -> PriorityClass:
+    try:
+        return priority_class_list(user=user).get(pk=priority_class_id)
+    except PriorityClass.DoesNotExist:
+        raise Http404("No such priority class.") from None
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    quota: Quota
+    in_use: Decimal
+
+    @property
+    def available(self) -> Decimal:
+        return max(self.quota.limit - self.in_use, Decimal(0))
+
+
+def quota_list(*, user: AbstractBaseUser | AnonymousUser, department_id: int | None = None) -> QuerySet[Quota]:
+    access = access_for(user)
+    queryset = Quota.objects.select_related("department", "flavor")
+    if not access.reads_everything:
+        queryset = queryset.filter(department_id__in=access.readable)
+    if department_id is not None:
+        queryset = queryset.filter(department_id=department_id)
+    return queryset.order_by("department__slug", "flavor__name")
+
+
+def quota_get(*, user: AbstractBaseUser | AnonymousUser, quota_id: int) -> Quota:
+    try:
+        return quota_list(user=user).get(pk=quota_id)
+    except Quota.DoesNotExist:
+        raise Http404("No such quota.") from None
+
+
+def quota_usages(*, quotas: list[Quota]) -> list[QuotaUsage]:
+    """Current use of each quota (its department's whole subtree)."""
+    parents = department_parent_map()
+    usages = []
+    for quota in quotas:
+        subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
+        usages.append(QuotaUsage(quota=quota, in_use=department_usage(department_ids=subtree, flavor=quota.flavor)))
+    return usages

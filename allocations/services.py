@@ -1,0 +1,405 @@
+"""Allocation workflow: request, decide, provision, release, expire, renew.
+
+Every service runs in one transaction that also writes its audit event; cluster pushes are
+enqueued with ``transaction.on_commit`` so a rolled-back decision never reaches a cluster.
+"""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from allocations import admission
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.states import HOLDING_STATES, can_transition
+from audit import actions
+from audit.actions import AuditAction
+from audit.models import Outcome
+from audit.services import audit_record
+from clusters.models import Cluster
+from gpuportal.errors import (
+    ApplicationError,
+    CapacityExceeded,
+    FieldError,
+    NotAllowed,
+    QuotaExceeded,
+    TransitionNotAllowed,
+)
+from tenants.access import access_for, department_ancestor_ids, department_parent_map
+from tenants.models import Department, Project
+from tenants.selectors import project_is_member
+
+MAX_TEXT = 2000
+
+
+def _snapshot(allocation: Allocation) -> dict[str, Any]:
+    return {
+        "state": allocation.state,
+        "quantity": allocation.quantity,
+        "flavor": allocation.flavor.name,
+        "project": allocation.project.slug,
+        "priority_class": allocation.priority_class.name,
+        "cluster": allocation.cluster.name if allocation.cluster else None,
+        "starts_at": allocation.starts_at.isoformat(),
+        "ends_at": allocation.ends_at.isoformat(),
+    }
+
+
+def _audit(
+    *,
+    actor: AbstractBaseUser | None,
+    action: AuditAction,
+    allocation: Allocation,
+    before: dict[str, Any] | None,
+    details: dict[str, Any] | None = None,
+    outcome: str = Outcome.SUCCESS,
+) -> None:
+    after = _snapshot(allocation)
+    changed_before = {key: value for key, value in (before or {}).items() if after.get(key) != value}
+    changed_after = {key: after[key] for key in changed_before} if before is not None else after
+    audit_record(
+        actor=actor,
+        action=action,
+        target=allocation,
+        department_id=allocation.project.department_id,
+        before=changed_before,
+        after=changed_after,
+        details=details,
+        outcome=outcome,
+    )
+
+
+def _move(allocation: Allocation, target: str) -> None:
+    if not can_transition(allocation.state, target):
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} is {allocation.state}; it cannot become {target}.",
+            details={"state": allocation.state, "target": target},
+        )
+    allocation.state = target
+
+
+def _lock(allocation_id: int) -> Allocation:
+    return Allocation.objects.select_for_update(of=("self",)).select_related(
+        "project", "flavor", "priority_class", "cluster"
+    ).get(pk=allocation_id)
+
+
+def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime, field: str = "ends_at") -> None:
+    if ends_at <= starts_at:
+        raise FieldError(field, "The end must be after the start.")
+    longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
+    if ends_at - starts_at > longest:
+        raise FieldError(field, f"An allocation may last at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days.")
+
+
+def _enqueue_provision(allocation_id: int) -> None:
+    from allocations.tasks import allocation_provision_task
+
+    transaction.on_commit(lambda: allocation_provision_task.delay(allocation_id))
+
+
+def _enqueue_project_sync(*, project_id: int, cluster_id: int | None) -> None:
+    if cluster_id is None:
+        return
+    from clusters.tasks import cluster_sync_project_task
+
+    transaction.on_commit(lambda: cluster_sync_project_task.delay(cluster_id, project_id))
+
+
+@transaction.atomic
+def allocation_request(
+    *,
+    actor: AbstractBaseUser,
+    project: Project,
+    flavor: Flavor,
+    quantity: int,
+    priority_class: PriorityClass,
+    starts_at: datetime.datetime | None,
+    ends_at: datetime.datetime,
+    justification: str,
+    cluster: Cluster | None = None,
+) -> Allocation:
+    access = access_for(actor)
+    if not access.can_read_department(project.department_id):
+        raise FieldError("project", "No such project.")
+    if not (project_is_member(project=project, user=actor) or access.can_administer_department(project.department_id)):
+        raise FieldError("project", f"You are not a member of project {project.slug}.")
+    if not flavor.is_active:
+        raise FieldError("flavor", f"Flavor {flavor.name} is not available for new requests.")
+    if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:
+        raise FieldError("quantity", "Must be a whole number of at least 1.")
+    if cluster is not None and not cluster.is_active:
+        raise FieldError("cluster", f"Cluster {cluster.name} does not accept new allocations.")
+    now = timezone.now()
+    start = starts_at or now
+    if start < now - datetime.timedelta(minutes=5):
+        raise FieldError("starts_at", "The start may not be in the past.")
+    _validate_period(starts_at=start, ends_at=ends_at)
+    allocation = Allocation(
+        project=project,
+        flavor=flavor,
+        quantity=quantity,
+        priority_class=priority_class,
+        cluster=cluster,
+        starts_at=start,
+        ends_at=ends_at,
+        justification=justification,
+        requested_by=actor,
+    )
+    allocation.full_clean()
+    allocation.save()
+    _audit(
+        actor=actor,
+        action=actions.ALLOCATION_REQUESTED,
+        allocation=allocation,
+        before=None,
+        details={"justification": justification, "gpu_equivalents": str(flavor.gpu_equivalents * quantity)},
+    )
+    return allocation
+
+
+def _require_decider(*, actor: AbstractBaseUser, allocation: Allocation) -> None:
+    if not access_for(actor).can_administer_department(allocation.project.department_id):
+        raise NotAllowed("Only an admin of the allocation's department may decide on it.")
+
+
+def _department_chain(department_id: int) -> tuple[list[Department], dict[int, int | None]]:
+    """The department and its ancestors, row-locked in primary-key order."""
+    parents = department_parent_map()
+    chain_ids = department_ancestor_ids(department_id=department_id, parents=parents)
+    locked = {d.pk: d for d in Department.objects.select_for_update().filter(pk__in=chain_ids).order_by("pk")}
+    return [locked[pk] for pk in chain_ids], parents
+
+
+def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
+    if allocation.cluster_id is not None:
+        queryset = Cluster.objects.filter(pk=allocation.cluster_id)
+    else:
+        queryset = Cluster.objects.filter(
+            is_active=True, nodes__gpus__model=allocation.flavor.gpu_model
+        ).distinct()
+    return list(Cluster.objects.select_for_update().filter(pk__in=queryset.values("pk")).order_by("pk"))
+
+
+def allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment: str = "") -> Allocation:
+    """Approve within quota and capacity. A refusal by admission is itself audited (as denied),
+    in a transaction of its own once the approval's has rolled back."""
+    try:
+        return _allocation_approve(actor=actor, allocation_id=allocation_id, comment=comment)
+    except (QuotaExceeded, CapacityExceeded) as refusal:
+        _record_admission_denied(actor=actor, allocation_id=allocation_id, refusal=refusal)
+        raise
+
+
+@transaction.atomic
+def _allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment: str) -> Allocation:
+    allocation = _lock(allocation_id)
+    _require_decider(actor=actor, allocation=allocation)
+    before = _snapshot(allocation)
+    _move(allocation, AllocationState.APPROVED)
+    chain, parents = _department_chain(allocation.project.department_id)
+    checks = admission.quota_admit(
+        chain=chain,
+        parents=parents,
+        flavor=allocation.flavor,
+        quantity=allocation.quantity,
+        factor=allocation.priority_class.oversubscription_factor,
+    )
+    allocation.cluster = admission.cluster_choose(
+        clusters=_candidate_clusters(allocation=allocation), flavor=allocation.flavor, quantity=allocation.quantity
+    )
+    allocation.decided_by = actor
+    allocation.decided_at = timezone.now()
+    allocation.decision_comment = comment
+    allocation.save()
+    _audit(
+        actor=actor,
+        action=actions.ALLOCATION_APPROVED,
+        allocation=allocation,
+        before=before,
+        details={"comment": comment, "quota_checks": [check.as_details() for check in checks]},
+    )
+    _enqueue_provision(allocation.pk)
+    return allocation
+
+
+@transaction.atomic
+def _record_admission_denied(*, actor: AbstractBaseUser, allocation_id: int, refusal: ApplicationError) -> None:
+    allocation = Allocation.objects.select_related("project").get(pk=allocation_id)
+    audit_record(
+        actor=actor,
+        action=actions.ALLOCATION_ADMISSION_DENIED,
+        target=allocation,
+        department_id=allocation.project.department_id,
+        details={"code": refusal.code, "message": refusal.message, **refusal.details},
+        outcome=Outcome.DENIED,
+    )
+
+
+@transaction.atomic
+def allocation_reject(*, actor: AbstractBaseUser, allocation_id: int, comment: str) -> Allocation:
+    allocation = _lock(allocation_id)
+    _require_decider(actor=actor, allocation=allocation)
+    if not comment.strip():
+        raise FieldError("comment", "A rejection needs a comment for the requester.")
+    before = _snapshot(allocation)
+    _move(allocation, AllocationState.REJECTED)
+    allocation.decided_by = actor
+    allocation.decided_at = timezone.now()
+    allocation.decision_comment = comment
+    allocation.save()
+    _audit(actor=actor, action=actions.ALLOCATION_REJECTED, allocation=allocation, before=before, details={"comment": comment})
+    return allocation
+
+
+def _require_owner_or_admin(*, actor: AbstractBaseUser, allocation: Allocation) -> None:
+    access = access_for(actor)
+    if access.can_administer_department(allocation.project.department_id):
+        return
+    if allocation.requested_by_id == actor.pk or project_is_member(project=allocation.project, user=actor):
+        return
+    raise NotAllowed("Only the project's members or the department's admins may change this allocation.")
+
+
+@transaction.atomic
+def allocation_release(*, actor: AbstractBaseUser, allocation_id: int, comment: str = "") -> Allocation:
+    """End an allocation early; a pending one is withdrawn (cancelled) instead."""
+    allocation = _lock(allocation_id)
+    _require_owner_or_admin(actor=actor, allocation=allocation)
+    before = _snapshot(allocation)
+    was_holding = allocation.state in HOLDING_STATES
+    if allocation.state == AllocationState.PENDING:
+        _move(allocation, AllocationState.CANCELLED)
+        action = actions.ALLOCATION_CANCELLED
+    else:
+        _move(allocation, AllocationState.RELEASED)
+        action = actions.ALLOCATION_RELEASED
+    allocation.save()
+    _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
+    if was_holding:
+        _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
+    return allocation
+
+
+@transaction.atomic
+def allocation_renew(*, actor: AbstractBaseUser, allocation_id: int, ends_at: datetime.datetime) -> Allocation:
+    allocation = _lock(allocation_id)
+    _require_owner_or_admin(actor=actor, allocation=allocation)
+    if allocation.state not in (AllocationState.PENDING, *HOLDING_STATES):
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} is {allocation.state}; only pending or granted allocations can be renewed.",
+            details={"state": allocation.state},
+        )
+    if ends_at <= allocation.ends_at:
+        raise FieldError("ends_at", f"The new end must be after the current end ({allocation.ends_at.isoformat()}).")
+    now = timezone.now()
+    longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
+    if ends_at - max(now, allocation.starts_at) > longest:
+        raise FieldError("ends_at", f"An allocation may run at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days ahead.")
+    before = _snapshot(allocation)
+    allocation.ends_at = ends_at
+    allocation.save()
+    _audit(actor=actor, action=actions.ALLOCATION_RENEWED, allocation=allocation, before=before)
+    return allocation
+
+
+def allocations_expire(*, now: datetime.datetime | None = None) -> int:
+    """Expire every allocation whose end has passed; returns how many. Each in its own transaction."""
+    moment = now or timezone.now()
+    due = list(
+        Allocation.objects.filter(ends_at__lte=moment)
+        .exclude(state__in=[AllocationState.REJECTED, AllocationState.CANCELLED, AllocationState.RELEASED, AllocationState.EXPIRED])
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    expired = 0
+    for allocation_id in due:
+        if allocation_expire(allocation_id=allocation_id, now=moment):
+            expired += 1
+    return expired
+
+
+@transaction.atomic
+def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
+    allocation = _lock(allocation_id)
+    if allocation.ends_at > now or not can_transition(allocation.state, AllocationState.EXPIRED):
+        return False
+    before = _snapshot(allocation)
+    was_holding = allocation.state in HOLDING_STATES
+    allocation.state = AllocationState.EXPIRED
+    allocation.save()
+    _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
+    if was_holding:
+        _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
+    return True
+
+
+@transaction.atomic
+def allocation_provision_start(*, allocation_id: int) -> Allocation | None:
+    """Claim an approved (or failed, on retry) allocation for provisioning; None when nothing to do."""
+    allocation = _lock(allocation_id)
+    if allocation.state not in (AllocationState.APPROVED, AllocationState.FAILED, AllocationState.PROVISIONING):
+        return None
+    if allocation.state != AllocationState.PROVISIONING:
+        before = _snapshot(allocation)
+        _move(allocation, AllocationState.PROVISIONING)
+        allocation.failure_reason = ""
+        allocation.save()
+        _audit(actor=None, action=actions.ALLOCATION_PROVISIONING, allocation=allocation, before=before)
+    return allocation
+
+
+@transaction.atomic
+def allocation_provision_succeeded(*, allocation_id: int) -> Allocation:
+    allocation = _lock(allocation_id)
+    if allocation.state != AllocationState.PROVISIONING:
+        return allocation
+    before = _snapshot(allocation)
+    _move(allocation, AllocationState.ACTIVE)
+    allocation.save()
+    _audit(actor=None, action=actions.ALLOCATION_ACTIVATED, allocation=allocation, before=before)
+    return allocation
+
+
+@transaction.atomic
+def allocation_provision_failed(*, allocation_id: int, reason: str) -> Allocation:
+    allocation = _lock(allocation_id)
+    if allocation.state != AllocationState.PROVISIONING:
+        return allocation
+    before = _snapshot(allocation)
+    _move(allocation, AllocationState.FAILED)
+    allocation.failure_reason = reason[:4000]
+    allocation.save()
+    _audit(
+        actor=None,
+        action=actions.ALLOCATION_FAILED,
+        allocation=allocation,
+        before=before,
+        details={"reason": reason[:4000]},
+        outcome=Outcome.FAILURE,
+    )
+    return allocation
+
+
+@transaction.atomic
+def allocation_retry(*, actor: AbstractBaseUser, allocation_id: int) -> Allocation:
+    """Retry provisioning of a failed allocation (department admins and platform admins)."""
+    allocation = _lock(allocation_id)
+    _require_decider(actor=actor, allocation=allocation)
+    if allocation.state != AllocationState.FAILED:
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} is {allocation.state}; only failed allocations can be retried.",
+            details={"state": allocation.state},
+        )
+    _enqueue_provision(allocation.pk)
+    return allocation
+
+
+def gpu_equivalents(*, flavor: Flavor, quantity: int) -> Decimal:
+    return flavor.gpu_equivalents * quantity

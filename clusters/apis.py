@@ -1,0 +1,76 @@
+"""REST endpoints for the inventory. Cluster credentials are never part of any response."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from clusters import inventory, selectors
+from clusters.models import Cluster, ClusterDriverKind, Gpu, Node
+from gpuportal.api.base import filters, paginated, validated
+
+
+class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    node_count = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = Cluster
+        fields = ["id", "name", "display_name", "driver", "is_active", "node_count", "last_sync_at", "last_sync_error", "created_at"]
+
+
+class ClusterIn(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=63)
+    display_name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    driver = serializers.ChoiceField(choices=ClusterDriverKind.choices, default=ClusterDriverKind.MANIFESTS)
+
+
+class ClusterListApi(APIView):
+    @extend_schema(responses=ClusterOut(many=True))
+    def get(self, request: Request) -> Response:
+        return paginated(view=self, request=request, queryset=selectors.cluster_list(user=request.user), serializer=ClusterOut)
+
+    @extend_schema(request=ClusterIn, responses={201: ClusterOut})
+    def post(self, request: Request) -> Response:
+        cluster = inventory.cluster_create(actor=request.user, **validated(ClusterIn, request))
+        return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster.pk)).data, status=status.HTTP_201_CREATED)
+
+
+class ClusterDetailApi(APIView):
+    @extend_schema(responses=ClusterOut)
+    def get(self, request: Request, cluster_id: int) -> Response:
+        return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
+
+
+class GpuOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Gpu
+        fields = ["index", "model", "memory_mib", "mig_capable", "uuid"]
+
+
+class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = GpuOut(many=True, read_only=True)
+
+    class Meta:
+        model = Node
+        fields = ["id", "name", "cluster", "cluster_id", "cpu_millicores", "memory_mib", "is_schedulable", "labels", "gpus", "updated_at"]
+
+
+class NodeListApi(APIView):
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        cluster = serializers.IntegerField(required=False, min_value=1)
+
+    @extend_schema(parameters=[Filter], responses=NodeOut(many=True))
+    def get(self, request: Request) -> Response:
+        params = filters(self.Filter, request)
+        queryset = selectors.node_list(user=request.user, cluster_id=params.get("cluster"))
+        return paginated(view=self, request=request, queryset=queryset, serializer=NodeOut)
+
+
+class NodeDetailApi(APIView):
+    @extend_schema(responses=NodeOut)
+    def get(self, request: Request, node_id: int) -> Response:
+        return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)

@@ -1,0 +1,146 @@
+"""Demo data for ``manage.py seed_demo``: idempotent, so it can run on every ``make run``."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractUser
+from django.db import transaction
+
+from allocations.models import Flavor, PriorityClass, Quota, SharingMode
+from clusters.inventory import GpuSpec, node_upsert
+from clusters.models import Cluster
+from tenants.models import Department, Membership, Project, Role
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+
+USERS: list[tuple[str, str, str, str]] = [
+    # username, full name, role, department
+    ("alice", "Alice Researcher", Role.RESEARCHER, "nlp"),
+    ("bob", "Bob Admin", Role.DEPARTMENT_ADMIN, "nlp"),
+    ("dave", "Dave Researcher", Role.RESEARCHER, "vision"),
+    ("erin", "Erin Admin", Role.DEPARTMENT_ADMIN, "vision"),
+    ("carol", "Carol Auditor", Role.AUDITOR, "acme"),
+    ("admin", "Platform Admin", Role.PLATFORM_ADMIN, "acme"),
+]
+
+FLAVORS: list[dict[str, Any]] = [
+    {"name": "a100-80gb", "display_name": "A100 80GB, whole GPU", "gpu_model": A100,
+     "sharing_mode": SharingMode.EXCLUSIVE, "resource_name": "nvidia.com/gpu", "memory_mib": 81920,
+     "compute_percent": 100, "gpu_equivalents": Decimal("1")},
+    {"name": "h100-80gb", "display_name": "H100 80GB, whole GPU", "gpu_model": H100,
+     "sharing_mode": SharingMode.EXCLUSIVE, "resource_name": "nvidia.com/gpu", "memory_mib": 81920,
+     "compute_percent": 100, "gpu_equivalents": Decimal("1")},
+    {"name": "a100-mig-1g-10gb", "display_name": "A100 MIG 1g.10gb", "gpu_model": A100,
+     "sharing_mode": SharingMode.MIG, "resource_name": "nvidia.com/mig-1g.10gb", "mig_profile": "1g.10gb",
+     "memory_mib": 9856, "compute_percent": 14, "gpu_equivalents": Decimal("0.1429"),
+     "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
+    {"name": "a100-mig-3g-40gb", "display_name": "A100 MIG 3g.40gb", "gpu_model": A100,
+     "sharing_mode": SharingMode.MIG, "resource_name": "nvidia.com/mig-3g.40gb", "mig_profile": "3g.40gb",
+     "memory_mib": 40192, "compute_percent": 42, "gpu_equivalents": Decimal("0.5"),
+     "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768},
+    {"name": "h100-mps-4", "display_name": "H100 quarter (MPS, 4 per GPU)", "gpu_model": H100,
+     "sharing_mode": SharingMode.MPS, "resource_name": "nvidia.com/gpu.shared", "replicas": 4,
+     "memory_mib": 20480, "compute_percent": 25, "gpu_equivalents": Decimal("0.25"),
+     "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
+    {"name": "h100-timeslice-2", "display_name": "H100 half (time-sliced, 2 per GPU)", "gpu_model": H100,
+     "sharing_mode": SharingMode.TIMESLICE, "resource_name": "nvidia.com/gpu.shared", "replicas": 2,
+     "memory_mib": 40960, "compute_percent": 50, "gpu_equivalents": Decimal("0.5"),
+     "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768},
+    {"name": "h100-vgpu-10gb", "display_name": "H100 vGPU 10 GiB / 20 % (HAMi)", "gpu_model": H100,
+     "sharing_mode": SharingMode.VGPU, "resource_name": "nvidia.com/gpu", "memory_mib": 10240,
+     "compute_percent": 20, "gpu_equivalents": Decimal("0.2"),
+     "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
+]
+
+PRIORITY_CLASSES: list[dict[str, Any]] = [
+    {"name": "gpu-production", "value": 100000, "preemption_policy": "PreemptLowerPriority",
+     "oversubscription_factor": Decimal("1.00"), "description": "Guaranteed, within quota"},
+    {"name": "gpu-standard", "value": 10000, "preemption_policy": "PreemptLowerPriority",
+     "oversubscription_factor": Decimal("1.00"), "description": "Default for research work"},
+    {"name": "gpu-preemptible", "value": 1000, "preemption_policy": "Never",
+     "oversubscription_factor": Decimal("1.50"), "description": "May exceed quota by 50 %; preempted first"},
+]
+
+# department, flavor name (None: GPU-equivalents), guaranteed, limit
+QUOTAS: list[tuple[str, str | None, str, str]] = [
+    ("nlp", "a100-80gb", "4", "8"),
+    ("nlp", "a100-mig-1g-10gb", "7", "14"),
+    ("nlp", "h100-mps-4", "4", "8"),
+    ("nlp", None, "8", "12"),
+    ("vision", "h100-80gb", "4", "8"),
+    ("vision", "a100-mig-3g-40gb", "2", "4"),
+    ("vision", "h100-timeslice-2", "2", "4"),
+    ("vision", "h100-vgpu-10gb", "5", "10"),
+    ("vision", None, "8", "12"),
+    ("acme", None, "24", "32"),
+]
+
+
+@transaction.atomic
+def demo_seed() -> None:
+    acme, _ = Department.objects.get_or_create(slug="acme", defaults={"name": "ACME Research"})
+    nlp, _ = Department.objects.get_or_create(slug="nlp", defaults={"name": "Natural Language Processing", "parent": acme})
+    vision, _ = Department.objects.get_or_create(slug="vision", defaults={"name": "Computer Vision", "parent": acme})
+    departments = {"acme": acme, "nlp": nlp, "vision": vision}
+
+    user_model = get_user_model()
+    users: dict[str, AbstractUser] = {}
+    for username, full_name, role, department in USERS:
+        first, last = full_name.split(" ", 1)
+        user, created = user_model.objects.get_or_create(
+            username=username, defaults={"first_name": first, "last_name": last, "email": f"{username}@example.org"}
+        )
+        if created:
+            user.set_password(settings.GPUPORTAL_DEMO_PASSWORD)
+            if role == Role.PLATFORM_ADMIN:
+                user.is_staff = True
+                user.is_superuser = True
+            user.save()
+        users[username] = user
+        Membership.objects.get_or_create(user=user, department=departments[department], role=role)
+
+    for slug, name, department, members in (
+        ("nlp-llm", "Large language models", nlp, ["alice", "bob"]),
+        ("nlp-speech", "Speech recognition", nlp, ["alice"]),
+        ("vision-seg", "Image segmentation", vision, ["dave", "erin"]),
+    ):
+        project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name, "department": department})
+        project.members.add(*[users[member] for member in members])
+
+    flavors = {}
+    for spec in FLAVORS:
+        flavor = Flavor.objects.filter(name=spec["name"]).first()
+        if flavor is None:
+            flavor = Flavor(**spec)
+            flavor.full_clean()
+            flavor.save()
+        flavors[flavor.name] = flavor
+    for spec in PRIORITY_CLASSES:
+        PriorityClass.objects.get_or_create(name=spec["name"], defaults=spec)
+    for department, flavor_name, guaranteed, limit in QUOTAS:
+        Quota.objects.get_or_create(
+            department=departments[department],
+            flavor=flavors[flavor_name] if flavor_name else None,
+            defaults={"guaranteed": Decimal(guaranteed), "limit": Decimal(limit)},
+        )
+
+    cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster"})
+    for index in range(2):
+        for model, prefix, mig in ((A100, "a100", True), (H100, "h100", False)):
+            name = f"{prefix}-node-{index + 1}"
+            if cluster.nodes.filter(name=name).exists():
+                continue
+            node_upsert(
+                actor=None,
+                cluster=cluster,
+                name=name,
+                cpu_millicores=128000,
+                memory_mib=1024 * 1024,
+                gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=mig) for i in range(8)],
+                labels={"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": "8"},
+            )

@@ -1,0 +1,110 @@
+"""Who may see and do what, computed once per request from memberships.
+
+A role held on a department applies to that department's whole subtree. Platform admins see and
+manage everything; auditors read their subtree (everything when held on the root) and change
+nothing; department admins read and decide in their subtree; researchers read their subtree and
+request for projects they are members of. Everything else is invisible (404).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from tenants.models import Department, Membership, Role
+
+
+def department_subtree_ids(*, root_ids: Iterable[int], parents: dict[int, int | None]) -> frozenset[int]:
+    """All departments under (and including) ``root_ids``, given each department's parent."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for child, parent in parents.items():
+        if parent is not None:
+            children[parent].append(child)
+    seen: set[int] = set()
+    stack = list(root_ids)
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        stack.extend(children[current])
+    return frozenset(seen)
+
+
+def department_ancestor_ids(*, department_id: int, parents: dict[int, int | None]) -> list[int]:
+    """The department itself and its ancestors, nearest first."""
+    chain: list[int] = []
+    current: int | None = department_id
+    while current is not None and current not in chain:
+        chain.append(current)
+        current = parents.get(current)
+    return chain
+
+
+def department_parent_map() -> dict[int, int | None]:
+    return dict(Department.objects.values_list("id", "parent_id"))
+
+
+@dataclass(frozen=True)
+class Access:
+    """What one user may do. Department sets already include subtrees."""
+
+    user_id: int | None
+    is_platform_admin: bool = False
+    readable: frozenset[int] = field(default_factory=frozenset)
+    administered: frozenset[int] = field(default_factory=frozenset)
+    audited: frozenset[int] = field(default_factory=frozenset)
+
+    @property
+    def reads_everything(self) -> bool:
+        return self.is_platform_admin
+
+    @property
+    def has_any_role(self) -> bool:
+        return self.is_platform_admin or bool(self.readable)
+
+    def can_read_department(self, department_id: int) -> bool:
+        return self.is_platform_admin or department_id in self.readable
+
+    def can_administer_department(self, department_id: int) -> bool:
+        return self.is_platform_admin or department_id in self.administered
+
+    def can_audit_department(self, department_id: int) -> bool:
+        return self.is_platform_admin or department_id in self.audited
+
+
+def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
+    if not user.is_authenticated:
+        return Access(user_id=None)
+    cached: Access | None = getattr(user, "_gpuportal_access", None)
+    if cached is not None:
+        return cached
+    roles: dict[str, list[int]] = defaultdict(list)
+    for department_id, role in Membership.objects.filter(user_id=user.pk).values_list("department_id", "role"):
+        roles[role].append(department_id)
+    is_platform_admin = bool(roles.get(Role.PLATFORM_ADMIN)) or bool(getattr(user, "is_superuser", False))
+    parents = department_parent_map() if roles else {}
+
+    def subtree(*role_names: str) -> frozenset[int]:
+        return department_subtree_ids(
+            root_ids=[dep for name in role_names for dep in roles.get(name, [])], parents=parents
+        )
+
+    access = Access(
+        user_id=user.pk,
+        is_platform_admin=is_platform_admin,
+        readable=subtree(Role.RESEARCHER, Role.DEPARTMENT_ADMIN, Role.AUDITOR, Role.PLATFORM_ADMIN),
+        administered=subtree(Role.DEPARTMENT_ADMIN),
+        audited=subtree(Role.AUDITOR),
+    )
+    user._gpuportal_access = access  # type: ignore[union-attr]
+    return access
+
+
+def access_forget(user: AbstractBaseUser | AnonymousUser) -> None:
+    """Drop the cached access after a membership change, so it applies immediately."""
+    if hasattr(user, "_gpuportal_access"):
+        del user._gpuportal_access  # type: ignore[union-attr]

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+from django.contrib import admin
+
+from audit import actions
+from gpuportal.admin_audit import AuditedAdmin
+from tenants.models import Department, Membership, Project
+
+
+@admin.register(Department)
+class DepartmentAdmin(AuditedAdmin):
+    list_display = ["slug", "name", "parent"]
+    search_fields = ["slug", "name"]
+    audit_created = actions.DEPARTMENT_CREATED
+    audit_updated = actions.DEPARTMENT_UPDATED
+
+    def department_id_of(self, obj: Department) -> int | None:
+        return obj.pk
+
+
+@admin.register(Membership)
+class MembershipAdmin(AuditedAdmin):
+    list_display = ["user", "department", "role"]
+    list_filter = ["role", "department"]
+    audit_created = actions.MEMBERSHIP_GRANTED
+    audit_updated = actions.MEMBERSHIP_GRANTED
+    audit_deleted = actions.MEMBERSHIP_REVOKED
+
+
+@admin.register(Project)
+class ProjectAdmin(AuditedAdmin):
+    list_display = ["slug", "name", "department"]
+    list_filter = ["department"]
+    search_fields = ["slug", "name"]
+    filter_horizontal = ["members"]
+    audit_created = actions.PROJECT_CREATED
+    audit_updated = actions.PROJECT_UPDATED

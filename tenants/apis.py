@@ -1,0 +1,109 @@
+"""REST endpoints for departments, projects and the caller's own identity."""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from gpuportal.api.base import ScopedRelatedField, filters, paginated, validated
+from tenants import selectors, services
+from tenants.models import Department, Membership, Project
+
+
+class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+
+    class Meta:
+        model = Department
+        fields = ["id", "slug", "name", "parent", "parent_id", "created_at"]
+
+
+class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
+    slug = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=200)
+    parent = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user), allow_null=True, required=False, default=None)
+
+
+class DepartmentListApi(APIView):
+    @extend_schema(responses=DepartmentOut(many=True))
+    def get(self, request: Request) -> Response:
+        queryset = selectors.department_list(user=request.user).select_related("parent")
+        return paginated(view=self, request=request, queryset=queryset, serializer=DepartmentOut)
+
+    @extend_schema(request=DepartmentIn, responses={201: DepartmentOut})
+    def post(self, request: Request) -> Response:
+        department = services.department_create(actor=request.user, **validated(DepartmentIn, request))
+        return Response(DepartmentOut(department).data, status=status.HTTP_201_CREATED)
+
+
+class DepartmentDetailApi(APIView):
+    @extend_schema(responses=DepartmentOut)
+    def get(self, request: Request, department_id: int) -> Response:
+        return Response(DepartmentOut(selectors.department_get(user=request.user, department_id=department_id)).data)
+
+
+class ProjectOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+
+    class Meta:
+        model = Project
+        fields = ["id", "slug", "name", "department", "department_id", "members", "description", "created_at"]
+
+
+class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
+    slug = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=200)
+    department = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user))
+    description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    members = serializers.SlugRelatedField(
+        slug_field="username", many=True, required=False, default=list, queryset=get_user_model().objects.all()
+    )
+
+
+class ProjectListApi(APIView):
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        department = serializers.IntegerField(required=False, min_value=1)
+
+    @extend_schema(parameters=[Filter], responses=ProjectOut(many=True))
+    def get(self, request: Request) -> Response:
+        params = filters(self.Filter, request)
+        queryset = selectors.project_list(user=request.user, department_id=params.get("department")).prefetch_related("members")
+        return paginated(view=self, request=request, queryset=queryset, serializer=ProjectOut)
+
+    @extend_schema(request=ProjectIn, responses={201: ProjectOut})
+    def post(self, request: Request) -> Response:
+        project = services.project_create(actor=request.user, **validated(ProjectIn, request))
+        return Response(ProjectOut(project).data, status=status.HTTP_201_CREATED)
+
+
+class ProjectDetailApi(APIView):
+    @extend_schema(responses=ProjectOut)
+    def get(self, request: Request, project_id: int) -> Response:
+        return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project_id)).data)
+
+
+class MembershipOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+
+    class Meta:
+        model = Membership
+        fields = ["department", "department_id", "role"]
+
+
+class MeOut(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField()
+    username = serializers.CharField()
+    memberships = MembershipOut(many=True)
+
+
+class MeApi(APIView):
+    @extend_schema(responses=MeOut)
+    def get(self, request: Request) -> Response:
+        user = request.user
+        memberships = Membership.objects.filter(user_id=user.pk).select_related("department")
+        return Response(MeOut({"id": user.pk, "username": user.get_username(), "memberships": memberships}).data)

@@ -1,0 +1,112 @@
+"""Writes to departments, memberships and projects; each audited in its own transaction."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from audit import actions
+from audit.services import audit_record
+from gpuportal.errors import FieldError, NotAllowed
+from tenants.access import access_for, access_forget
+from tenants.models import RESERVED_NAMESPACES, Department, Membership, Project, Role
+
+
+def _require_platform_admin(actor: AbstractBaseUser) -> None:
+    if not access_for(actor).is_platform_admin:
+        raise NotAllowed("Only platform admins may do this.")
+
+
+@transaction.atomic
+def department_create(
+    *, actor: AbstractBaseUser, slug: str, name: str, parent: Department | None = None
+) -> Department:
+    _require_platform_admin(actor)
+    department = Department(slug=slug, name=name, parent=parent)
+    department.full_clean()
+    department.save()
+    audit_record(
+        actor=actor,
+        action=actions.DEPARTMENT_CREATED,
+        target=department,
+        department_id=department.pk,
+        after={"slug": slug, "name": name, "parent": parent.slug if parent else None},
+    )
+    return department
+
+
+@transaction.atomic
+def membership_grant(*, actor: AbstractBaseUser, user: AbstractBaseUser, department: Department, role: str) -> Membership:
+    access = access_for(actor)
+    if role in (Role.PLATFORM_ADMIN, Role.AUDITOR) and not access.is_platform_admin:
+        raise NotAllowed("Only platform admins may grant platform admin or auditor roles.")
+    if not access.can_administer_department(department.pk):
+        raise NotAllowed("You may grant roles only in departments you administer.")
+    membership, created = Membership.objects.get_or_create(user=user, department=department, role=role)
+    if created:
+        membership.full_clean()
+        audit_record(
+            actor=actor,
+            action=actions.MEMBERSHIP_GRANTED,
+            target=membership,
+            department_id=department.pk,
+            after={"user": user.get_username(), "role": role},
+        )
+        access_forget(user)
+    return membership
+
+
+@transaction.atomic
+def membership_revoke(*, actor: AbstractBaseUser, membership: Membership) -> None:
+    access = access_for(actor)
+    if membership.role in (Role.PLATFORM_ADMIN, Role.AUDITOR) and not access.is_platform_admin:
+        raise NotAllowed("Only platform admins may revoke platform admin or auditor roles.")
+    if not access.can_administer_department(membership.department_id):
+        raise NotAllowed("You may revoke roles only in departments you administer.")
+    audit_record(
+        actor=actor,
+        action=actions.MEMBERSHIP_REVOKED,
+        target=membership,
+        department_id=membership.department_id,
+        before={"user": membership.user.get_username(), "role": membership.role},
+    )
+    access_forget(membership.user)
+    membership.delete()
+
+
+@transaction.atomic
+def project_create(
+    *,
+    actor: AbstractBaseUser,
+    department: Department,
+    slug: str,
+    name: str,
+    description: str = "",
+    members: list[AbstractBaseUser] | None = None,
+) -> Project:
+    if not access_for(actor).can_administer_department(department.pk):
+        raise NotAllowed("You may create projects only in departments you administer.")
+    if slug in RESERVED_NAMESPACES or slug.startswith("kube-"):
+        raise FieldError("slug", f"'{slug}' is reserved for the cluster's own namespaces.")
+    project = Project(department=department, slug=slug, name=name, description=description)
+    project.full_clean()
+    project.save()
+    member_list = list(members or [])
+    readable_by = {user.pk: access_for(user) for user in member_list}
+    for user in member_list:
+        if not readable_by[user.pk].can_read_department(department.pk):
+            raise FieldError("members", f"{user.get_username()} is not a member of department {department.slug}.")
+    project.members.set(member_list)
+    audit_record(
+        actor=actor,
+        action=actions.PROJECT_CREATED,
+        target=project,
+        department_id=department.pk,
+        after={
+            "slug": slug,
+            "name": name,
+            "department": department.slug,
+            "members": sorted(user.get_username() for user in member_list),
+        },
+    )
+    return project
