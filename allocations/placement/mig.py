@@ -1,0 +1,145 @@
+"""MIG geometry: profile sizes, legal start slots and per-GPU layout arithmetic.
+
+Facts come from ``../shared/reference/gpu-sharing-formats.md`` §2 (``nvidia-smi mig -lgipp``):
+a MIG GPU has 8 memory slices and 7 compute (SM) slices; a GPU instance occupies a contiguous
+range of memory slices that must begin at one of the profile's allowed starts. The reference
+marks the H200 placements as unverified (identical fractions assumed); we follow it.
+
+A GPU's MIG state is kept as a small integer triple (occupied-memory bitmask, used compute
+slices, number of ``+me`` instances), so every legality question is a table lookup.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+MEMORY_SLICES = 8
+COMPUTE_SLICES = 7
+FULL_MASK = (1 << MEMORY_SLICES) - 1
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One GPU-instance profile of a geometry, e.g. ``3g.40gb``."""
+
+    name: str
+    compute: int
+    memory_slices: int
+    starts: tuple[int, ...]
+    max_count: int
+    media_extensions: bool = False
+
+    def slice_mask(self, start: int) -> int:
+        """Bitmask of the memory slices an instance started at ``start`` occupies."""
+        return ((1 << self.memory_slices) - 1) << start
+
+
+@dataclass(frozen=True)
+class MigState:
+    """The occupancy of one MIG GPU (what the layout leaves free)."""
+
+    mask: int = 0
+    compute: int = 0
+    media: int = 0
+
+    @property
+    def free_compute(self) -> int:
+        return COMPUTE_SLICES - self.compute
+
+
+@dataclass(frozen=True)
+class MigGeometry:
+    """The MIG profile table of one GPU model."""
+
+    name: str
+    profiles: tuple[MigProfile, ...]
+
+    @cached_property
+    def by_name(self) -> dict[str, MigProfile]:
+        return {p.name: p for p in self.profiles}
+
+    def profile(self, name: str) -> MigProfile:
+        try:
+            return self.by_name[name]
+        except KeyError:
+            known = ", ".join(p.name for p in self.profiles)
+            raise KeyError(f"{self.name} has no MIG profile {name!r} (known: {known})") from None
+
+    def legal_starts(self, state: MigState, profile: MigProfile) -> tuple[int, ...]:
+        """Starts where ``profile`` can be created on a GPU in ``state``.
+
+        Legal means: the memory-slice range is free, the compute slices still fit within 7,
+        and the per-GPU count limit of ``+me`` profiles is respected (reference §2).
+        """
+        if state.compute + profile.compute > COMPUTE_SLICES:
+            return ()
+        if profile.media_extensions and state.media >= 1:
+            return ()
+        return tuple(s for s in profile.starts if state.mask & profile.slice_mask(s) == 0)
+
+    def add(self, state: MigState, profile: MigProfile, start: int) -> MigState:
+        """State after creating ``profile`` at ``start``; raises if that is not legal."""
+        if start not in self.legal_starts(state, profile):
+            raise ValueError(f"{profile.name} cannot start at memory slice {start} on this GPU")
+        return MigState(
+            state.mask | profile.slice_mask(start),
+            state.compute + profile.compute,
+            state.media + int(profile.media_extensions),
+        )
+
+    def remove(self, state: MigState, profile: MigProfile, start: int) -> MigState:
+        """State after destroying the instance of ``profile`` at ``start``."""
+        m = profile.slice_mask(start)
+        if state.mask & m != m:
+            raise ValueError(f"no {profile.name} instance at memory slice {start}")
+        return MigState(
+            state.mask & ~m,
+            state.compute - profile.compute,
+            state.media - int(profile.media_extensions),
+        )
+
+
+def _geometry(name: str, one: str, one_double: str, two: str, three: str, four: str, seven: str) -> MigGeometry:
+    return MigGeometry(
+        name,
+        (
+            MigProfile(one, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
+            MigProfile(one + "+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, media_extensions=True),
+            MigProfile(one_double, 1, 2, (0, 2, 4, 6), 4),
+            MigProfile(two, 2, 2, (0, 2, 4), 3),
+            MigProfile(three, 3, 4, (0, 4), 2),
+            MigProfile(four, 4, 4, (0,), 1),
+            MigProfile(seven, 7, 8, (0,), 1),
+        ),
+    )
+
+
+GEOMETRIES: dict[str, MigGeometry] = {
+    g.name: g
+    for g in (
+        _geometry("A100-40GB", "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
+        _geometry("A100-80GB", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        _geometry("H100-80GB", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
+        _geometry("H200", "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+    )
+}
+
+
+def geometry_for_model(model: str, memory_mib: int = 0) -> MigGeometry | None:
+    """Best-effort mapping from a GPU model string to its MIG geometry (None if not MIG-capable).
+
+    ``memory_mib`` separates the two A100 variants when the model string does not.
+    """
+    m = model.upper().replace(" ", "")
+    if "H200" in m:
+        return GEOMETRIES["H200"]
+    if "H100" in m:
+        if "NVL" in m or "94" in m or "96" in m:
+            return None  # different profile table; not modelled
+        return GEOMETRIES["H100-80GB"]
+    if "A100" in m:
+        if "80" in m or memory_mib > 48 * 1024:
+            return GEOMETRIES["A100-80GB"]
+        return GEOMETRIES["A100-40GB"]
+    return GEOMETRIES.get(model)

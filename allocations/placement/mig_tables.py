@@ -1,0 +1,81 @@
+"""Lookup tables that turn MIG legality questions into array indexing.
+
+Every MIG GPU state (memory mask, used compute, ``+me`` count) of every geometry is encoded as
+one integer *state index*; non-MIG GPU slots map to :data:`NO_MIG`, a row where nothing is legal.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+import numpy as np
+
+from .arrays import BoolArray, IntArray
+from .mig import COMPUTE_SLICES, GEOMETRIES, MEMORY_SLICES, MigGeometry, MigProfile, MigState
+
+GEOMETRY_NAMES: tuple[str, ...] = tuple(GEOMETRIES)
+STATES_PER_GEOMETRY = 1 << (MEMORY_SLICES + 4)  # mask (8 bits) | compute (3 bits) | media (1 bit)
+NO_MIG = len(GEOMETRY_NAMES) * STATES_PER_GEOMETRY
+TABLE_SIZE = NO_MIG + 1
+
+
+def encode(geometry_id: int, state: MigState) -> int:
+    return geometry_id * STATES_PER_GEOMETRY + (state.mask | state.compute << 8 | state.media << 11)
+
+
+def decode(index: int) -> tuple[int, MigState]:
+    gid, code = divmod(index, STATES_PER_GEOMETRY)
+    return gid, MigState(code & 0xFF, (code >> 8) & 0x7, (code >> 11) & 0x1)
+
+
+def geometry_id(name: str) -> int:
+    return GEOMETRY_NAMES.index(name)
+
+
+def _states() -> list[tuple[int, MigGeometry, MigState]]:
+    out = []
+    for gid, name in enumerate(GEOMETRY_NAMES):
+        for mask in range(1 << MEMORY_SLICES):
+            for compute in range(COMPUTE_SLICES + 1):
+                for media in (0, 1):
+                    out.append((gid, GEOMETRIES[name], MigState(mask, compute, media)))
+    return out
+
+
+@cache
+def legal_table(profile_name: str) -> BoolArray:
+    """``table[state_index]`` is True when ``profile_name`` has a legal start in that state."""
+    table = np.zeros(TABLE_SIZE, dtype=np.bool_)
+    for gid, geo, st in _states():
+        prof = geo.by_name.get(profile_name)
+        if prof is not None and geo.legal_starts(st, prof):
+            table[encode(gid, st)] = True
+    return table
+
+
+@cache
+def free_compute_table() -> IntArray:
+    """``table[state_index]`` = free compute slices (0 for non-MIG slots)."""
+    table = np.zeros(TABLE_SIZE, dtype=np.int64)
+    for gid, _geo, st in _states():
+        table[encode(gid, st)] = st.free_compute
+    return table
+
+
+@cache
+def transitions(profile_name: str) -> tuple[IntArray, IntArray]:
+    """For each state: the state index after adding ``profile_name`` at each start slot.
+
+    Returns ``(after, start)`` of shape ``[TABLE_SIZE, MEMORY_SLICES]``; illegal entries are -1.
+    """
+    after = np.full((TABLE_SIZE, MEMORY_SLICES), -1, dtype=np.int64)
+    start = np.full((TABLE_SIZE, MEMORY_SLICES), -1, dtype=np.int64)
+    for gid, geo, st in _states():
+        prof: MigProfile | None = geo.by_name.get(profile_name)
+        if prof is None:
+            continue
+        i = encode(gid, st)
+        for k, s in enumerate(geo.legal_starts(st, prof)):
+            after[i, k] = encode(gid, geo.add(st, prof, s))
+            start[i, k] = s
+    return after, start

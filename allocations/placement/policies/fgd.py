@@ -1,0 +1,71 @@
+"""Fragmentation Gradient Descent (FGD), from ``../shared/reference/placement-benchmark.md`` §4.
+
+For every feasible node (and, for a sharing pod, every fitting GPU) compute the change of the
+node fragmentation F_n the placement would cause; the smallest increase wins. The node score is
+``int(100 * sigmoid(-dF / 1000))``, so nodes within ~40 milli tie and fall back to the node rank.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+
+from ..arrays import BoolArray
+from ..cluster import Cluster
+from ..decisions import Request, RequestKind
+from ..workload import Workload
+from .base import Choice, Policy, best_by_score
+from .delta_cache import DeltaCache, Deltas
+from .workload_estimate import WorkloadEstimate
+
+
+def fgd_score(df: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+    with np.errstate(over="ignore"):
+        return np.floor(100.0 / (1.0 + np.exp(np.clip(df, -1e6, 1e6) / 1000.0)))
+
+
+class FragmentationPolicy(Policy):
+    """Shared machinery: a workload (given, or estimated online) and a delta cache per cluster."""
+
+    def __init__(self, workload: Workload | None = None) -> None:
+        super().__init__()
+        self.workload = workload
+        self.estimate = WorkloadEstimate() if workload is None else None
+
+    def deltas(self, cluster: Cluster, request: Request) -> Deltas:
+        key = ("deltas", id(self))
+        cache: DeltaCache | None = cluster.cache.get(key)
+        if self.estimate is not None:
+            changed = self.estimate.observe(request)
+            if changed or cache is None:
+                cache = DeltaCache(cluster, self.estimate.workload())
+                cluster.cache[key] = cache
+        elif cache is None:
+            assert self.workload is not None
+            cache = DeltaCache(cluster, self.workload)
+            cluster.cache[key] = cache
+        return cache.get(request)
+
+    def gpus_from(self, cluster: Cluster, request: Request, node: int, d: Deltas) -> tuple[
+            tuple[int, ...], tuple[int, ...]]:
+        kind = request.kind
+        if kind is RequestKind.SHARED:
+            return (int(d.slot[node]),), ()
+        if kind is RequestKind.MIG and request.gpu_count == 1:
+            return (int(d.slot[node]),), (int(d.start[node]),)
+        return self.pick_gpus(cluster, request, node)
+
+
+class FGD(FragmentationPolicy):
+    name: ClassVar[str] = "fgd"
+
+    def choose(self, cluster: Cluster, request: Request, feasible: BoolArray) -> Choice:
+        d = self.deltas(cluster, request)
+        cand = np.flatnonzero(feasible)
+        node = best_by_score(cluster, cand, fgd_score(d.df[cand]))
+        slots, starts = self.gpus_from(cluster, request, node, d)
+        return node, slots, starts
+
+    def pick_node(self, cluster: Cluster, request: Request, feasible: BoolArray) -> int:
+        return self.choose(cluster, request, feasible)[0]

@@ -1,0 +1,71 @@
+"""Typical task classes ("M" in the FGD paper) and their popularity.
+
+Definition from ``../shared/reference/placement-benchmark.md`` §3: distinct
+(cpu_milli, gpu_milli, num_gpu, gpu_spec) tuples of a task list, most popular first, kept until
+they cover at least 95 % of tasks; popularity renormalised to sum 1; CPU-only classes included.
+The Django side can build the same from recent requests (:meth:`Workload.from_requests`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .decisions import Request, RequestKind
+
+
+@dataclass(frozen=True)
+class TaskClass:
+    cpu_milli: int
+    gpu_milli: int
+    gpu_count: int
+    allowed_models: frozenset[str] = frozenset()
+    mig_profile: str | None = None
+    weight: float = 1.0
+
+    @property
+    def kind(self) -> RequestKind:
+        return self.as_request().kind
+
+    def as_request(self) -> Request:
+        return Request(self.cpu_milli, 0, self.gpu_count, self.gpu_milli or 1000, self.mig_profile,
+                       self.allowed_models)
+
+
+def _class_key(r: Request) -> tuple[int, int, int, frozenset[str], str | None]:
+    return (r.cpu_milli, r.gpu_milli, r.gpu_count, r.allowed_models, r.mig_profile)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A weighted set of typical task classes (weights sum to 1)."""
+
+    classes: tuple[TaskClass, ...]
+
+    @classmethod
+    def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> Workload:
+        counts: dict[tuple[int, int, int, frozenset[str], str | None], int] = {}
+        for r in requests:
+            key = _class_key(r)
+            counts[key] = counts.get(key, 0) + 1
+        total = sum(counts.values())
+        if total == 0:
+            return cls(())
+        # most popular first; equal counts keep first-seen order (dicts keep insertion order)
+        ordered = sorted(counts.items(), key=lambda kv: -kv[1])
+        kept: list[tuple[tuple[int, int, int, frozenset[str], str | None], int]] = []
+        covered = 0
+        for key, n in ordered:
+            kept.append((key, n))
+            covered += n
+            if covered >= coverage * total:
+                break
+        return cls(
+            tuple(
+                TaskClass(cpu, milli, k, models, mig, n / covered)
+                for (cpu, milli, k, models, mig), n in kept
+            )
+        )
+
+    def __len__(self) -> int:
+        return len(self.classes)
