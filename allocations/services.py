@@ -129,7 +129,7 @@ def allocation_request(
     if not access.can_read_department(project.department_id):
         raise FieldError("project", "No such project.")
     if not (project_is_member(project=project, user=actor) or access.can_administer_department(project.department_id)):
-        raise FieldError("project", f"You are not a member of project {project.slug}.")
+        raise NotAllowed(f"You are not a member of project {project.slug}.")
     if not flavor.is_active:
         raise FieldError("flavor", f"Flavor {flavor.name} is not available for new requests.")
     if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:

@@ -1,0 +1,94 @@
+"""Fifty approvals at once, on real PostgreSQL connections from real threads, never over-commit
+a quota or a cluster, and never deadlock."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+from collections import Counter
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from allocations import services
+from allocations.admission import department_usage
+from allocations.models import Allocation, AllocationState
+from gpuportal.errors import CapacityExceeded, QuotaExceeded
+from tests.conftest import World, build_world, requires_postgres
+
+pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+
+APPROVALS = 50
+
+
+def pending(world: World, *, persona: str, project: str) -> Allocation:
+    start = timezone.now()
+    return services.allocation_request(
+        actor=world.users[persona], project=getattr(world, project), flavor=world.a100, quantity=1,
+        priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=1),
+        justification="race",
+    )
+
+
+def approve_all_at_once(world: World, jobs: list[tuple[str, int]]) -> Counter[str]:
+    barrier = threading.Barrier(len(jobs))
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def run(persona: str, allocation_id: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            services.allocation_approve(actor=world.users[persona], allocation_id=allocation_id)
+            outcome = "approved"
+        except QuotaExceeded:
+            outcome = "quota"
+        except CapacityExceeded:
+            outcome = "capacity"
+        except Exception as error:  # noqa: BLE001 - any other failure is what the test looks for
+            outcome = f"error: {error!r}"
+        finally:
+            connection.close()
+        with lock:
+            outcomes[outcome] += 1
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    return outcomes
+
+
+def test_it_never_overcommits_a_department_quota_under_50_concurrent_approvals(world: World) -> None:
+    assert connection.vendor == "postgresql"
+    for _ in range(5):
+        services.allocation_approve(
+            actor=world.users["nlp_admin"], allocation_id=pending(world, persona="nlp_member", project="llm").pk
+        )
+    jobs = [("nlp_admin", pending(world, persona="nlp_member", project="llm").pk) for _ in range(APPROVALS)]
+
+    outcomes = approve_all_at_once(world, jobs)
+
+    assert outcomes == Counter({"approved": 3, "quota": 47})
+    assert department_usage(department_ids=frozenset({world.nlp.pk}), flavor=world.a100) == 8
+    held = Allocation.objects.filter(state__in=[AllocationState.ACTIVE, AllocationState.APPROVED,
+                                                AllocationState.PROVISIONING])
+    assert held.count() == 8
+
+
+def test_it_never_overcommits_a_cluster_when_departments_race_for_its_last_gpus() -> None:
+    world = build_world(a100_gpus=4)
+    jobs = []
+    for index in range(APPROVALS):
+        if index % 2:
+            jobs.append(("nlp_admin", pending(world, persona="nlp_member", project="llm").pk))
+        else:
+            jobs.append(("vision_admin", pending(world, persona="vision_member", project="seg").pk))
+
+    outcomes = approve_all_at_once(world, jobs)
+
+    assert outcomes == Counter({"approved": 4, "capacity": 46})
+    granted = Allocation.objects.exclude(state__in=[AllocationState.PENDING]).count()
+    assert granted == 4
