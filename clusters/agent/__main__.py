@@ -93,7 +93,9 @@ def _run_with_nvml(config: AgentConfig, outbox: Outbox) -> int:
         _say(f"report not delivered: {result.detail}")
         return EXIT_NOT_DELIVERED
 
-    logger.info("%s %s reporting node %s every %ds", AGENT_NAME, AGENT_VERSION, config.node_name, config.interval_seconds)
+    logger.info(
+        "%s %s reporting node %s every %ds", AGENT_NAME, AGENT_VERSION, config.node_name, config.interval_seconds
+    )
     stop = threading.Event()
     with _stop_on_signals(stop):
         run_loop(

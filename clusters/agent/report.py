@@ -5,8 +5,8 @@ code be checked against the same shape. A change to one must be made in the othe
 that an old portal could not accept needs a new ``schema_version``.
 """
 
-from __future__ import annotations
-
+# No "from __future__ import annotations" here: TypedDict must see NotRequired[...] at runtime
+# (Python 3.11 misses it in string annotations), so the model can be compared with the schema.
 import json
 from datetime import UTC, datetime
 from pathlib import Path
