@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -55,6 +56,10 @@ class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
+    def _actor(self, request: HttpRequest) -> User:
+        assert isinstance(request.user, User)
+        return request.user
+
     def _each(self, request: HttpRequest, queryset: QuerySet[Allocation], verb: str, call: Any) -> None:
         done = 0
         for allocation in queryset.order_by("pk"):
@@ -69,13 +74,13 @@ class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Approve the selected allocations")
     def approve(self, request: HttpRequest, queryset: QuerySet[Allocation]) -> None:
         self._each(request, queryset, "Approved",
-                   lambda pk: services.allocation_approve(actor=request.user, allocation_id=pk, comment="approved in admin"))
+                   lambda pk: services.allocation_approve(actor=self._actor(request), allocation_id=pk, comment="approved in admin"))
 
     @admin.action(description="Reject the selected allocations")
     def reject(self, request: HttpRequest, queryset: QuerySet[Allocation]) -> None:
         self._each(request, queryset, "Rejected",
-                   lambda pk: services.allocation_reject(actor=request.user, allocation_id=pk, comment="rejected in admin"))
+                   lambda pk: services.allocation_reject(actor=self._actor(request), allocation_id=pk, comment="rejected in admin"))
 
     @admin.action(description="Retry provisioning of the selected failed allocations")
     def retry_provisioning(self, request: HttpRequest, queryset: QuerySet[Allocation]) -> None:
-        self._each(request, queryset, "Retrying", lambda pk: services.allocation_retry(actor=request.user, allocation_id=pk))
+        self._each(request, queryset, "Retrying", lambda pk: services.allocation_retry(actor=self._actor(request), allocation_id=pk))

@@ -3,6 +3,7 @@ validate, call a selector or service, serialise."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
@@ -13,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations import catalog, selectors, services
-from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, SharingMode
 from clusters.selectors import cluster_list
-from gpuportal.api.base import ScopedRelatedField, filters, paginated, validated
+from gpuportal.api.base import ScopedRelatedField, actor, filters, paginated, validated
 from gpuportal.api.pagination import Pagination
 from tenants.selectors import department_list, project_list
 
@@ -60,7 +61,7 @@ class FlavorListApi(APIView):
 
     @extend_schema(request=FlavorIn, responses={201: FlavorOut})
     def post(self, request: Request) -> Response:
-        flavor = catalog.flavor_create(actor=request.user, **validated(FlavorIn, request))
+        flavor = catalog.flavor_create(actor=actor(request), **validated(FlavorIn, request))
         return Response(FlavorOut(flavor).data, status=status.HTTP_201_CREATED)
 
 
@@ -74,7 +75,7 @@ class FlavorDetailApi(APIView):
         selectors.flavor_get(user=request.user, flavor_id=flavor_id)
         data = FlavorIn(data=request.data, partial=True, context={"request": request})
         data.is_valid(raise_exception=True)
-        flavor = catalog.flavor_update(actor=request.user, flavor_id=flavor_id, **data.validated_data)
+        flavor = catalog.flavor_update(actor=actor(request), flavor_id=flavor_id, **data.validated_data)
         return Response(FlavorOut(flavor).data)
 
 
@@ -88,7 +89,9 @@ class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=63)
     value = serializers.IntegerField(min_value=-2147483648, max_value=1000000000)
     preemption_policy = serializers.ChoiceField(choices=["PreemptLowerPriority", "Never"], default="PreemptLowerPriority")
-    oversubscription_factor = serializers.DecimalField(max_digits=5, decimal_places=2, min_value=1, default=1)
+    oversubscription_factor = serializers.DecimalField(
+        max_digits=5, decimal_places=2, min_value=Decimal(1), default=Decimal(1)
+    )
     description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
@@ -100,7 +103,7 @@ class PriorityClassListApi(APIView):
 
     @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut})
     def post(self, request: Request) -> Response:
-        created = catalog.priority_class_create(actor=request.user, **validated(PriorityClassIn, request))
+        created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
         return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
 
 
@@ -113,9 +116,9 @@ class PriorityClassDetailApi(APIView):
 
 class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.IntegerField(source="quota.id")
-    department = serializers.SlugRelatedField(source="quota.department", slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField[Any](source="quota.department", slug_field="slug", read_only=True)
     department_id = serializers.IntegerField(source="quota.department_id")
-    flavor = serializers.SlugRelatedField(source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
+    flavor = serializers.SlugRelatedField[Any](source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
     flavor_id = serializers.IntegerField(source="quota.flavor_id", allow_null=True)
     unit = serializers.SerializerMethodField()
     guaranteed = serializers.DecimalField(source="quota.guaranteed", max_digits=10, decimal_places=4)
@@ -148,7 +151,7 @@ class QuotaListApi(APIView):
 
     @extend_schema(request=QuotaIn, responses={201: QuotaOut})
     def post(self, request: Request) -> Response:
-        quota = catalog.quota_set(actor=request.user, **validated(QuotaIn, request))
+        quota = catalog.quota_set(actor=actor(request), **validated(QuotaIn, request))
         return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data, status=status.HTTP_201_CREATED)
 
 
@@ -161,18 +164,18 @@ class QuotaDetailApi(APIView):
     @extend_schema(responses={204: None})
     def delete(self, request: Request, quota_id: int) -> Response:
         selectors.quota_get(user=request.user, quota_id=quota_id)
-        catalog.quota_delete(actor=request.user, quota_id=quota_id)
+        catalog.quota_delete(actor=actor(request), quota_id=quota_id)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    department = serializers.SlugRelatedField(source="project.department", slug_field="slug", read_only=True)
-    flavor = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    priority_class = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
-    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField[Any](source="project.department", slug_field="slug", read_only=True)
+    flavor = serializers.SlugRelatedField[Any](slug_field="name", read_only=True)
+    priority_class = serializers.SlugRelatedField[Any](slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField[Any](slug_field="name", read_only=True, allow_null=True)
+    requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True, allow_null=True)
     gpu_equivalents = serializers.SerializerMethodField()
 
     class Meta:
@@ -247,7 +250,7 @@ class AllocationListApi(APIView):
 
     @extend_schema(request=AllocationIn, responses={201: AllocationOut})
     def post(self, request: Request) -> Response:
-        allocation = services.allocation_request(actor=request.user, **validated(AllocationIn, request))
+        allocation = services.allocation_request(actor=actor(request), **validated(AllocationIn, request))
         return Response(AllocationOut(allocation).data, status=status.HTTP_201_CREATED)
 
 
@@ -283,7 +286,7 @@ class AllocationApproveApi(_AllocationActionApi):
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
         data = validated(DecisionIn, request)
-        return self._respond(services.allocation_approve(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+        return self._respond(services.allocation_approve(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
 
 class AllocationRejectApi(_AllocationActionApi):
@@ -291,7 +294,7 @@ class AllocationRejectApi(_AllocationActionApi):
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
         data = validated(DecisionIn, request)
-        return self._respond(services.allocation_reject(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+        return self._respond(services.allocation_reject(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
 
 class AllocationReleaseApi(_AllocationActionApi):
@@ -299,7 +302,7 @@ class AllocationReleaseApi(_AllocationActionApi):
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
         data = validated(DecisionIn, request)
-        return self._respond(services.allocation_release(actor=request.user, allocation_id=allocation_id, comment=data["comment"]))
+        return self._respond(services.allocation_release(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
 
 class AllocationRenewApi(_AllocationActionApi):
@@ -309,11 +312,11 @@ class AllocationRenewApi(_AllocationActionApi):
         data = validated(RenewIn, request)
         if data["ends_at"] <= timezone.now():
             raise serializers.ValidationError({"ends_at": ["The new end must be in the future."]})
-        return self._respond(services.allocation_renew(actor=request.user, allocation_id=allocation_id, ends_at=data["ends_at"]))
+        return self._respond(services.allocation_renew(actor=actor(request), allocation_id=allocation_id, ends_at=data["ends_at"]))
 
 
 class AllocationRetryApi(_AllocationActionApi):
     @extend_schema(request=None, responses=AllocationOut)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
-        return self._respond(services.allocation_retry(actor=request.user, allocation_id=allocation_id))
+        return self._respond(services.allocation_retry(actor=actor(request), allocation_id=allocation_id))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.forms.models import model_to_dict
 
@@ -17,7 +17,7 @@ from tenants.access import access_for
 from tenants.models import Department
 
 
-def _require_platform_admin(actor: AbstractBaseUser) -> None:
+def _require_platform_admin(actor: User) -> None:
     if not access_for(actor).is_platform_admin:
         raise NotAllowed("Only platform admins may change the catalogue.")
 
@@ -27,7 +27,7 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 
 
 @transaction.atomic
-def flavor_create(*, actor: AbstractBaseUser, **fields: Any) -> Flavor:
+def flavor_create(*, actor: User, **fields: Any) -> Flavor:
     _require_platform_admin(actor)
     flavor = Flavor(**fields)
     flavor.full_clean()
@@ -37,7 +37,7 @@ def flavor_create(*, actor: AbstractBaseUser, **fields: Any) -> Flavor:
 
 
 @transaction.atomic
-def flavor_update(*, actor: AbstractBaseUser, flavor_id: int, **fields: Any) -> Flavor:
+def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
     _require_platform_admin(actor)
     flavor = Flavor.objects.select_for_update().get(pk=flavor_id)
     before = _plain(model_to_dict(flavor))
@@ -58,7 +58,7 @@ def flavor_update(*, actor: AbstractBaseUser, flavor_id: int, **fields: Any) -> 
 
 
 @transaction.atomic
-def priority_class_create(*, actor: AbstractBaseUser, **fields: Any) -> PriorityClass:
+def priority_class_create(*, actor: User, **fields: Any) -> PriorityClass:
     _require_platform_admin(actor)
     priority_class = PriorityClass(**fields)
     priority_class.full_clean()
@@ -75,7 +75,7 @@ def priority_class_create(*, actor: AbstractBaseUser, **fields: Any) -> Priority
 @transaction.atomic
 def quota_set(
     *,
-    actor: AbstractBaseUser,
+    actor: User,
     department: Department,
     flavor: Flavor | None,
     guaranteed: Decimal,
@@ -114,7 +114,7 @@ def quota_set(
 
 
 @transaction.atomic
-def quota_delete(*, actor: AbstractBaseUser, quota_id: int) -> None:
+def quota_delete(*, actor: User, quota_id: int) -> None:
     _require_platform_admin(actor)
     quota = Quota.objects.select_for_update().select_related("flavor").get(pk=quota_id)
     audit_record(

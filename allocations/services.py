@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -53,7 +53,7 @@ def _snapshot(allocation: Allocation) -> dict[str, Any]:
 
 def _audit(
     *,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     action: AuditAction,
     allocation: Allocation,
     before: dict[str, Any] | None,
@@ -115,7 +115,7 @@ def _enqueue_project_sync(*, project_id: int, cluster_id: int | None) -> None:
 @transaction.atomic
 def allocation_request(
     *,
-    actor: AbstractBaseUser,
+    actor: User,
     project: Project,
     flavor: Flavor,
     quantity: int,
@@ -164,7 +164,7 @@ def allocation_request(
     return allocation
 
 
-def _require_decider(*, actor: AbstractBaseUser, allocation: Allocation) -> None:
+def _require_decider(*, actor: User, allocation: Allocation) -> None:
     if not access_for(actor).can_administer_department(allocation.project.department_id):
         raise NotAllowed("Only an admin of the allocation's department may decide on it.")
 
@@ -187,7 +187,7 @@ def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
     return list(Cluster.objects.select_for_update().filter(pk__in=queryset.values("pk")).order_by("pk"))
 
 
-def allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment: str = "") -> Allocation:
+def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:
     """Approve within quota and capacity. A refusal by admission is itself audited (as denied),
     in a transaction of its own once the approval's has rolled back."""
     try:
@@ -198,7 +198,7 @@ def allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment: 
 
 
 @transaction.atomic
-def _allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment: str) -> Allocation:
+def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> Allocation:
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)
     before = _snapshot(allocation)
@@ -230,7 +230,7 @@ def _allocation_approve(*, actor: AbstractBaseUser, allocation_id: int, comment:
 
 
 @transaction.atomic
-def _record_admission_denied(*, actor: AbstractBaseUser, allocation_id: int, refusal: ApplicationError) -> None:
+def _record_admission_denied(*, actor: User, allocation_id: int, refusal: ApplicationError) -> None:
     allocation = Allocation.objects.select_related("project").get(pk=allocation_id)
     audit_record(
         actor=actor,
@@ -243,7 +243,7 @@ def _record_admission_denied(*, actor: AbstractBaseUser, allocation_id: int, ref
 
 
 @transaction.atomic
-def allocation_reject(*, actor: AbstractBaseUser, allocation_id: int, comment: str) -> Allocation:
+def allocation_reject(*, actor: User, allocation_id: int, comment: str) -> Allocation:
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)
     if not comment.strip():
@@ -258,7 +258,7 @@ def allocation_reject(*, actor: AbstractBaseUser, allocation_id: int, comment: s
     return allocation
 
 
-def _require_owner_or_admin(*, actor: AbstractBaseUser, allocation: Allocation) -> None:
+def _require_owner_or_admin(*, actor: User, allocation: Allocation) -> None:
     access = access_for(actor)
     if access.can_administer_department(allocation.project.department_id):
         return
@@ -268,7 +268,7 @@ def _require_owner_or_admin(*, actor: AbstractBaseUser, allocation: Allocation) 
 
 
 @transaction.atomic
-def allocation_release(*, actor: AbstractBaseUser, allocation_id: int, comment: str = "") -> Allocation:
+def allocation_release(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:
     """End an allocation early; a pending one is withdrawn (cancelled) instead."""
     allocation = _lock(allocation_id)
     _require_owner_or_admin(actor=actor, allocation=allocation)
@@ -288,7 +288,7 @@ def allocation_release(*, actor: AbstractBaseUser, allocation_id: int, comment: 
 
 
 @transaction.atomic
-def allocation_renew(*, actor: AbstractBaseUser, allocation_id: int, ends_at: datetime.datetime) -> Allocation:
+def allocation_renew(*, actor: User, allocation_id: int, ends_at: datetime.datetime) -> Allocation:
     allocation = _lock(allocation_id)
     _require_owner_or_admin(actor=actor, allocation=allocation)
     if allocation.state not in (AllocationState.PENDING, *HOLDING_STATES):
@@ -388,7 +388,7 @@ def allocation_provision_failed(*, allocation_id: int, reason: str) -> Allocatio
 
 
 @transaction.atomic
-def allocation_retry(*, actor: AbstractBaseUser, allocation_id: int) -> Allocation:
+def allocation_retry(*, actor: User, allocation_id: int) -> Allocation:
     """Retry provisioning of a failed allocation (department admins and platform admins)."""
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from audit import actions
 from clusters.models import Cluster, Gpu, Node
@@ -40,8 +41,8 @@ class GpuAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     list_display = ["node", "index", "model", "memory_mib", "mig_capable"]
     list_filter = ["model", "mig_capable"]
 
-    def has_add_permission(self, request: object) -> bool:  # type: ignore[override]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: object, obj: object = None) -> bool:  # type: ignore[override]
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -10,7 +12,7 @@ from rest_framework.views import APIView
 
 from clusters import inventory, selectors
 from clusters.models import Cluster, ClusterDriverKind, Gpu, Node
-from gpuportal.api.base import filters, paginated, validated
+from gpuportal.api.base import actor, filters, paginated, validated
 
 
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -34,7 +36,7 @@ class ClusterListApi(APIView):
 
     @extend_schema(request=ClusterIn, responses={201: ClusterOut})
     def post(self, request: Request) -> Response:
-        cluster = inventory.cluster_create(actor=request.user, **validated(ClusterIn, request))
+        cluster = inventory.cluster_create(actor=actor(request), **validated(ClusterIn, request))
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster.pk)).data, status=status.HTTP_201_CREATED)
 
 
@@ -51,7 +53,7 @@ class GpuOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    cluster = serializers.SlugRelatedField[Any](slug_field="name", read_only=True)
     gpus = GpuOut(many=True, read_only=True)
 
     class Meta:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from audit import actions
@@ -25,7 +25,7 @@ class GpuSpec:
 
 @transaction.atomic
 def cluster_create(
-    *, actor: AbstractBaseUser | None, name: str, display_name: str = "", driver: str = ClusterDriverKind.MANIFESTS
+    *, actor: User | None, name: str, display_name: str = "", driver: str = ClusterDriverKind.MANIFESTS
 ) -> Cluster:
     if actor is not None and not access_for(actor).is_platform_admin:
         raise NotAllowed("Only platform admins may register clusters.")
@@ -39,7 +39,7 @@ def cluster_create(
 @transaction.atomic
 def node_upsert(
     *,
-    actor: AbstractBaseUser | None,
+    actor: User | None,
     cluster: Cluster,
     name: str,
     cpu_millicores: int,

@@ -44,7 +44,7 @@ class LoginView(auth_views.LoginView):
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     access = access_for(request.user)
-    memberships = Membership.objects.filter(user_id=request.user.pk).select_related("department")
+    memberships = Membership.objects.filter(user__pk=request.user.pk or 0).select_related("department")
     recent = allocation_list(user=request.user)[:10]
     return render(
         request,

@@ -6,8 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from allocations.models import Flavor, PriorityClass, Quota, SharingMode
@@ -88,11 +87,10 @@ def demo_seed() -> None:
     vision, _ = Department.objects.get_or_create(slug="vision", defaults={"name": "Computer Vision", "parent": acme})
     departments = {"acme": acme, "nlp": nlp, "vision": vision}
 
-    user_model = get_user_model()
-    users: dict[str, AbstractUser] = {}
+    users: dict[str, User] = {}
     for username, full_name, role, department in USERS:
         first, last = full_name.split(" ", 1)
-        user, created = user_model.objects.get_or_create(
+        user, created = User.objects.get_or_create(
             username=username, defaults={"first_name": first, "last_name": last, "email": f"{username}@example.org"}
         )
         if created:
@@ -104,12 +102,12 @@ def demo_seed() -> None:
         users[username] = user
         Membership.objects.get_or_create(user=user, department=departments[department], role=role)
 
-    for slug, name, department, members in (
+    for slug, name, home, members in (
         ("nlp-llm", "Large language models", nlp, ["alice", "bob"]),
         ("nlp-speech", "Speech recognition", nlp, ["alice"]),
         ("vision-seg", "Image segmentation", vision, ["dave", "erin"]),
     ):
-        project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name, "department": department})
+        project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name, "department": home})
         project.members.add(*[users[member] for member in members])
 
     flavors = {}

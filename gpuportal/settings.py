@@ -20,7 +20,7 @@ if _secret is None:
         raise ImproperlyConfigured(
             "GPUPORTAL_SECRET_KEY (or GPUPORTAL_SECRET_KEY_FILE) must be set when GPUPORTAL_DEBUG is false"
         )
-    _secret = "insecure-development-key-only-for-debug-mode-0123456789"
+    _secret = "insecure-development-key-only-for-debug-mode-0123456789"  # noqa: S105 - debug only
 elif len(_secret) < 32:
     raise ImproperlyConfigured("GPUPORTAL_SECRET_KEY must be at least 32 characters long")
 SECRET_KEY = _secret

@@ -100,11 +100,11 @@ def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
         administered=subtree(Role.DEPARTMENT_ADMIN),
         audited=subtree(Role.AUDITOR),
     )
-    user._gpuportal_access = access  # type: ignore[union-attr]
+    setattr(user, "_gpuportal_access", access)  # noqa: B010 - a per-request cache on the user object
     return access
 
 
 def access_forget(user: AbstractBaseUser | AnonymousUser) -> None:
     """Drop the cached access after a membership change, so it applies immediately."""
     if hasattr(user, "_gpuportal_access"):
-        del user._gpuportal_access  # type: ignore[union-attr]
+        delattr(user, "_gpuportal_access")

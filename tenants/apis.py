@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth import get_user_model
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -9,13 +11,15 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpuportal.api.base import ScopedRelatedField, filters, paginated, validated
+from gpuportal.api.base import ScopedRelatedField, actor, filters, paginated, validated
 from tenants import selectors, services
 from tenants.models import Department, Membership, Project
 
 
 class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    parent = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    parent = serializers.SlugRelatedField[Department](  # type: ignore[assignment]  # shadows Field.parent
+        slug_field="slug", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Department
@@ -25,7 +29,9 @@ class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
     slug = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=200)
-    parent = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user), allow_null=True, required=False, default=None)
+    parent = ScopedRelatedField(  # type: ignore[assignment]  # shadows Field.parent
+        scope=lambda user: selectors.department_list(user=user), allow_null=True, required=False, default=None
+    )
 
 
 class DepartmentListApi(APIView):
@@ -36,7 +42,7 @@ class DepartmentListApi(APIView):
 
     @extend_schema(request=DepartmentIn, responses={201: DepartmentOut})
     def post(self, request: Request) -> Response:
-        department = services.department_create(actor=request.user, **validated(DepartmentIn, request))
+        department = services.department_create(actor=actor(request), **validated(DepartmentIn, request))
         return Response(DepartmentOut(department).data, status=status.HTTP_201_CREATED)
 
 
@@ -47,8 +53,8 @@ class DepartmentDetailApi(APIView):
 
 
 class ProjectOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    members = serializers.SlugRelatedField(slug_field="username", many=True, read_only=True)
+    department = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    members = serializers.SlugRelatedField[Any](slug_field="username", many=True, read_only=True)
 
     class Meta:
         model = Project
@@ -60,7 +66,7 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=200)
     department = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user))
     description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
-    members = serializers.SlugRelatedField(
+    members = serializers.SlugRelatedField[Any](
         slug_field="username", many=True, required=False, default=list, queryset=get_user_model().objects.all()
     )
 
@@ -77,7 +83,7 @@ class ProjectListApi(APIView):
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut})
     def post(self, request: Request) -> Response:
-        project = services.project_create(actor=request.user, **validated(ProjectIn, request))
+        project = services.project_create(actor=actor(request), **validated(ProjectIn, request))
         return Response(ProjectOut(project).data, status=status.HTTP_201_CREATED)
 
 
@@ -88,7 +94,7 @@ class ProjectDetailApi(APIView):
 
 
 class MembershipOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    department = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    department = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
 
     class Meta:
         model = Membership
@@ -104,6 +110,6 @@ class MeOut(serializers.Serializer):  # type: ignore[type-arg]
 class MeApi(APIView):
     @extend_schema(responses=MeOut)
     def get(self, request: Request) -> Response:
-        user = request.user
-        memberships = Membership.objects.filter(user_id=user.pk).select_related("department")
+        user = actor(request)
+        memberships = Membership.objects.filter(user=user).select_related("department")
         return Response(MeOut({"id": user.pk, "username": user.get_username(), "memberships": memberships}).data)

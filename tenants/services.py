@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 
 from audit import actions
@@ -12,14 +12,14 @@ from tenants.access import access_for, access_forget
 from tenants.models import RESERVED_NAMESPACES, Department, Membership, Project, Role
 
 
-def _require_platform_admin(actor: AbstractBaseUser) -> None:
+def _require_platform_admin(actor: User) -> None:
     if not access_for(actor).is_platform_admin:
         raise NotAllowed("Only platform admins may do this.")
 
 
 @transaction.atomic
 def department_create(
-    *, actor: AbstractBaseUser, slug: str, name: str, parent: Department | None = None
+    *, actor: User, slug: str, name: str, parent: Department | None = None
 ) -> Department:
     _require_platform_admin(actor)
     department = Department(slug=slug, name=name, parent=parent)
@@ -36,7 +36,7 @@ def department_create(
 
 
 @transaction.atomic
-def membership_grant(*, actor: AbstractBaseUser, user: AbstractBaseUser, department: Department, role: str) -> Membership:
+def membership_grant(*, actor: User, user: User, department: Department, role: str) -> Membership:
     access = access_for(actor)
     if role in (Role.PLATFORM_ADMIN, Role.AUDITOR) and not access.is_platform_admin:
         raise NotAllowed("Only platform admins may grant platform admin or auditor roles.")
@@ -57,7 +57,7 @@ def membership_grant(*, actor: AbstractBaseUser, user: AbstractBaseUser, departm
 
 
 @transaction.atomic
-def membership_revoke(*, actor: AbstractBaseUser, membership: Membership) -> None:
+def membership_revoke(*, actor: User, membership: Membership) -> None:
     access = access_for(actor)
     if membership.role in (Role.PLATFORM_ADMIN, Role.AUDITOR) and not access.is_platform_admin:
         raise NotAllowed("Only platform admins may revoke platform admin or auditor roles.")
@@ -77,12 +77,12 @@ def membership_revoke(*, actor: AbstractBaseUser, membership: Membership) -> Non
 @transaction.atomic
 def project_create(
     *,
-    actor: AbstractBaseUser,
+    actor: User,
     department: Department,
     slug: str,
     name: str,
     description: str = "",
-    members: list[AbstractBaseUser] | None = None,
+    members: list[User] | None = None,
 ) -> Project:
     if not access_for(actor).can_administer_department(department.pk):
         raise NotAllowed("You may create projects only in departments you administer.")

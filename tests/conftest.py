@@ -15,8 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractUser
+from django.contrib.auth.models import User
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -52,7 +51,7 @@ class World:
     nlp: Department
     speech: Department
     vision: Department
-    users: dict[str, AbstractUser]
+    users: dict[str, User]
     llm: Project
     speech_project: Project
     seg: Project
@@ -75,8 +74,8 @@ class World:
         return {"starts_at": start.isoformat(), "ends_at": (start + datetime.timedelta(days=days)).isoformat()}
 
 
-def make_user(username: str) -> AbstractUser:
-    user: AbstractUser = get_user_model().objects.create_user(username=username, password="pw-" + username)
+def make_user(username: str) -> User:
+    user = User.objects.create_user(username=username, password="pw-" + username)
     return user
 
 

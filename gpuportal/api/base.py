@@ -5,8 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.db.models import Model, QuerySet
 from rest_framework import serializers
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -14,7 +16,7 @@ from rest_framework.views import APIView
 from gpuportal.api.pagination import Pagination
 
 
-class ScopedRelatedField(serializers.PrimaryKeyRelatedField):  # type: ignore[type-arg]
+class ScopedRelatedField(serializers.PrimaryKeyRelatedField[Any]):
     """A primary key resolved only among the objects the requesting user may see, so an
     outsider's id reads exactly like an id that does not exist."""
 
@@ -25,6 +27,14 @@ class ScopedRelatedField(serializers.PrimaryKeyRelatedField):  # type: ignore[ty
     def get_queryset(self) -> QuerySet[Any]:
         request = self.context["request"]
         return self.scope(request.user)
+
+
+def actor(request: Request) -> User:
+    """The authenticated user behind a request (every API view requires authentication)."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied("Authentication required.")
+    return user
 
 
 def paginated(

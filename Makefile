@@ -1,0 +1,57 @@
+# GPU Portal: two commands do all set-up on a fresh machine.
+#   make run    the portal on the embedded default (SQLite, in-process tasks, manifests folder, demo data)
+#   make test   the whole suite against PostgreSQL, Redis and a real kube-apiserver (installed as needed)
+
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+PORT   ?= 8000
+UV_VERSION := 0.13.8
+
+include tools/kube-testenv.mk
+
+.PHONY: help venv run test test-fast lint browser clean
+
+help:
+	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
+	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
+	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
+	@echo "make lint       ruff, mypy --strict and the migrations check"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml requirements.lock
+	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
+	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
+	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
+	@touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	GPUPORTAL_DEBUG=true $(BIN)/python manage.py migrate --noinput
+	GPUPORTAL_DEBUG=true $(BIN)/python manage.py seed_demo
+	GPUPORTAL_DEBUG=true $(BIN)/python manage.py collectstatic --noinput -v0
+	@echo "GPU Portal on http://127.0.0.1:$(PORT)/ (users alice, bob, carol, dave, erin, admin; password: demo)"
+	GPUPORTAL_DEBUG=true $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+
+## browser: Debian's Chromium for the browser tests (never a downloaded browser build).
+browser:
+	@command -v chromium >/dev/null || { \
+		if [ "$$(id -u)" -ne 0 ]; then echo "chromium is missing: apt-get install chromium (as root)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	GPUPORTAL_DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
+
+test: venv kube-testenv browser
+	scripts/test.sh
+
+test-fast: venv
+	GPUPORTAL_DEBUG=true $(BIN)/python -m pytest -q -x
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
