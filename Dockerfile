@@ -1,0 +1,12 @@
+FROM python:3.11-slim
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+WORKDIR /app
+COPY pyproject.toml requirements.lock ./
+RUN pip install --no-cache-dir "uv==0.13.8" && uv pip install --system --no-cache -r requirements.lock
+COPY . .
+RUN pip install --no-cache-dir --no-deps . \
+    && GPUPORTAL_DEBUG=true python manage.py collectstatic --noinput -v0
+RUN useradd --system --uid 10001 gpuportal && mkdir -p /var/lib/gpuportal && chown gpuportal /var/lib/gpuportal
+USER gpuportal
+EXPOSE 8000
+CMD ["gunicorn", "gpuportal.wsgi:application", "--bind", "0.0.0.0:8000"]

@@ -1,0 +1,242 @@
+"""API load benchmark: allocation submit and approve against a trivial authenticated GET.
+
+Starts gunicorn on PostgreSQL (a throw-away database created for the run), seeds the demo data
+with room for every request, then runs N concurrent client processes that submit allocations and
+approve them, and, in the same run, the same number of clients doing ``GET /api/v1/me/`` as the
+baseline. Prints throughput and p50/p99 latency of each, and submit-throughput / baseline.
+
+    DATABASE_URL=postgres://owner:pw@127.0.0.1:5432/db .venv/bin/python bench/api_load.py --clients 16
+
+Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
+Not a test: it prints figures, it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def services_up() -> dict[str, str]:
+    output = subprocess.run([str(ROOT / "scripts/services.sh"), "up"], check=True, capture_output=True, text=True).stdout
+    env = {}
+    for line in output.splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value
+    return env
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def create_database(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def drop_database(url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+SEED = """
+from decimal import Decimal
+from gpuportal.demo import demo_seed
+from allocations.models import Quota
+from clusters.inventory import GpuSpec, node_upsert
+from clusters.models import Cluster
+from rest_framework.authtoken.models import Token
+from django.contrib.auth.models import User
+import json
+demo_seed()
+Quota.objects.update(limit=Decimal("1000000"), guaranteed=Decimal("0"))
+cluster = Cluster.objects.get(name="demo")
+node_upsert(actor=None, cluster=cluster, name="bench-a100", cpu_millicores=1, memory_mib=1,
+            gpus=[GpuSpec(index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920) for i in range(20000)])
+tokens = {name: Token.objects.get_or_create(user=User.objects.get(username=name))[0].key for name in ("alice", "bob")}
+from tenants.models import Project
+from allocations.models import Flavor
+print(json.dumps({"tokens": tokens, "project": Project.objects.get(slug="nlp-llm").pk,
+                  "flavor": Flavor.objects.get(name="a100-80gb").pk}))
+"""
+
+
+def client_loop(
+    kind: str, port: int, setup: dict[str, object], duration: float, todo: list[int], results: multiprocessing.Queue  # type: ignore[type-arg]
+) -> None:
+    """One client process: ``baseline`` GETs, ``submit`` POSTs allocations, ``approve`` approves ``todo``."""
+    tokens = setup["tokens"]
+    assert isinstance(tokens, dict)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    latencies: list[float] = []
+    created: list[int] = []
+    errors = 0
+    starts = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400))
+
+    def call(method: str, path: str, token: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+        headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
+        began = time.perf_counter()
+        connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        response = connection.getresponse()
+        payload = response.read()
+        latencies.append(time.perf_counter() - began)
+        return response.status, (json.loads(payload) if payload else {})
+
+    deadline = time.perf_counter() + duration
+    while time.perf_counter() < deadline:
+        if kind == "baseline":
+            status, _ = call("GET", "/api/v1/me/", tokens["alice"])
+            errors += status != 200
+        elif kind == "submit":
+            body = {"project": setup["project"], "flavor": setup["flavor"], "quantity": 1,
+                    "starts_at": starts, "ends_at": ends, "justification": f"bench {uuid.uuid4().hex[:8]}"}
+            status, answer = call("POST", "/api/v1/allocations/", tokens["alice"], body)
+            if status == 201:
+                created.append(int(str(answer["id"])))
+            else:
+                errors += 1
+        else:
+            if not todo:
+                break
+            status, _ = call("POST", f"/api/v1/allocations/{todo.pop()}/approve/", tokens["bob"], {"comment": "bench"})
+            errors += status != 200
+    results.put((latencies, created, errors))
+
+
+def run_phase(
+    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None
+) -> dict[str, object]:
+    context = multiprocessing.get_context("fork")
+    results = context.Queue()
+    chunks = [(todo or [])[index::clients] for index in range(clients)]
+    processes = [
+        context.Process(target=client_loop, args=(kind, port, setup, duration, chunks[index], results))
+        for index in range(clients)
+    ]
+    began = time.perf_counter()
+    for process in processes:
+        process.start()
+    collected = [results.get(timeout=duration + 120) for _ in processes]
+    for process in processes:
+        process.join()
+    elapsed = time.perf_counter() - began
+    return {
+        "elapsed": elapsed,
+        "latencies": [latency for latencies, _, _ in collected for latency in latencies],
+        "created": [pk for _, created, _ in collected for pk in created],
+        "errors": sum(errors for _, _, errors in collected),
+    }
+
+
+def describe(name: str, latencies: list[float], elapsed: float) -> tuple[float, str]:
+    if not latencies:
+        return 0.0, f"{name:<10} no requests"
+    ordered = sorted(latencies)
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    throughput = len(ordered) / elapsed
+    return throughput, (
+        f"{name:<10} {len(ordered):>7} requests  {throughput:8.1f}/s  p50 {statistics.median(ordered) * 1000:7.1f} ms"
+        f"  p99 {p99 * 1000:7.1f} ms"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per phase")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    options = parser.parse_args()
+
+    started_services = "DATABASE_URL" not in os.environ
+    env = dict(os.environ)
+    if started_services:
+        env.update(services_up())
+    admin_url = env["DATABASE_URL"]
+    database = f"bench_{uuid.uuid4().hex[:8]}"
+    create_database(admin_url, database)
+    manifests = tempfile.mkdtemp(prefix="gpuportal-bench-")
+    env.update({
+        "DATABASE_URL": with_database(admin_url, database),
+        "GPUPORTAL_SECRET_KEY": "bench-only-secret-key-0123456789-0123456789",
+        "GPUPORTAL_DEBUG": "false",
+        "GPUPORTAL_MANIFESTS_DIR": manifests,
+        "GPUPORTAL_LOG_LEVEL": "WARNING",
+        "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
+    })
+    server = None
+    try:
+        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+        seeded = subprocess.run([PYTHON, "manage.py", "shell", "-c", SEED], cwd=ROOT, env=env, check=True,
+                                capture_output=True, text=True).stdout
+        setup = json.loads(seeded.strip().splitlines()[-1])
+        port = free_port()
+        server = subprocess.Popen(
+            [PYTHON, "-m", "gunicorn", "gpuportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
+             "--workers", str(options.workers), "--log-level", "warning"],
+            cwd=ROOT, env=env,
+        )
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        broker = "Redis (tasks enqueued)" if env.get("CELERY_BROKER_URL") else "in-process tasks"
+        print(f"gunicorn {options.workers} workers on PostgreSQL, {broker}, {options.clients} clients, "
+              f"{options.duration:.0f} s per phase")
+        run_phase("baseline", port, setup, 2, 2.0)  # warm up connections and caches
+        baseline = run_phase("baseline", port, setup, options.clients, options.duration)
+        submitted = run_phase("submit", port, setup, options.clients, options.duration)
+        created = list(submitted["created"])  # type: ignore[call-overload]
+        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created)
+        lines = []
+        rates = {}
+        for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
+            rates[name], line = describe(name, list(phase["latencies"]), float(phase["elapsed"]))  # type: ignore[call-overload,arg-type]
+            lines.append(line)
+        print("\n".join(lines))
+        print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
+        print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+        drop_database(admin_url, database)
+        shutil.rmtree(manifests, ignore_errors=True)
+        if started_services:
+            subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
