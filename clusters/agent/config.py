@@ -20,6 +20,20 @@ from clusters.agent import AGENT_NAME, AGENT_VERSION
 ENV_PREFIX = "GPUPORTAL_AGENT_"
 DEFAULT_TOKEN_FILE = "/var/run/secrets/gpuportal/node-token/token"  # noqa: S105 (a path, not a secret)
 DEFAULT_INTERVAL_SECONDS = 30
+# The settings that can come from the environment, as GPUPORTAL_AGENT_<SETTING> (upper case).
+ENV_SETTINGS = (
+    "portal_url",
+    "node_name",
+    "token_file",
+    "ca_bundle",
+    "interval",
+    "http_timeout",
+    "backoff_initial",
+    "backoff_max",
+    "proc_root",
+    "allow_plain_http",
+    "log_level",
+)
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -95,9 +109,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=AGENT_NAME,
         description="Report this node's NVIDIA GPUs (NVML) to the GPU Portal.",
-        epilog=f"Every option can also be set with the environment variable named after it: {ENV_PREFIX}<OPTION> "
-        f"(e.g. {env_name('portal_url')}). Exit status: 0 ok, 1 report not delivered (--once), "
-        "2 usage or configuration error, 3 NVML unavailable (no driver).",
+        epilog=(
+            "Every option but --once, --dry-run and --version can also be set with the environment variable "
+            f"{ENV_PREFIX}<OPTION> (e.g. {env_name('portal_url')}); a flag wins over the variable. "
+            "Exit status: 0 ok, 1 report not delivered (--once), 2 usage or configuration error, "
+            "3 NVML unavailable (no driver)."
+        ),
     )
     parser.add_argument("--portal-url", help="base URL of the portal, https://...")
     parser.add_argument("--node-name", help="this Kubernetes node's name (downward API spec.nodeName)")
@@ -137,6 +154,7 @@ class _EnvDefaults:
         self._environ = environ
 
     def get(self, setting: str, convert: Callable[[str], T], default: T) -> T:
+        assert setting in ENV_SETTINGS, setting
         raw = self._environ.get(env_name(setting))
         if raw is None or raw == "":
             return default
@@ -146,6 +164,7 @@ class _EnvDefaults:
             self._parser.error(f"{env_name(setting)}={raw!r} is not a valid value")
 
     def get_bool(self, setting: str) -> bool:
+        assert setting in ENV_SETTINGS, setting
         raw = self._environ.get(env_name(setting), "").strip().lower()
         if raw in _TRUE:
             return True
