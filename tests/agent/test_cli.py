@@ -5,8 +5,10 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,3 +167,19 @@ def test_flags_override_the_environment() -> None:
     assert config.portal_url == "https://portal.example"
     assert config.proc_root == Path("/proc")
     assert not config.once and not config.dry_run
+
+
+def test_it_reports_every_interval_until_sigterm(replay_node: ReplayNode, capsys: pytest.CaptureFixture[str]) -> None:
+    _, proc_root = replay_node("h100-80gb-no-mig")
+    previous_handler = signal.getsignal(signal.SIGTERM)
+    terminate = threading.Timer(1.3, os.kill, args=(os.getpid(), signal.SIGTERM))
+    terminate.start()
+    try:
+        status = run(["--dry-run", "--interval", "1", "--node-name", NODE_NAME, "--proc-root", str(proc_root)], {})
+    finally:
+        terminate.cancel()
+    assert status == EXIT_OK
+    reports = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["sequence"] for r in reports] == [0, 1]  # at t=0 and t=1, stopped at t=1.3
+    assert all(validate(r, load_schema()) == [] for r in reports)
+    assert signal.getsignal(signal.SIGTERM) is previous_handler
