@@ -8,6 +8,7 @@ exception, and the other GPUs are still reported.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +41,25 @@ MAX_PROCESSES_PER_GPU = 1024
 _MIB = 1024 * 1024
 # NVML's "not available" value for unsigned ints, e.g. a process's GPU instance id outside MIG.
 _UINT_NOT_AVAILABLE = pynvml.NVML_VALUE_NOT_AVAILABLE_uint.value
+
+# The ranges and forms report_schema.json allows (a test keeps them equal). An NVML answer outside
+# them is reported as an UnexpectedValue error and left null.
+RANGES = {
+    "temperature_celsius": (0, 200),
+    "power_usage_milliwatts": (0, 10_000_000),
+    "power_limit_milliwatts": (0, 10_000_000),
+    "utilization.gpu_percent": (0, 100),
+    "utilization.memory_percent": (0, 100),
+    "mig_instances.gpu_instance_id": (0, 255),
+    "mig_instances.compute_instance_id": (0, 255),
+    "mig_instances.gpu_instance_slices": (1, 8),
+    "mig_instances.compute_instance_slices": (1, 8),
+    "mig_instances.multiprocessor_count": (1, 1024),
+}
+MAX_MIG_DEVICES = 16
+_HEX_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+GPU_UUID = re.compile(rf"GPU-{_HEX_UUID}")
+MIG_UUID = re.compile(rf"MIG-(?:{_HEX_UUID}|GPU-{_HEX_UUID}/[0-9]+/[0-9]+)")
 
 _ECC_COUNTERS = {
     "volatile_corrected": (pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC),
@@ -125,20 +145,20 @@ def _read_gpu(gpu: GpuReport, proc_root: Path) -> None:
     handle = call("gpu", "nvmlDeviceGetHandleByIndex", gpu["index"])
     if handle is None:
         return
-    gpu["uuid"] = _optional_str(call("uuid", "nvmlDeviceGetUUID", handle))
+    gpu["uuid"] = _matching(call, "uuid", "nvmlDeviceGetUUID", GPU_UUID, handle)
     gpu["name"] = _optional_str(call("name", "nvmlDeviceGetName", handle))
     memory = call("memory", "nvmlDeviceGetMemoryInfo", handle)
     if memory is not None:
         gpu["memory_total_bytes"] = int(memory.total)
         gpu["memory_used_bytes"] = int(memory.used)
     gpu["mig_mode"] = _mig_mode(call("mig_mode", "nvmlDeviceGetMigMode", handle))
-    gpu["utilization"] = _utilization(call("utilization", "nvmlDeviceGetUtilizationRates", handle))
-    gpu["temperature_celsius"] = _optional_int(
-        call("temperature_celsius", "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU)
+    gpu["utilization"] = _utilization(call, handle)
+    gpu["temperature_celsius"] = _bounded_call(
+        call, "temperature_celsius", "nvmlDeviceGetTemperature", handle, pynvml.NVML_TEMPERATURE_GPU
     )
-    gpu["power_usage_milliwatts"] = _optional_int(call("power_usage_milliwatts", "nvmlDeviceGetPowerUsage", handle))
-    gpu["power_limit_milliwatts"] = _optional_int(
-        call("power_limit_milliwatts", "nvmlDeviceGetEnforcedPowerLimit", handle)
+    gpu["power_usage_milliwatts"] = _bounded_call(call, "power_usage_milliwatts", "nvmlDeviceGetPowerUsage", handle)
+    gpu["power_limit_milliwatts"] = _bounded_call(
+        call, "power_limit_milliwatts", "nvmlDeviceGetEnforcedPowerLimit", handle
     )
     gpu["ecc_errors"] = _ecc_errors(call, handle)
     if gpu["mig_mode"] is not None and gpu["mig_mode"]["current"] == "enabled":
@@ -159,7 +179,7 @@ def _read_mig_instances(gpu: GpuReport, handle: Any, proc_root: Path) -> None:
     max_count = call("mig_instances", "nvmlDeviceGetMaxMigDeviceCount", handle)
     processes: list[ProcessReport] = []
     any_process_query_succeeded = False
-    for slot in range(int(max_count or 0)):
+    for slot in range(min(int(max_count or 0), MAX_MIG_DEVICES)):
         try:
             mig_handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
         except pynvml.NVMLError_NotFound:
@@ -181,10 +201,10 @@ def _read_mig_instances(gpu: GpuReport, handle: Any, proc_root: Path) -> None:
 def _mig_instance(call: NvmlCalls, handle: Any, slot: int, parent_memory_total: int | None) -> MigInstanceReport:
     instance: MigInstanceReport = {
         "index": slot,
-        "uuid": _optional_str(call("uuid", "nvmlDeviceGetUUID", handle)),
+        "uuid": _matching(call, "uuid", "nvmlDeviceGetUUID", MIG_UUID, handle),
         "profile": None,
-        "gpu_instance_id": _optional_int(call("gpu_instance_id", "nvmlDeviceGetGpuInstanceId", handle)),
-        "compute_instance_id": _optional_int(call("compute_instance_id", "nvmlDeviceGetComputeInstanceId", handle)),
+        "gpu_instance_id": _bounded_call(call, "gpu_instance_id", "nvmlDeviceGetGpuInstanceId", handle),
+        "compute_instance_id": _bounded_call(call, "compute_instance_id", "nvmlDeviceGetComputeInstanceId", handle),
         "gpu_instance_slices": None,
         "compute_instance_slices": None,
         "multiprocessor_count": None,
@@ -194,19 +214,31 @@ def _mig_instance(call: NvmlCalls, handle: Any, slot: int, parent_memory_total: 
     name = _optional_str(call("profile", "nvmlDeviceGetName", handle))
     attributes = call("attributes", "nvmlDeviceGetAttributes", handle)
     if attributes is not None:
-        instance["gpu_instance_slices"] = int(attributes.gpuInstanceSliceCount)
-        instance["compute_instance_slices"] = int(attributes.computeInstanceSliceCount)
-        instance["multiprocessor_count"] = int(attributes.multiprocessorCount)
+        function = "nvmlDeviceGetAttributes"
+        instance["gpu_instance_slices"] = _bounded(
+            call, "gpu_instance_slices", function, attributes.gpuInstanceSliceCount
+        )
+        instance["compute_instance_slices"] = _bounded(
+            call, "compute_instance_slices", function, attributes.computeInstanceSliceCount
+        )
+        instance["multiprocessor_count"] = _bounded(
+            call, "multiprocessor_count", function, attributes.multiprocessorCount
+        )
         instance["memory_total_bytes"] = int(attributes.memorySizeMB) * _MIB
     memory = call("memory", "nvmlDeviceGetMemoryInfo", handle)
     if memory is not None:
         instance["memory_total_bytes"] = int(memory.total)
         instance["memory_used_bytes"] = int(memory.used)
     instance["profile"] = profile_from_name(name)
-    if instance["profile"] is None and attributes is not None and parent_memory_total:
+    if (
+        instance["profile"] is None
+        and instance["gpu_instance_slices"] is not None
+        and instance["compute_instance_slices"] is not None
+        and parent_memory_total
+    ):
         instance["profile"] = profile_from_attributes(
-            gpu_instance_slices=int(attributes.gpuInstanceSliceCount),
-            compute_instance_slices=int(attributes.computeInstanceSliceCount),
+            gpu_instance_slices=instance["gpu_instance_slices"],
+            compute_instance_slices=instance["compute_instance_slices"],
             memory_size_mib=int(attributes.memorySizeMB),
             parent_memory_total_bytes=parent_memory_total,
         )
@@ -260,16 +292,48 @@ def _mig_mode_name(value: Any) -> MigModeName:
     return "enabled" if int(value) == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
 
 
-def _utilization(rates: Any) -> Utilization | None:
+def _utilization(call: NvmlCalls, handle: Any) -> Utilization | None:
+    rates = call("utilization", "nvmlDeviceGetUtilizationRates", handle)
     if rates is None:
         return None
-    return {"gpu_percent": int(rates.gpu), "memory_percent": int(rates.memory)}
+    function = "nvmlDeviceGetUtilizationRates"
+    gpu_percent = _bounded(call, "utilization.gpu_percent", function, rates.gpu)
+    memory_percent = _bounded(call, "utilization.memory_percent", function, rates.memory)
+    if gpu_percent is None or memory_percent is None:
+        return None
+    return {"gpu_percent": gpu_percent, "memory_percent": memory_percent}
+
+
+def _bounded_call(call: NvmlCalls, field: str, function: str, *args: Any) -> int | None:
+    return _bounded(call, field, function, call(field, function, *args))
+
+
+def _bounded(call: NvmlCalls, field: str, function: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    number = int(value)
+    low, high = RANGES[call.qualify(field)]
+    if low <= number <= high:
+        return number
+    call.reject(field, function, number, f"{low}..{high}")
+    return None
+
+
+def _matching(call: NvmlCalls, field: str, function: str, form: re.Pattern[str], handle: Any) -> str | None:
+    text = _optional_str(call(field, function, handle))
+    if text is None or form.fullmatch(text):
+        return text
+    call.reject(field, function, text, f"the form {form.pattern}")
+    return None
 
 
 def _instance_id(value: Any) -> int | None:
+    """A process's GPU/compute instance id; None outside MIG (NVML's "not available")."""
     if value is None or int(value) == _UINT_NOT_AVAILABLE:
         return None
-    return int(value)
+    number = int(value)
+    low, high = RANGES["mig_instances.gpu_instance_id"]
+    return number if low <= number <= high else None
 
 
 def _optional_int(value: Any) -> int | None:

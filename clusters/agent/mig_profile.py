@@ -13,6 +13,7 @@ import re
 
 _PROFILE = r"(?:[1-8]c\.)?[1-8]g\.[0-9]{1,4}gb(?:[+-][a-z0-9.,+-]+)?"
 _NAME_WITH_PROFILE = re.compile(rf"\bMIG\s+({_PROFILE})\s*$")
+_MAX_PROFILE_LENGTH = 32  # as report_schema.json allows
 _MIB = 1024 * 1024
 _GIB = 1024 * 1024 * 1024
 _MEMORY_FRACTION_DENOMINATOR = 8  # MIG memory comes in eighths of the GPU
@@ -22,7 +23,9 @@ def profile_from_name(mig_device_name: str | None) -> str | None:
     if not mig_device_name:
         return None
     match = _NAME_WITH_PROFILE.search(mig_device_name)
-    return match.group(1) if match else None
+    if match is None or len(match.group(1)) > _MAX_PROFILE_LENGTH:
+        return None
+    return match.group(1)
 
 
 def profile_from_attributes(

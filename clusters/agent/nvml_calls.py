@@ -64,8 +64,28 @@ class NvmlCalls:
         self._mig_index = mig_index
         self._field_prefix = field_prefix
 
+    def qualify(self, field: str) -> str:
+        return self._field_prefix + field
+
+    def reject(self, field: str, function: str, value: Any, expectation: str) -> None:
+        """Record an answer the report cannot carry (out of the schema's range or form).
+
+        The portal validates the whole report, so one odd sensor value must become an error entry
+        rather than a report the portal refuses.
+        """
+        entry: CallError = {
+            "call": function,
+            "field": self.qualify(field),
+            "error": "UnexpectedValue",
+            "code": None,
+            "message": f"NVML returned {value!r:.80}, expected {expectation}"[:MAX_MESSAGE_LENGTH],
+        }
+        if self._mig_index is not None:
+            entry["mig_index"] = self._mig_index
+        self._errors.append(entry)
+
     def __call__(self, field: str, function: str, *args: Any) -> Any:
-        qualified_field = self._field_prefix + field
+        qualified_field = self.qualify(field)
         try:
             return getattr(pynvml, function)(*args)
         except pynvml.NVMLError_NotSupported as exc:

@@ -238,3 +238,52 @@ def test_nvml_session_explains_why_nvml_is_unavailable(replay_node: ReplayNode, 
     replay.recording["nvmlInit"] = {"nvml_error": error}
     with pytest.raises(NvmlUnavailable, match=expected), nvml_session():
         pass
+
+
+def test_answers_the_schema_would_refuse_become_errors_not_a_refused_report(replay_node: ReplayNode) -> None:
+    replay, proc_root = replay_node("a100-80gb-mig")
+    device = replay.recording["devices"][0]
+    device["nvmlDeviceGetUUID"] = device["nvmlDeviceGetUUID"].upper()  # hex digits in upper case
+    device["nvmlDeviceGetTemperature"] = {"NVML_TEMPERATURE_GPU": 255}
+    device["nvmlDeviceGetPowerUsage"] = 4294967295
+    device["mig_devices"][1]["nvmlDeviceGetAttributes"]["gpuInstanceSliceCount"] = 9
+    device["mig_devices"][2]["nvmlDeviceGetGpuInstanceId"] = 4294967295
+    with nvml_session():
+        report = collect_report(ReportContext(NODE_NAME, 0, STARTED, 30, proc_root), now=NOW)
+    assert validate(report, load_schema()) == []
+    [gpu] = report["gpus"]
+    assert (gpu["uuid"], gpu["temperature_celsius"], gpu["power_usage_milliwatts"]) == (None, None, None)
+    assert gpu["power_limit_milliwatts"] == 400000
+    rejected = {(e["field"], e.get("mig_index")): e for e in gpu["errors"]}
+    assert set(rejected) == {
+        ("uuid", None),
+        ("temperature_celsius", None),
+        ("power_usage_milliwatts", None),
+        ("mig_instances.gpu_instance_slices", 1),
+        ("mig_instances.gpu_instance_id", 2),
+    }
+    assert {e["error"] for e in gpu["errors"]} == {"UnexpectedValue"}
+    assert rejected[("temperature_celsius", None)]["message"] == "NVML returned 255, expected 0..200"
+    assert rejected[("temperature_celsius", None)]["call"] == "nvmlDeviceGetTemperature"
+    assert gpu["mig_instances"][1]["gpu_instance_slices"] is None
+    assert gpu["mig_instances"][1]["profile"] == "2g.20gb"  # from the device name all the same
+
+
+def test_the_collectors_ranges_are_the_schemas() -> None:
+    from clusters.agent.collector import GPU_UUID, MIG_UUID, RANGES
+
+    schema = load_schema()
+    definitions = schema["$defs"]
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        while "$ref" in node:
+            node = definitions[node["$ref"].rsplit("/", 1)[-1]]
+        return node
+
+    owners = {"utilization": "Utilization", "mig_instances": "MigInstance"}
+    for field, (low, high) in RANGES.items():
+        owner, _, name = field.rpartition(".")
+        prop = resolve(definitions[owners.get(owner, "Gpu")]["properties"][name])
+        assert (prop["minimum"], prop["maximum"]) == (low, high), field
+    assert "^" + GPU_UUID.pattern + "$" == definitions["GpuUuid"]["pattern"]
+    assert "^" + MIG_UUID.pattern.replace("(?:", "(") + "$" == definitions["MigUuid"]["pattern"]
