@@ -116,7 +116,7 @@ class PortalClient:
             return _classify_http_error(exc)
         except urllib.error.URLError as exc:
             return DeliveryResult(Outcome.RETRY, f"portal unreachable: {exc.reason}")
-        except (TimeoutError, ConnectionError, http.client.HTTPException, ssl.SSLError) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts, resets, TLS, bad responses
             return DeliveryResult(Outcome.RETRY, f"portal unreachable: {type(exc).__name__}: {exc}")
 
 

@@ -183,3 +183,12 @@ def test_it_reports_every_interval_until_sigterm(replay_node: ReplayNode, capsys
     assert [r["sequence"] for r in reports] == [0, 1]  # at t=0 and t=1, stopped at t=1.3
     assert all(validate(r, load_schema()) == [] for r in reports)
     assert signal.getsignal(signal.SIGTERM) is previous_handler
+
+
+def test_a_missing_ca_bundle_is_a_configuration_error(
+    replay_node: ReplayNode, token_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replay_node("h100-80gb-no-mig")
+    argv = ["--portal-url", "https://portal.example", "--node-name", NODE_NAME, "--token-file", str(token_file)]
+    assert run([*argv, "--ca-bundle", str(tmp_path / "absent.pem")], {}) == EXIT_CONFIG
+    assert len(capsys.readouterr().err.splitlines()) == 1
