@@ -81,3 +81,7 @@ CLUSTER_UPDATED = register(501, "cluster.updated", "A cluster was changed")
 CLUSTER_PUSHED = register(510, "cluster.pushed", "Desired state was pushed to a cluster")
 CLUSTER_PUSH_FAILED = register(511, "cluster.push_failed", "A push to a cluster failed")
 NODE_UPDATED = register(520, "node.updated", "A node's inventory changed")
+
+# 6xx the audit log itself
+AUDIT_EXPORTED = register(600, "audit.exported", "Audit events were exported")
+AUDIT_CHECKPOINT_REQUESTED = register(601, "audit.checkpoint_requested", "A checkpoint was published on demand")

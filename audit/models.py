@@ -1,6 +1,18 @@
-"""The audit log: one row per state change, written in the same transaction as the change."""
+"""The audit log tables. Append-only: triggers refuse UPDATE, DELETE and TRUNCATE, and on
+PostgreSQL the application's role may only INSERT and SELECT (see ``audit.schema``, ``audit.grants``).
+
+The tables are created by hand-written DDL in the migrations (``managed = False``), so Django's
+``flush`` (and with it the test runner's) never touches them: nothing in the application can empty
+the log.
+
+``AuditEvent.record`` holds the canonical serialisation that is hashed, exported and verified; the
+other columns are copies of its fields for filtering (``audit_verify`` checks that they agree).
+"""
 
 from __future__ import annotations
+
+import json
+from typing import Any
 
 from django.db import models
 
@@ -12,23 +24,99 @@ class Outcome(models.TextChoices):
 
 
 class AuditEvent(models.Model):
-    occurred_at = models.DateTimeField(db_index=True)
+    seq = models.BigIntegerField(primary_key=True)
+    occurred_at = models.DateTimeField()
     actor_id = models.BigIntegerField(null=True, blank=True)
     actor_username = models.CharField(max_length=150, blank=True)
-    action = models.CharField(max_length=64, db_index=True)
+    action = models.CharField(max_length=64)
     target_type = models.CharField(max_length=64, blank=True)
     target_id = models.CharField(max_length=64, blank=True)
-    department_id = models.BigIntegerField(null=True, blank=True, db_index=True)
-    before = models.JSONField(default=dict, blank=True)
-    after = models.JSONField(default=dict, blank=True)
-    details = models.JSONField(default=dict, blank=True)
+    department_id = models.BigIntegerField(null=True, blank=True)
+    department_seq = models.BigIntegerField(null=True, blank=True)
     outcome = models.CharField(max_length=16, choices=Outcome.choices, default=Outcome.SUCCESS)
     request_id = models.CharField(max_length=64, blank=True)
-    source_ip = models.CharField(max_length=64, blank=True)
-    user_agent = models.CharField(max_length=512, blank=True)
+    hash = models.CharField(max_length=64)
+    record = models.TextField()
 
     class Meta:
-        ordering = ["id"]
+        managed = False
+        db_table = "audit_event"
+        ordering = ["seq"]
 
     def __str__(self) -> str:
-        return f"{self.id} {self.action} by {self.actor_username or '-'}"
+        return f"{self.seq} {self.action} by {self.actor_username or '-'}"
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        cached: dict[str, Any] | None = getattr(self, "_payload", None)
+        if cached is None:
+            cached = json.loads(self.record)
+            self._payload = cached
+        return cached
+
+    @property
+    def before(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.payload["before"]
+        return value
+
+    @property
+    def after(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.payload["after"]
+        return value
+
+    @property
+    def details(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.payload["details"]
+        return value
+
+    @property
+    def source_ip(self) -> str | None:
+        value: str | None = self.payload["source_ip"]
+        return value
+
+    @property
+    def user_agent(self) -> str:
+        return str(self.payload["user_agent"])
+
+    @property
+    def prev_hash(self) -> str:
+        return str(self.payload["prev_hash"])
+
+
+class AuditCheckpoint(models.Model):
+    """A signed checkpoint, also written to the external checkpoint folder. ``frontier`` (the
+    compact range) and ``departments`` (the department heads, stored when they changed) let the
+    next checkpoint resume without replaying the log; both are checked against the signed roots."""
+
+    number = models.BigIntegerField(primary_key=True)
+    size = models.BigIntegerField()
+    root = models.CharField(max_length=64)
+    created_at = models.DateTimeField()
+    note = models.TextField()
+    frontier = models.TextField()
+    departments = models.TextField(blank=True)  # empty: unchanged since the previous checkpoint
+
+    class Meta:
+        managed = False
+        db_table = "audit_checkpoint"
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"checkpoint #{self.number} (size {self.size})"
+
+
+class AuditMerkleNode(models.Model):
+    """Roots of the aligned perfect subtrees at levels 8, 16, 24, ... (256, 65536, ... events),
+    saved while checkpoints are computed, so that export proofs never rehash the whole log."""
+
+    pk = models.CompositePrimaryKey("level", "position")
+    level = models.SmallIntegerField()
+    position = models.BigIntegerField()
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        managed = False
+        db_table = "audit_merkle_node"
+
+    def __str__(self) -> str:
+        return f"level {self.level} subtree {self.position}"

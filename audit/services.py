@@ -1,41 +1,54 @@
-"""Writing audit events. Call from inside the service's transaction so the event and the change
-commit or roll back together."""
+"""Writing audit events. Call ``audit_record`` inside the service's transaction, after the change
+and preferably last: the event and the change commit or roll back together, and the chain lock
+taken here is held until that commit.
+
+Each event gets the next ``seq`` and its department's next ``department_seq``, the hashes of the
+previous events (globally and in its department), and a time never earlier than its predecessor's,
+all assigned under one lock (a transaction-scoped advisory lock on PostgreSQL; SQLite's write
+transaction on SQLite), so concurrent writers can neither fork nor gap the chain.
+"""
 
 from __future__ import annotations
 
-import re
+import datetime
+import secrets
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import models
+from django.db import models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from audit.actions import AuditAction
+from audit.actions import AuditAction, get_action
+from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, canonical_json, leaf_hash, record_fields
 from audit.models import AuditEvent, Outcome
+from audit.redaction import escape_text, scrub
 from gpuportal.request_context import current_request_context
 
-_SECRET_KEY_PATTERN = re.compile(r"pass(word)?|secret|token|kubeconfig|private|credential", re.IGNORECASE)
-_CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+CHAIN_LOCK_ID = 0x6770_7561_7564_0001  # pg_advisory_xact_lock key of the event chain
 
 
-def _escape(text: str) -> str:
-    """Escape control characters (CR, LF, ANSI escapes) so a log line cannot be forged."""
-    return _CONTROL_CHARACTERS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
+class AuditOutsideTransaction(RuntimeError):
+    """``audit_record`` was called outside ``transaction.atomic``: the event could commit without
+    the change it records, or the change without its event."""
 
 
-def _scrub(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            _escape(str(key)): ("[redacted]" if _SECRET_KEY_PATTERN.search(str(key)) else _scrub(inner))
-            for key, inner in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [_scrub(item) for item in value]
-    if isinstance(value, str):
-        return _escape(value)
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return _escape(str(value))
+def audit_time_format(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime(TIME_FORMAT)
+
+
+def chain_lock(connection: BaseDatabaseWrapper, lock_id: int = CHAIN_LOCK_ID) -> None:
+    """Serialise writers until the transaction ends. SQLite needs nothing: its write transaction
+    (``BEGIN IMMEDIATE`` in our settings) already excludes every other writer."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id])
+
+
+def _actor_fields(actor: AbstractBaseUser | AnonymousUser | None) -> tuple[int | None, str]:
+    if actor is None or not actor.is_authenticated:
+        return None, ""
+    return int(actor.pk), escape_text(actor.get_username(), limit=150)
 
 
 def audit_record(
@@ -49,21 +62,49 @@ def audit_record(
     details: dict[str, Any] | None = None,
     outcome: str = Outcome.SUCCESS,
 ) -> AuditEvent:
+    connection = transaction.get_connection()
+    if not connection.in_atomic_block:
+        raise AuditOutsideTransaction(
+            "audit_record must run inside the transaction of the change it records (transaction.atomic)"
+        )
+    if get_action(action.code) is not action:
+        raise ValueError(f"audit action {action.code!r} is not the registered one")
+    if outcome not in Outcome.values:
+        raise ValueError(f"unknown audit outcome {outcome!r}")
     context = current_request_context()
-    authenticated = actor is not None and actor.is_authenticated
+    actor_id, actor_username = _actor_fields(actor)
+
+    chain_lock(connection)
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash", "occurred_at").first()
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    occurred_at = timezone.now()
+    if last is not None and occurred_at < last[2]:
+        occurred_at = last[2]  # never earlier than the previous event: time order is seq order
+    department_seq, department_prev_hash = None, None
+    if department_id is not None:
+        department_last = (
+            AuditEvent.objects.filter(department_id=department_id)
+            .order_by("-seq").values_list("department_seq", "hash").first()
+        )
+        department_seq = int(department_last[0] or 0) + 1 if department_last else 1
+        department_prev_hash = department_last[1] if department_last else GENESIS_HASH
+
+    target_type = target._meta.label_lower if target is not None else ""
+    target_id = escape_text(str(target.pk), limit=64) if target is not None else ""
+    data = canonical_json(
+        record_fields(
+            seq=seq, prev_hash=prev_hash, occurred_at=audit_time_format(occurred_at), nonce=secrets.token_hex(16),
+            actor_id=actor_id, actor_username=actor_username, action=action.code, action_number=action.number,
+            target_type=target_type, target_id=target_id, department_id=department_id,
+            department_seq=department_seq, department_prev_hash=department_prev_hash, outcome=outcome,
+            before=scrub(before or {}), after=scrub(after or {}), details=scrub(details or {}),
+            request_id=escape_text(context.request_id, limit=64), source_ip=context.source_ip,
+            user_agent=escape_text(context.user_agent, limit=512),
+        )
+    )
     return AuditEvent.objects.create(
-        occurred_at=timezone.now(),
-        actor_id=actor.pk if authenticated and actor is not None else None,
-        actor_username=_escape(actor.get_username()) if authenticated and actor is not None else "",
-        action=action.code,
-        target_type=target._meta.label_lower if target is not None else "",
-        target_id=str(target.pk) if target is not None else "",
-        department_id=department_id,
-        before=_scrub(before or {}),
-        after=_scrub(after or {}),
-        details=_scrub(details or {}),
-        outcome=outcome,
-        request_id=context.request_id,
-        source_ip=context.source_ip or "",
-        user_agent=_escape(context.user_agent),
+        seq=seq, occurred_at=occurred_at, actor_id=actor_id, actor_username=actor_username, action=action.code,
+        target_type=target_type, target_id=target_id, department_id=department_id, department_seq=department_seq,
+        outcome=outcome, request_id=escape_text(context.request_id, limit=64), hash=leaf_hash(data).hex(),
+        record=data.decode("ascii"),
     )

@@ -1,0 +1,70 @@
+"""PostgreSQL privileges for the two-role set-up.
+
+The owner role (the one that runs ``migrate``) owns every table. The runtime role (the one the
+application connects as) gets SELECT, INSERT, UPDATE and DELETE on the ordinary tables, but only
+SELECT and INSERT on the audit tables, and it may not own, alter or disable anything. Applied after
+every ``migrate`` (``post_migrate``) and by ``manage.py audit_grants``; idempotent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from audit.conf import audit_runtime_grant_truncate, audit_runtime_role
+from audit.schema import AUDIT_TABLES
+
+
+def _quote(connection: BaseDatabaseWrapper, name: str) -> str:
+    return str(connection.ops.quote_name(name))
+
+
+def _role_check(connection: BaseDatabaseWrapper, role: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper, rolbypassrls FROM pg_roles WHERE rolname = %s", [role])
+        found = cursor.fetchone()
+        if found is None:
+            raise ImproperlyConfigured(f"the runtime database role {role!r} does not exist; create it first")
+        if found[0] or found[1]:
+            raise ImproperlyConfigured(f"the runtime database role {role!r} must not be a superuser")
+        cursor.execute("SELECT current_user, pg_has_role(%s, current_user, 'MEMBER')", [role])
+        owner, member = cursor.fetchone()
+        if owner == role or member:
+            raise ImproperlyConfigured(
+                f"the runtime database role {role!r} is (a member of) the owner {owner!r}: it could alter the audit "
+                "tables; use a separate role for the application"
+            )
+
+
+def runtime_grants_apply(*, using: str = DEFAULT_DB_ALIAS, role: str | None = None) -> str | None:
+    """Grant the runtime role its privileges; returns the role, or None when none is configured."""
+    connection = connections[using]
+    role = role or audit_runtime_role()
+    if connection.vendor != "postgresql" or not role:
+        return None
+    _role_check(connection, role)
+    quoted = _quote(connection, role)
+    ordinary = "SELECT, INSERT, UPDATE, DELETE" + (", TRUNCATE" if audit_runtime_grant_truncate() else "")
+    audit_tables = ", ".join(AUDIT_TABLES)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_schema()")
+        schema = _quote(connection, cursor.fetchone()[0])
+        for statement in (
+            f"GRANT USAGE ON SCHEMA {schema} TO {quoted}",
+            f"GRANT {ordinary} ON ALL TABLES IN SCHEMA {schema} TO {quoted}",
+            f"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {quoted}",
+            f"REVOKE ALL ON django_migrations FROM {quoted}",
+            f"GRANT SELECT ON django_migrations TO {quoted}",
+            f"REVOKE ALL ON {audit_tables} FROM {quoted}",
+            f"REVOKE ALL ON {audit_tables} FROM PUBLIC",
+            f"GRANT SELECT, INSERT ON {audit_tables} TO {quoted}",
+        ):
+            cursor.execute(statement)
+    return role
+
+
+def on_post_migrate(sender: Any, using: str = DEFAULT_DB_ALIAS, **kwargs: Any) -> None:
+    runtime_grants_apply(using=using)

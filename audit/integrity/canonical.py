@@ -1,0 +1,152 @@
+"""Canonical serialisation of audit records and the hash that chains and commits them.
+
+A record is a flat JSON object serialised with sorted keys, no whitespace and ASCII only (every
+non-ASCII and control character is a ``\\u`` escape), and without floats that are not finite. The
+serialised bytes are what is stored, exported and hashed; verifiers hash the bytes as given and
+never need to re-serialise.
+
+The event hash is the RFC 6962 leaf hash ``SHA-256(0x00 || record bytes)``. The record carries the
+previous event's hash (``prev_hash``), so the hash covers both the record and its predecessor, and
+the same value is the event's leaf in the Merkle tree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+RECORD_VERSION = 1
+GENESIS_HASH = "0" * 64
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so string order is time order
+
+RECORD_FIELDS = frozenset(
+    {
+        "v", "seq", "prev_hash", "occurred_at", "nonce",
+        "actor_id", "actor_username", "action", "action_number", "target_type", "target_id",
+        "department_id", "department_seq", "department_prev_hash",
+        "outcome", "before", "after", "details", "request_id", "source_ip", "user_agent",
+    }
+)
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
+
+
+def leaf_hash(data: bytes) -> bytes:
+    return hashlib.sha256(b"\x00" + data).digest()
+
+
+@dataclass(frozen=True)
+class EventFacts:
+    """The fields of a record that the chain, the Merkle tree and completeness rely on."""
+
+    seq: int
+    prev_hash: str
+    occurred_at: str
+    department_id: int | None
+    department_seq: int | None
+    department_prev_hash: str | None
+    actor_username: str
+    actor_id: int | None
+    action: str
+    hash: bytes
+
+    @property
+    def hash_hex(self) -> str:
+        return self.hash.hex()
+
+
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
+
+
+def _is_hex64(value: Any) -> bool:
+    return isinstance(value, str) and _HEX64.match(value) is not None
+
+
+def parse_record(data: bytes) -> EventFacts:
+    """Parse and type-check a record; raises ``ValueError`` naming the problem."""
+    try:
+        record = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"not valid JSON ({error})") from None
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    if record.get("v") != RECORD_VERSION:
+        raise ValueError(f"unknown record version {record.get('v')!r}")
+    missing = RECORD_FIELDS - record.keys()
+    if missing:
+        raise ValueError(f"missing fields {sorted(missing)}")
+    seq = record["seq"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise ValueError("seq is not a positive integer")
+    if not _is_hex64(record["prev_hash"]):
+        raise ValueError("prev_hash is not 64 hex digits")
+    occurred_at = record["occurred_at"]
+    if not isinstance(occurred_at, str) or len(occurred_at) != 27 or not occurred_at.endswith("Z"):
+        raise ValueError("occurred_at is not a UTC timestamp with microseconds")
+    department_id = record["department_id"]
+    department_seq = record["department_seq"]
+    department_prev_hash = record["department_prev_hash"]
+    if department_id is None:
+        if department_seq is not None or department_prev_hash is not None:
+            raise ValueError("department_seq without department_id")
+    elif not (
+        isinstance(department_id, int)
+        and isinstance(department_seq, int)
+        and department_seq >= 1
+        and _is_hex64(department_prev_hash)
+    ):
+        raise ValueError("department_id, department_seq and department_prev_hash are inconsistent")
+    actor_id = record["actor_id"]
+    if actor_id is not None and not isinstance(actor_id, int):
+        raise ValueError("actor_id is not an integer")
+    return EventFacts(
+        seq=seq,
+        prev_hash=record["prev_hash"],
+        occurred_at=occurred_at,
+        department_id=department_id,
+        department_seq=department_seq,
+        department_prev_hash=department_prev_hash,
+        actor_username=str(record["actor_username"]),
+        actor_id=actor_id,
+        action=str(record["action"]),
+        hash=leaf_hash(data),
+    )
+
+
+def record_fields(
+    *,
+    seq: int,
+    prev_hash: str,
+    occurred_at: str,
+    nonce: str,
+    actor_id: int | None,
+    actor_username: str,
+    action: str,
+    action_number: int,
+    target_type: str,
+    target_id: str,
+    department_id: int | None,
+    department_seq: int | None,
+    department_prev_hash: str | None,
+    outcome: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+    details: dict[str, Any],
+    request_id: str,
+    source_ip: str | None,
+    user_agent: str,
+) -> dict[str, Any]:
+    """The record of one event (version 1). Values must already be JSON-safe and scrubbed."""
+    return {
+        "v": RECORD_VERSION, "seq": seq, "prev_hash": prev_hash, "occurred_at": occurred_at, "nonce": nonce,
+        "actor_id": actor_id, "actor_username": actor_username, "action": action, "action_number": action_number,
+        "target_type": target_type, "target_id": target_id, "department_id": department_id,
+        "department_seq": department_seq, "department_prev_hash": department_prev_hash, "outcome": outcome,
+        "before": before, "after": after, "details": details, "request_id": request_id, "source_ip": source_ip,
+        "user_agent": user_agent,
+    }

@@ -1,0 +1,220 @@
+"""Hand-written DDL for the audit tables, per database vendor, applied by the migrations.
+
+Append-only is enforced twice on PostgreSQL: triggers that refuse UPDATE, DELETE and TRUNCATE for
+everybody (even the owner, until the owner drops them: that is what the signed checkpoints
+catch), and privileges (``audit.grants``): the application's role has INSERT and SELECT only.
+The migrations apply these lists; once released, change the schema with a new migration that
+carries its own statements, never by editing these in place.
+
+A BEFORE INSERT trigger also refuses any event whose ``seq`` or ``department_seq`` is not the next
+number, so the database itself keeps both sequences gapless.
+"""
+
+from __future__ import annotations
+
+AUDIT_TABLES = ("audit_event", "audit_checkpoint", "audit_merkle_node")
+
+_APPEND_ONLY_MESSAGE = "audit tables are append-only"
+
+POSTGRESQL_TABLES = [
+    """
+    CREATE TABLE audit_event (
+        seq bigint PRIMARY KEY CHECK (seq > 0),
+        occurred_at timestamptz NOT NULL,
+        actor_id bigint NULL,
+        actor_username varchar(150) NOT NULL,
+        action varchar(64) NOT NULL,
+        target_type varchar(64) NOT NULL,
+        target_id varchar(64) NOT NULL,
+        department_id bigint NULL,
+        department_seq bigint NULL,
+        outcome varchar(16) NOT NULL,
+        request_id varchar(64) NOT NULL,
+        hash char(64) NOT NULL,
+        record text NOT NULL,
+        CONSTRAINT audit_event_department_seq_unique UNIQUE (department_id, department_seq),
+        CONSTRAINT audit_event_department_pair CHECK ((department_id IS NULL) = (department_seq IS NULL))
+    )
+    """,
+    "CREATE INDEX audit_event_occurred_at ON audit_event (occurred_at)",
+    "CREATE INDEX audit_event_department ON audit_event (department_id, seq) WHERE department_id IS NOT NULL",
+    "CREATE INDEX audit_event_actor ON audit_event (actor_username, seq)",
+    "CREATE INDEX audit_event_action ON audit_event (action, seq)",
+    "CREATE INDEX audit_event_target ON audit_event (target_type, target_id)",
+    "CREATE INDEX audit_event_request ON audit_event (request_id)",
+    """
+    CREATE TABLE audit_checkpoint (
+        number bigint PRIMARY KEY CHECK (number > 0),
+        size bigint NOT NULL CHECK (size >= 0),
+        root char(64) NOT NULL,
+        created_at timestamptz NOT NULL,
+        note text NOT NULL,
+        frontier text NOT NULL,
+        departments text NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE audit_merkle_node (
+        level smallint NOT NULL CHECK (level > 0),
+        position bigint NOT NULL CHECK (position >= 0),
+        hash char(64) NOT NULL,
+        PRIMARY KEY (level, position)
+    )
+    """,
+]
+
+POSTGRESQL_DROP = ["DROP TABLE IF EXISTS audit_merkle_node, audit_checkpoint, audit_event"]
+
+POSTGRESQL_TRIGGERS = [
+    f"""
+    CREATE FUNCTION audit_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION '{_APPEND_ONLY_MESSAGE}: % on % refused', TG_OP, TG_TABLE_NAME
+            USING ERRCODE = 'insufficient_privilege';
+    END
+    $$
+    """,
+    """
+    CREATE FUNCTION audit_event_next_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.seq <> COALESCE((SELECT max(seq) FROM audit_event), 0) + 1 THEN
+            RAISE EXCEPTION 'audit_event.seq % is not the next number', NEW.seq
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        IF NEW.department_id IS NOT NULL AND NEW.department_seq <> COALESCE(
+            (SELECT max(department_seq) FROM audit_event WHERE department_id = NEW.department_id), 0) + 1 THEN
+            RAISE EXCEPTION 'audit_event.department_seq % is not the next number of department %',
+                NEW.department_seq, NEW.department_id USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    """
+    CREATE FUNCTION audit_checkpoint_next_only() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.number <> COALESCE((SELECT max(number) FROM audit_checkpoint), 0) + 1 THEN
+            RAISE EXCEPTION 'audit_checkpoint.number % is not the next number', NEW.number
+                USING ERRCODE = 'integrity_constraint_violation';
+        END IF;
+        RETURN NEW;
+    END
+    $$
+    """,
+    "CREATE TRIGGER audit_event_next_only BEFORE INSERT ON audit_event "
+    "FOR EACH ROW EXECUTE FUNCTION audit_event_next_only()",
+    "CREATE TRIGGER audit_checkpoint_next_only BEFORE INSERT ON audit_checkpoint "
+    "FOR EACH ROW EXECUTE FUNCTION audit_checkpoint_next_only()",
+    *[
+        statement
+        for table in AUDIT_TABLES
+        for statement in (
+            f"CREATE TRIGGER {table}_no_update_delete BEFORE UPDATE OR DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION audit_refuse_change()",
+            f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION audit_refuse_change()",
+        )
+    ],
+    # Nobody but the owner (and roles granted explicitly by audit.grants) may use the tables.
+    *[f"REVOKE ALL ON {table} FROM PUBLIC" for table in AUDIT_TABLES],
+]
+
+POSTGRESQL_DROP_TRIGGERS = [
+    *[f"DROP TRIGGER IF EXISTS {table}_no_update_delete ON {table}" for table in AUDIT_TABLES],
+    *[f"DROP TRIGGER IF EXISTS {table}_no_truncate ON {table}" for table in AUDIT_TABLES],
+    "DROP TRIGGER IF EXISTS audit_event_next_only ON audit_event",
+    "DROP TRIGGER IF EXISTS audit_checkpoint_next_only ON audit_checkpoint",
+    "DROP FUNCTION IF EXISTS audit_refuse_change()",
+    "DROP FUNCTION IF EXISTS audit_event_next_only()",
+    "DROP FUNCTION IF EXISTS audit_checkpoint_next_only()",
+]
+
+SQLITE_TABLES = [
+    """
+    CREATE TABLE audit_event (
+        seq integer NOT NULL PRIMARY KEY CHECK (seq > 0),
+        occurred_at datetime NOT NULL,
+        actor_id bigint NULL,
+        actor_username varchar(150) NOT NULL,
+        action varchar(64) NOT NULL,
+        target_type varchar(64) NOT NULL,
+        target_id varchar(64) NOT NULL,
+        department_id bigint NULL,
+        department_seq bigint NULL,
+        outcome varchar(16) NOT NULL,
+        request_id varchar(64) NOT NULL,
+        hash char(64) NOT NULL,
+        record text NOT NULL,
+        CONSTRAINT audit_event_department_seq_unique UNIQUE (department_id, department_seq),
+        CONSTRAINT audit_event_department_pair CHECK ((department_id IS NULL) = (department_seq IS NULL))
+    )
+    """,
+    "CREATE INDEX audit_event_occurred_at ON audit_event (occurred_at)",
+    "CREATE INDEX audit_event_department ON audit_event (department_id, seq)",
+    "CREATE INDEX audit_event_actor ON audit_event (actor_username, seq)",
+    "CREATE INDEX audit_event_action ON audit_event (action, seq)",
+    "CREATE INDEX audit_event_target ON audit_event (target_type, target_id)",
+    "CREATE INDEX audit_event_request ON audit_event (request_id)",
+    """
+    CREATE TABLE audit_checkpoint (
+        number integer NOT NULL PRIMARY KEY CHECK (number > 0),
+        size bigint NOT NULL CHECK (size >= 0),
+        root char(64) NOT NULL,
+        created_at datetime NOT NULL,
+        note text NOT NULL,
+        frontier text NOT NULL,
+        departments text NOT NULL
+    )
+    """,
+    """
+    CREATE TABLE audit_merkle_node (
+        level smallint NOT NULL CHECK (level > 0),
+        position bigint NOT NULL CHECK (position >= 0),
+        hash char(64) NOT NULL,
+        PRIMARY KEY (level, position)
+    )
+    """,
+]
+
+SQLITE_DROP = [f"DROP TABLE IF EXISTS {table}" for table in reversed(AUDIT_TABLES)]
+
+SQLITE_TRIGGERS = [
+    *[
+        f"CREATE TRIGGER {table}_no_{operation.lower()} BEFORE {operation} ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY_MESSAGE}: {operation} on {table} refused'); END"
+        for table in AUDIT_TABLES
+        for operation in ("UPDATE", "DELETE")
+    ],
+    "CREATE TRIGGER audit_event_next_only BEFORE INSERT ON audit_event "
+    "WHEN NEW.seq <> COALESCE((SELECT max(seq) FROM audit_event), 0) + 1 "
+    "OR (NEW.department_id IS NOT NULL AND NEW.department_seq <> COALESCE("
+    "(SELECT max(department_seq) FROM audit_event WHERE department_id = NEW.department_id), 0) + 1) "
+    "BEGIN SELECT RAISE(ABORT, 'audit_event.seq or department_seq is not the next number'); END",
+    "CREATE TRIGGER audit_checkpoint_next_only BEFORE INSERT ON audit_checkpoint "
+    "WHEN NEW.number <> COALESCE((SELECT max(number) FROM audit_checkpoint), 0) + 1 "
+    "BEGIN SELECT RAISE(ABORT, 'audit_checkpoint.number is not the next number'); END",
+]
+
+SQLITE_DROP_TRIGGERS = [
+    *[
+        f"DROP TRIGGER IF EXISTS {table}_no_{operation.lower()}"
+        for table in AUDIT_TABLES
+        for operation in ("UPDATE", "DELETE")
+    ],
+    "DROP TRIGGER IF EXISTS audit_event_next_only",
+    "DROP TRIGGER IF EXISTS audit_checkpoint_next_only",
+]
+
+STATEMENTS = {
+    "postgresql": {"tables": POSTGRESQL_TABLES, "drop": POSTGRESQL_DROP, "triggers": POSTGRESQL_TRIGGERS,
+                   "drop_triggers": POSTGRESQL_DROP_TRIGGERS},
+    "sqlite": {"tables": SQLITE_TABLES, "drop": SQLITE_DROP, "triggers": SQLITE_TRIGGERS,
+               "drop_triggers": SQLITE_DROP_TRIGGERS},
+}
+
+
+def statements_for(vendor: str, kind: str) -> list[str]:
+    try:
+        return STATEMENTS[vendor][kind]
+    except KeyError:
+        raise NotImplementedError(f"the audit log supports PostgreSQL and SQLite, not {vendor}") from None

@@ -1,0 +1,115 @@
+"""Fixtures for the audit log tests: a signing key and an external checkpoint folder per test,
+and helpers that write events the way services do (inside a transaction)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from rest_framework.test import APIClient
+
+from audit import actions
+from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate
+from audit.integrity.store import CheckpointFolder
+from audit.models import AuditEvent
+from audit.services import audit_record
+from tenants.models import Department, Membership, Role
+
+ORIGIN = "test.gpuportal/audit"
+
+requires_postgres = pytest.mark.skipif(
+    connection.vendor != "postgresql" and os.environ.get("GPUPORTAL_REQUIRE_POSTGRES") != "1",
+    reason="needs PostgreSQL (make test provides it; GPUPORTAL_REQUIRE_POSTGRES=1 turns this skip into a failure)",
+)
+
+
+@pytest.fixture
+def signing_key() -> SigningKey:
+    return signing_key_generate(ORIGIN)
+
+
+@pytest.fixture
+def verifier_key(signing_key: SigningKey) -> VerifierKey:
+    return signing_key.verifier
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path: Path) -> Path:
+    return tmp_path / "checkpoints"
+
+
+@pytest.fixture(autouse=True)
+def _audit_settings(settings: Any, signing_key: SigningKey, checkpoint_dir: Path) -> None:
+    settings.GPUPORTAL_AUDIT_ORIGIN = ORIGIN
+    settings.GPUPORTAL_AUDIT_SIGNING_KEY = signing_key.private_pem()
+    settings.GPUPORTAL_AUDIT_CHECKPOINT_DIR = str(checkpoint_dir)
+
+
+@pytest.fixture
+def folder(checkpoint_dir: Path) -> CheckpointFolder:
+    return CheckpointFolder(checkpoint_dir)
+
+
+def record(department_id: int | None = None, *, details: dict[str, Any] | None = None) -> AuditEvent:
+    with transaction.atomic():
+        return audit_record(
+            actor=None, action=actions.NODE_UPDATED, department_id=department_id, details=details or {}
+        )
+
+
+def record_many(department_ids: list[int | None]) -> list[AuditEvent]:
+    return [record(department_id, details={"index": index}) for index, department_id in enumerate(department_ids)]
+
+
+@pytest.fixture
+def run_on_commit(django_capture_on_commit_callbacks: Any) -> Iterator[None]:
+    """Run on-commit callbacks (the external checkpoint write) inside rolled-back tests."""
+    with django_capture_on_commit_callbacks(execute=True):
+        yield
+
+
+@dataclass
+class Org:
+    """``acme`` → ``nlp`` → ``speech``, and ``acme`` → ``vision``, with one user per persona."""
+
+    acme: Department
+    nlp: Department
+    speech: Department
+    vision: Department
+    users: dict[str, Any]
+
+    def client(self, persona: str | None) -> APIClient:
+        client = APIClient()
+        if persona is not None:
+            client.force_authenticate(self.users[persona])
+        return client
+
+
+def org_build() -> Org:
+    acme = Department.objects.create(slug="acme-a", name="ACME")
+    nlp = Department.objects.create(slug="nlp-a", name="NLP", parent=acme)
+    speech = Department.objects.create(slug="speech-a", name="Speech", parent=nlp)
+    vision = Department.objects.create(slug="vision-a", name="Vision", parent=acme)
+    roles = {
+        "auditor": (Role.AUDITOR, acme),
+        "platform": (Role.PLATFORM_ADMIN, acme),
+        "nlp_admin": (Role.DEPARTMENT_ADMIN, nlp),
+        "nlp_auditor": (Role.AUDITOR, nlp),
+        "vision_admin": (Role.DEPARTMENT_ADMIN, vision),
+        "nlp_member": (Role.RESEARCHER, nlp),
+    }
+    users = {name: get_user_model().objects.create_user(username=f"{name}-a", password="pw") for name in [*roles, "nobody"]}
+    for name, (role, department) in roles.items():
+        Membership.objects.create(user=users[name], department=department, role=role)
+    return Org(acme=acme, nlp=nlp, speech=speech, vision=vision, users=users)
+
+
+@pytest.fixture
+def org(db: None) -> Org:
+    return org_build()

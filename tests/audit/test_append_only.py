@@ -1,0 +1,55 @@
+"""The database keeps the log append-only: triggers refuse UPDATE, DELETE (and TRUNCATE on
+PostgreSQL) for everybody, and Django's flush never touches the audit tables."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import DatabaseError, connection, transaction
+
+from audit.checkpoints import checkpoint_publish
+from audit.models import AuditCheckpoint, AuditEvent
+from audit.schema import AUDIT_TABLES
+from tests.audit.conftest import record, requires_postgres
+
+pytestmark = pytest.mark.django_db
+
+
+def refused(sql: str, params: list[object] | None = None) -> str:
+    with pytest.raises(DatabaseError) as error, transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+    return str(error.value)
+
+
+def test_an_event_cannot_be_updated_or_deleted_through_the_orm() -> None:
+    event = record()
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(seq=event.seq).update(action="auth.login")
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
+        AuditEvent.objects.filter(seq=event.seq).delete()
+    event.refresh_from_db()
+    assert event.action == "node.updated"
+
+
+@pytest.mark.parametrize(("table", "column"), [("audit_event", "hash"), ("audit_checkpoint", "root"),
+                                               ("audit_merkle_node", "hash")])
+def test_every_audit_table_refuses_update_and_delete_in_sql(table: str, column: str, run_on_commit: None) -> None:
+    record()
+    checkpoint_publish()
+    with connection.cursor() as cursor:  # a row to protect (nodes appear only every 256 events)
+        cursor.execute("INSERT INTO audit_merkle_node (level, position, hash) VALUES (8, 999999, %s)", ["0" * 64])
+    for statement in (f"UPDATE {table} SET {column} = {column}", f"DELETE FROM {table}"):  # noqa: S608
+        assert "append-only" in refused(statement)
+    assert AuditCheckpoint.objects.exists()
+
+
+@requires_postgres
+@pytest.mark.parametrize("table", AUDIT_TABLES)
+def test_truncate_is_refused_even_for_the_owner(table: str) -> None:
+    record()
+    assert "append-only: TRUNCATE" in refused(f"TRUNCATE {table}")
+
+
+def test_the_test_runner_and_manage_py_flush_never_empty_the_log() -> None:
+    flushed = connection.introspection.django_table_names(only_existing=True, include_views=False)
+    assert not set(AUDIT_TABLES) & set(flushed)
+    assert "tenants_department" in flushed
