@@ -179,6 +179,7 @@ def _read_mig_instances(gpu: GpuReport, handle: Any, proc_root: Path) -> None:
     max_count = call("mig_instances", "nvmlDeviceGetMaxMigDeviceCount", handle)
     processes: list[ProcessReport] = []
     any_process_query_succeeded = False
+    every_slot_read = max_count is not None
     for slot in range(min(int(max_count or 0), MAX_MIG_DEVICES)):
         try:
             mig_handle = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
@@ -186,6 +187,7 @@ def _read_mig_instances(gpu: GpuReport, handle: Any, proc_root: Path) -> None:
             continue  # an empty slot: no MIG device was created there
         except pynvml.NVMLError as exc:
             gpu["errors"].append(call_error("nvmlDeviceGetMigDeviceHandleByIndex", "mig_instances", exc, slot))
+            every_slot_read = False
             continue
         mig_call = NvmlCalls(gpu["errors"], gpu["unsupported"], mig_index=slot, field_prefix="mig_instances.")
         instance = _mig_instance(mig_call, mig_handle, slot, gpu["memory_total_bytes"])
@@ -194,7 +196,8 @@ def _read_mig_instances(gpu: GpuReport, handle: Any, proc_root: Path) -> None:
         if found is not None:
             any_process_query_succeeded = True
             processes.extend(_process(p, instance, proc_root) for p in found)
-    if any_process_query_succeeded or not gpu["mig_instances"]:
+    # [] claims "nothing runs here": only when some query answered, or when no MIG device exists at all
+    if any_process_query_succeeded or (every_slot_read and not gpu["mig_instances"]):
         gpu["processes"] = processes[:MAX_PROCESSES_PER_GPU]
 
 

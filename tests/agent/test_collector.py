@@ -287,3 +287,25 @@ def test_the_collectors_ranges_are_the_schemas() -> None:
         assert (prop["minimum"], prop["maximum"]) == (low, high), field
     assert "^" + GPU_UUID.pattern + "$" == definitions["GpuUuid"]["pattern"]
     assert "^" + MIG_UUID.pattern.replace("(?:", "(") + "$" == definitions["MigUuid"]["pattern"]
+
+
+def test_unknown_mig_devices_mean_unknown_processes_not_none(replay_node: ReplayNode) -> None:
+    replay, proc_root = replay_node("a100-80gb-mig")
+    device = replay.recording["devices"][0]
+    device["mig_devices"] = [{"nvml_error": "NVMLError_NoPermission"}] + [{"nvml_error": "NVMLError_NotFound"}] * 6
+    with nvml_session():
+        report = collect_report(ReportContext(NODE_NAME, 0, STARTED, 30, proc_root), now=NOW)
+    [gpu] = report["gpus"]
+    assert gpu["mig_instances"] == [] and gpu["processes"] is None
+    assert [(e["call"], e["error"], e.get("mig_index")) for e in gpu["errors"]] == [
+        ("nvmlDeviceGetMigDeviceHandleByIndex", "NVMLError_NoPermission", 0)
+    ]
+
+
+def test_a_mig_gpu_without_mig_devices_runs_nothing(replay_node: ReplayNode) -> None:
+    replay, proc_root = replay_node("a100-80gb-mig")
+    device = replay.recording["devices"][0]
+    device["mig_devices"] = [{"nvml_error": "NVMLError_NotFound"}] * 7
+    with nvml_session():
+        report = collect_report(ReportContext(NODE_NAME, 0, STARTED, 30, proc_root), now=NOW)
+    assert report["gpus"][0]["processes"] == [] and report["gpus"][0]["errors"] == []
