@@ -81,6 +81,9 @@ CLUSTER_UPDATED = register(501, "cluster.updated", "A cluster was changed")
 CLUSTER_PUSHED = register(510, "cluster.pushed", "Desired state was pushed to a cluster")
 CLUSTER_PUSH_FAILED = register(511, "cluster.push_failed", "A push to a cluster failed")
 NODE_UPDATED = register(520, "node.updated", "A node's inventory changed")
+CLUSTER_DRIFT_REPAIRED = register(530, "cluster.drift_repaired", "Objects changed by hand on a cluster were re-applied")
+CLUSTER_KUBECONFIG_SET = register(531, "cluster.kubeconfig_set", "A cluster's kubeconfig was replaced")
+CLUSTER_DISCOVERED = register(532, "cluster.discovered", "A cluster's nodes were read into the inventory")
 
 # 6xx the audit log itself
 AUDIT_EXPORTED = register(600, "audit.exported", "Audit events were exported")
