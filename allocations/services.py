@@ -99,17 +99,24 @@ def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime
 
 
 def _enqueue_provision(allocation_id: int) -> None:
-    from allocations.tasks import allocation_provision_task
+    """Outbox rows in this transaction: the allocation's project, then the cluster-wide objects
+    (its MIG layout, priority classes); a worker picks them up once the transaction commits."""
+    from clusters.outbox import push_enqueue
 
-    transaction.on_commit(lambda: allocation_provision_task.delay(allocation_id))
+    allocation = Allocation.objects.only("project_id", "cluster_id").get(pk=allocation_id)
+    if allocation.cluster_id is None:
+        return
+    push_enqueue(cluster_id=allocation.cluster_id, project_id=allocation.project_id, allocation_id=allocation_id)
+    push_enqueue(cluster_id=allocation.cluster_id, project_id=None)
 
 
 def _enqueue_project_sync(*, project_id: int, cluster_id: int | None) -> None:
     if cluster_id is None:
         return
-    from clusters.tasks import cluster_sync_project_task
+    from clusters.outbox import push_enqueue
 
-    transaction.on_commit(lambda: cluster_sync_project_task.delay(cluster_id, project_id))
+    push_enqueue(cluster_id=cluster_id, project_id=project_id)
+    push_enqueue(cluster_id=cluster_id, project_id=None)
 
 
 @transaction.atomic

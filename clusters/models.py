@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
@@ -17,8 +18,19 @@ class Cluster(models.Model):
     display_name = models.CharField(max_length=200, blank=True)
     driver = models.CharField(max_length=16, choices=ClusterDriverKind.choices, default=ClusterDriverKind.MANIFESTS)
     is_active = models.BooleanField(default=True)
+    # Encrypted at rest (clusters.crypto); written only through cluster_kubeconfig_set, never returned.
+    kubeconfig_encrypted = models.BinaryField(blank=True, default=b"", editable=False)
+    use_hami = models.BooleanField(
+        default=False, help_text="HAMi schedules nvidia.com/gpu: quotas also carry limits.nvidia.com/gpumem and gpucores."
+    )
+    use_volcano = models.BooleanField(default=False, help_text="Render a Volcano Queue per department.")
+    gpu_operator_namespace = models.CharField(
+        max_length=63, default="gpu-operator", validators=[NAMESPACE_SLUG_VALIDATOR],
+        help_text="Namespace of the device-plugin and MIG-manager ConfigMaps.",
+    )
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_sync_error = models.TextField(blank=True)
+    last_drift_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -26,6 +38,19 @@ class Cluster(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def has_kubeconfig(self) -> bool:
+        return bool(self.kubeconfig_encrypted)
+
+
+class NodeSharing(models.TextChoices):
+    """How a node's whole GPUs are offered: one mode per node (the device plugin's rule)."""
+
+    EXCLUSIVE = "exclusive", "Whole GPUs"
+    TIMESLICE = "timeslice", "Time-slicing replicas"
+    MPS = "mps", "CUDA MPS replicas"
+    MIG = "mig", "MIG partitions (mixed strategy)"
 
 
 class Node(models.Model):
@@ -35,6 +60,11 @@ class Node(models.Model):
     memory_mib = models.PositiveBigIntegerField(default=0)
     labels = models.JSONField(default=dict, blank=True)
     is_schedulable = models.BooleanField(default=True)
+    sharing = models.CharField(max_length=16, choices=NodeSharing.choices, default=NodeSharing.EXCLUSIVE)
+    sharing_replicas = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Replicas per GPU (mps, timeslice).")
+    # The chosen MIG layout, as mig-parted groups: [{"devices": [0, 1], "mig-devices": {"1g.10gb": 7}}].
+    # Empty: derived from the MIG allocations of the cluster (clusters.node_configs.mig_plan).
+    mig_layout = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -44,6 +74,18 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster}/{self.name}"
+
+    def clean(self) -> None:
+        """The combinations the NVIDIA device plugin accepts (gpu-sharing-formats.md §1)."""
+        shared = self.sharing in (NodeSharing.MPS, NodeSharing.TIMESLICE)
+        if shared and (self.sharing_replicas is None or self.sharing_replicas < 2):
+            raise ValidationError({"sharing_replicas": "MPS and time-slicing need at least 2 replicas per GPU."})
+        if self.sharing == NodeSharing.MPS and self.sharing_replicas is not None and self.sharing_replicas > 48:
+            raise ValidationError({"sharing_replicas": "The MPS control daemon accepts at most 48 replicas per GPU."})
+        if not shared and self.sharing_replicas is not None:
+            raise ValidationError({"sharing_replicas": "Only MPS and time-slicing nodes have replicas."})
+        if self.mig_layout and self.sharing != NodeSharing.MIG:
+            raise ValidationError({"mig_layout": "Only MIG nodes have a MIG layout."})
 
 
 class Gpu(models.Model):
@@ -60,3 +102,56 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node}/gpu{self.index} {self.model}"
+
+
+class PushState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class ClusterPush(models.Model):
+    """The transactional outbox: one row per change that must reach a cluster.
+
+    Written in the transaction of the change itself, so a push can be late but never lost; a
+    worker claims it (``claimed_until`` is its lease), applies, and records the outcome here.
+    ``project`` empty means the cluster-wide objects (priority classes, queues, node configs).
+    """
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="pushes")
+    project = models.ForeignKey("tenants.Project", null=True, blank=True, on_delete=models.CASCADE, related_name="+")
+    allocation = models.ForeignKey(
+        "allocations.Allocation", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    state = models.CharField(max_length=16, choices=PushState.choices, default=PushState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    available_at = models.DateTimeField()
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["pk"]
+        indexes = [models.Index(fields=["state", "available_at"]), models.Index(fields=["cluster", "project", "state"])]
+
+    def __str__(self) -> str:
+        return f"push #{self.pk} {self.cluster_id}/{self.project_id or 'cluster'} {self.state}"
+
+
+class ClusterDrift(models.Model):
+    """An object found changed by hand on a cluster, and re-applied."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="drifts")
+    kind = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    change = models.CharField(max_length=16)  # missing | changed
+    fields = models.JSONField(default=list, blank=True)
+    detected_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-detected_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.kind} {self.namespace}/{self.name} {self.change}"

@@ -1,41 +1,169 @@
-"""Pushing desired state to clusters."""
+"""Pushing desired state to clusters, repairing drift, and managing cluster credentials.
+
+A push happens outside any transaction (it is I/O on another system); its outcome is then
+recorded on the cluster and in the audit log, in a transaction of its own.
+"""
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+from typing import Any
+
+import yaml
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
-from clusters.drivers import ApplyResult, DriverError, driver_for
-from clusters.models import Cluster
-from clusters.rendering import render_project
-from clusters.selectors import project_state_on_cluster
+from clusters import conf, selectors
+from clusters.crypto import kubeconfig_encrypt
+from clusters.drivers import ApplyResult, DriverError, PermanentDriverError, Plan, Scope, driver_for
+from clusters.models import Cluster, ClusterDrift
+from clusters.node_configs import RenderError, mig_plan, render_node_objects
+from clusters.rendering import LimitDefaults, render_priority_class, render_project, render_queue
+from gpuportal.errors import FieldError, NotAllowed
+from tenants.access import access_for
 from tenants.models import Project
 
 
-def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
-    """Bring one project's objects on one cluster to the database's desired state.
+def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scope]:
+    defaults = LimitDefaults(cpu=conf.limitrange_default_cpu(), memory=conf.limitrange_default_memory())
+    retain = conf.prune_policy() == conf.PRUNE_RETAIN_NAMESPACE
+    return [
+        Scope(namespace=state.namespace, objects=render_project(state, limit_defaults=defaults, retain_namespace=retain))
+        for state in selectors.project_states_on_cluster(cluster=cluster, project_ids=project_ids)
+    ]
 
-    The push happens outside any transaction (it is I/O on another system); its outcome is then
-    recorded on the cluster and in the audit log. Raises ``DriverError`` when the push failed.
-    """
-    cluster = Cluster.objects.get(pk=cluster_id)
-    project = Project.objects.select_related("department").get(pk=project_id)
-    state = project_state_on_cluster(cluster=cluster, project=project)
-    objects = render_project(state)
+
+def cluster_scope(*, cluster: Cluster) -> Scope:
+    """PriorityClasses, Volcano Queues (where used) and the per-node GPU configurations."""
+    objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
+    if cluster.use_volcano:
+        objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
     try:
-        result = driver_for(cluster).apply_project(namespace=state.namespace, objects=objects)
+        plans = mig_plan(selectors.node_plans(cluster=cluster), selectors.mig_demand(cluster=cluster))
+        objects += render_node_objects(plans, namespace=cluster.gpu_operator_namespace)
+    except RenderError as error:
+        raise _render_failure(cluster, error) from None
+    return Scope(namespace=None, objects=objects)
+
+
+def _render_failure(cluster: Cluster, error: RenderError) -> DriverError:
+    return PermanentDriverError(f"cluster {cluster.name}: {error}")
+
+
+def cluster_desired_scopes(*, cluster: Cluster) -> list[Scope]:
+    """Everything the cluster should hold: the cluster-wide objects, then every project."""
+    return [cluster_scope(cluster=cluster), *project_scopes(cluster=cluster, project_ids=selectors.cluster_project_ids(cluster=cluster))]
+
+
+def _push(cluster: Cluster, scopes: list[Scope], *, project: Project | None) -> ApplyResult:
+    driver = driver_for(cluster)
+    try:
+        result = driver.apply(driver.plan(scopes))
     except DriverError as error:
         _record_push(cluster=cluster, project=project, error=str(error), result=None)
         raise
+    finally:
+        driver.close()
     _record_push(cluster=cluster, project=project, error="", result=result)
     return result
 
 
+def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
+    """Bring one project's objects on one cluster to the database's desired state.
+    Raises ``DriverError`` when the push failed."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    project = Project.objects.select_related("department").get(pk=project_id)
+    try:
+        scopes = project_scopes(cluster=cluster, project_ids=[project.pk])
+    except DriverError as error:
+        _record_push(cluster=cluster, project=project, error=str(error), result=None)
+        raise
+    return _push(cluster, scopes, project=project)
+
+
+def cluster_sync_shared(*, cluster_id: int) -> ApplyResult:
+    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    try:
+        scope = cluster_scope(cluster=cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    return _push(cluster, [scope], project=None)
+
+
+def cluster_plan(*, cluster_id: int) -> Plan:
+    """What a full sync would change (``cluster_sync --dry-run``); writes nothing."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    driver = driver_for(cluster)
+    try:
+        return driver.plan(cluster_desired_scopes(cluster=cluster))
+    finally:
+        driver.close()
+
+
+def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, ApplyResult]:
+    """Bring everything on the cluster to the desired state in one pass.
+
+    With ``repair_drift`` (the periodic check), differences in scopes that have no push pending
+    are drift: recorded (a ClusterDrift row each and one audit event) and repaired.
+    """
+    cluster = Cluster.objects.get(pk=cluster_id)
+    driver = driver_for(cluster)
+    try:
+        scopes = cluster_desired_scopes(cluster=cluster)
+        plan = driver.plan(scopes)
+        if plan.is_empty:
+            result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
+        else:
+            result = driver.apply(plan)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    finally:
+        driver.close()
+    if repair_drift:
+        _record_drift(cluster=cluster, plan=plan)
+    _record_push(cluster=cluster, project=None, error="", result=result)
+    return plan, result
+
+
 @transaction.atomic
-def _record_push(*, cluster: Cluster, project: Project, error: str, result: ApplyResult | None) -> None:
+def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
+    pending = selectors.pending_push_project_ids(cluster=cluster)
+    pending_labels = {"cluster-wide objects" if project_id is None else None for project_id in pending}
+    pending_namespaces = set(
+        Project.objects.filter(pk__in=[pid for pid in pending if pid is not None]).values_list("slug", flat=True)
+    )
+    drifted = [
+        change
+        for change in plan.changes
+        if change.action == "update"
+        and change.scope not in pending_labels
+        and not (change.namespace in pending_namespaces or (change.kind == "Namespace" and change.name in pending_namespaces))
+    ]
+    Cluster.objects.filter(pk=cluster.pk).update(last_drift_at=timezone.now())
+    if not drifted:
+        return
+    ClusterDrift.objects.bulk_create(
+        ClusterDrift(cluster=cluster, kind=c.kind, namespace=c.namespace, name=c.name, change=c.action, fields=list(c.fields))
+        for c in drifted
+    )
+    audit_record(
+        actor=None,
+        action=actions.CLUSTER_DRIFT_REPAIRED,
+        target=cluster,
+        details={"objects": [{"object": c.ref, "fields": list(c.fields)[:20]} for c in drifted[:100]], "count": len(drifted)},
+    )
+
+
+@transaction.atomic
+def _record_push(*, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=error[:4000])
     if result is not None and result.applied == 0 and result.pruned == 0:
         return  # nothing changed on the cluster: nothing to record
@@ -43,13 +171,55 @@ def _record_push(*, cluster: Cluster, project: Project, error: str, result: Appl
         actor=None,
         action=actions.CLUSTER_PUSH_FAILED if error else actions.CLUSTER_PUSHED,
         target=cluster,
-        department_id=project.department_id,
+        department_id=project.department_id if project else None,
         details={
-            "project": project.slug,
-            "namespace": project.slug,
+            "project": project.slug if project else None,
+            "namespace": project.slug if project else None,
             "error": error,
             "applied": result.applied if result else 0,
             "pruned": result.pruned if result else 0,
         },
         outcome=Outcome.FAILURE if error else Outcome.SUCCESS,
     )
+
+
+# --------------------------------------------------------------------------- credentials
+
+
+def _kubeconfig_server(text: str) -> str:
+    """The server URL the kubeconfig's current context points at; FieldError when unusable."""
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise FieldError("kubeconfig", f"Not valid YAML: {error}") from None
+    if not isinstance(document, dict):
+        raise FieldError("kubeconfig", "A kubeconfig is a YAML mapping with clusters, users and contexts.")
+    try:
+        contexts: dict[str, Any] = {c["name"]: c["context"] for c in document.get("contexts") or []}
+        clusters: dict[str, Any] = {c["name"]: c["cluster"] for c in document.get("clusters") or []}
+        context = contexts[document["current-context"]]
+        server = str(clusters[context["cluster"]]["server"])
+    except (KeyError, TypeError):
+        raise FieldError("kubeconfig", "The kubeconfig needs a current-context whose cluster has a server.") from None
+    if not server.startswith("https://"):
+        raise FieldError("kubeconfig", "The cluster's server must be an https:// URL.")
+    return server
+
+
+@transaction.atomic
+def cluster_kubeconfig_set(*, actor: User | None, cluster_id: int, kubeconfig: str) -> Cluster:
+    """Store a cluster's kubeconfig, encrypted; the audit log gets its fingerprint and server only."""
+    if actor is not None and not access_for(actor).is_platform_admin:
+        raise NotAllowed("Only platform admins may change a cluster's credentials.")
+    server = _kubeconfig_server(kubeconfig)
+    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster.kubeconfig_encrypted = kubeconfig_encrypt(kubeconfig)
+    cluster.last_sync_error = ""
+    cluster.save(update_fields=["kubeconfig_encrypted", "last_sync_error"])
+    audit_record(
+        actor=actor,
+        action=actions.CLUSTER_KUBECONFIG_SET,
+        target=cluster,
+        after={"server": server, "fingerprint": "sha256:" + hashlib.sha256(kubeconfig.encode()).hexdigest()[:16]},
+    )
+    return cluster

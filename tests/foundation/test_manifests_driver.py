@@ -17,12 +17,15 @@ def test_it_writes_one_file_per_object_and_nothing_on_resync(tmp_path: Path) -> 
     objects = render_project(state(GrantedUnits("nvidia.com/gpu", 2, 8000, 65536)))
     first = driver.apply_project(namespace="team-a", objects=objects)
     folder = tmp_path / "c1" / "namespaces" / "team-a"
-    assert sorted(path.name for path in folder.iterdir()) == ["namespace-team-a.yaml", "resourcequota-gpuportal-gpu-quota.yaml"]
-    assert (first.applied, first.unchanged, first.pruned) == (2, 0, 0)
+    assert sorted(path.name for path in folder.iterdir()) == [
+        "limitrange-gpuportal-defaults.yaml", "namespace-team-a.yaml", "networkpolicy-gpuportal-tenant-isolation.yaml",
+        "resourcequota-gpuportal-gpu-quota.yaml",
+    ]
+    assert (first.applied, first.unchanged, first.pruned) == (4, 0, 0)
     stamp = (folder / "namespace-team-a.yaml").stat().st_mtime_ns
 
     again = driver.apply_project(namespace="team-a", objects=objects)
-    assert (again.applied, again.unchanged, again.pruned) == (0, 2, 0)
+    assert (again.applied, again.unchanged, again.pruned) == (0, 4, 0)
     assert (folder / "namespace-team-a.yaml").stat().st_mtime_ns == stamp
 
 
@@ -37,5 +40,5 @@ def test_it_prunes_the_project_folder_when_nothing_is_granted(tmp_path: Path) ->
     driver = ManifestsDriver(root=tmp_path, cluster="c1")
     driver.apply_project(namespace="team-a", objects=render_project(state(GrantedUnits("nvidia.com/gpu", 1, 1, 1))))
     result = driver.apply_project(namespace="team-a", objects=render_project(state()))
-    assert result.pruned == 2
+    assert result.pruned == 4
     assert not (tmp_path / "c1" / "namespaces" / "team-a").exists()
