@@ -88,3 +88,12 @@ CLUSTER_DISCOVERED = register(532, "cluster.discovered", "A cluster's nodes were
 # 6xx the audit log itself
 AUDIT_EXPORTED = register(600, "audit.exported", "Audit events were exported")
 AUDIT_CHECKPOINT_REQUESTED = register(601, "audit.checkpoint_requested", "A checkpoint was published on demand")
+
+# 7xx node telemetry: node tokens and what the GPU node agents report
+NODE_TOKEN_ISSUED = register(700, "node_token.issued", "A node agent token was issued")
+NODE_TOKEN_REVOKED = register(701, "node_token.revoked", "A node agent token was revoked")
+NODE_GPUS_OBSERVED = register(710, "node.gpus_observed", "A node's agent reported GPUs appearing, going absent or unidentified")
+NODE_MIG_MISMATCH_FLAGGED = register(711, "node.mig_mismatch_flagged", "A node's actual MIG layout differs from the plan")
+NODE_MIG_MISMATCH_CLEARED = register(712, "node.mig_mismatch_cleared", "A node's actual MIG layout matches the plan again")
+NODE_REPORTS_STALE = register(713, "node.reports_stale", "A node's agent stopped reporting")
+NODE_REPORTS_RESUMED = register(714, "node.reports_resumed", "A stale node's agent reported again")
