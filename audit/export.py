@@ -185,7 +185,7 @@ def audit_export_bundle(*, filters: AuditFilters, checkpoint: AuditCheckpoint) -
         lines: list[bytes] = []
         for seq, record in rows:
             if seq - 1 > position:
-                lines.append(nodes_line(gap_nodes(position, seq - 1)))
+                lines.append(nodes_line(position, gap_nodes(position, seq - 1)))
             if seq in selection.context:
                 lines.append(context_line(record.encode("ascii")))
                 context += 1
@@ -196,7 +196,7 @@ def audit_export_bundle(*, filters: AuditFilters, checkpoint: AuditCheckpoint) -
         yield b"\n".join(lines) + b"\n"
     tail: list[bytes] = []
     if position < upto:
-        tail.append(nodes_line(gap_nodes(position, upto)))
+        tail.append(nodes_line(position, gap_nodes(position, upto)))
     tail.append(end_line(events=events, context=context))
     yield b"\n".join(tail) + b"\n"
 

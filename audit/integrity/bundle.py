@@ -5,7 +5,7 @@ other lines are objects whose first key is ``"@"``::
 
     {"@":"bundle","version":1,"checkpoint":"<signed checkpoint>","scope":{...},"exported_at":"..."}
     {"@":"departments","items":[{"entry":{...}} | {"node":[level,"hex"]}, ...]}   department scopes only
-    {"@":"nodes","nodes":[[level,"hex"], ...]}      subtrees covering events that are not exported
+    {"@":"nodes","nodes":[[start,level,"hex"], ...]}  subtrees covering events that are not exported
     {"@":"context","record":"<record>"}             a boundary event just outside the range
     <record>                                        an exported event
     {"@":"end","events":N,"context":M}
@@ -124,8 +124,13 @@ def departments_line(items: list[dict[str, Any]]) -> bytes:
     return canonical_json({"@": "departments", "items": items})
 
 
-def nodes_line(nodes: list[tuple[int, bytes]]) -> bytes:
-    return canonical_json({"@": "nodes", "nodes": [[level, hash_.hex()] for level, hash_ in nodes]})
+def nodes_line(start: int, nodes: list[tuple[int, bytes]]) -> bytes:
+    """Subtrees covering leaves from ``start`` (0-based) on, each ``(level, hash)``."""
+    items = []
+    for level, hash_ in nodes:
+        items.append([start, level, hash_.hex()])
+        start += 1 << level
+    return canonical_json({"@": "nodes", "nodes": items})
 
 
 def context_line(record: bytes) -> bytes:
@@ -380,8 +385,20 @@ class _Walk:
 
     def _nodes(self, nodes: Any) -> None:
         try:
-            for level, hash_hex in nodes:
+            for start, level, hash_hex in nodes:
                 level = int(level)
+                if start > self.position:
+                    raise VerificationFailure(
+                        "missing",
+                        f"seq {self.position + 1} is missing: neither the event nor a proof node covers it: it was "
+                        "deleted or dropped",
+                        seq=self.position + 1,
+                    )
+                if start != self.position:
+                    raise VerificationFailure(
+                        "malformed", f"a proof node for leaf {start} appears at leaf {self.position}",
+                        seq=self.position + 1,
+                    )
                 if self.position + (1 << level) > self.checkpoint.size:
                     raise VerificationFailure(
                         "malformed", f"a proof node reaches beyond {self.checkpoint.describe()}", seq=self.position + 1
@@ -397,14 +414,14 @@ class _Walk:
     def _event(self, data: bytes, *, context: bool) -> None:
         expected = self.position + 1
         event = record_parse_or_fail(data, expected_seq=expected)
+        if expected > self.checkpoint.size:
+            raise VerificationFailure(
+                "stale-checkpoint",
+                f"seq {event.seq} is not covered by {self.checkpoint.describe()}: the bundle holds events newer "
+                "than its checkpoint (an older checkpoint was substituted)",
+                seq=event.seq,
+            )
         if event.seq != expected:
-            if expected > self.checkpoint.size:
-                raise VerificationFailure(
-                    "stale-checkpoint",
-                    f"seq {event.seq} is not covered by {self.checkpoint.describe()}: the bundle holds events newer "
-                    "than its checkpoint (an older checkpoint was substituted)",
-                    seq=event.seq,
-                )
             raise sequence_failure(
                 event=event, expected=expected, last=self.last, next_seq=self.lines.peek_next_event_seq(),
                 deleted="neither the event nor a proof node covers it: it was deleted or dropped",
@@ -546,11 +563,11 @@ class _Walk:
                 f"the events and proof nodes do not reproduce the root of {checkpoint.describe()}: an event or a "
                 "proof node was altered",
             )
+        self.report.completeness = self._completeness()
         if self.ended is None:
             raise VerificationFailure("malformed", "the bundle has no end line: it was cut short")
         if self.ended.get("events") != self.report.events or self.ended.get("context") != self.report.context:
             raise VerificationFailure("malformed", "the end line's counts do not match the bundle")
-        self.report.completeness = self._completeness()
 
     def _completeness(self) -> str:
         scope = self.scope
@@ -597,7 +614,6 @@ class _Walk:
                 "incomplete",
                 f"department {department_id}: its events department_seq {last.department_seq + 1}..{size} after seq "
                 f"{last.seq} are not in the bundle: they were dropped from the end of the export",
-                seq=last.seq,
             )
         if last.department_seq > head.size or last.hash_hex != head.hash:
             raise VerificationFailure(

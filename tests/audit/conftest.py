@@ -4,7 +4,8 @@ and helpers that write events the way services do (inside a transaction)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from audit import actions
+from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate
 from audit.integrity.store import CheckpointFolder
-from audit.models import AuditEvent
+from audit.models import AuditCheckpoint, AuditEvent
+from audit.schema import statements_for
 from audit.services import audit_record
 from tenants.models import Department, Membership, Role
 
@@ -67,11 +70,19 @@ def record_many(department_ids: list[int | None]) -> list[AuditEvent]:
     return [record(department_id, details={"index": index}) for index, department_id in enumerate(department_ids)]
 
 
+Publish = Callable[[], AuditCheckpoint]
+
+
 @pytest.fixture
-def run_on_commit(django_capture_on_commit_callbacks: Any) -> Iterator[None]:
-    """Run on-commit callbacks (the external checkpoint write) inside rolled-back tests."""
-    with django_capture_on_commit_callbacks(execute=True):
-        yield
+def publish(django_capture_on_commit_callbacks: Any) -> Publish:
+    """``checkpoint_publish`` with its on-commit work (the external write) run at once, as it is
+    after a real commit, also inside the rolled-back transaction of a test."""
+
+    def run() -> AuditCheckpoint:
+        with django_capture_on_commit_callbacks(execute=True):
+            return checkpoint_publish()
+
+    return run
 
 
 @dataclass
@@ -113,3 +124,30 @@ def org_build() -> Org:
 @pytest.fixture
 def org(db: None) -> Org:
     return org_build()
+
+
+@contextmanager
+def protection_dropped() -> Iterator[None]:
+    """Play a database owner (or superuser) who drops the append-only triggers to tamper with the
+    log; the signed checkpoints must still catch it. The triggers come back afterwards."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables WHERE tablename = 'audit_event'"
+            )
+            if not cursor.fetchone()[0]:
+                pytest.skip("playing the attacker needs the owner's connection; this run connects as the app role")
+    with connection.cursor() as cursor:
+        for statement in statements_for(connection.vendor, "drop_triggers"):
+            cursor.execute(statement)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            for statement in statements_for(connection.vendor, "triggers"):
+                cursor.execute(statement)
+
+
+def tamper(sql: str, params: list[Any] | None = None) -> None:
+    with protection_dropped(), connection.cursor() as cursor:
+        cursor.execute(sql, params or [])

@@ -3,18 +3,19 @@ PostgreSQL) for everybody, and Django's flush never touches the audit tables."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from audit.checkpoints import checkpoint_publish
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.schema import AUDIT_TABLES
-from tests.audit.conftest import record, requires_postgres
+from tests.audit.conftest import Publish, record, requires_postgres
 
 pytestmark = pytest.mark.django_db
 
 
-def refused(sql: str, params: list[object] | None = None) -> str:
+def refused(sql: str, params: list[Any] | None = None) -> str:
     with pytest.raises(DatabaseError) as error, transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(sql, params or [])
     return str(error.value)
@@ -32,9 +33,9 @@ def test_an_event_cannot_be_updated_or_deleted_through_the_orm() -> None:
 
 @pytest.mark.parametrize(("table", "column"), [("audit_event", "hash"), ("audit_checkpoint", "root"),
                                                ("audit_merkle_node", "hash")])
-def test_every_audit_table_refuses_update_and_delete_in_sql(table: str, column: str, run_on_commit: None) -> None:
+def test_every_audit_table_refuses_update_and_delete_in_sql(table: str, column: str, publish: Publish) -> None:
     record()
-    checkpoint_publish()
+    publish()
     with connection.cursor() as cursor:  # a row to protect (nodes appear only every 256 events)
         cursor.execute("INSERT INTO audit_merkle_node (level, position, hash) VALUES (8, 999999, %s)", ["0" * 64])
     for statement in (f"UPDATE {table} SET {column} = {column}", f"DELETE FROM {table}"):  # noqa: S608
