@@ -19,7 +19,7 @@ KUBE_TESTENV_ROOT  := $(patsubst %/,%,$(dir $(KUBE_TESTENV_TOOLS)))
 KUBE_TESTENV_BIN   := $(KUBE_TESTENV_ROOT)/.cache/kube-testenv/$(KUBE_TESTENV_VERSION)/bin
 KUBE_TESTENV_STAMP := $(KUBE_TESTENV_BIN)/.stamp-$(KUBE_TESTENV_VERSION)-etcd-$(KUBE_TESTENV_ETCD_VERSION)
 
-# Lower priority so a cold build (15-30 min on 2 cores) does not starve others.
+# Lower priority so a cold build (6-15 min on 2 cores) does not starve others.
 KUBE_TESTENV_NICE ?= nice -n 10
 KUBE_TESTENV_GO   ?= go
 
@@ -51,7 +51,7 @@ $(KUBE_TESTENV_STAMP): $(KUBE_TESTENV_TOOLS)/kubetest/go.mod $(KUBE_TESTENV_TOOL
 	@echo "kube-testenv: building etcd $(KUBE_TESTENV_ETCD_VERSION) into $(KUBE_TESTENV_BIN)"
 	cd $(KUBE_TESTENV_TOOLS)/etcd && $(KUBE_TESTENV_GOENV) $(KUBE_TESTENV_GOBUILD) \
 		-ldflags '-s -w' -o $(KUBE_TESTENV_BIN)/etcd go.etcd.io/etcd/server/v3
-	@echo "kube-testenv: building Kubernetes $(KUBE_TESTENV_VERSION) (cold: 15-30 min on 2 cores)"
+	@echo "kube-testenv: building Kubernetes $(KUBE_TESTENV_VERSION) (cold: about 6 min on 2 idle cores)"
 	cd $(KUBE_TESTENV_TOOLS)/kubetest && $(KUBE_TESTENV_GOENV) $(KUBE_TESTENV_GOBUILD) \
 		-ldflags '$(KUBE_TESTENV_LDFLAGS)' -o $(KUBE_TESTENV_BIN)/ \
 		$(addprefix k8s.io/kubernetes/cmd/,$(KUBE_TESTENV_KUBE_CMDS))

@@ -10,23 +10,50 @@ Quick use::
 
 The binaries come from ``make kube-testenv`` (see docs/kube-testenv.md); pytest
 users get the ``kube_cluster`` fixture from ``clusters.testing.pytest_plugin``.
+
+Names are imported lazily: importing the official Kubernetes client takes
+seconds, and the pytest plugin is loaded by every test run, including runs
+that never touch a cluster.
 """
 
-from clusters.testing.cluster import (
-    DEFAULT_CONTROLLERS,
-    ClusterOptions,
-    ClusterStartError,
-    KubeTestCluster,
-)
-from clusters.testing.gpu_nodes import FakeGPUNodes, GPUNodeSpec, mig_resource_name
-from clusters.testing.paths import (
-    ETCD_VERSION,
-    KUBE_VERSION,
-    BinariesMissing,
-    KubeBinaries,
-    find_binaries,
-)
-from clusters.testing.waiting import WaitTimeout, wait_for
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from clusters.testing.cluster import (
+        DEFAULT_CONTROLLERS,
+        ClusterOptions,
+        ClusterStartError,
+        KubeTestCluster,
+    )
+    from clusters.testing.gpu_nodes import FakeGPUNodes, GPUNodeSpec, mig_resource_name
+    from clusters.testing.paths import (
+        ETCD_VERSION,
+        KUBE_VERSION,
+        BinariesMissing,
+        KubeBinaries,
+        find_binaries,
+    )
+    from clusters.testing.waiting import WaitTimeout, wait_for
+
+_EXPORTS = {
+    "DEFAULT_CONTROLLERS": "cluster",
+    "ClusterOptions": "cluster",
+    "ClusterStartError": "cluster",
+    "KubeTestCluster": "cluster",
+    "FakeGPUNodes": "gpu_nodes",
+    "GPUNodeSpec": "gpu_nodes",
+    "mig_resource_name": "gpu_nodes",
+    "ETCD_VERSION": "paths",
+    "KUBE_VERSION": "paths",
+    "BinariesMissing": "paths",
+    "KubeBinaries": "paths",
+    "find_binaries": "paths",
+    "WaitTimeout": "waiting",
+    "wait_for": "waiting",
+}
 
 __all__ = [
     "DEFAULT_CONTROLLERS",
@@ -44,3 +71,13 @@ __all__ = [
     "mig_resource_name",
     "wait_for",
 ]
+assert sorted(__all__) == sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -45,17 +45,13 @@ DEMO_NODES = (
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m clusters.testing")
     commands = parser.add_subparsers(dest="command", required=True)
-    up = commands.add_parser(
-        "up", help="start a control plane and run until interrupted"
-    )
+    up = commands.add_parser("up", help="start a control plane and run until interrupted")
     up.add_argument(
         "--gpu-nodes",
         action="store_true",
         help="register demo fake GPU nodes (H100, A100 MIG mixed, L4 time-sliced)",
     )
-    up.add_argument(
-        "--keep", action="store_true", help="keep the data directory on exit"
-    )
+    up.add_argument("--keep", action="store_true", help="keep the data directory on exit")
     return parser
 
 

@@ -34,9 +34,7 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 
 
 def _name(common_name: str, organizations: Sequence[str] = ()) -> x509.Name:
-    attributes = [
-        x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations
-    ]
+    attributes = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, org) for org in organizations]
     attributes.append(x509.NameAttribute(NameOID.COMMON_NAME, common_name))
     return x509.Name(attributes)
 
@@ -78,9 +76,7 @@ class CertificateAuthority:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _CLOCK_SKEW)
             .not_valid_after(now + _VALIDITY)
-            .add_extension(
-                x509.BasicConstraints(ca=True, path_length=None), critical=True
-            )
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -136,9 +132,7 @@ class CertificateAuthority:
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - _CLOCK_SKEW)
             .not_valid_after(now + _VALIDITY)
-            .add_extension(
-                x509.BasicConstraints(ca=False, path_length=None), critical=True
-            )
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(
                 x509.KeyUsage(
                     digital_signature=True,
@@ -155,18 +149,14 @@ class CertificateAuthority:
             )
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
-                x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                    self._key.public_key()
-                ),
+                x509.AuthorityKeyIdentifier.from_issuer_public_key(self._key.public_key()),
                 critical=False,
             )
         )
         alt_names: list[x509.GeneralName] = [x509.DNSName(name) for name in dns_names]
         alt_names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ip_addresses]
         if alt_names:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName(alt_names), critical=False
-            )
+            builder = builder.add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
         cert = builder.sign(self._key, hashes.SHA256())
         return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
@@ -178,7 +168,5 @@ def service_account_key() -> KeyPair:
     verifies with), ``key_pem`` the private key that signs.
     """
     key = _new_key()
-    public = key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
+    public = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     return KeyPair(public, _key_pem(key))

@@ -46,9 +46,7 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "node-lifecycle-controller",
 )
 
-ADMISSION_PLUGINS = (
-    "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,ResourceQuota"
-)
+ADMISSION_PLUGINS = "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,ResourceQuota"
 SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
 _SERVICE_IP = "10.0.0.1"  # first address of the range: the kubernetes Service
 
@@ -128,6 +126,8 @@ class KubeTestCluster:
         self._server = ""
         self._user_serial = itertools.count(1)
         self.startup_seconds: float | None = None
+        #: Seconds from the start of the last attempt to each start-up milestone.
+        self.timings: dict[str, float] = {}
 
     # ----------------------------------------------------------------- facts
     @property
@@ -202,11 +202,7 @@ class KubeTestCluster:
         atexit.unregister(self.stop)
         # Controllers and scheduler first, then the API server, etcd last.
         for group in (
-            [
-                p
-                for p in self._processes
-                if p.name in {"kube-scheduler", "kube-controller-manager"}
-            ],
+            [p for p in self._processes if p.name in {"kube-scheduler", "kube-controller-manager"}],
             [p for p in self._processes if p.name == "kube-apiserver"],
             [p for p in self._processes if p.name == "etcd"],
         ):
@@ -226,9 +222,7 @@ class KubeTestCluster:
         files = self._require_started()
         return self._client(files.admin_cert, files.admin_key)
 
-    def user_credentials(
-        self, user: str, groups: Sequence[str] = ()
-    ) -> tuple[Path, Path]:
+    def user_credentials(self, user: str, groups: Sequence[str] = ()) -> tuple[Path, Path]:
         """Issue a client certificate for *user* in *groups*; returns (cert, key) paths.
 
         The API server maps CN to the user name and O to groups, so this is how
@@ -241,9 +235,7 @@ class KubeTestCluster:
         stem = f"user-{next(self._user_serial)}"
         return pair.write(files.pki, stem)
 
-    def user_api_client(
-        self, user: str, groups: Sequence[str] = ()
-    ) -> client.ApiClient:
+    def user_api_client(self, user: str, groups: Sequence[str] = ()) -> client.ApiClient:
         """A new ApiClient authenticated as *user* (client certificate)."""
         cert, key = self.user_credentials(user, groups)
         return self._client(cert, key)
@@ -265,14 +257,10 @@ class KubeTestCluster:
         configuration.verify_ssl = True
         return client.ApiClient(configuration)
 
-    def kubectl(
-        self, *args: str, check: bool = True
-    ) -> subprocess.CompletedProcess[str]:
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run the pinned kubectl against this cluster as admin."""
         argv = [str(self.binaries.kubectl), f"--kubeconfig={self.kubeconfig}", *args]
-        return subprocess.run(
-            argv, check=check, capture_output=True, text=True, timeout=120
-        )
+        return subprocess.run(argv, check=check, capture_output=True, text=True, timeout=120)
 
     def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> Any:
         """Create a namespace and wait until its ``default`` service account exists."""
@@ -281,6 +269,8 @@ class KubeTestCluster:
 
     # ------------------------------------------------------------ internals
     def _start_once(self) -> None:
+        began = time.monotonic()
+        self.timings = {}
         root = Path(tempfile.mkdtemp(prefix="gpuportal-kube-"))
         files = _Files(root)
         self._files = files
@@ -291,35 +281,25 @@ class KubeTestCluster:
         self._write_pki(files)
 
         etcd = self._spawn("etcd", self._etcd_args(files, etcd_port, peer_port))
-        apiserver = self._spawn(
-            "kube-apiserver", self._apiserver_args(files, api_port, etcd_port)
-        )
-        self._wait_healthy(
-            apiserver, api_port, "/readyz", client_cert=True, also=[etcd]
-        )
+        apiserver = self._spawn("kube-apiserver", self._apiserver_args(files, api_port, etcd_port))
+        self._wait_healthy(apiserver, api_port, "/readyz", client_cert=True, also=[etcd])
+        self.timings["apiserver_ready"] = time.monotonic() - began
 
         waiting: list[tuple[ManagedProcess, int]] = []
         if self.options.controller_manager:
-            kcm = self._spawn(
-                "kube-controller-manager", self._kcm_args(files, kcm_port)
-            )
+            kcm = self._spawn("kube-controller-manager", self._kcm_args(files, kcm_port))
             waiting.append((kcm, kcm_port))
         if self.options.scheduler:
-            sched = self._spawn(
-                "kube-scheduler", self._scheduler_args(files, sched_port)
-            )
+            sched = self._spawn("kube-scheduler", self._scheduler_args(files, sched_port))
             waiting.append((sched, sched_port))
         for process, port in waiting:
             self._wait_healthy(process, port, "/healthz", client_cert=False)
-        if (
-            self.options.controller_manager
-            and "serviceaccount-controller" in self.options.controllers
-        ):
+        self.timings["components_healthy"] = time.monotonic() - began
+        if self.options.controller_manager and "serviceaccount-controller" in self.options.controllers:
             # Proof the controller-manager is working, and what most tests need first.
             with self.api_client() as api:
-                kubeapi.wait_for_default_service_account(
-                    api, "default", timeout=self.options.start_timeout
-                )
+                kubeapi.wait_for_default_service_account(api, "default", timeout=self.options.start_timeout)
+            self.timings["default_service_account"] = time.monotonic() - began
 
     def _write_pki(self, files: _Files) -> None:
         ca = CertificateAuthority()
@@ -341,9 +321,7 @@ class KubeTestCluster:
             client=False,
         )
         files.serving_cert, files.serving_key = serving.write(pki, "serving")
-        files.sa_public, files.sa_private = service_account_key().write(
-            pki, "service-account"
-        )
+        files.sa_public, files.sa_private = service_account_key().write(pki, "service-account")
         # .crt holds the public key here; name it for what it is.
         files.sa_public = files.sa_public.rename(pki / "service-account.pub")
 
@@ -358,9 +336,7 @@ class KubeTestCluster:
         )
         # The controller-manager runs without --use-service-account-credentials,
         # so its own identity needs every controller's rights: system:masters.
-        kcm = ca.issue(
-            "system:kube-controller-manager", organizations=["system:masters"]
-        )
+        kcm = ca.issue("system:kube-controller-manager", organizations=["system:masters"])
         files.controller_manager_kubeconfig = write_kubeconfig(
             files.root / "controller-manager.kubeconfig",
             self._server,
@@ -380,9 +356,7 @@ class KubeTestCluster:
 
     def _spawn(self, name: str, args: list[str]) -> ManagedProcess:
         files = self._require_files()
-        process = ManagedProcess(
-            name, [str(self.binaries.path(name)), *args], files.logs
-        )
+        process = ManagedProcess(name, [str(self.binaries.path(name)), *args], files.logs)
         self._processes.append(process)
         process.start()
         return process
@@ -486,9 +460,7 @@ class KubeTestCluster:
                         f"{proc.name} exited with status {code} during start-up; "
                         f"last lines of {proc.log_path}:\n{proc.log_tail()}"
                     )
-            connection = http.client.HTTPSConnection(
-                "127.0.0.1", port, timeout=2, context=context
-            )
+            connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=context)
             try:
                 connection.request("GET", path)
                 return connection.getresponse().status == 200
@@ -506,6 +478,4 @@ class KubeTestCluster:
                 what=f"{process.name} {path} on port {port}",
             )
         except WaitTimeout as exc:
-            raise ClusterStartError(
-                f"{exc}; last lines of {process.log_path}:\n{process.log_tail()}"
-            ) from exc
+            raise ClusterStartError(f"{exc}; last lines of {process.log_path}:\n{process.log_tail()}") from exc

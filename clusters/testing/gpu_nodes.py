@@ -44,9 +44,7 @@ LEASE_DURATION_SECONDS = 40
 MigStrategy = Literal["none", "single", "mixed"]
 SharingStrategy = Literal["none", "time-slicing", "mps"]
 
-_PROFILE = re.compile(
-    r"^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.(?P<gb>\d+)gb(?P<attr>\+\w+)?$"
-)
+_PROFILE = re.compile(r"^(?:(?P<ci>\d+)c\.)?(?P<gi>\d+)g\.(?P<gb>\d+)gb(?P<attr>\+\w+)?$")
 
 
 def mig_resource_name(profile: str) -> str:
@@ -111,9 +109,7 @@ class GPUNodeSpec:
         if self.mig_devices and self.mig_strategy == "none":
             raise ValueError("mig_devices need mig_strategy 'single' or 'mixed'")
         if self.replicas < 1 or (self.sharing == "none") != (self.replicas == 1):
-            raise ValueError(
-                "sharing needs replicas >= 2, and replicas > 1 needs sharing"
-            )
+            raise ValueError("sharing needs replicas >= 2, and replicas > 1 needs sharing")
 
     @property
     def whole_gpus(self) -> int:
@@ -136,9 +132,7 @@ class GPUNodeSpec:
             capacity[GPU] = str(sum(self.mig_devices.values()))
         elif self.whole_gpus:
             shared = self.replicas > 1 and self.rename_shared
-            capacity[GPU_SHARED if shared else GPU] = str(
-                self.whole_gpus * self.replicas
-            )
+            capacity[GPU_SHARED if shared else GPU] = str(self.whole_gpus * self.replicas)
         if self.mig_strategy == "mixed":
             for profile, count in self.mig_devices.items():
                 capacity[mig_resource_name(profile)] = str(count)
@@ -154,11 +148,7 @@ class GPUNodeSpec:
             product = f"{self.product}-MIG-{next(iter(self.mig_devices))}"
         if shared and not self.rename_shared:
             product += "-SHARED"
-        gpu_count = (
-            sum(self.mig_devices.values())
-            if self.mig_strategy == "single"
-            else self.whole_gpus
-        )
+        gpu_count = sum(self.mig_devices.values()) if self.mig_strategy == "single" else self.whole_gpus
         labels = {
             "kubernetes.io/hostname": self.name,
             "kubernetes.io/os": "linux",
@@ -175,9 +165,7 @@ class GPUNodeSpec:
             "nvidia.com/gpu.machine": "Fake-GPU-Server",
             "nvidia.com/mig.capable": str(self.mig_capable).lower(),
             "nvidia.com/mig.strategy": self.mig_strategy,
-            "nvidia.com/mps.capable": str(
-                self.sharing == "mps" and not self.mig_gpus
-            ).lower(),
+            "nvidia.com/mps.capable": str(self.sharing == "mps" and not self.mig_gpus).lower(),
             "nvidia.com/cuda.driver.major": "580",
             "nvidia.com/cuda.driver.minor": "95",
             "nvidia.com/cuda.driver.rev": "05",
@@ -344,8 +332,7 @@ class FakeGPUNodes:
             probe,
             timeout=self._ready_timeout,
             interval=0.2,
-            what=f"node {name} to lose the {NOT_READY_TAINT} taint "
-            "(is node-lifecycle-controller running?)",
+            what=f"node {name} to lose the {NOT_READY_TAINT} taint (is node-lifecycle-controller running?)",
         )
 
     def remove(self, name: str) -> None:
@@ -361,9 +348,7 @@ class FakeGPUNodes:
         # The lease's owner reference lets the garbage collector remove it too,
         # but only if that controller runs; delete it explicitly.
         try:
-            client.CoordinationV1Api(self._api).delete_namespaced_lease(
-                name, NODE_LEASE_NAMESPACE
-            )
+            client.CoordinationV1Api(self._api).delete_namespaced_lease(name, NODE_LEASE_NAMESPACE)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -389,9 +374,7 @@ class FakeGPUNodes:
                 "name": name,
                 "namespace": NODE_LEASE_NAMESPACE,
                 # As the kubelet does: the lease goes when the node goes.
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}
-                ],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": name, "uid": node_uid}],
             },
             "spec": {
                 "holderIdentity": name,
@@ -399,15 +382,11 @@ class FakeGPUNodes:
                 "renewTime": _micro_time(now),
             },
         }
-        client.CoordinationV1Api(self._api).create_namespaced_lease(
-            NODE_LEASE_NAMESPACE, lease
-        )
+        client.CoordinationV1Api(self._api).create_namespaced_lease(NODE_LEASE_NAMESPACE, lease)
 
     def _ensure_thread(self) -> None:
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._run, name="fake-gpu-node-heartbeat", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name="fake-gpu-node-heartbeat", daemon=True)
             self._thread.start()
 
     def _run(self) -> None:
@@ -424,37 +403,27 @@ class FakeGPUNodes:
                         if beat:
                             self._heartbeat(name, api)
                     except Exception:  # keep beating for the others
-                        log.warning(
-                            "fake node %s: heartbeat failed", name, exc_info=True
-                        )
+                        log.warning("fake node %s: heartbeat failed", name, exc_info=True)
         finally:
             api.close()
 
     def _heartbeat(self, name: str, api: client.ApiClient) -> None:
         now = _now()
-        client.CoreV1Api(api).patch_node_status(
-            name, {"status": {"conditions": _conditions(now)}}
-        )
+        client.CoreV1Api(api).patch_node_status(name, {"status": {"conditions": _conditions(now)}})
         client.CoordinationV1Api(api).patch_namespaced_lease(
             name, NODE_LEASE_NAMESPACE, {"spec": {"renewTime": _micro_time(now)}}
         )
         self.heartbeats += 1
 
-    def _force_delete_pods(
-        self, node: str, *, only_terminating: bool, api: client.ApiClient | None = None
-    ) -> None:
+    def _force_delete_pods(self, node: str, *, only_terminating: bool, api: client.ApiClient | None = None) -> None:
         """Delete bound pods with grace period 0, as a kubelet does once containers stop."""
         core = client.CoreV1Api(api or self._api)
-        pods = core.list_pod_for_all_namespaces(
-            field_selector=f"spec.nodeName={node}"
-        ).items
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
         for pod in pods:
             if only_terminating and pod.metadata.deletion_timestamp is None:
                 continue
             try:
-                core.delete_namespaced_pod(
-                    pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0
-                )
+                core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
             except ApiException as exc:
                 if exc.status != 404:
                     raise

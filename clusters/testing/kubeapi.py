@@ -11,9 +11,7 @@ from kubernetes.client.rest import ApiException
 from clusters.testing.waiting import wait_for
 
 
-def wait_for_default_service_account(
-    api: client.ApiClient, namespace: str, timeout: float = 30.0
-) -> None:
+def wait_for_default_service_account(api: client.ApiClient, namespace: str, timeout: float = 30.0) -> None:
     """Wait until the controller-manager created ``default`` in *namespace*.
 
     The ServiceAccount admission plugin rejects pods until it exists, so a
@@ -41,9 +39,7 @@ def create_namespace(
     wait_for_service_account: bool = True,
 ) -> Any:
     """Create namespace *name* and (by default) wait until pods can be created in it."""
-    body = client.V1Namespace(
-        metadata=client.V1ObjectMeta(name=name, labels=dict(labels or {}))
-    )
+    body = client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=dict(labels or {})))
     created = client.CoreV1Api(api).create_namespace(body)
     if wait_for_service_account:
         wait_for_default_service_account(api, name)
@@ -61,9 +57,7 @@ def namespace_gone(api: client.ApiClient, name: str) -> bool:
     return False
 
 
-def wait_for_quota_status(
-    api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0
-) -> Any:
+def wait_for_quota_status(api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0) -> Any:
     """Wait until the controller-manager filled ``status.hard`` of a ResourceQuota.
 
     Until then the ResourceQuota admission plugin rejects every pod in the
@@ -86,9 +80,7 @@ def pod_condition(pod: Any, kind: str) -> Any:
     return None
 
 
-def wait_for_pod_bound(
-    api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0
-) -> Any:
+def wait_for_pod_bound(api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0) -> Any:
     """Wait until the scheduler bound the pod to a node; return the pod."""
     core = client.CoreV1Api(api)
 
@@ -99,22 +91,14 @@ def wait_for_pod_bound(
     return wait_for(probe, timeout=timeout, what=f"pod {namespace}/{name} to be bound")
 
 
-def wait_for_pod_unschedulable(
-    api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0
-) -> Any:
+def wait_for_pod_unschedulable(api: client.ApiClient, namespace: str, name: str, timeout: float = 30.0) -> Any:
     """Wait until the scheduler marked the pod ``PodScheduled=False/Unschedulable``."""
     core = client.CoreV1Api(api)
 
     def probe() -> Any:
         pod = core.read_namespaced_pod(name, namespace)
         condition = pod_condition(pod, "PodScheduled")
-        unschedulable = (
-            condition is not None
-            and condition.status == "False"
-            and condition.reason == "Unschedulable"
-        )
+        unschedulable = condition is not None and condition.status == "False" and condition.reason == "Unschedulable"
         return pod if unschedulable else None
 
-    return wait_for(
-        probe, timeout=timeout, what=f"pod {namespace}/{name} to be Unschedulable"
-    )
+    return wait_for(probe, timeout=timeout, what=f"pod {namespace}/{name} to be Unschedulable")

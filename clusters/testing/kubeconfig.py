@@ -51,9 +51,7 @@ def render_kubeconfig(
     return yaml.safe_dump(document, sort_keys=False)
 
 
-def write_kubeconfig(
-    path: Path, server: str, ca_pem: bytes, client: KeyPair, user: str
-) -> Path:
+def write_kubeconfig(path: Path, server: str, ca_pem: bytes, client: KeyPair, user: str) -> Path:
     path.write_text(render_kubeconfig(server, ca_pem, client, user))
     path.chmod(0o600)
     return path

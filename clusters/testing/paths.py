@@ -85,7 +85,7 @@ def find_binaries(directory: Path | None = None) -> KubeBinaries:
         raise BinariesMissing(
             f"Kubernetes test binaries missing in {directory} ({source}): "
             f"{', '.join(missing)}. Build them with `make kube-testenv` "
-            f"(Kubernetes {KUBE_VERSION}, etcd {ETCD_VERSION}; cold build 15-30 min) "
+            f"(Kubernetes {KUBE_VERSION}, etcd {ETCD_VERSION}; cold build 6-15 min on 2 cores) "
             f"or point ${BIN_ENV} at a directory holding them."
         )
     return KubeBinaries(directory)

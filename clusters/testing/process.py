@@ -54,9 +54,7 @@ def free_ports(count: int) -> list[int]:
 class ManagedProcess:
     """A child process whose stdout and stderr go to ``<log_dir>/<name>.log``."""
 
-    def __init__(
-        self, name: str, argv: Sequence[str | os.PathLike[str]], log_dir: Path
-    ) -> None:
+    def __init__(self, name: str, argv: Sequence[str | os.PathLike[str]], log_dir: Path) -> None:
         self.name = name
         self.argv = [os.fspath(arg) for arg in argv]
         self.log_path = log_dir / f"{name}.log"

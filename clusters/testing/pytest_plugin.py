@@ -51,9 +51,7 @@ def kube_cluster() -> Iterator[KubeTestCluster]:
         binaries = find_binaries()
     except BinariesMissing as exc:
         if env_flag(REQUIRE_ENV):
-            pytest.fail(
-                f"{exc} (${REQUIRE_ENV} is set, so this is an error)", pytrace=False
-            )
+            pytest.fail(f"{exc} (${REQUIRE_ENV} is set, so this is an error)", pytrace=False)
         pytest.skip(str(exc))
     from clusters.testing.cluster import KubeTestCluster
 
@@ -69,9 +67,7 @@ def kube_api_client(kube_cluster: KubeTestCluster) -> Iterator[client.ApiClient]
 
 
 @pytest.fixture
-def kube_namespace(
-    kube_cluster: KubeTestCluster, request: pytest.FixtureRequest
-) -> Iterator[str]:
+def kube_namespace(kube_cluster: KubeTestCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace whose ``default`` service account exists; deleted after the test."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException

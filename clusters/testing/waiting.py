@@ -40,7 +40,5 @@ def wait_for(
         if result is not None and result is not False:
             return result
         if time.monotonic() >= deadline:
-            raise WaitTimeout(
-                f"timed out after {timeout:.0f}s waiting for {what}"
-            ) from last_error
+            raise WaitTimeout(f"timed out after {timeout:.0f}s waiting for {what}") from last_error
         time.sleep(interval)

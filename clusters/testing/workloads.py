@@ -44,9 +44,7 @@ def gpu_pod(
     }
 
 
-def gpu_quota(
-    name: str, hard: Mapping[str, str | int], scopes: list[str] | None = None
-) -> dict[str, Any]:
+def gpu_quota(name: str, hard: Mapping[str, str | int], scopes: list[str] | None = None) -> dict[str, Any]:
     """A ResourceQuota; use ``requests.<extended resource>`` keys for GPUs."""
     spec: dict[str, Any] = {"hard": {key: str(value) for key, value in hard.items()}}
     if scopes:

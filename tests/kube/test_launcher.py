@@ -21,6 +21,8 @@ def _run_probe(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     environment = dict(os.environ)
     environment.pop("GPUPORTAL_REQUIRE_KUBE", None)
     environment["GPUPORTAL_KUBE_BIN"] = str(tmp_path / "no-bin")
+    # Only our plugin: faster, and independent of other installed plugins.
+    environment["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     environment.update(env)
     return subprocess.run(
         [
