@@ -1,12 +1,25 @@
 from __future__ import annotations
 
-from django.contrib.auth import views as auth_views
 from django.urls import URLPattern, URLResolver, path
 
-from frontend import views
+from frontend.views import allocations, approvals, audit, auth, platform
 
 urlpatterns: list[URLPattern | URLResolver] = [
-    path("", views.home, name="home"),
-    path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", allocations.dashboard, name="home"),
+    path("login/", auth.LoginView.as_view(), name="login"),
+    path("logout/", auth.LogoutView.as_view(), name="logout"),
+    path("allocations/new/", allocations.allocation_new, name="allocation-new"),
+    path("allocations/new/feedback/", allocations.allocation_feedback, name="allocation-feedback"),
+    path("allocations/<int:allocation_id>/", allocations.allocation_detail, name="allocation-detail"),
+    path("allocations/<int:allocation_id>/release/", allocations.allocation_release_view, name="allocation-release"),
+    path("allocations/<int:allocation_id>/renew/", allocations.allocation_renew_view, name="allocation-renew"),
+    path("approvals/", approvals.approvals, name="approvals"),
+    path("usage/", approvals.department_usage, name="department-usage"),
+    path("platform/clusters/", platform.clusters, name="clusters"),
+    path("platform/clusters/<int:cluster_id>/", platform.cluster_detail, name="cluster-detail"),
+    path("platform/catalogue/", platform.catalogue, name="catalogue"),
+    path("audit/", audit.audit_log, name="audit-log"),
+    path("audit/verify/", audit.audit_verify, name="audit-verify"),
+    path("audit/export/", audit.audit_export_download, name="audit-export"),
+    path("audit/checkpoint/", audit.audit_checkpoint, name="audit-checkpoint"),
 ]

@@ -1,53 +1,65 @@
-"""The landing page and login. The full portal grows on these."""
+"""Login (audited and throttled) and logout."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib.auth import views as auth_views
-from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from allocations.selectors import allocation_list
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
-from tenants.access import access_for
-from tenants.models import Membership
+from frontend.throttle import WINDOW_SECONDS, LoginThrottle
+
+
+def _throttle_for(request: HttpRequest) -> LoginThrottle:
+    return LoginThrottle(
+        username=str(request.POST.get("username", ""))[:150], address=str(request.META.get("REMOTE_ADDR") or "")
+    )
+
+
+def _audit_failed_login(*, username: str, reason: str) -> None:
+    with transaction.atomic():
+        audit_record(
+            actor=None,
+            action=actions.AUTH_LOGIN_FAILED,
+            details={"username": username[:150], "via": "portal", "reason": reason},
+            outcome=Outcome.DENIED,
+        )
 
 
 class LoginView(auth_views.LoginView):
-    """Django's login, with every attempt written to the audit log."""
+    """Django's login, with every attempt written to the audit log and repeated failures throttled."""
 
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+    extra_context = {"title": "Log in"}
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        throttle = _throttle_for(request)
+        if throttle.blocked():
+            _audit_failed_login(username=throttle.username, reason="throttled")
+            # An unbound form: validating it would check the password, which is what we refuse to do.
+            form = self.get_form_class()(request)
+            context = {**self.get_context_data(form=form), "throttled_minutes": WINDOW_SECONDS // 60}
+            return render(request, self.template_name, context, status=429)
+        return super().post(request, *args, **kwargs)
 
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
+        _throttle_for(self.request).succeeded()
         with transaction.atomic():
             audit_record(actor=form.get_user(), action=actions.AUTH_LOGIN, details={"via": "portal"})
         return response
 
     def form_invalid(self, form: Any) -> HttpResponse:
-        with transaction.atomic():
-            audit_record(
-                actor=None,
-                action=actions.AUTH_LOGIN_FAILED,
-                details={"username": str(form.data.get("username", ""))[:150], "via": "portal"},
-                outcome=Outcome.DENIED,
-            )
+        _throttle_for(self.request).failed()
+        _audit_failed_login(username=str(form.data.get("username", "")), reason="bad credentials")
         return super().form_invalid(form)
 
 
-@login_required
-def home(request: HttpRequest) -> HttpResponse:
-    access = access_for(request.user)
-    memberships = Membership.objects.filter(user__pk=request.user.pk or 0).select_related("department")
-    recent = allocation_list(user=request.user)[:10]
-    return render(
-        request,
-        "frontend/home.html",
-        {"access": access, "memberships": memberships, "recent": recent, "title": "Home"},
-    )
+class LogoutView(auth_views.LogoutView):
+    """Django's logout (POST only, so a link or image cannot log anyone out)."""

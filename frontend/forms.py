@@ -1,0 +1,186 @@
+"""Portal forms: input parsing only; the rules live in the services they feed."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.validators import MaxValueValidator
+from django.utils import timezone
+
+from allocations.models import Allocation, Flavor, PriorityClass
+from allocations.selectors import flavor_list, priority_class_list
+from audit.actions import all_actions
+from audit.models import Outcome
+from clusters.models import Cluster
+from clusters.selectors import cluster_list
+from frontend.selectors import requestable_projects
+from tenants.models import Department, Project
+
+TEXT_LIMIT = 2000
+DATETIME_INPUT_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+class DescribedFieldsMixin:
+    """Point every input at its help text and its error slot (``id_<name>_error``), which the
+    templates always render, so that errors shown later by the live feedback are announced too."""
+
+    fields: dict[str, forms.Field]
+
+    def describe_fields(self) -> None:
+        for name, field in self.fields.items():
+            ids = ([f"id_{name}_helptext"] if field.help_text else []) + [f"id_{name}_error"]
+            field.widget.attrs["aria-describedby"] = " ".join(ids)
+
+
+class DateTimeLocalInput(forms.DateTimeInput):
+    input_type = "datetime-local"
+
+    def __init__(self, attrs: dict[str, Any] | None = None) -> None:
+        super().__init__(attrs=attrs, format="%Y-%m-%dT%H:%M")
+
+
+class FlavorChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    def label_from_instance(self, obj: Any) -> str:
+        assert isinstance(obj, Flavor)
+        return f"{obj.display_name} ({obj.name}, {obj.gpu_equivalents.normalize():f} GPU-eq. per unit)"
+
+
+class PriorityClassChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    def label_from_instance(self, obj: Any) -> str:
+        assert isinstance(obj, PriorityClass)
+        return f"{obj.name} — {obj.description}" if obj.description else obj.name
+
+
+class ProjectChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    def label_from_instance(self, obj: Any) -> str:
+        assert isinstance(obj, Project)
+        return f"{obj.name} ({obj.slug}, {obj.department.slug})"
+
+
+class ClusterChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
+    def label_from_instance(self, obj: Any) -> str:
+        assert isinstance(obj, Cluster)
+        return obj.display_name or obj.name
+
+
+class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
+    project = ProjectChoiceField(queryset=Project.objects.none(), empty_label="Choose a project")
+    flavor = FlavorChoiceField(queryset=Flavor.objects.none(), empty_label="Choose a GPU flavor")
+    quantity = forms.IntegerField(min_value=1, max_value=10000, initial=1, help_text="Units of the flavor.")
+    priority_class = PriorityClassChoiceField(queryset=PriorityClass.objects.none(), empty_label=None)
+    cluster = ClusterChoiceField(
+        queryset=Cluster.objects.none(), required=False, empty_label="Any cluster with room",
+        help_text="Leave as is to let the portal choose on approval.",
+    )
+    starts_at = forms.DateTimeField(
+        required=False, input_formats=DATETIME_INPUT_FORMATS, widget=DateTimeLocalInput(),
+        label="Start (UTC)", help_text="Empty: as soon as it is approved.",
+    )
+    duration_days = forms.IntegerField(min_value=1, initial=7, label="Duration (days)")
+    justification = forms.CharField(
+        max_length=TEXT_LIMIT, widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="What the GPUs are for; your department admin reads this.",
+    )
+
+    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fields_of(user)
+        duration = self.fields["duration_days"]
+        assert isinstance(duration, forms.IntegerField)
+        longest = settings.GPUPORTAL_MAX_ALLOCATION_DAYS
+        duration.max_value = longest
+        duration.validators.append(MaxValueValidator(longest))
+        duration.widget.attrs["max"] = str(longest)
+        duration.help_text = f"At most {longest} days; renew later if you need more."
+        self.describe_fields()
+
+    def _fields_of(self, user: User) -> None:
+        querysets: dict[str, Any] = {
+            "project": requestable_projects(user=user),
+            "flavor": flavor_list(user=user, active_only=True),
+            "priority_class": priority_class_list(user=user),
+            "cluster": cluster_list(user=user).filter(is_active=True),
+        }
+        for name, queryset in querysets.items():
+            field = self.fields[name]
+            assert isinstance(field, forms.ModelChoiceField)
+            field.queryset = queryset
+        standard = priority_class_list(user=user).filter(name="gpu-standard").first()
+        if standard is not None:
+            self.fields["priority_class"].initial = standard.pk
+
+    def window(self) -> tuple[datetime.datetime | None, datetime.datetime]:
+        """The requested start (None: now) and end, from cleaned data."""
+        starts_at: datetime.datetime | None = self.cleaned_data.get("starts_at")
+        days = int(self.cleaned_data["duration_days"])
+        return starts_at, (starts_at or timezone.now()) + datetime.timedelta(days=days)
+
+
+class DecisionForm(DescribedFieldsMixin, forms.Form):
+    """Approve or reject one or several pending allocations with one comment."""
+
+    DECISIONS = (("approve", "Approve"), ("reject", "Reject"))
+
+    selected = forms.TypedMultipleChoiceField(coerce=int, required=False, choices=())
+    decision = forms.ChoiceField(choices=DECISIONS)
+    comment = forms.CharField(max_length=TEXT_LIMIT, required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+    def __init__(self, *args: Any, pending_ids: list[int], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["selected"]
+        assert isinstance(field, forms.TypedMultipleChoiceField)
+        field.choices = [(str(pk), f"#{pk}") for pk in pending_ids]
+        self.describe_fields()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not data.get("selected"):
+            self.add_error("selected", "Select at least one request.")
+        if data.get("decision") == "reject" and not str(data.get("comment", "")).strip():
+            self.add_error("comment", "A rejection needs a comment for the requester.")
+        return data
+
+
+class RenewForm(DescribedFieldsMixin, forms.Form):
+    ends_at = forms.DateTimeField(input_formats=DATETIME_INPUT_FORMATS, widget=DateTimeLocalInput(), label="New end (UTC)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.describe_fields()
+
+    @classmethod
+    def for_allocation(cls, allocation: Allocation) -> RenewForm:
+        return cls(initial={"ends_at": allocation.ends_at + datetime.timedelta(days=7)})
+
+
+class AuditFilterForm(DescribedFieldsMixin, forms.Form):
+    start = forms.DateTimeField(required=False, input_formats=DATETIME_INPUT_FORMATS, widget=DateTimeLocalInput(),
+                                label="From (UTC)")
+    end = forms.DateTimeField(required=False, input_formats=DATETIME_INPUT_FORMATS, widget=DateTimeLocalInput(),
+                              label="Until (UTC)")
+    department = forms.ModelChoiceField(queryset=Department.objects.none(), required=False,
+                                        empty_label="All visible departments")
+    actor = forms.CharField(required=False, max_length=150, label="Actor (username)")
+    action = forms.ChoiceField(required=False)
+    outcome = forms.ChoiceField(required=False, choices=[("", "Any outcome"), *Outcome.choices])
+
+    def __init__(self, *args: Any, departments: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        department = self.fields["department"]
+        assert isinstance(department, forms.ModelChoiceField)
+        department.queryset = departments
+        action = self.fields["action"]
+        assert isinstance(action, forms.ChoiceField)
+        action.choices = [("", "Any action"), *((a.code, f"{a.code} — {a.description}") for a in all_actions())]
+        self.describe_fields()
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        start, end = data.get("start"), data.get("end")
+        if start and end and start >= end:
+            self.add_error("end", "The end must be after the start.")
+        return data

@@ -1,0 +1,39 @@
+"""The navigation: each person sees only the pages their roles allow."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tenants.access import Access
+
+
+@dataclass(frozen=True)
+class NavItem:
+    label: str
+    url_name: str
+    # url names that belong to this section (marked as the current page in the navigation)
+    section: tuple[str, ...]
+
+
+def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavItem]:
+    items: list[NavItem] = []
+    if access.has_any_role:
+        items.append(NavItem("Dashboard", "home", ("home", "allocation-detail")))
+    if can_request:
+        items.append(NavItem("Request GPUs", "allocation-new", ("allocation-new",)))
+    if access.is_platform_admin or access.administered:
+        items.append(NavItem("Approvals", "approvals", ("approvals",)))
+        items.append(NavItem("Usage", "department-usage", ("department-usage",)))
+    if access.is_platform_admin:
+        items.append(NavItem("Clusters", "clusters", ("clusters", "cluster-detail")))
+        items.append(NavItem("Catalogue", "catalogue", ("catalogue",)))
+    if audit_page_visible(access):
+        items.append(NavItem("Audit log", "audit-log", ("audit-log",)))
+    if is_staff:
+        items.append(NavItem("Django admin", "admin:index", ()))
+    return items
+
+
+def audit_page_visible(access: Access) -> bool:
+    """Auditors and platform admins, and department admins for their own departments' events."""
+    return access.is_platform_admin or bool(access.audited) or bool(access.administered)

@@ -1,0 +1,13 @@
+// Progressive enhancement only: every page works without this file.
+"use strict";
+document.addEventListener("DOMContentLoaded", function () {
+  // "Select all" checkboxes: shown only when scripts run; they tick every box of the named group.
+  document.querySelectorAll("input[data-select-all]").forEach(function (all) {
+    var name = all.getAttribute("data-select-all");
+    var boxes = all.form ? all.form.querySelectorAll('input[type="checkbox"][name="' + name + '"]') : [];
+    all.hidden = false;
+    all.addEventListener("change", function () {
+      boxes.forEach(function (box) { box.checked = all.checked; });
+    });
+  });
+});

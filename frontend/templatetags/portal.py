@@ -1,0 +1,65 @@
+"""Template helpers: the role-based navigation and number formatting."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django import template
+from django.http import HttpRequest
+
+from allocations.models import Allocation
+from frontend.navigation import nav_items
+from frontend.selectors import requestable_projects
+from frontend.timeline import SyncStatus, sync_status
+from tenants.access import access_for
+
+register = template.Library()
+
+
+@register.inclusion_tag("frontend/_nav.html", takes_context=True)
+def portal_nav(context: template.Context) -> dict[str, Any]:
+    request: HttpRequest | None = context.get("request")
+    user = getattr(request, "user", None)
+    if request is None or user is None or not user.is_authenticated:
+        return {"items": [], "user": None}
+    access = access_for(user)
+    items = nav_items(
+        access=access,
+        can_request=access.has_any_role and requestable_projects(user=user).exists(),
+        is_staff=bool(getattr(user, "is_staff", False)),
+    )
+    match = request.resolver_match
+    current = match.view_name if match is not None else ""
+    return {
+        "items": [(item, current in item.section) for item in items],
+        "user": user,
+        "request": request,
+        "csrf_token": context.get("csrf_token"),
+    }
+
+
+@register.filter
+def num(value: Any) -> str:
+    """A decimal without trailing zeros: ``4.0000`` → ``4``, ``0.1430`` → ``0.143``."""
+    if value is None or value == "":
+        return ""
+    if not isinstance(value, Decimal):
+        value = Decimal(str(value))
+    text = format(value.normalize(), "f")
+    return text
+
+
+@register.filter
+def sync(allocation: Allocation) -> SyncStatus:
+    return sync_status(allocation)
+
+
+@register.filter
+def gpu_eq(allocation: Allocation) -> Decimal:
+    return allocation.flavor.gpu_equivalents * allocation.quantity
+
+
+@register.filter
+def lookup(mapping: dict[Any, Any], key: Any) -> Any:
+    return mapping.get(key, key) if key is not None else None

@@ -1,0 +1,101 @@
+"""Department admin pages: the approvals queue and the department's usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_http_methods
+
+from allocations.models import Allocation
+from allocations.services import allocation_approve, allocation_reject
+from frontend.feedback import RequestFeedback, request_feedback
+from frontend.forms import DecisionForm
+from frontend.http import portal_user
+from frontend.selectors import holding_by_project, pending_for_decision, quota_bars
+from gpuportal.errors import ApplicationError
+from tenants.access import Access, access_for
+from tenants.selectors import department_list
+
+QUEUE_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    allocation: Allocation
+    feedback: RequestFeedback
+
+
+def _require_admin(access: Access) -> None:
+    if not (access.is_platform_admin or access.administered):
+        raise PermissionDenied("Only department admins decide on requests.")
+
+
+def _queue(user: User) -> list[QueueRow]:
+    return [
+        QueueRow(
+            allocation=allocation,
+            feedback=request_feedback(
+                project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
+                priority_class=allocation.priority_class, cluster=allocation.cluster,
+            ),
+        )
+        for allocation in pending_for_decision(user=user)[:QUEUE_LIMIT]
+    ]
+
+
+def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:
+    """Apply one decision to each selected request; each succeeds or fails on its own."""
+    decision, comment = form.cleaned_data["decision"], form.cleaned_data["comment"]
+    done: list[str] = []
+    for allocation_id in form.cleaned_data["selected"]:
+        try:
+            if decision == "approve":
+                allocation_approve(actor=user, allocation_id=allocation_id, comment=comment)
+            else:
+                allocation_reject(actor=user, allocation_id=allocation_id, comment=comment)
+        except ApplicationError as error:
+            messages.error(request, f"#{allocation_id} not {decision}d: {error.message}")
+        else:
+            done.append(f"#{allocation_id}")
+    if done:
+        messages.success(request, f"{decision.capitalize()}d {', '.join(done)}.")
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def approvals(request: HttpRequest) -> HttpResponse:
+    user = portal_user(request)
+    _require_admin(access_for(user))
+    pending_ids = list(pending_for_decision(user=user).values_list("pk", flat=True)[:QUEUE_LIMIT])
+    form = DecisionForm(request.POST or None, pending_ids=pending_ids)
+    if request.method == "POST":
+        if form.is_valid():
+            _decide(request, user, form)
+            return redirect("approvals")
+    context = {"title": "Approvals", "rows": _queue(user), "form": form}
+    return render(request, "frontend/approvals.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def department_usage(request: HttpRequest) -> HttpResponse:
+    user = portal_user(request)
+    access = access_for(user)
+    _require_admin(access)
+    departments = department_list(user=user)
+    if not access.is_platform_admin:
+        departments = departments.filter(id__in=access.administered)
+    department_ids = list(departments.values_list("id", flat=True))
+    context = {
+        "title": "Department usage",
+        "departments": departments,
+        "bars": quota_bars(user=user, department_ids=department_ids),
+        "holding": holding_by_project(user=user, department_ids=department_ids),
+    }
+    return render(request, "frontend/department_usage.html", context)

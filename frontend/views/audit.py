@@ -1,0 +1,161 @@
+"""The auditor's page: the audit log with filters, export downloads, the latest checkpoint and a
+verification of the whole log on demand."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.cache import cache
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from audit import actions
+from audit.checkpoints import AuditIntegrityError, checkpoint_publish
+from audit.export import CONTENT_TYPES, audit_export, checkpoint_for_export, export_filename
+from audit.integrity.errors import VerificationFailure
+from audit.models import AuditCheckpoint, AuditEvent
+from audit.selectors import (
+    AuditFilters,
+    AuditVisibility,
+    audit_event_list,
+    audit_filters_for,
+    audit_visibility_for,
+)
+from audit.services import audit_record
+from audit.verification import audit_log_verify
+from frontend.forms import AuditFilterForm
+from frontend.http import portal_user
+from tenants.models import Department
+
+PAGE_SIZE = 50
+EXPORT_OUTPUTS = (("csv", "CSV"), ("jsonl", "JSON Lines"), ("bundle", "Verifiable bundle"))
+VERIFICATION_CACHE_KEY = "gpuportal:audit:last-verification"
+
+
+def _visibility(request: HttpRequest) -> AuditVisibility:
+    visibility = audit_visibility_for(user=portal_user(request))
+    if not visibility.any:
+        raise PermissionDenied("Only auditors, platform admins and department admins read the audit log.")
+    return visibility
+
+
+def _departments(visibility: AuditVisibility) -> QuerySet[Department]:
+    departments = Department.objects.order_by("slug")
+    return departments if visibility.everything else departments.filter(id__in=visibility.department_ids)
+
+
+def _export_links(request: HttpRequest) -> list[tuple[str, str]]:
+    """Download links carrying the page's filters (all but the outcome, which exports do not filter)."""
+    query = {key: value for key, value in request.GET.items() if value and key not in ("page", "outcome", "output")}
+    base = reverse("audit-export")
+    return [(label, f"{base}?{urlencode({**query, 'output': output})}") for output, label in EXPORT_OUTPUTS]
+
+
+def _filters(visibility: AuditVisibility, data: dict[str, Any]) -> AuditFilters:
+    return audit_filters_for(
+        visibility=visibility,
+        department_id=data["department"].pk if data.get("department") else None,
+        time_from=data.get("start"), time_to=data.get("end"),
+        actor=data.get("actor") or None, action=data.get("action") or None,
+    )
+
+
+def _events(visibility: AuditVisibility, data: dict[str, Any]) -> QuerySet[AuditEvent]:
+    events = audit_event_list(filters=_filters(visibility, data))
+    if data.get("outcome"):
+        events = events.filter(outcome=data["outcome"])
+    return events.order_by("-pk")
+
+
+@require_GET
+@login_required
+def audit_log(request: HttpRequest) -> HttpResponse:
+    visibility = _visibility(request)
+    form = AuditFilterForm(request.GET or None, departments=_departments(visibility))
+    data = form.cleaned_data if form.is_bound and form.is_valid() else {}
+    events = _events(visibility, data) if not form.errors else AuditEvent.objects.none()
+    context = {
+        "title": "Audit log",
+        "form": form,
+        "page": Paginator(events, PAGE_SIZE).get_page(request.GET.get("page")),
+        "query": urlencode({k: v for k, v in request.GET.items() if k != "page" and v}),
+        "exports": _export_links(request) if not form.errors else [],
+        "department_slugs": dict(Department.objects.values_list("id", "slug")),
+        "checkpoint": AuditCheckpoint.objects.order_by("-number").first(),
+        "last_seq": AuditEvent.objects.order_by("-pk").values_list("pk", flat=True).first() or 0,
+        "verification": cache.get(VERIFICATION_CACHE_KEY),
+        "can_verify": visibility.everything,
+    }
+    return render(request, "frontend/audit_log.html", context, status=400 if form.errors else 200)
+
+
+@require_POST
+@login_required
+def audit_verify(request: HttpRequest) -> HttpResponse:
+    """Replay the whole log against its checkpoints now (auditors and platform admins)."""
+    if not _visibility(request).everything:
+        raise PermissionDenied("Only auditors of the whole organisation and platform admins verify the log.")
+    result: dict[str, Any] = {"at": timezone.now(), "by": portal_user(request).get_username()}
+    try:
+        report = audit_log_verify()
+    except VerificationFailure as failure:
+        result.update(ok=False, summary=str(failure))
+        messages.error(request, f"Verification FAILED: {failure}")
+    else:
+        result.update(ok=True, summary=report.summary())
+        messages.success(request, "Verification passed: " + report.summary().splitlines()[0])
+    cache.set(VERIFICATION_CACHE_KEY, result, timeout=None)
+    return redirect("audit-log")
+
+
+@require_GET
+@login_required
+def audit_export_download(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    """The filtered events as CSV, JSON Lines or a verifiable bundle; the export itself is audited."""
+    visibility = _visibility(request)
+    output = request.GET.get("output", "csv")
+    form = AuditFilterForm(request.GET, departments=_departments(visibility))
+    if output not in dict(EXPORT_OUTPUTS) or not form.is_valid():
+        messages.error(request, "The export filters are not valid; correct them and try again.")
+        return redirect("audit-log")
+    filters = _filters(visibility, form.cleaned_data)
+    with transaction.atomic():
+        audit_record(
+            actor=portal_user(request), action=actions.AUDIT_EXPORTED,
+            department_id=form.cleaned_data["department"].pk if form.cleaned_data.get("department") else None,
+            details={"output": output, "scope": filters.scope().to_json(), "via": "portal"},
+        )
+    checkpoint = checkpoint_for_export() if output == "bundle" else None
+    response = StreamingHttpResponse(
+        audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
+    )
+    response["Content-Disposition"] = f'attachment; filename="{export_filename(output)}"'
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@require_POST
+@login_required
+def audit_checkpoint(request: HttpRequest) -> HttpResponse:
+    """Sign a checkpoint of everything recorded so far (auditors and platform admins)."""
+    if not _visibility(request).everything:
+        raise PermissionDenied("Only auditors of the whole organisation and platform admins publish checkpoints.")
+    with transaction.atomic():
+        audit_record(actor=portal_user(request), action=actions.AUDIT_CHECKPOINT_REQUESTED, details={"via": "portal"})
+    try:
+        checkpoint = checkpoint_publish()
+    except AuditIntegrityError as error:
+        messages.error(request, f"No checkpoint published: {error}")
+    else:
+        messages.success(request, f"Checkpoint #{checkpoint.number} signed over {checkpoint.size} events.")
+    return redirect("audit-log")

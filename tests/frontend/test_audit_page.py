@@ -1,0 +1,110 @@
+"""The auditor's page: filtered events, export downloads, checkpoints and verification."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.http import StreamingHttpResponse
+
+from audit.integrity.errors import VerificationFailure
+from audit.integrity.keys import signing_key_generate
+from audit.models import AuditEvent
+from audit.verification import LiveReport
+from tests.conftest import World
+from tests.frontend.conftest import Login, pending
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def audit_keys(settings: Any, tmp_path: Path) -> None:
+    settings.GPUPORTAL_AUDIT_ORIGIN = "test.gpuportal/portal"
+    settings.GPUPORTAL_AUDIT_SIGNING_KEY = signing_key_generate("test.gpuportal/portal").private_pem()
+    settings.GPUPORTAL_AUDIT_CHECKPOINT_DIR = str(tmp_path / "checkpoints")
+
+
+def body(response: Any) -> str:
+    assert isinstance(response, StreamingHttpResponse)
+    return b"".join(response.streaming_content).decode()  # type: ignore[arg-type]
+
+
+def test_it_lists_and_filters_events(world: World, login: Login) -> None:
+    allocation = pending(world)
+    pending(world, persona="vision_member", project="seg", flavor="h100")
+    client = login("auditor")
+    html = client.get("/audit/", {"action": "allocation.requested"}).content.decode()
+    assert f"allocations.allocation {allocation.pk}" in html
+    assert "<td>nlp</td>" in html and "<td>vision</td>" in html
+    assert "node.updated" not in html.split("<tbody>", 1)[1]
+
+
+def test_it_shows_a_department_admin_only_their_departments(world: World, login: Login) -> None:
+    pending(world)
+    pending(world, persona="vision_member", project="seg", flavor="h100")
+    html = login("nlp_admin").get("/audit/").content.decode()
+    table = html.split("<tbody>", 1)[1]
+    assert "<td>nlp</td>" in table and "<td>vision</td>" not in table
+    assert login("nlp_admin").get("/audit/", {"department": world.vision.pk}).status_code == 400
+
+
+def test_it_refuses_the_audit_pages_to_researchers(world: World, login: Login) -> None:
+    client = login("nlp_member")
+    assert client.get("/audit/").status_code == 403
+    assert client.get("/audit/export/").status_code == 403
+    assert client.post("/audit/verify/").status_code == 403
+
+
+def test_it_rejects_bad_filters_in_place(world: World, login: Login) -> None:
+    response = login("auditor").get("/audit/", {"start": "2030-01-02T00:00", "end": "2030-01-01T00:00"})
+    assert response.status_code == 400
+    assert "The end must be after the start." in response.content.decode()
+
+
+def test_it_exports_the_filtered_events_as_csv_and_records_the_export(world: World, login: Login) -> None:
+    allocation = pending(world)
+    client = login("auditor")
+    html = client.get("/audit/", {"action": "allocation.requested", "outcome": "success"}).content.decode()
+    assert 'href="/audit/export/?action=allocation.requested&amp;output=csv"' in html
+    response = client.get("/audit/export/", {"action": "allocation.requested", "output": "csv"})
+    assert response.status_code == 200
+    assert response["Content-Disposition"].startswith('attachment; filename="audit-')
+    rows = list(csv.DictReader(io.StringIO(body(response))))
+    assert [row["target_id"] for row in rows if row["action"] == "allocation.requested"][-1] == str(allocation.pk)
+    assert {row["action"] for row in rows} == {"allocation.requested"}
+    exported = AuditEvent.objects.filter(action="audit.exported").order_by("-pk").first()
+    assert exported is not None and exported.actor_username == "auditor" and exported.details["via"] == "portal"
+
+
+def test_it_exports_json_lines(world: World, login: Login) -> None:
+    pending(world)
+    response = login("auditor").get("/audit/export/", {"output": "jsonl", "actor": "nlp_member"})
+    lines = body(response).splitlines()
+    assert lines and all('"actor_username":"nlp_member"' in line for line in lines)
+
+
+def test_it_shows_the_outcome_of_a_verification(world: World, login: Login, monkeypatch: Any) -> None:
+    client = login("auditor")
+    monkeypatch.setattr("frontend.views.audit.audit_log_verify", lambda: LiveReport(events=7, checkpoints=2))
+    html = client.post("/audit/verify/", follow=True).content.decode()
+    assert "Verification passed: OK: 7 events, 2 checkpoints" in html and "✓ Passed" in html
+
+    def broken() -> LiveReport:
+        raise VerificationFailure("altered", "the stored hash does not match", seq=3)
+
+    monkeypatch.setattr("frontend.views.audit.audit_log_verify", broken)
+    html = client.post("/audit/verify/", follow=True).content.decode()
+    assert "Verification FAILED: altered at seq 3" in html and "✗ FAILED" in html
+    assert login("nlp_admin").post("/audit/verify/").status_code == 403
+
+
+def test_it_publishes_a_checkpoint_on_demand(world: World, login: Login, audit_keys: None) -> None:
+    pending(world)
+    html = login("auditor").post("/audit/checkpoint/", follow=True).content.decode()
+    assert "Checkpoint #" in html and "signed over" in html
+    assert "Latest checkpoint" in html and "Root hash" in html
+    assert AuditEvent.objects.filter(action="audit.checkpoint_requested", actor_username="auditor").exists()
+    assert login("nlp_admin").post("/audit/checkpoint/").status_code == 403
