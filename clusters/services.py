@@ -61,7 +61,11 @@ def cluster_desired_scopes(*, cluster: Cluster) -> list[Scope]:
 
 
 def _push(cluster: Cluster, scopes: list[Scope], *, project: Project | None) -> ApplyResult:
-    driver = driver_for(cluster)
+    try:
+        driver = driver_for(cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=project, error=str(error), result=None)
+        raise
     try:
         result = driver.apply(driver.plan(scopes))
     except DriverError as error:
@@ -114,7 +118,11 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
     are drift: recorded (a ClusterDrift row each and one audit event) and repaired.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
-    driver = driver_for(cluster)
+    try:
+        driver = driver_for(cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
     try:
         scopes = cluster_desired_scopes(cluster=cluster)
         plan = driver.plan(scopes)

@@ -94,9 +94,14 @@ def differing_fields(wanted: dict[str, Any], live: dict[str, Any] | None, manage
         return sorted(".".join(path) for path in wanted_paths)
     owned = manager_leaves(live, manager)
     differing = {path for path in wanted_paths if not values_equal(value_at(wanted, path), value_at(live, path))}
-    differing |= wanted_paths - owned
+    differing |= {path for path in wanted_paths if not _covered(path, owned)}
     differing |= {path for path in owned - wanted_paths if not _is_prefix_of_any(path, wanted_paths)}
     return sorted(".".join(path) for path in differing)
+
+
+def _covered(path: Path, owned: set[Path]) -> bool:
+    """Owned directly, or inside an atomic struct or list the manager owns whole."""
+    return any(path[: length] in owned for length in range(len(path), 0, -1))
 
 
 def _is_prefix_of_any(path: Path, paths: set[Path]) -> bool:

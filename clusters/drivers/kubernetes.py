@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
 CLUSTER_KINDS = ("PriorityClass", "ConfigMap", "Queue")
+# TLS failures that retrying cannot cure: a wrong CA, an unreadable or mismatched client key.
+_CONFIG_TLS_ERRORS = ("CERTIFICATE_VERIFY_FAILED", "PEM lib", "KEY_VALUES_MISMATCH", "NO_START_LINE", "BAD_BASE64")
 
 
 @dataclass(frozen=True)
@@ -122,12 +124,17 @@ class KubeRest:
                     timeout=self._timeout(), retries=False,
                 )
         except urllib3.exceptions.SSLError as error:
-            if "CERTIFICATE_VERIFY_FAILED" in str(error):
-                raise PermanentDriverError(f"cluster {self.cluster}: TLS verification of {self.server} failed: {error}") from None
-            raise DriverError(f"cluster {self.cluster}: TLS with {self.server} failed: {error}") from None
+            if any(marker in str(error) for marker in _CONFIG_TLS_ERRORS):
+                raise PermanentDriverError(
+                    f"cluster {self.cluster}: the kubeconfig's TLS material does not work with {self.server}: {error}"
+                ) from None
+            raise DriverError(f"cluster {self.cluster}: API server {self.server} unreachable (TLS: {error})") from None
         except (urllib3.exceptions.HTTPError, ssl.SSLError, OSError) as error:
             raise DriverError(f"cluster {self.cluster}: API server {self.server} unreachable: {_reason(error)}") from None
-        payload = json.loads(response.data) if response.data else None
+        try:
+            payload = json.loads(response.data) if response.data else None
+        except ValueError:  # plain text, e.g. "404 page not found" for an unknown API group
+            payload = response.data.decode(errors="replace")
         return response.status, payload
 
     def _timeout(self) -> urllib3.Timeout:
@@ -230,6 +237,8 @@ class KubernetesDriver:
                 current = live.get(key)
                 if key[0] == "Namespace" and current and current.get("metadata", {}).get("deletionTimestamp"):
                     raise DriverError(f"cluster {self.cluster}: namespace {key[2]} is still being deleted; will retry")
+                if key[0] == "Node" and current is None:
+                    continue  # the portal labels nodes, it never creates them: not (yet) in the cluster
                 fields = differing_fields(obj, current)
                 if not fields:
                     unchanged += 1
