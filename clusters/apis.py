@@ -10,17 +10,29 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import inventory, selectors
-from clusters.models import Cluster, ClusterDriverKind, Gpu, Node
+from clusters import inventory, selectors, services
+from clusters.discovery import cluster_discover
+from clusters.drivers import DriverError
+from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
 from gpuportal.api.base import actor, filters, paginated, validated
+from gpuportal.errors import ApplicationError
+
+
+class ClusterUnreachable(ApplicationError):
+    status = 502
+    code = "cluster_unreachable"
 
 
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     node_count = serializers.IntegerField(read_only=True)
+    has_kubeconfig = serializers.BooleanField(read_only=True)
 
     class Meta:
         model = Cluster
-        fields = ["id", "name", "display_name", "driver", "is_active", "node_count", "last_sync_at", "last_sync_error", "created_at"]
+        fields = [
+            "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano",
+            "gpu_operator_namespace", "last_sync_at", "last_sync_error", "last_drift_at", "created_at",
+        ]
 
 
 class ClusterIn(serializers.Serializer):  # type: ignore[type-arg]
@@ -76,3 +88,67 @@ class NodeDetailApi(APIView):
     @extend_schema(responses=NodeOut)
     def get(self, request: Request, node_id: int) -> Response:
         return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)
+
+
+class ClusterKubeconfigApi(APIView):
+    """Write-only: the kubeconfig is stored encrypted and never returned."""
+
+    class Input(serializers.Serializer):  # type: ignore[type-arg]
+        kubeconfig = serializers.CharField(max_length=256 * 1024, trim_whitespace=False)
+
+    @extend_schema(request=Input, responses={204: None})
+    def put(self, request: Request, cluster_id: int) -> Response:
+        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        services.cluster_kubeconfig_set(actor=actor(request), cluster_id=cluster_id, **validated(self.Input, request))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ClusterSyncApi(APIView):
+    class Output(serializers.Serializer):  # type: ignore[type-arg]
+        queued = serializers.IntegerField()
+
+    @extend_schema(request=None, responses={202: Output})
+    def post(self, request: Request, cluster_id: int) -> Response:
+        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        queued = services.cluster_sync_request(actor=actor(request), cluster_id=cluster_id)
+        return Response({"queued": queued}, status=status.HTTP_202_ACCEPTED)
+
+
+class ClusterDiscoverApi(APIView):
+    @extend_schema(request=None, responses=NodeOut(many=True))
+    def post(self, request: Request, cluster_id: int) -> Response:
+        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        try:
+            nodes = cluster_discover(actor=actor(request), cluster_id=cluster_id)
+        except DriverError as error:
+            raise ClusterUnreachable(str(error)) from None
+        queryset = selectors.node_list(user=request.user, cluster_id=cluster_id).filter(pk__in=[node.pk for node in nodes])
+        return Response(NodeOut(queryset, many=True).data)
+
+
+class ClusterDriftOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = ClusterDrift
+        fields = ["id", "kind", "namespace", "name", "change", "fields", "detected_at"]
+
+
+class ClusterDriftListApi(APIView):
+    @extend_schema(responses=ClusterDriftOut(many=True))
+    def get(self, request: Request, cluster_id: int) -> Response:
+        queryset = selectors.cluster_drift_list(user=request.user, cluster_id=cluster_id)
+        return paginated(view=self, request=request, queryset=queryset, serializer=ClusterDriftOut)
+
+
+class ClusterPushOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+
+    class Meta:
+        model = ClusterPush
+        fields = ["id", "project", "allocation_id", "state", "attempts", "available_at", "last_error", "created_at", "completed_at"]
+
+
+class ClusterPushListApi(APIView):
+    @extend_schema(responses=ClusterPushOut(many=True))
+    def get(self, request: Request, cluster_id: int) -> Response:
+        queryset = selectors.cluster_push_list(user=request.user, cluster_id=cluster_id)
+        return paginated(view=self, request=request, queryset=queryset, serializer=ClusterPushOut)

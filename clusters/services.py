@@ -231,3 +231,19 @@ def cluster_kubeconfig_set(*, actor: User | None, cluster_id: int, kubeconfig: s
         after={"server": server, "fingerprint": "sha256:" + hashlib.sha256(kubeconfig.encode()).hexdigest()[:16]},
     )
     return cluster
+
+
+@transaction.atomic
+def cluster_sync_request(*, actor: User | None, cluster_id: int) -> int:
+    """Queue a push of everything on the cluster (the API's and the admin's "sync now");
+    returns how many pushes were queued."""
+    from clusters.outbox import push_enqueue
+
+    if actor is not None and not access_for(actor).is_platform_admin:
+        raise NotAllowed("Only platform admins may sync a cluster.")
+    cluster = Cluster.objects.get(pk=cluster_id)
+    push_enqueue(cluster_id=cluster.pk, project_id=None)
+    project_ids = selectors.cluster_project_ids(cluster=cluster)
+    for project_id in project_ids:
+        push_enqueue(cluster_id=cluster.pk, project_id=project_id)
+    return 1 + len(project_ids)

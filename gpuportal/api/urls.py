@@ -33,6 +33,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocations/<int:allocation_id>/retry/", allocation_apis.AllocationRetryApi.as_view(), name="api-allocation-retry"),
     path("clusters/", cluster_apis.ClusterListApi.as_view(), name="api-clusters"),
     path("clusters/<int:cluster_id>/", cluster_apis.ClusterDetailApi.as_view(), name="api-cluster"),
+    path("clusters/<int:cluster_id>/kubeconfig/", cluster_apis.ClusterKubeconfigApi.as_view(), name="api-cluster-kubeconfig"),
+    path("clusters/<int:cluster_id>/sync/", cluster_apis.ClusterSyncApi.as_view(), name="api-cluster-sync"),
+    path("clusters/<int:cluster_id>/discover/", cluster_apis.ClusterDiscoverApi.as_view(), name="api-cluster-discover"),
+    path("clusters/<int:cluster_id>/drift/", cluster_apis.ClusterDriftListApi.as_view(), name="api-cluster-drift"),
+    path("clusters/<int:cluster_id>/pushes/", cluster_apis.ClusterPushListApi.as_view(), name="api-cluster-pushes"),
     path("nodes/", cluster_apis.NodeListApi.as_view(), name="api-nodes"),
     path("nodes/<int:node_id>/", cluster_apis.NodeDetailApi.as_view(), name="api-node"),
 ]
