@@ -15,8 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 RECORD_VERSION = 1
 GENESIS_HASH = "0" * 64
@@ -40,8 +39,7 @@ def leaf_hash(data: bytes) -> bytes:
     return hashlib.sha256(b"\x00" + data).digest()
 
 
-@dataclass(frozen=True)
-class EventFacts:
+class EventFacts(NamedTuple):
     """The fields of a record that the chain, the Merkle tree and completeness rely on."""
 
     seq: int
@@ -60,6 +58,7 @@ class EventFacts:
         return self.hash.hex()
 
 
+_DECODER = json.JSONDecoder()
 _HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 
 
@@ -70,16 +69,15 @@ def _is_hex64(value: Any) -> bool:
 def parse_record(data: bytes) -> EventFacts:
     """Parse and type-check a record; raises ``ValueError`` naming the problem."""
     try:
-        record = json.loads(data)
+        record = _DECODER.decode(data.decode("ascii"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"not valid JSON ({error})") from None
     if not isinstance(record, dict):
         raise ValueError("not a JSON object")
     if record.get("v") != RECORD_VERSION:
         raise ValueError(f"unknown record version {record.get('v')!r}")
-    missing = RECORD_FIELDS - record.keys()
-    if missing:
-        raise ValueError(f"missing fields {sorted(missing)}")
+    if record.keys() != RECORD_FIELDS:
+        raise ValueError(f"fields {sorted(record.keys() ^ RECORD_FIELDS)} are missing or unexpected")
     seq = record["seq"]
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
         raise ValueError("seq is not a positive integer")
