@@ -83,3 +83,116 @@ def node_upsert(
             after=after,
         )
     return node
+
+
+# ----------------------------------------------------------------- what the node agent observed
+
+
+@dataclass(frozen=True)
+class ObservedGpuSpec:
+    """One GPU as the node agent read it through NVML. None: the agent could not tell."""
+
+    index: int
+    uuid: str
+    model: str | None = None  # already in the inventory's form (gpu_model_from_nvml_name)
+    memory_mib: int | None = None
+    mig_capable: bool | None = None
+
+
+def gpu_model_from_nvml_name(name: str) -> str:
+    """NVML's name in the form GPU feature discovery's ``nvidia.com/gpu.product`` label and the
+    flavors use: ``NVIDIA A100-SXM4-80GB`` → ``NVIDIA-A100-SXM4-80GB``."""
+    return "-".join(name.split())
+
+
+_PARKED_INDEX = 30000  # above any real index: where rows wait while indexes are exchanged
+
+
+def _gpu_facts(gpu: Gpu) -> list[object]:
+    return [gpu.index, gpu.uuid, gpu.model, gpu.memory_mib, gpu.mig_capable]
+
+
+@transaction.atomic
+def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, Gpu]:
+    """Bring the node's inventory GPUs in line with what its agent observed.
+
+    Rows are matched by UUID first; an observed GPU whose UUID no row has takes over the row at its
+    index when that row has no UUID yet (discovered from labels) or one the node no longer reports
+    (the card was replaced); otherwise a row is added. Model, memory and MIG capability are filled
+    where the agent could read them. A row the agent does not report is kept (reservations may
+    refer to it); only if a reported GPU needs its index is it moved above the reported ones.
+    UUIDs and indexes must be unique in ``gpus``. Audited as ``node.updated`` when anything
+    changed. Returns the row of each observed UUID.
+    """
+    Node.objects.select_for_update().filter(pk=node.pk).values_list("pk").get()  # lock order: node, then its GPUs
+    rows = list(Gpu.objects.select_for_update().filter(node=node).order_by("pk"))
+    before = {row.pk: _gpu_facts(row) for row in rows}
+    observed_uuids = {spec.uuid for spec in gpus}
+    by_uuid = {row.uuid: row for row in rows if row.uuid}
+    by_index = {row.index: row for row in rows}
+    matched: dict[str, Gpu] = {}
+    taken: set[int] = set()
+    for spec in sorted(gpus, key=lambda spec: spec.index):
+        row = by_uuid.get(spec.uuid)
+        if row is None:
+            candidate = by_index.get(spec.index)
+            if candidate is not None and candidate.pk not in taken and candidate.uuid not in observed_uuids:
+                row = candidate
+        if row is not None and row.pk not in taken:
+            matched[spec.uuid] = row
+            taken.add(row.pk)
+
+    targets: dict[int, int] = {matched[spec.uuid].pk: spec.index for spec in gpus if spec.uuid in matched}
+    claimed = {spec.index for spec in gpus}
+    free = max([*claimed, *(row.index for row in rows)], default=-1) + 1
+    for row in rows:
+        if row.pk not in targets:
+            if row.index in claimed:
+                targets[row.pk] = free  # an unreported GPU standing where a reported one is
+                free += 1
+            else:
+                targets[row.pk] = row.index
+    moving = [row for row in rows if targets[row.pk] != row.index]
+    for offset, row in enumerate(moving):
+        Gpu.objects.filter(pk=row.pk).update(index=_PARKED_INDEX + offset)
+    for row in moving:
+        row.index = targets[row.pk]
+
+    specs = {spec.uuid: spec for spec in gpus}
+    for uuid, row in matched.items():
+        _apply_observation(row, specs[uuid])
+    for row in rows:
+        if _gpu_facts(row) != before[row.pk]:
+            row.full_clean()
+            row.save()
+    for spec in sorted(gpus, key=lambda spec: spec.index):
+        if spec.uuid not in matched:
+            row = Gpu(node=node, index=spec.index, model=spec.model or "unknown", memory_mib=spec.memory_mib or 0,
+                      mig_capable=bool(spec.mig_capable), uuid=spec.uuid)
+            row.full_clean(validate_unique=False)
+            row.save()
+            matched[spec.uuid] = row
+            rows.append(row)
+
+    after = {row.pk: _gpu_facts(row) for row in rows}
+    if after != before:
+        ordered = sorted(rows, key=lambda row: row.index)
+        audit_record(
+            actor=None,
+            action=actions.NODE_UPDATED,
+            target=node,
+            before={"gpus": [before[row.pk] for row in ordered if row.pk in before]},
+            after={"gpus": [after[row.pk] for row in ordered]},
+            details={"source": "node agent"},
+        )
+    return matched
+
+
+def _apply_observation(row: Gpu, spec: ObservedGpuSpec) -> None:
+    row.uuid = spec.uuid
+    if spec.model:
+        row.model = spec.model
+    if spec.memory_mib is not None:
+        row.memory_mib = spec.memory_mib
+    if spec.mig_capable is not None:
+        row.mig_capable = spec.mig_capable

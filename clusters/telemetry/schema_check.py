@@ -1,0 +1,292 @@
+"""A JSON Schema (draft 2020-12) validator for exactly the keywords the agent report schema uses.
+
+No JSON Schema package is installed, and an unknown keyword silently ignored would make the check
+weaker than the schema says, so ``Validator`` refuses a schema that uses any keyword outside
+``SUPPORTED_KEYWORDS``. The schema is compiled once into nested closures, so validating a report
+is one pass over it without re-reading the schema. Every violation names the value's JSON pointer
+(RFC 6901, e.g. ``/gpus/0/uuid``). No Django import: the agent's tests can use it as well.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+SUPPORTED_KEYWORDS = frozenset(
+    {
+        "$schema", "$id", "$defs", "$ref", "title", "description",
+        "type", "const", "enum", "anyOf",
+        "properties", "required", "additionalProperties",
+        "items", "maxItems", "uniqueItems",
+        "minimum", "maximum", "minLength", "maxLength", "pattern", "format",
+    }
+)  # fmt: skip
+_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+
+
+class UnsupportedSchema(ValueError):
+    """The schema uses a keyword, type, format or reference this validator does not implement."""
+
+
+@dataclass(frozen=True)
+class SchemaError:
+    pointer: str  # JSON pointer of the offending value; "" is the document itself
+    message: str
+    expected_type: str = ""  # set on a type mismatch: what the value should have been ("a string or null")
+
+
+Check = Callable[[Any, str, list[SchemaError]], None]
+
+_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
+    "object": lambda value: isinstance(value, dict),
+    "array": lambda value: isinstance(value, list),
+    "string": lambda value: isinstance(value, str),
+    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
+    "number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
+    "boolean": lambda value: isinstance(value, bool),
+    "null": lambda value: value is None,
+}
+_TYPE_WORDS = {
+    "object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
+    "number": "a number", "boolean": "a boolean", "null": "null",
+}  # fmt: skip
+
+
+def pointer_token(name: str) -> str:
+    """One reference token of a JSON pointer: ``~`` and ``/`` escaped as RFC 6901 says."""
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def ecma_pattern(pattern: str) -> re.Pattern[str]:
+    """JSON Schema patterns are ECMA-262 and unanchored; an unescaped ``$`` is the end of the input
+    there, where Python's would also match before a final newline."""
+    translated = re.sub(r"(?<!\\)\$", r"\\Z", pattern)
+    return re.compile(translated)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality for const/enum: ``true`` is not ``1``."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if _is_number(a) and _is_number(b):
+        return bool(a == b)
+    return type(a) is type(b) and a == b
+
+
+def _describe(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class Validator:
+    """Compiled from a schema once; ``errors(instance)`` lists the violations, at most ``max_errors``."""
+
+    def __init__(self, schema: Mapping[str, Any], *, max_errors: int = 50) -> None:
+        self.root = schema
+        self.max_errors = max_errors
+        self._compiled_refs: dict[str, Check] = {}
+        self._check = self._compile(schema)
+
+    def errors(self, instance: Any) -> list[SchemaError]:
+        found: list[SchemaError] = []
+        self._check(instance, "", found)
+        return found[: self.max_errors]
+
+    # ------------------------------------------------------------------------------ compiling
+
+    def _compile(self, schema: Mapping[str, Any]) -> Check:
+        unknown = sorted(set(schema) - SUPPORTED_KEYWORDS)
+        if unknown:
+            raise UnsupportedSchema(f"unsupported JSON Schema keywords: {', '.join(unknown)}")
+        checks: list[Check] = []
+        if "$ref" in schema:
+            checks.append(self._reference(str(schema["$ref"])))
+        type_check = self._type(schema.get("type"))
+        value_checks: list[Check] = []
+        if "const" in schema:
+            value_checks.append(self._const(schema["const"]))
+        if "enum" in schema:
+            value_checks.append(self._enum(list(schema["enum"])))
+        if "anyOf" in schema:
+            value_checks.append(self._any_of([self._compile(option) for option in schema["anyOf"]]))
+        if {"properties", "required", "additionalProperties"} & set(schema):
+            value_checks.append(self._object(schema))
+        if {"items", "maxItems", "uniqueItems"} & set(schema):
+            value_checks.append(self._array(schema))
+        if {"minLength", "maxLength", "pattern", "format"} & set(schema):
+            value_checks.append(self._string(schema))
+        if {"minimum", "maximum"} & set(schema):
+            value_checks.append(self._range(schema.get("minimum"), schema.get("maximum")))
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            for each in checks:
+                each(value, pointer, errors)
+            if type_check is not None and not type_check(value, pointer, errors):
+                return
+            for each in value_checks:
+                each(value, pointer, errors)
+
+        return check
+
+    def _reference(self, reference: str) -> Check:
+        if not reference.startswith("#/"):
+            raise UnsupportedSchema(f"only local references are supported: {reference}")
+        node: Any = self.root
+        for part in reference[2:].split("/"):
+            node = node[part.replace("~1", "/").replace("~0", "~")]
+        if not isinstance(node, Mapping):
+            raise UnsupportedSchema(f"{reference} is not a schema")
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            compiled = self._compiled_refs.get(reference)
+            if compiled is None:  # compiled on first use, so recursive schemas terminate
+                compiled = self._compiled_refs[reference] = self._compile(node)
+            compiled(value, pointer, errors)
+
+        return check
+
+    def _type(self, declared: Any) -> Callable[[Any, str, list[SchemaError]], bool] | None:
+        if declared is None:
+            return None
+        names = [declared] if isinstance(declared, str) else list(declared)
+        unknown = [name for name in names if name not in _TYPE_TESTS]
+        if unknown:
+            raise UnsupportedSchema(f"unknown types: {unknown}")
+        tests = [_TYPE_TESTS[name] for name in names]
+        expected = " or ".join(_TYPE_WORDS[name] for name in names)
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> bool:
+            if any(test(value) for test in tests):
+                return True
+            errors.append(SchemaError(pointer, f"must be {expected}, not {_describe(value)}", expected_type=expected))
+            return False
+
+        return check
+
+    @staticmethod
+    def _const(expected: Any) -> Check:
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not _same(value, expected):
+                errors.append(SchemaError(pointer, f"must be {_describe(expected)}"))
+
+        return check
+
+    @staticmethod
+    def _enum(options: list[Any]) -> Check:
+        listed = ", ".join(_describe(option) for option in options)
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not any(_same(value, option) for option in options):
+                errors.append(SchemaError(pointer, f"must be one of {listed}, not {_describe(value)}"))
+
+        return check
+
+    @staticmethod
+    def _any_of(options: list[Check]) -> Check:
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            outcomes = []
+            for option in options:
+                found: list[SchemaError] = []
+                option(value, pointer, found)
+                if not found:
+                    return
+                outcomes.append(found)
+            # Report the branch whose type fitted (its errors say what is wrong inside it); when no
+            # branch's type fitted, one line naming the types allowed.
+            fitting = [found for found in outcomes if not (found[0].expected_type and found[0].pointer == pointer)]
+            if len(fitting) == 1:
+                errors.extend(fitting[0])
+                return
+            allowed = " or ".join(dict.fromkeys(found[0].expected_type or "valid" for found in outcomes))
+            errors.append(SchemaError(pointer, f"must be {allowed}, not {_describe(value)}", expected_type=allowed))
+
+        return check
+
+    def _object(self, schema: Mapping[str, Any]) -> Check:
+        properties = {name: self._compile(sub) for name, sub in schema.get("properties", {}).items()}
+        required = list(schema.get("required", []))
+        additional = schema.get("additionalProperties", True)
+        if additional not in (True, False):
+            raise UnsupportedSchema("additionalProperties must be true or false")
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not isinstance(value, dict):
+                return
+            for name in required:
+                if name not in value:
+                    errors.append(SchemaError(f"{pointer}/{pointer_token(name)}", "this field is required"))
+            for name, item in value.items():
+                sub = properties.get(name)
+                if sub is not None:
+                    sub(item, f"{pointer}/{pointer_token(name)}", errors)
+                elif additional is False:
+                    errors.append(SchemaError(f"{pointer}/{pointer_token(str(name))}", "unknown field"))
+
+        return check
+
+    def _array(self, schema: Mapping[str, Any]) -> Check:
+        items = self._compile(schema["items"]) if "items" in schema else None
+        max_items = schema.get("maxItems")
+        unique = bool(schema.get("uniqueItems", False))
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not isinstance(value, list):
+                return
+            if max_items is not None and len(value) > max_items:
+                errors.append(SchemaError(pointer, f"at most {max_items} items, not {len(value)}"))
+                return  # do not walk a list that is already too long
+            if unique and len({json.dumps(item, sort_keys=True) for item in value}) != len(value):
+                errors.append(SchemaError(pointer, "items must be unique"))
+            if items is not None:
+                for index, item in enumerate(value):
+                    items(item, f"{pointer}/{index}", errors)
+
+        return check
+
+    @staticmethod
+    def _string(schema: Mapping[str, Any]) -> Check:
+        min_length = schema.get("minLength")
+        max_length = schema.get("maxLength")
+        pattern = ecma_pattern(schema["pattern"]) if "pattern" in schema else None
+        text_format = schema.get("format")
+        if text_format not in (None, "date-time"):
+            raise UnsupportedSchema(f"unsupported format {text_format!r}")
+
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not isinstance(value, str):
+                return
+            if min_length is not None and len(value) < min_length:
+                errors.append(SchemaError(pointer, f"at least {min_length} characters"))
+            if max_length is not None and len(value) > max_length:
+                errors.append(SchemaError(pointer, f"at most {max_length} characters, not {len(value)}"))
+                return
+            if pattern is not None and not pattern.search(value):
+                errors.append(SchemaError(pointer, f"{_describe(value)} does not match {pattern.pattern}"))
+                return
+            if text_format == "date-time":
+                try:
+                    datetime.fromisoformat(value)
+                except ValueError:
+                    errors.append(SchemaError(pointer, f"{_describe(value)} is not a valid date-time"))
+
+        return check
+
+    @staticmethod
+    def _range(minimum: Any, maximum: Any) -> Check:
+        def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
+            if not _is_number(value):
+                return
+            if minimum is not None and value < minimum:
+                errors.append(SchemaError(pointer, f"at least {minimum}, not {value}"))
+            if maximum is not None and value > maximum:
+                errors.append(SchemaError(pointer, f"at most {maximum}, not {value}"))
+
+        return check
