@@ -30,9 +30,13 @@ def _describe(code: str) -> str:
         return code
 
 
+def _shown(value: object) -> str:
+    return "—" if value is None or value == "" else str(value)
+
+
 def _entry(event: AuditEvent) -> TimelineEntry:
     before, after, details = event.before or {}, event.after or {}, event.details or {}
-    changes = [f"{key}: {before[key]} → {after.get(key)}" for key in sorted(before) if key in after]
+    changes = [f"{key}: {_shown(before[key])} → {_shown(after.get(key))}" for key in sorted(before) if key in after]
     note = next((str(details[key]) for key in _NOTE_KEYS if details.get(key)), "")
     return TimelineEntry(
         occurred_at=event.occurred_at,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django import template
@@ -40,14 +40,14 @@ def portal_nav(context: template.Context) -> dict[str, Any]:
 
 
 @register.filter
-def num(value: Any) -> str:
-    """A decimal without trailing zeros: ``4.0000`` → ``4``, ``0.1430`` → ``0.143``."""
+def num(value: Any, places: int = 2) -> str:
+    """A decimal rounded to ``places`` and without trailing zeros: ``4.0000`` → ``4``, ``8.2645`` → ``8.26``."""
     if value is None or value == "":
         return ""
     if not isinstance(value, Decimal):
         value = Decimal(str(value))
-    text = format(value.normalize(), "f")
-    return text
+    rounded = value.quantize(Decimal(1).scaleb(-int(places)), rounding=ROUND_HALF_UP)
+    return format(rounded.normalize(), "f")
 
 
 @register.filter

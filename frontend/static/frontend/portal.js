@@ -10,4 +10,9 @@ document.addEventListener("DOMContentLoaded", function () {
       boxes.forEach(function (box) { box.checked = all.checked; });
     });
   });
+  // After a refused submit, put the keyboard on the first field that needs correcting.
+  if (document.querySelector(".form-errors[role=alert]")) {
+    var invalid = document.querySelector('main [aria-invalid="true"]');
+    if (invalid) { invalid.focus(); }
+  }
 });
