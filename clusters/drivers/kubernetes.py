@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import ssl
+from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -229,6 +230,11 @@ class KubernetesDriver:
     # ----------------------------------------------------------------------------- plan
     def plan(self, scopes: list[Scope]) -> Plan:
         live = self._live(scopes)
+        owned: dict[str | None, list[tuple[Key, dict[str, Any]]]] = defaultdict(list)
+        for key, item in sorted(live.items()):
+            owner = _owner(item)
+            if owner is not _NOBODY:
+                owned[owner].append((key, item))
         changes: list[Change] = []
         unchanged = 0
         for scope in scopes:
@@ -245,8 +251,8 @@ class KubernetesDriver:
                     continue
                 action = "create" if current is None else "update"
                 changes.append(Change(action, key[0], key[2], key[1], scope.label, obj, current, tuple(fields)))
-            for key, current in sorted(live.items()):
-                if key in wanted or not _belongs(current, scope) or current.get("metadata", {}).get("deletionTimestamp"):
+            for key, current in owned.get(scope.namespace, []):
+                if key in wanted or current.get("metadata", {}).get("deletionTimestamp"):
                     continue
                 changes.append(Change("delete", key[0], key[2], key[1], scope.label, None, current))
         return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged)
@@ -309,19 +315,21 @@ class KubernetesDriver:
         self.rest.checked("DELETE", path, what=f"prune {change.ref}", allow=(404,), body={"propagationPolicy": "Background"})
 
 
-def _belongs(live: dict[str, Any], scope: Scope) -> bool:
-    """Whether a live managed object is part of ``scope`` (and so pruned when not desired)."""
+_NOBODY = "\x00not managed"
+
+
+def _owner(live: dict[str, Any]) -> str | None:
+    """The scope a live object belongs to (and is pruned from): a project's namespace, None for
+    the cluster-wide objects, ``_NOBODY`` for what the portal never deletes (nodes, others' objects)."""
     kind = live.get("kind", "")
     labels = live.get("metadata", {}).get("labels") or {}
     if kind == "Node" or labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE:
-        return False
-    if scope.namespace is None:
-        return labels.get(SCOPE_LABEL) == SCOPE_CLUSTER
+        return _NOBODY
     if labels.get(SCOPE_LABEL) == SCOPE_CLUSTER:
-        return False
+        return None
     if kind == "Namespace":
-        return bool(live["metadata"]["name"] == scope.namespace)
-    return bool(live["metadata"].get("namespace") == scope.namespace)
+        return str(live["metadata"]["name"])
+    return str(live["metadata"].get("namespace") or _NOBODY)
 
 
 def _prune_inside_deleted_namespaces(changes: list[Change]) -> list[Change]:
