@@ -40,10 +40,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 _FAILED = pytest.StashKey[bool]()
 
 
-@pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="package", autouse=True)
 def _portal_as_deployed() -> Iterator[None]:
     """Serve the pages with the security headers middleware, so the tests prove that the pages and
-    HTMX work under the strict Content-Security-Policy. Must apply before the live server starts."""
+    HTMX work under the strict Content-Security-Policy. Must apply before the live server starts
+    (only these tests use it); other tests keep the configured middleware."""
     middleware = list(settings.MIDDLEWARE)
     if SECURITY_HEADERS not in middleware:
         middleware.insert(middleware.index("django.middleware.security.SecurityMiddleware") + 1, SECURITY_HEADERS)
@@ -51,11 +52,12 @@ def _portal_as_deployed() -> Iterator[None]:
         yield
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser(_portal_as_deployed: None) -> Iterator[Browser]:
     if not CHROMIUM.exists():
         pytest.skip(f"no Chromium at {CHROMIUM} (make browser installs Debian's)")
-    # Playwright's sync API keeps an event loop in this thread; the tests' own ORM calls stay synchronous.
+    # Playwright's sync API keeps an event loop in this thread while the browser is open; the tests'
+    # own ORM calls stay synchronous. Allowed for this package only, and restored after it.
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
