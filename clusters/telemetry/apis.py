@@ -16,7 +16,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
@@ -147,6 +147,7 @@ class NodeReportApi(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [HasNodeToken]
 
+    @extend_schema_serializer(component_name="NodeReportOutcome")
     class Output(serializers.Serializer):  # type: ignore[type-arg]
         accepted = serializers.BooleanField()
         reason = serializers.CharField()
@@ -206,6 +207,7 @@ class NodeTokenListApi(APIView):
         node_name = serializers.CharField(required=False, max_length=253)
         active = serializers.BooleanField(required=False, allow_null=True, default=None)
 
+    @extend_schema_serializer(component_name="NodeTokenIssue")
     class Input(serializers.Serializer):  # type: ignore[type-arg]
         cluster = serializers.IntegerField(min_value=1)
         node_name = serializers.CharField(max_length=253)

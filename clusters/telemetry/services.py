@@ -498,7 +498,8 @@ class EpochBucket(models.Func):
 
     def as_sqlite(self, compiler: Any, connection: Any, **extra_context: Any) -> Any:
         # SQLite keeps datetimes as UTC text; strftime('%s') reads them as seconds since the epoch.
-        template = f"(CAST(strftime('%%s', %(expressions)s) AS INTEGER) / {self.seconds}) * {self.seconds}"
+        # '%%%%s' is '%%s' in the SQL, which the backend turns into a literal '%s' (not a parameter).
+        template = f"(CAST(strftime('%%%%s', %(expressions)s) AS INTEGER) / {self.seconds}) * {self.seconds}"
         return self.as_sql(compiler, connection, template=template, **extra_context)
 
 
