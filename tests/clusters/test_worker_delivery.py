@@ -81,12 +81,11 @@ def broker(redis: Redis) -> Iterator[Redis]:
     """This process publishes to the test Redis instead of running tasks in-process."""
     from gpuportal.celery import app
 
-    saved = (app.conf.task_always_eager, app.conf.broker_url)
-    app.conf.task_always_eager = False
-    app.conf.broker_url = redis.url
+    saved = {"task_always_eager": app.conf.task_always_eager, "broker_url": app.conf.broker_url}
+    app.conf.update(task_always_eager=False, broker_url=redis.url)
     _reset_connections(app)
     yield redis
-    app.conf.task_always_eager, app.conf.broker_url = saved
+    app.conf.update(saved)
     _reset_connections(app)
 
 
