@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
@@ -11,7 +12,7 @@ from django.db.models import Count, Q, QuerySet
 from allocations.models import Allocation, AllocationState
 from allocations.selectors import allocation_list, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
-from clusters.models import Cluster
+from clusters.models import Cluster, ClusterPush, Gpu, PushState
 from clusters.selectors import cluster_list
 from tenants.access import access_for
 from tenants.models import Membership, Project
@@ -122,31 +123,54 @@ class ClusterHealth:
     gpus: int
     holding: int
     failed: int
+    pushes_pending: int
+    pushes_failed: int
 
     @property
     def status(self) -> str:
         if not self.cluster.is_active:
             return "inactive"
-        if self.cluster.last_sync_error:
+        if self.cluster.last_sync_error or self.pushes_failed:
             return "error"
+        if self.pushes_pending:
+            return "syncing"
         if self.cluster.last_sync_at is None:
             return "never synced"
         return "ok"
 
 
+def _grouped(queryset: QuerySet[Any], *keys: str) -> dict[tuple[Any, ...], int]:
+    rows = queryset.values(*keys).annotate(count=Count("pk")).order_by()
+    return {tuple(row[key] for key in keys): row["count"] for row in rows}
+
+
 def cluster_health_list(*, user: User) -> list[ClusterHealth]:
-    clusters = cluster_list(user=user).annotate(
-        gpu_count=Count("nodes__gpus", distinct=True),
-        holding_count=Count("allocations", filter=Q(allocations__state__in=HOLDING_STATES), distinct=True),
-        failed_count=Count("allocations", filter=Q(allocations__state=AllocationState.FAILED), distinct=True),
+    """Every cluster with its inventory, what it holds and how delivery to it is going (the outbox).
+    Four grouped queries, whatever the number of clusters."""
+    clusters = list(cluster_list(user=user))
+    ids = [cluster.pk for cluster in clusters]
+    gpus = _grouped(Gpu.objects.filter(node__cluster_id__in=ids), "node__cluster_id")
+    allocations = _grouped(
+        Allocation.objects.filter(cluster_id__in=ids, state__in=HOLDING_STATES), "cluster_id", "state"
+    )
+    pushes = _grouped(
+        ClusterPush.objects.filter(cluster_id__in=ids, state__in=[PushState.PENDING, PushState.FAILED]),
+        "cluster_id", "state",
     )
     return [
         ClusterHealth(
             cluster=cluster,
             nodes=getattr(cluster, "node_count", 0),
-            gpus=getattr(cluster, "gpu_count", 0),
-            holding=getattr(cluster, "holding_count", 0),
-            failed=getattr(cluster, "failed_count", 0),
+            gpus=gpus.get((cluster.pk,), 0),
+            holding=sum(count for (cluster_id, _), count in allocations.items() if cluster_id == cluster.pk),
+            failed=allocations.get((cluster.pk, AllocationState.FAILED), 0),
+            pushes_pending=pushes.get((cluster.pk, PushState.PENDING), 0),
+            pushes_failed=pushes.get((cluster.pk, PushState.FAILED), 0),
         )
         for cluster in clusters
     ]
+
+
+def allocation_pushes(*, allocation: Allocation) -> QuerySet[ClusterPush]:
+    """Deliveries of this allocation to its cluster (call after ``allocation_get``)."""
+    return ClusterPush.objects.filter(allocation=allocation).order_by("-pk")

@@ -19,6 +19,7 @@ from frontend.forms import AllocationRequestForm, RenewForm
 from frontend.http import form_add_service_error, portal_user
 from frontend.selectors import (
     allocation_changeable,
+    allocation_pushes,
     dashboard_allocations,
     membership_department_ids,
     pending_for_decision,
@@ -121,6 +122,7 @@ def allocation_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
         "title": f"Allocation #{allocation.pk}",
         "allocation": allocation,
         "timeline": allocation_timeline(allocation=allocation),
+        "pushes": allocation_pushes(allocation=allocation)[:10],
         "renew_form": RenewForm.for_allocation(allocation),
         "can_change": allocation_changeable(user=user, allocation=allocation),
         "can_decide": allocation.state == "pending" and access.can_administer_department(allocation.project.department_id),

@@ -10,11 +10,13 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from allocations.selectors import flavor_list, priority_class_list
-from clusters.selectors import cluster_get, node_list
+from clusters.selectors import cluster_drift_list, cluster_get, cluster_push_list, node_list
 from frontend.gpu_map import gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
 from tenants.access import access_for
+
+RECENT = 10
 
 
 def _platform_admin(request: HttpRequest) -> User:
@@ -41,6 +43,8 @@ def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
         "cluster": cluster,
         "nodes": node_list(user=user, cluster_id=cluster.pk),
         "map": gpu_map(cluster=cluster),
+        "pushes": cluster_push_list(user=user, cluster_id=cluster.pk)[:RECENT],
+        "drifts": cluster_drift_list(user=user, cluster_id=cluster.pk)[:RECENT],
     }
     return render(request, "frontend/cluster_detail.html", context)
 

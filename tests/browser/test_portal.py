@@ -22,6 +22,13 @@ def no_policy_violations(portal: Portal) -> None:
     assert not [error for error in portal.console_errors if "Content Security Policy" in error or "htmx" in error]
 
 
+def every_control_is_labelled(portal: Portal) -> None:
+    controls = portal.page.locator("main").locator("input:not([type=hidden]), select, textarea, button")
+    assert controls.count() > 0
+    for index in range(controls.count()):
+        expect(controls.nth(index)).to_have_accessible_name(re.compile(r"\w"))
+
+
 def test_researcher_submits_admin_approves_researcher_sees_it_active(portal: Portal) -> None:
     page, world = portal.page, portal.world
     portal.login("nlp_member")
@@ -53,9 +60,15 @@ def test_researcher_submits_admin_approves_researcher_sees_it_active(portal: Por
     row = page.get_by_role("row").filter(has_text=f"#{allocation_id}")
     expect(row).to_contain_text("a100 units: 0 + 2 of 8")
     expect(row).to_contain_text("Fine-tuning a 7B model")
-    page.get_by_label(f"Select request #{allocation_id}").check()
-    page.get_by_label("Comment").fill("Approved for two weeks of fine-tuning")
+    page.get_by_label(f"Select request #{allocation_id}").focus()
+    page.keyboard.press("Space")  # keyboard alone is enough to decide
+    expect(page.get_by_label(f"Select request #{allocation_id}")).to_be_checked()
+    page.keyboard.press("Tab")
+    page.keyboard.press("Tab")  # past the link to the request: to the comment
+    expect(page.get_by_label("Comment")).to_be_focused()
+    page.keyboard.type("Approved for two weeks of fine-tuning")
     portal.shot("approvals-queue")
+    every_control_is_labelled(portal)
     page.get_by_role("button", name="Approve selected").click()
     expect(page.get_by_role("status").filter(has_text=f"Approved #{allocation_id}.")).to_be_visible()
     expect(page.get_by_text("No requests are waiting for a decision.")).to_be_visible()
@@ -110,6 +123,7 @@ def test_an_invalid_request_shows_field_errors(portal: Portal) -> None:
         re.compile("Units of the flavor.*greater than or equal to 1")
     )
     portal.shot("submitted-errors")
+    every_control_is_labelled(portal)
     assert not Allocation.objects.exists()
     no_policy_violations(portal)
 
@@ -158,6 +172,7 @@ def test_the_auditor_downloads_an_export(portal: Portal) -> None:
     expect(events.get_by_role("row").filter(has_text=f"allocations.allocation {allocation.pk}")).to_have_count(1)
     expect(events.get_by_role("row").filter(has_not_text="allocation.requested")).to_have_count(0)
     portal.shot("audit-log-filtered")
+    every_control_is_labelled(portal)
 
     with page.expect_download() as download_info:
         page.get_by_role("link", name="CSV").click()

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, Flavor, SharingMode
-from clusters.models import Cluster
+from clusters.models import Cluster, ClusterPush, PushState
 from frontend.gpu_map import gpu_map, unit_share
 from tests.conftest import World
 from tests.frontend.conftest import Login, pending
@@ -27,12 +27,16 @@ def granted(world: World, *, persona: str, project: str, flavor: str, quantity: 
 
 def test_it_shows_cluster_sync_health(world: World, login: Login) -> None:
     Cluster.objects.filter(pk=world.cluster.pk).update(last_sync_at=timezone.now(), last_sync_error="")
-    Cluster.objects.create(name="broken", last_sync_at=timezone.now(), last_sync_error="connection refused")
+    broken = Cluster.objects.create(name="broken", last_sync_at=timezone.now(), last_sync_error="connection refused")
+    ClusterPush.objects.create(cluster=broken, available_at=timezone.now(), state=PushState.FAILED, attempts=8,
+                               last_error="connection refused")
+    ClusterPush.objects.create(cluster=broken, available_at=timezone.now())
     Cluster.objects.create(name="fresh")
     html = login("platform").get("/platform/clusters/").content.decode()
     rows = {name: row for row in html.split("<tr>")[1:] for name in ("test-cluster", "broken", "fresh") if name in row}
     assert 'class="health health-ok">ok' in rows["test-cluster"]
     assert "health-error" in rows["broken"] and "connection refused" in rows["broken"]
+    assert "1 pending" in rows["broken"] and "1 failed" in rows["broken"] and "up to date" in rows["test-cluster"]
     assert "never synced" in rows["fresh"]
     assert "<td>3</td><td>24</td>" in rows["test-cluster"]  # nodes, GPUs
 
@@ -46,6 +50,7 @@ def test_it_draws_each_gpus_share_by_department(world: World, login: Login) -> N
     assert re.search(r"GPU 2: 43 % allocated \(#\d+ nlp: 3 × a100-1g\)", html)
     assert "vision: 1 × h100" in html
     assert html.count('class="mig-line"') == 6  # one GPU in MIG mode: seven slices
+    assert "Delivery" in html and "project nlp-llm" in html  # the outbox rows of the approvals
     legend = re.findall(r'fill="(#[0-9a-f]{6})"></rect></svg> (\w+)</li>', html)
     assert {name for _, name in legend} == {"nlp", "vision"} and len({colour for colour, _ in legend}) == 2
 
