@@ -6,8 +6,10 @@ gets 404 from every endpoint.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
@@ -21,14 +23,30 @@ from rest_framework.views import APIView
 
 from audit import actions
 from audit.actions import get_action
-from audit.checkpoints import checkpoint_publish
+from audit.checkpoints import AuditIntegrityError, checkpoint_publish
 from audit.conf import audit_trusted_keys
 from audit.export import CONTENT_TYPES, OUTPUTS, audit_export, checkpoint_for_export, export_filename
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters, AuditVisibility, audit_event_list, audit_filters_for, audit_visibility_for
 from audit.services import audit_record
 from gpuportal.api.pagination import Pagination
-from gpuportal.errors import NotAllowed
+from gpuportal.errors import ApplicationError, NotAllowed
+
+
+class AuditUnavailable(ApplicationError):
+    """No checkpoint can be signed: the log failed its own check (page someone), or no key is set."""
+
+    status = 503
+    code = "audit_unavailable"
+
+
+def _checkpoint_or_503(publish: Callable[[], AuditCheckpoint]) -> AuditCheckpoint:
+    try:
+        return publish()
+    except AuditIntegrityError as error:
+        raise AuditUnavailable(f"The audit log failed verification; no checkpoint was signed: {error}") from None
+    except ImproperlyConfigured as error:
+        raise AuditUnavailable(f"Audit checkpoints cannot be signed: {error}") from None
 
 
 class FilterSerializer(serializers.Serializer[Any]):
@@ -129,7 +147,7 @@ class AuditExportApi(APIView):
                 actor=request.user, action=actions.AUDIT_EXPORTED, department_id=data.get("department"),
                 details={"output": output, "scope": filters.scope().to_json()},
             )
-        checkpoint = checkpoint_for_export() if output == "bundle" else None
+        checkpoint = _checkpoint_or_503(checkpoint_for_export) if output == "bundle" else None
         response = StreamingHttpResponse(
             audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
         )
@@ -167,7 +185,7 @@ class AuditCheckpointPublishApi(APIView):
             raise NotAllowed("Only auditors and platform admins may publish checkpoints.")
         with transaction.atomic():
             audit_record(actor=request.user, action=actions.AUDIT_CHECKPOINT_REQUESTED)
-        return Response(self.OutputSerializer(checkpoint_publish()).data, status=201)
+        return Response(self.OutputSerializer(_checkpoint_or_503(checkpoint_publish)).data, status=201)
 
 
 class AuditKeysApi(APIView):

@@ -40,11 +40,16 @@ def _role_check(connection: BaseDatabaseWrapper, role: str) -> None:
 
 
 def runtime_grants_apply(*, using: str = DEFAULT_DB_ALIAS, role: str | None = None) -> str | None:
-    """Grant the runtime role its privileges; returns the role, or None when none is configured."""
+    """Grant the runtime role its privileges; returns the role, or None when none is configured
+    (or when connected as the runtime role itself, which cannot grant anything)."""
     connection = connections[using]
     role = role or audit_runtime_role()
     if connection.vendor != "postgresql" or not role:
         return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_user")
+        if cursor.fetchone()[0] == role:
+            return None  # connected as the application itself (a test run's flush): nothing to grant
     _role_check(connection, role)
     quoted = _quote(connection, role)
     ordinary = "SELECT, INSERT, UPDATE, DELETE" + (", TRUNCATE" if audit_runtime_grant_truncate() else "")

@@ -165,3 +165,12 @@ def test_checkpoints_are_published_on_demand_and_shown(org: Org, events: dict[st
     assert latest["number"] == published.json()["number"] and latest["note"].startswith("test.gpuportal/audit\n")
     keys = org.client("nlp_admin").get(f"{BASE}/keys/").json()["keys"]
     assert keys == [verifier_key.vkey()]
+
+
+def test_a_bundle_is_refused_with_503_when_no_checkpoint_can_be_signed(org: Org, events: dict[str, AuditEvent],
+                                                                        settings: Any) -> None:
+    settings.GPUPORTAL_AUDIT_SIGNING_KEY = None
+    settings.DEBUG = False
+    response = org.client("auditor").get(f"{BASE}/export/", {"output": "bundle"})
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "audit_unavailable"
