@@ -119,8 +119,8 @@ def _joined_chunks(selection: _Selection) -> Iterator[str]:
         with connection.cursor() as cursor:
             # the WHERE clause is built from fixed fragments and %s placeholders only
             query = (
-                "SELECT max(seq), string_agg(record, E'\\n' ORDER BY seq) FROM (SELECT seq, record FROM audit_event "
-                f"WHERE {where} AND seq > %s ORDER BY seq LIMIT %s) AS chunk"  # noqa: S608
+                "SELECT max(seq), string_agg(record, E'\\n' ORDER BY seq) FROM (SELECT seq, record "  # noqa: S608
+                f"FROM audit_event WHERE {where} AND seq > %s ORDER BY seq LIMIT %s) AS chunk"
             )
             cursor.execute(query, [*params, position, JOIN_CHUNK])
             row = cursor.fetchone()
