@@ -18,6 +18,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 from playwright.sync_api import Browser, Page, expect, sync_playwright
+from pytest_django.live_server_helper import LiveServer
 
 from tests.conftest import World, build_world
 
@@ -50,6 +51,16 @@ def _portal_as_deployed() -> Iterator[None]:
         middleware.insert(middleware.index("django.middleware.security.SecurityMiddleware") + 1, SECURITY_HEADERS)
     with override_settings(MIDDLEWARE=middleware):
         yield
+
+
+@pytest.fixture(scope="package")
+def live_server(request: pytest.FixtureRequest, _portal_as_deployed: None) -> Iterator[LiveServer]:
+    """pytest-django's live server, started for this package only and after the middleware
+    override (a session-scoped server would start first and load the configured middleware)."""
+    address = request.config.getvalue("liveserver") or os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS") or "localhost"
+    server = LiveServer(address)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="package")
@@ -104,7 +115,7 @@ class Portal:
 
 
 @pytest.fixture
-def portal(browser: Browser, live_server: Any, request: pytest.FixtureRequest) -> Iterator[Portal]:
+def portal(browser: Browser, live_server: LiveServer, request: pytest.FixtureRequest) -> Iterator[Portal]:
     folder = ARTIFACTS / re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
     folder.mkdir(parents=True, exist_ok=True)
     for old in folder.glob("*"):

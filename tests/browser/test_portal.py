@@ -143,6 +143,7 @@ def test_an_outsider_cannot_open_another_departments_allocation(portal: Portal) 
 
     response = page.goto(f"/allocations/{allocation.pk}/")
     assert response is not None and response.status == 404
+    assert "script-src 'self';" in response.headers["content-security-policy"]  # served as deployed
     expect(page.get_by_role("heading", name="Not found")).to_be_visible()
     expect(page).to_have_title("Not found · GPU Portal")
     expect(page.get_by_text("confidential NLP experiment")).to_have_count(0)
