@@ -13,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -89,6 +89,7 @@ def _filters(request: Request, serializer_class: type[FilterSerializer] = Filter
 
 
 class AuditEventListApi(APIView):
+    @extend_schema_serializer(component_name="AuditEvent")
     class OutputSerializer(serializers.Serializer[AuditEvent]):
         seq = serializers.IntegerField()
         occurred_at = serializers.DateTimeField()
@@ -156,6 +157,7 @@ class AuditExportApi(APIView):
         return response
 
 
+@extend_schema_serializer(component_name="AuditCheckpoint")
 class _CheckpointOutput(serializers.Serializer[AuditCheckpoint]):
     number = serializers.IntegerField()
     size = serializers.IntegerField()
@@ -192,6 +194,7 @@ class AuditKeysApi(APIView):
     """The verifier keys for checkpoints. Check them against a copy obtained out of band: a
     compromised server could serve its own."""
 
+    @extend_schema_serializer(component_name="AuditVerifierKeys")
     class OutputSerializer(serializers.Serializer[Any]):
         keys = serializers.ListField(child=serializers.CharField())
 

@@ -33,6 +33,12 @@ requires_postgres = pytest.mark.skipif(
 
 
 @pytest.fixture
+def postgres() -> None:
+    """For tests marked ``requires_postgres``: fail (not skip) when PostgreSQL was required."""
+    assert connection.vendor == "postgresql", "GPUPORTAL_REQUIRE_POSTGRES=1 but the tests run on SQLite"
+
+
+@pytest.fixture
 def signing_key() -> SigningKey:
     return signing_key_generate(ORIGIN)
 

@@ -45,7 +45,7 @@ def test_every_audit_table_refuses_update_and_delete_in_sql(table: str, column: 
 
 @requires_postgres
 @pytest.mark.parametrize("table", AUDIT_TABLES)
-def test_truncate_is_refused_even_for_the_owner(table: str) -> None:
+def test_truncate_is_refused_even_for_the_owner(table: str, postgres: None) -> None:
     record()
     assert "append-only: TRUNCATE" in refused(f"TRUNCATE {table}")
 

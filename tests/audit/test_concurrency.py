@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres]
 WRITERS, EVENTS_EACH = 8, 25
 
 
-def test_concurrent_writers_leave_one_gapless_chain() -> None:
+def test_concurrent_writers_leave_one_gapless_chain(postgres: None) -> None:
     start = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
     barrier = threading.Barrier(WRITERS)
     errors: list[BaseException] = []

@@ -19,11 +19,10 @@ pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres]
 
 
 @pytest.fixture
-def runtime() -> Iterator[Any]:
+def runtime(postgres: None) -> Iterator[Any]:
     """A connection to the test database as the application's role (not the migrating owner)."""
     import psycopg
 
-    assert connection.vendor == "postgresql", "GPUPORTAL_REQUIRE_POSTGRES=1 but the tests run on SQLite"
     url = os.environ.get("GPUPORTAL_APP_DATABASE_URL")
     role = audit_runtime_role()
     assert url and role, "set GPUPORTAL_APP_DATABASE_URL to the application role's URL"
