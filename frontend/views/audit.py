@@ -9,7 +9,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.db import transaction
 from django.db.models import QuerySet
@@ -108,6 +108,9 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     result: dict[str, Any] = {"at": timezone.now(), "by": portal_user(request).get_username()}
     try:
         report = audit_log_verify()
+    except ImproperlyConfigured as error:
+        messages.error(request, f"Verification cannot run: {error}")
+        return redirect("audit-log")
     except VerificationFailure as failure:
         result.update(ok=False, summary=str(failure))
         messages.error(request, f"Verification FAILED: {failure}")
@@ -135,7 +138,13 @@ def audit_export_download(request: HttpRequest) -> HttpResponse | StreamingHttpR
             department_id=form.cleaned_data["department"].pk if form.cleaned_data.get("department") else None,
             details={"output": output, "scope": filters.scope().to_json(), "via": "portal"},
         )
-    checkpoint = checkpoint_for_export() if output == "bundle" else None
+    checkpoint = None
+    if output == "bundle":
+        try:
+            checkpoint = checkpoint_for_export()
+        except (AuditIntegrityError, ImproperlyConfigured) as error:
+            messages.error(request, f"No bundle: a checkpoint cannot be signed ({error}).")
+            return redirect("audit-log")
     response = StreamingHttpResponse(
         audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
     )
@@ -154,7 +163,7 @@ def audit_checkpoint(request: HttpRequest) -> HttpResponse:
         audit_record(actor=portal_user(request), action=actions.AUDIT_CHECKPOINT_REQUESTED, details={"via": "portal"})
     try:
         checkpoint = checkpoint_publish()
-    except AuditIntegrityError as error:
+    except (AuditIntegrityError, ImproperlyConfigured) as error:
         messages.error(request, f"No checkpoint published: {error}")
     else:
         messages.success(request, f"Checkpoint #{checkpoint.number} signed over {checkpoint.size} events.")

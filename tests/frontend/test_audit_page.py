@@ -108,3 +108,16 @@ def test_it_publishes_a_checkpoint_on_demand(world: World, login: Login, audit_k
     assert "Latest checkpoint" in html and "Root hash" in html
     assert AuditEvent.objects.filter(action="audit.checkpoint_requested", actor_username="auditor").exists()
     assert login("nlp_admin").post("/audit/checkpoint/").status_code == 403
+
+
+def test_it_explains_when_no_checkpoint_can_be_signed(world: World, login: Login, settings: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("GPUPORTAL_AUDIT_SIGNING_KEY", "GPUPORTAL_AUDIT_SIGNING_KEY_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    settings.GPUPORTAL_AUDIT_SIGNING_KEY = None
+    settings.DEBUG = False
+    client = login("auditor")
+    html = client.post("/audit/checkpoint/", follow=True).content.decode()
+    assert "No checkpoint published" in html and "GPUPORTAL_AUDIT_SIGNING_KEY" in html
+    response = client.get("/audit/export/", {"output": "bundle"}, follow=True)
+    assert response.status_code == 200 and "No bundle: a checkpoint cannot be signed" in response.content.decode()
