@@ -48,6 +48,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "frontend.middleware.PortalSecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "gpuportal.request_context.RequestContextMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -115,10 +116,19 @@ LOGOUT_REDIRECT_URL = "login"
 SESSION_COOKIE_SECURE = env_bool("GPUPORTAL_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SESSION_COOKIE_HTTPONLY = True
+CSRF_COOKIE_HTTPONLY = True
+SECURE_HSTS_SECONDS = env_int("GPUPORTAL_HSTS_SECONDS", 0, minimum=0)
 SECURE_CONTENT_TYPE_NOSNIFF = True
 X_FRAME_OPTIONS = "DENY"
 if env_bool("GPUPORTAL_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# A shared cache keeps login throttling consistent across web workers.
+_cache_url = env_str("GPUPORTAL_CACHE_URL")
+if _cache_url is not None:
+    if not _cache_url.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured("GPUPORTAL_CACHE_URL must be a redis:// or rediss:// URL")
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
