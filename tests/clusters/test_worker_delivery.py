@@ -90,11 +90,15 @@ def broker(redis: Redis) -> Iterator[Redis]:
 
 
 def _reset_connections(app: Any) -> None:
-    """Drop the connection and producer pools, so the next publish goes to the current broker."""
+    """Drop the connection and producer pools (the app's and kombu's registry of them), so the
+    next publish opens fresh ones to the current broker."""
+    from kombu import pools
+
     if app._pool is not None:
         app._pool.force_close_all()
         app._pool = None
     app.amqp._producer_pool = None
+    pools.reset()
 
 
 def _database_url() -> str:
