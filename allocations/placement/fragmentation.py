@@ -23,9 +23,18 @@ from .cluster import Cluster
 from .decisions import Request, RequestKind
 from .inventory import GPU_MILLI
 from .mig import COMPUTE_SLICES
+from .mig_planner import layout_tables, default_weights
 from .workload import Workload
 
 INF = float("inf")
+
+
+def layout_tie_break() -> FloatArray:
+    """A tiny per-MIG-state term (the slice planner's layout judgement, far below one milli)
+    that decides between starts the class weights cannot tell apart."""
+    frag, options = layout_tables(default_weights())
+    out: FloatArray = frag * 1e-6 - options * 1e-9
+    return out
 MIG_UNIT = GPU_MILLI / COMPUTE_SLICES
 
 
@@ -61,6 +70,8 @@ class FragModel:
     def amounts(self, rows: IntArray) -> FloatArray:
         c = self.cluster
         free = c.gpu_free[rows]
+        if not c.mig_gpus:
+            return np.maximum(free, 0).astype(np.float64)
         out: FloatArray = np.where(c.shared_gpu[rows], np.maximum(free, 0), self.mig_amount[c.mig_state[rows]])
         return out
 
@@ -76,6 +87,8 @@ class FragModel:
     def fits(self, rows: IntArray) -> BoolArray:
         c = self.cluster
         model = c.gpu_model[rows]
+        if not c.mig_gpus:
+            return self.fits_shared(model, c.gpu_free[rows])
         out: BoolArray = self.fits_shared(model, c.gpu_free[rows]) | self.fits_mig(model, c.mig_state[rows])
         return out
 
@@ -104,7 +117,9 @@ class FragModel:
         return float(self.node_frag(np.arange(len(self.cluster.names))).sum())
 
     # ------------------------------------------------------------------ hypothetical changes
-    def delta(self, rows: IntArray, request: Request) -> tuple[FloatArray, IntArray, IntArray]:
+    def delta(self, rows: IntArray, request: Request,
+              terms: tuple[FloatArray, FloatArray, FloatArray, BoolArray, FloatArray] | None = None
+              ) -> tuple[FloatArray, IntArray, IntArray]:
         """Increase of F_n if ``request`` went to each node of ``rows``.
 
         Returns ``(dF[d], slot[d], start[d])``: the best single GPU slot / MIG start for shared and
@@ -115,7 +130,7 @@ class FragModel:
         c = self.cluster
         d = len(rows)
         none = np.full(d, -1, dtype=np.int64)
-        count, s, t, fits, a = self.terms(rows)
+        count, s, t, fits, a = self.terms(rows) if terms is None else terms
         cpu = c.cpu_free[rows]
         f0 = self.frag(count, s, t, cpu)
         cpu2 = cpu - request.cpu_milli
@@ -144,7 +159,7 @@ class FragModel:
             a2 = self.mig_amount[nxt_safe]
             df = self._after_one(count[:, None, None], s[:, None, None], t[:, None, None], fits[:, :, None],
                                  a[..., None], fits2, a2, cpu2[:, None, None])
-            df = df - f0[:, None, None]
+            df = df - f0[:, None, None] + layout_tie_break()[nxt_safe]
             df = np.where(legal, df, INF)
             flat = df.reshape(d, -1).argmin(axis=1)
             slot, k = np.divmod(flat, nxt.shape[2])
@@ -178,3 +193,28 @@ class FragModel:
         count2 = count - fits + fits2
         s2 = s - a[..., None] * ~fits + a2[..., None] * ~fits2
         return self.frag(count2, s2, t - a + a2, cpu2)
+
+
+class NodeTerms:
+    """The terms of F_n for every node, recomputed only for nodes whose version moved."""
+
+    def __init__(self, model: FragModel) -> None:
+        self.model = model
+        c = model.cluster
+        n, g, m = len(c.names), c.max_gpus, len(model.p)
+        self.version = np.full(n, -1, dtype=np.int64)
+        self.count = np.zeros((n, m))
+        self.s = np.zeros((n, m))
+        self.t = np.zeros(n)
+        self.fits = np.zeros((n, g, m), dtype=np.bool_)
+        self.a = np.zeros((n, g))
+
+    def refresh(self) -> None:
+        c = self.model.cluster
+        dirty = np.flatnonzero(self.version != c.version)
+        if len(dirty):
+            self.count[dirty], self.s[dirty], self.t[dirty], self.fits[dirty], self.a[dirty] = self.model.terms(dirty)
+            self.version[dirty] = c.version[dirty]
+
+    def of(self, rows: IntArray) -> tuple[FloatArray, FloatArray, FloatArray, BoolArray, FloatArray]:
+        return self.count[rows], self.s[rows], self.t[rows], self.fits[rows], self.a[rows]

@@ -22,7 +22,7 @@ from .mig import GEOMETRIES
 
 
 @lru_cache(maxsize=32)
-def _layout_tables(weights: tuple[tuple[str, float], ...]) -> tuple[FloatArray, IntArray]:
+def layout_tables(weights: tuple[tuple[str, float], ...]) -> tuple[FloatArray, IntArray]:
     """(fragmentation[state], options[state]) for profile ``weights`` (name, weight)."""
     free = mig_tables.free_compute_table().astype(np.float64)
     blocked = np.zeros(mig_tables.TABLE_SIZE, dtype=np.float64)
@@ -46,7 +46,7 @@ class SlicePlanner:
 
     def __init__(self, weights: Mapping[str, float] | None = None) -> None:
         items = tuple(sorted(weights.items())) if weights else default_weights()
-        self.frag, self.options = _layout_tables(items)
+        self.frag, self.options = layout_tables(items)
 
     def choose(self, cluster: Cluster, request: Request, node: int, best_fit: bool = True) -> tuple[
             tuple[int, ...], tuple[int, ...]]:

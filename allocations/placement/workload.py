@@ -9,7 +9,7 @@ The Django side can build the same from recent requests (:meth:`Workload.from_re
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .decisions import Request, RequestKind
 
@@ -22,6 +22,8 @@ class TaskClass:
     allowed_models: frozenset[str] = frozenset()
     mig_profile: str | None = None
     weight: float = 1.0
+    memory_mib: int = 0
+    """Mean memory of the class's requests (not part of the class key, as in the paper)."""
 
     @property
     def kind(self) -> RequestKind:
@@ -45,9 +47,11 @@ class Workload:
     @classmethod
     def from_requests(cls, requests: Iterable[Request], coverage: float = 0.95) -> Workload:
         counts: dict[tuple[int, int, int, frozenset[str], str | None], int] = {}
+        memory: dict[tuple[int, int, int, frozenset[str], str | None], int] = {}
         for r in requests:
             key = _class_key(r)
             counts[key] = counts.get(key, 0) + 1
+            memory[key] = memory.get(key, 0) + r.memory_mib
         total = sum(counts.values())
         if total == 0:
             return cls(())
@@ -62,10 +66,24 @@ class Workload:
                 break
         return cls(
             tuple(
-                TaskClass(cpu, milli, k, models, mig, n / covered)
+                TaskClass(cpu, milli, k, models, mig, n / covered, memory[(cpu, milli, k, models, mig)] // n)
                 for (cpu, milli, k, models, mig), n in kept
             )
         )
+
+    def top(self, coverage: float) -> Workload:
+        """The most popular classes covering ``coverage`` of the weight, renormalised."""
+        if coverage >= 1.0 or not self.classes:
+            return self
+        total = sum(c.weight for c in self.classes)
+        kept: list[TaskClass] = []
+        covered = 0.0
+        for c in sorted(self.classes, key=lambda c: -c.weight):
+            kept.append(c)
+            covered += c.weight
+            if covered >= coverage * total - 1e-12:
+                break
+        return Workload(tuple(replace(c, weight=c.weight / covered) for c in kept))
 
     def __len__(self) -> int:
         return len(self.classes)

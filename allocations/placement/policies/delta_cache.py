@@ -7,22 +7,28 @@ decision changes one node, so a shape's cached deltas stay valid except on nodes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..arrays import FloatArray, IntArray
 from ..cluster import Cluster
 from ..decisions import Request
-from ..fragmentation import FragModel
+from ..fragmentation import FragModel, NodeTerms
 from ..workload import Workload
 
 ShapeKey = tuple[object, ...]
 
 
-def shape_key(request: Request) -> ShapeKey:
-    """What the fragmentation delta depends on (memory does not enter F_n)."""
-    return (request.cpu_milli, request.gpu_count, request.gpu_milli, request.mig_profile, request.allowed_models)
+DEDUPE_ABOVE = 48
+"""Dirty sets larger than this are reduced to distinct node states first."""
+
+
+def shape_key(request: Request, with_models: bool = True) -> ShapeKey:
+    """What the fragmentation delta depends on (memory does not enter F_n; the allowed models
+    only mask GPUs, which on single-model nodes the node feasibility check already does)."""
+    models = request.allowed_models if with_models else None
+    return (request.cpu_milli, request.gpu_count, request.gpu_milli, request.mig_profile, models)
 
 
 @dataclass
@@ -37,11 +43,15 @@ class DeltaCache:
     def __init__(self, cluster: Cluster, workload: Workload) -> None:
         self.cluster = cluster
         self.model = FragModel(cluster, workload)
+        self.terms = NodeTerms(self.model)
+        self.uniform = cluster.uniform_models()
         self.entries: dict[ShapeKey, Deltas] = {}
 
     def get(self, request: Request) -> Deltas:
         c = self.cluster
-        key = shape_key(request)
+        key = shape_key(request, not self.uniform)
+        if self.uniform and request.allowed_models:
+            request = replace(request, allowed_models=frozenset())
         e = self.entries.get(key)
         n = len(c.names)
         if e is None:
@@ -50,7 +60,16 @@ class DeltaCache:
             self.entries[key] = e
         dirty = np.flatnonzero(e.version != c.version)
         if len(dirty):
-            df, slot, start = self.model.delta(dirty, request)
+            self.terms.refresh()
+            rows = dirty
+            if len(dirty) > DEDUPE_ABOVE:
+                state = np.hstack([c.cpu_free[dirty, None], c.gpu_model[dirty], c.gpu_free[dirty], c.mig_state[dirty]])
+                _, first, inverse = np.unique(state, axis=0, return_index=True, return_inverse=True)
+                rows = dirty[first]
+            df, slot, start = self.model.delta(rows, request, self.terms.of(rows))
+            if rows is not dirty:
+                inv = inverse.reshape(-1)
+                df, slot, start = df[inv], slot[inv], start[inv]
             e.df[dirty] = df
             e.slot[dirty] = slot
             e.start[dirty] = start

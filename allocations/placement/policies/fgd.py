@@ -28,22 +28,28 @@ def fgd_score(df: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
 class FragmentationPolicy(Policy):
     """Shared machinery: a workload (given, or estimated online) and a delta cache per cluster."""
 
-    def __init__(self, workload: Workload | None = None) -> None:
+    def __init__(self, workload: Workload | None = None, coverage: float = 0.95) -> None:
         super().__init__()
         self.workload = workload
+        self.coverage = coverage
         self.estimate = WorkloadEstimate() if workload is None else None
 
+    def current_workload(self) -> Workload:
+        if self.workload is not None:
+            return self.workload
+        assert self.estimate is not None
+        return self.estimate.workload()
+
+    def _cache(self, cluster: Cluster, workload: Workload) -> DeltaCache:
+        return DeltaCache(cluster, workload.top(self.coverage))
+
     def deltas(self, cluster: Cluster, request: Request) -> Deltas:
+        """Fragmentation deltas for ``request`` on every node (cached on the cluster)."""
         key = ("deltas", id(self))
         cache: DeltaCache | None = cluster.cache.get(key)
-        if self.estimate is not None:
-            changed = self.estimate.observe(request)
-            if changed or cache is None:
-                cache = DeltaCache(cluster, self.estimate.workload())
-                cluster.cache[key] = cache
-        elif cache is None:
-            assert self.workload is not None
-            cache = DeltaCache(cluster, self.workload)
+        changed = self.estimate.observe(request) if self.estimate is not None else False
+        if cache is None or changed:
+            cache = self._cache(cluster, self.current_workload())
             cluster.cache[key] = cache
         return cache.get(request)
 

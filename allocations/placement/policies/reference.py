@@ -11,7 +11,7 @@ import numpy as np
 from ..arrays import BoolArray, FloatArray, IntArray
 from ..cluster import SHARED_TAG, Cluster
 from ..decisions import Request, RequestKind
-from .amounts import gpu_free, node_capacity, node_free, per_gpu_demand, total_demand
+from .amounts import gpu_free, node_free, per_gpu_demand, total_demand
 from .base import Policy, ScoredPolicy, lowest_rank
 
 CPU_SCALE = 128_000.0  # 128 cores, in milli-cores
@@ -76,7 +76,9 @@ class Clustering(ScoredPolicy):
     """GPU clustering: keep GPU pods of one tag ("sharing" or "k whole GPUs") together (§4).
 
     Tiers: only this tag (75-100] > this tag among others (50-75] > no GPU pods (25-50] >
-    other tags only (0-25]; inside a tier the more GPU capacity in use, the higher.
+    other tags only (0-25]; inside a tier the more GPU capacity in use, the higher. "In use" is
+    read on the same 8-GPU scale as BestFit and DotProduct: (8000 - free milli) / 8000, so a
+    small node counts as fuller than a large one with the same free capacity.
     CPU-only pods score 0 everywhere.
     """
 
@@ -90,8 +92,7 @@ class Clustering(ScoredPolicy):
         tags = cluster.tags[candidates]
         mine = tags[:, tag]
         total = tags.sum(axis=1)
-        cap = node_capacity(cluster, candidates)
-        used = np.where(cap > 0, (cap - node_free(cluster, candidates)) / np.maximum(cap, 1.0), 0.0)
+        used = np.clip((GPU_SCALE - node_free(cluster, candidates)) / GPU_SCALE, 0.0, 1.0)
         base = np.select([(mine > 0) & (mine == total), mine > 0, total == 0], [75.0, 50.0, 25.0], 0.0)
         out: FloatArray = base + 25.0 * used
         return out

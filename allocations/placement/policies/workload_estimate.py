@@ -23,7 +23,7 @@ class WorkloadEstimate:
         if len(self.seen) < self._next:
             return False
         self._next = len(self.seen) * 2 if len(self.seen) < self.refresh_every else len(self.seen) + self.refresh_every
-        self._workload = Workload.from_requests(self.seen[-8 * self.refresh_every:])
+        self._workload = Workload.from_requests(self.seen[-8 * self.refresh_every:], coverage=1.0)
         return True
 
     def workload(self) -> Workload:

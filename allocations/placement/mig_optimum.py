@@ -1,0 +1,121 @@
+"""The exact offline optimum of a small MIG packing instance, with OR-Tools CP-SAT.
+
+Used to measure how far the online slice planner is from the best possible packing: maximise
+the compute slices of the MIG requests placed (each request all-or-nothing, k instances on k
+distinct GPUs of one node), subject to node CPU/memory, model constraints, legal start slots,
+non-overlapping memory slices, at most 7 compute slices and one ``+me`` instance per GPU.
+Existing MIG instances in the inventory stay where they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from .decisions import Placement, Request, RequestKind
+from .inventory import Node
+from .mig import COMPUTE_SLICES, GEOMETRIES, MEMORY_SLICES, MigState
+
+
+@dataclass(frozen=True)
+class Optimum:
+    slices: int
+    placements: tuple[Placement, ...]
+    proven: bool
+
+
+def _state(geometry: str, node: Node, gpu_pos: int) -> MigState:
+    geo = GEOMETRIES[geometry]
+    st = MigState()
+    for s in node.gpus[gpu_pos].mig_slices:
+        st = geo.add(st, geo.profile(s.profile), s.start)
+    return st
+
+
+def mig_optimum(nodes: Sequence[Node], requests: Sequence[Request], time_limit_s: float = 10.0,
+                workers: int = 1) -> Optimum:
+    """Best total compute slices for ``requests`` (non-MIG requests are ignored)."""
+    model = cp_model.CpModel()
+    reqs = [(i, r) for i, r in enumerate(requests) if r.kind is RequestKind.MIG and r.problem() is None]
+    place: dict[tuple[int, int], cp_model.IntVar] = {}
+    inst: dict[tuple[int, int, int, int], cp_model.IntVar] = {}
+    objective = []
+    for i, r in reqs:
+        assert r.mig_profile is not None
+        for n, node in enumerate(nodes):
+            if r.cpu_milli > node.cpu_milli - node.cpu_used_milli or r.memory_mib > node.memory_mib - node.memory_used_mib:
+                continue
+            per_gpu: list[list[cp_model.IntVar]] = []
+            for j, gpu in enumerate(node.gpus):
+                if gpu.mig_geometry is None or (r.allowed_models and gpu.model not in r.allowed_models):
+                    continue
+                geo = GEOMETRIES[gpu.mig_geometry]
+                prof = geo.by_name.get(r.mig_profile)
+                if prof is None:
+                    continue
+                starts = geo.legal_starts(_state(gpu.mig_geometry, node, j), prof)
+                vs = []
+                for s in starts:
+                    v = model.NewBoolVar(f"x{i}_{n}_{j}_{s}")
+                    inst[(i, n, j, s)] = v
+                    vs.append(v)
+                if vs:
+                    model.AddAtMostOne(vs)
+                    per_gpu.append(vs)
+            if len(per_gpu) < r.gpu_count:
+                continue
+            y = model.NewBoolVar(f"y{i}_{n}")
+            place[(i, n)] = y
+            model.Add(sum(v for vs in per_gpu for v in vs) == r.gpu_count * y)
+            prof_compute = next(g.by_name[r.mig_profile].compute for g in GEOMETRIES.values() if r.mig_profile in g.by_name)
+            objective.append(y * (prof_compute * r.gpu_count))
+        ys = [v for (ii, _n), v in place.items() if ii == i]
+        if ys:
+            model.AddAtMostOne(ys)
+    # unused instance variables of a node the request does not go to are forced to 0 by the sum
+    for (i, n, j, s), v in inst.items():
+        if (i, n) not in place:
+            model.Add(v == 0)
+    for n, node in enumerate(nodes):
+        on_node = [(i, v) for (i, nn), v in place.items() if nn == n]
+        if not on_node:
+            continue
+        model.Add(sum(v * requests[i].cpu_milli for i, v in on_node) <= node.cpu_milli - node.cpu_used_milli)
+        model.Add(sum(v * requests[i].memory_mib for i, v in on_node) <= node.memory_mib - node.memory_used_mib)
+        for j, gpu in enumerate(node.gpus):
+            if gpu.mig_geometry is None:
+                continue
+            geo = GEOMETRIES[gpu.mig_geometry]
+            st = _state(gpu.mig_geometry, node, j)
+            here = [(requests[i], s, v) for (i, nn, jj, s), v in inst.items() if nn == n and jj == j]
+            if not here:
+                continue
+            for slot in range(MEMORY_SLICES):
+                if st.mask >> slot & 1:
+                    continue
+                cover = [v for r, s, v in here
+                         if s <= slot < s + geo.profile(str(r.mig_profile)).memory_slices]
+                if len(cover) > 1:
+                    model.AddAtMostOne(cover)
+            model.Add(sum(v * geo.profile(str(r.mig_profile)).compute for r, s, v in here)
+                      <= COMPUTE_SLICES - st.compute)
+            media = [v for r, s, v in here if geo.profile(str(r.mig_profile)).media_extensions]
+            if media:
+                model.Add(sum(media) <= 1 - st.media)
+    model.Maximize(sum(objective))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = workers
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return Optimum(0, (), False)
+    placements = []
+    for (i, n), y in place.items():
+        if solver.Value(y):
+            chosen = sorted((j, s) for (ii, nn, j, s), v in inst.items() if ii == i and nn == n and solver.Value(v))
+            node = nodes[n]
+            placements.append(Placement(requests[i], node.name, tuple(node.gpus[j].index for j, _ in chosen),
+                                        tuple(s for _, s in chosen), "cp-sat"))
+    return Optimum(int(round(solver.ObjectiveValue())), tuple(placements), status == cp_model.OPTIMAL)
