@@ -141,7 +141,7 @@ def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
         done.claimed_until = None
         done.last_error = ""
         done.save(update_fields=["state", "completed_at", "claimed_until", "last_error"])
-        if done.allocation_id is not None:
+        if done.allocation_id is not None and allocation_provision_start(allocation_id=done.allocation_id) is not None:
             allocation_provision_succeeded(allocation_id=done.allocation_id)
 
 

@@ -141,32 +141,34 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
     return plan, result
 
 
+DRIFT_KINDS = {"create": "missing", "update": "changed", "delete": "unexpected"}
+
+
 @transaction.atomic
 def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
+    """Differences in scopes with no push pending were made by hand (an object edited, deleted,
+    or left behind): record each, and the repair, in one audit event."""
     pending = selectors.pending_push_project_ids(cluster=cluster)
-    pending_labels = {"cluster-wide objects" if project_id is None else None for project_id in pending}
-    pending_namespaces = set(
-        Project.objects.filter(pk__in=[pid for pid in pending if pid is not None]).values_list("slug", flat=True)
-    )
-    drifted = [
-        change
-        for change in plan.changes
-        if change.action == "update"
-        and change.scope not in pending_labels
-        and not (change.namespace in pending_namespaces or (change.kind == "Namespace" and change.name in pending_namespaces))
-    ]
+    busy = {Scope(namespace=None, objects=[]).label} if None in pending else set()
+    slugs = Project.objects.filter(pk__in=[pid for pid in pending if pid is not None]).values_list("slug", flat=True)
+    busy |= {Scope(namespace=slug, objects=[]).label for slug in slugs}
+    drifted = [change for change in plan.changes if change.scope not in busy]
     Cluster.objects.filter(pk=cluster.pk).update(last_drift_at=timezone.now())
     if not drifted:
         return
     ClusterDrift.objects.bulk_create(
-        ClusterDrift(cluster=cluster, kind=c.kind, namespace=c.namespace, name=c.name, change=c.action, fields=list(c.fields))
+        ClusterDrift(cluster=cluster, kind=c.kind, namespace=c.namespace, name=c.name, change=DRIFT_KINDS[c.action],
+                     fields=list(c.fields))
         for c in drifted
     )
     audit_record(
         actor=None,
         action=actions.CLUSTER_DRIFT_REPAIRED,
         target=cluster,
-        details={"objects": [{"object": c.ref, "fields": list(c.fields)[:20]} for c in drifted[:100]], "count": len(drifted)},
+        details={
+            "count": len(drifted),
+            "objects": [{"object": c.ref, "change": DRIFT_KINDS[c.action], "fields": list(c.fields)[:20]} for c in drifted[:100]],
+        },
     )
 
 
