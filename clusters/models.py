@@ -86,6 +86,25 @@ class Node(models.Model):
             raise ValidationError({"sharing_replicas": "Only MPS and time-slicing nodes have replicas."})
         if self.mig_layout and self.sharing != NodeSharing.MIG:
             raise ValidationError({"mig_layout": "Only MIG nodes have a MIG layout."})
+        if not _is_mig_layout(self.mig_layout):
+            raise ValidationError(
+                {"mig_layout": 'A list of {"devices": "all" or [indexes], "mig-devices": {"1g.10gb": 7, ...}} entries.'}
+            )
+
+
+def _is_mig_layout(layout: object) -> bool:
+    if not isinstance(layout, list):
+        return False
+    for entry in layout:
+        if not isinstance(entry, dict) or set(entry) - {"devices", "mig-devices"}:
+            return False
+        devices = entry.get("devices", "all")
+        if devices != "all" and not (isinstance(devices, list) and all(isinstance(d, int) and d >= 0 for d in devices)):
+            return False
+        profiles = entry.get("mig-devices", {})
+        if not isinstance(profiles, dict) or not all(isinstance(c, int) and c >= 0 for c in profiles.values()):
+            return False
+    return True
 
 
 class Gpu(models.Model):

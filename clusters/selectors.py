@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, QuerySet
@@ -183,13 +184,14 @@ def _compute_capability(labels: dict[str, str]) -> tuple[int, int] | None:
         return None
 
 
-def _mig_groups(layout: list[dict[str, object]], gpu_count: int) -> tuple[MigGroup, ...]:
+def _mig_groups(layout: list[dict[str, Any]], gpu_count: int) -> tuple[MigGroup, ...]:
+    """``Node.mig_layout`` (mig-parted entries, as validated by ``Node.clean``) as MigGroups."""
     groups = []
     for entry in layout:
         devices = entry.get("devices", "all")
-        indexes = tuple(range(gpu_count)) if devices == "all" else tuple(int(d) for d in devices)  # type: ignore[attr-defined]
+        indexes = tuple(range(gpu_count)) if devices == "all" else tuple(int(device) for device in devices)
         profiles = entry.get("mig-devices") or {}
-        groups.append(MigGroup(indexes, tuple(sorted((str(k), int(v)) for k, v in profiles.items()))))  # type: ignore[attr-defined]
+        groups.append(MigGroup(indexes, tuple(sorted((str(name), int(count)) for name, count in profiles.items()))))
     return tuple(groups)
 
 

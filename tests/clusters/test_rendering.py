@@ -165,3 +165,30 @@ def test_every_planned_layout_fits_its_gpus(demand: dict[str, int]) -> None:
     plans = mig_plan([NodePlan("a", A100, 4, gpu_memory_mib=81920, mig_capable=True, sharing="mig")], {A100: demand})
     for group in plans[0].mig_groups:
         assert mig_fits(GEOMETRIES["A100-80GB"], dict(group.profiles))
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        ({"sharing": "mps", "sharing_replicas": None}, "sharing_replicas"),
+        ({"sharing": "mps", "sharing_replicas": 49}, "sharing_replicas"),
+        ({"sharing": "exclusive", "sharing_replicas": 4}, "sharing_replicas"),
+        ({"sharing": "exclusive", "mig_layout": [{"devices": "all", "mig-devices": {"1g.10gb": 7}}]}, "mig_layout"),
+        ({"sharing": "mig", "mig_layout": [{"devices": "some", "mig-devices": {}}]}, "mig_layout"),
+        ({"sharing": "mig", "mig_layout": {"devices": "all"}}, "mig_layout"),
+    ],
+)
+def test_a_node_refuses_sharing_settings_the_device_plugin_rejects(fields: dict[str, Any], field: str) -> None:
+    from django.core.exceptions import ValidationError
+
+    from clusters.models import Node
+
+    with pytest.raises(ValidationError) as refused:
+        Node(name="n", **fields).clean()
+    assert field in refused.value.message_dict
+
+
+def test_a_node_accepts_a_valid_mig_layout() -> None:
+    from clusters.models import Node
+
+    Node(name="n", sharing="mig", mig_layout=[{"devices": [0, 1], "mig-devices": {"3g.40gb": 2}}]).clean()
