@@ -54,7 +54,7 @@ def print_run(r: RunResult, unit: str) -> None:
     print("  rejected by kind: " + (", ".join(f"{k} {v}" for k, v in r.rejected.items()) or "none"))
     over = "  OVER BUDGET" if r.wall_seconds > BUDGET_SECONDS else ""
     print(f"  {r.decisions_per_second:,.0f} decisions/s, p99 decision latency {r.p99_ms:.2f} ms, "
-          f"wall {r.wall_seconds:.1f} s{over}")
+          f"wall {r.wall_seconds:.1f} s (CPU {r.cpu_seconds:.1f} s){over}")
 
 
 def _ms(values: list[float]) -> str:
@@ -76,6 +76,7 @@ def grid_table(results: list[RunResult]) -> list[dict[str, Any]]:
             "decisions_per_second": statistics.mean(r.decisions_per_second for r in rs),
             "p99_ms": max(r.p99_ms for r in rs),
             "max_wall_seconds": max(r.wall_seconds for r in rs),
+            "max_cpu_seconds": max(r.cpu_seconds for r in rs),
         })
     return rows
 
@@ -83,13 +84,14 @@ def grid_table(results: list[RunResult]) -> list[dict[str, Any]]:
 def print_grid(rows: list[dict[str, Any]], seeds: list[int], unit: str) -> None:
     print(f"seeds {' '.join(map(str, seeds))}; mean ± sd over seeds; {unit}")
     print(f"{'policy':<11} {'A100 %':>14} {'A130 %':>14} {'1st rej x':>10} {'frag90 %':>9} "
-          f"{'dec/s':>8} {'p99 ms':>7} {'wall s':>7}")
+          f"{'dec/s':>8} {'p99 ms':>7} {'wall s':>7} {'CPU s':>6}")
     for row in rows:
         rej = [x for x in row["first_rejection_x"] if x is not None]
         print(f"{row['policy']:<11} {_ms(row['a100']):>14} {_ms(row['a130']):>14} "
               f"{(statistics.mean(rej) if rej else float('nan')):>10.2f} "
               f"{(statistics.mean(row['frag90_rate']) if row['frag90_rate'] else float('nan')):>9.1f} "
-              f"{row['decisions_per_second']:>8,.0f} {row['p99_ms']:>7.2f} {row['max_wall_seconds']:>7.1f}")
+              f"{row['decisions_per_second']:>8,.0f} {row['p99_ms']:>7.2f} {row['max_wall_seconds']:>7.1f} "
+              f"{row['max_cpu_seconds']:>6.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:

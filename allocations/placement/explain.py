@@ -32,13 +32,12 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
             return Rejection(request, RejectionKind.NO_SUCH_MODEL, f"the cluster has no {what} in MIG mode")
         if kind is not RequestKind.MIG and not (gpu_ok & cluster.shared_gpu).any():
             return Rejection(request, RejectionKind.NO_SUCH_MODEL, f"every {what} is in MIG mode")
-    res = cluster.resource_fit(request)
     gpu = cluster.gpu_fit(request)
     if kind is RequestKind.CPU_ONLY or (gpu & node_ok).any():
         # GPUs exist somewhere; CPU or memory is what is missing on those nodes
         pool = np.flatnonzero(gpu & node_ok) if kind is not RequestKind.CPU_ONLY else np.arange(len(cluster.names))
         best = pool[np.argmax(cluster.cpu_free[pool] * 1e6 + cluster.mem_free[pool])]
-        where = f"nodes with suitable {what}s" if kind is not RequestKind.CPU_ONLY else "nodes"
+        where = f"node with a suitable {what}" if kind is not RequestKind.CPU_ONLY else "node"
         return Rejection(
             request,
             RejectionKind.CPU_MEMORY,
@@ -46,7 +45,6 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
             f"the most free is {cluster.cpu_free[best] / 1000:g} cores and {_gib(float(cluster.mem_free[best]))} "
             f"on node {cluster.names[best]}",
         )
-    del res
     if kind is RequestKind.SHARED:
         free = np.where(gpu_ok & cluster.shared_gpu, cluster.gpu_free, -1)
         i, j = np.unravel_index(int(free.argmax()), free.shape)

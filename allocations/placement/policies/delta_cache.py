@@ -31,6 +31,15 @@ def shape_key(request: Request, with_models: bool = True) -> ShapeKey:
     return (request.cpu_milli, request.gpu_count, request.gpu_milli, request.mig_profile, models)
 
 
+def _row_hash(rows: IntArray) -> IntArray:
+    """A 64-bit fingerprint per row (random odd weights, wrapping arithmetic): equal rows get
+    equal fingerprints; two different rows collide with probability about 2**-63."""
+    weights = np.random.default_rng(20230605).integers(1, 2**62, size=rows.shape[1], dtype=np.int64) | 1
+    with np.errstate(over="ignore"):
+        out: IntArray = (rows * weights).sum(axis=1)
+    return out
+
+
 @dataclass
 class Deltas:
     version: IntArray
@@ -64,7 +73,7 @@ class DeltaCache:
             rows = dirty
             if len(dirty) > DEDUPE_ABOVE:
                 state = np.hstack([c.cpu_free[dirty, None], c.gpu_model[dirty], c.gpu_free[dirty], c.mig_state[dirty]])
-                _, first, inverse = np.unique(state, axis=0, return_index=True, return_inverse=True)
+                _, first, inverse = np.unique(_row_hash(state), return_index=True, return_inverse=True)
                 rows = dirty[first]
             df, slot, start = self.model.delta(rows, request, self.terms.of(rows))
             if rows is not dirty:

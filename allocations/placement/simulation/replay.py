@@ -49,6 +49,7 @@ class RunResult:
     decision_seconds: float
     p99_ms: float
     wall_seconds: float
+    cpu_seconds: float
     curve: list[float] = field(default_factory=list)
 
     @property
@@ -66,6 +67,7 @@ def replay(cluster: Cluster, policy: Policy, sequence: Sequence[Request], frag: 
            seed: int = 0) -> RunResult:
     """Place ``sequence`` one pod at a time on ``cluster`` (mutated)."""
     start_wall = time.perf_counter()
+    start_cpu = time.process_time()
     capacity = float(cluster.gpu_present.sum() * 1000)
     arrived = allocated = 0.0
     a100: float | None = None
@@ -118,5 +120,6 @@ def replay(cluster: Cluster, policy: Policy, sequence: Sequence[Request], frag: 
         decision_seconds=float(latencies.sum()),
         p99_ms=float(np.percentile(latencies, 99) * 1000) if len(sequence) else 0.0,
         wall_seconds=time.perf_counter() - start_wall,
+        cpu_seconds=time.process_time() - start_cpu,
         curve=curve,
     )
