@@ -9,6 +9,7 @@ PORT   ?= 8000
 UV_VERSION := 0.13.8
 
 include tools/kube-testenv.mk
+include tools/nvcheck.mk
 
 .PHONY: help venv run test test-fast lint browser clean
 
@@ -47,7 +48,7 @@ lint: venv
 	$(BIN)/mypy
 	GPUPORTAL_DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
 
-test: venv kube-testenv browser
+test: venv kube-testenv nvcheck browser
 	scripts/test.sh
 
 test-fast: venv

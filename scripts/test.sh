@@ -11,7 +11,7 @@ scripts/services.sh up >"$env_file"
 # shellcheck disable=SC1090
 . "$env_file"
 
-export GPUPORTAL_REQUIRE_POSTGRES=1 GPUPORTAL_REQUIRE_KUBE=1
+export GPUPORTAL_REQUIRE_POSTGRES=1 GPUPORTAL_REQUIRE_KUBE=1 GPUPORTAL_REQUIRE_NVCHECK=1
 
 echo "== lint"
 .venv/bin/ruff check .
