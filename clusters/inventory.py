@@ -161,15 +161,15 @@ def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, G
     specs = {spec.uuid: spec for spec in gpus}
     for uuid, row in matched.items():
         _apply_observation(row, specs[uuid])
-    for row in rows:
+    for row in rows:  # the database enforces (node, index); clean the fields only
         if _gpu_facts(row) != before[row.pk]:
-            row.full_clean()
+            row.full_clean(validate_unique=False, validate_constraints=False)
             row.save()
     for spec in sorted(gpus, key=lambda spec: spec.index):
         if spec.uuid not in matched:
             row = Gpu(node=node, index=spec.index, model=spec.model or "unknown", memory_mib=spec.memory_mib or 0,
                       mig_capable=bool(spec.mig_capable), uuid=spec.uuid)
-            row.full_clean(validate_unique=False)
+            row.full_clean(validate_unique=False, validate_constraints=False)
             row.save()
             matched[spec.uuid] = row
             rows.append(row)

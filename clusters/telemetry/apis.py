@@ -85,11 +85,6 @@ class PayloadTooLarge(ApplicationError):
     code = "payload_too_large"
 
 
-class UnknownNode(ApplicationError):
-    status = 404
-    code = "node_unknown"
-
-
 @functools.cache
 def report_validator() -> Validator:
     return Validator(load_schema(), max_errors=MAX_REPORTED_ERRORS)
@@ -164,10 +159,7 @@ class NodeReportApi(APIView):
         if report["node_name"] != node_name:
             raise NotAllowed(f"The report is for node {report['node_name']}, but was sent for {node_name}.")
         services.report_check(report=report)
-        node = Node.objects.filter(cluster_id=token.cluster_id, name=node_name).first()
-        if node is None:
-            raise UnknownNode(f"The cluster has no node {node_name} in its inventory.")
-        outcome = services.node_report_ingest(token=token, node=node, report=report, received_at=received_at)
+        outcome = services.node_report_ingest(token=token, node_name=node_name, report=report, received_at=received_at)
         return Response(self.Output(outcome).data, status=status.HTTP_200_OK)
 
 

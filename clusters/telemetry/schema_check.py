@@ -41,14 +41,15 @@ class SchemaError:
 
 Check = Callable[[Any, str, list[SchemaError]], None]
 
-_TYPE_TESTS: dict[str, Callable[[Any], bool]] = {
-    "object": lambda value: isinstance(value, dict),
-    "array": lambda value: isinstance(value, list),
-    "string": lambda value: isinstance(value, str),
-    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "number": lambda value: isinstance(value, int | float) and not isinstance(value, bool),
-    "boolean": lambda value: isinstance(value, bool),
-    "null": lambda value: value is None,
+# json.loads builds exactly these types (a bool is not an int here: ``type(True) is bool``).
+_TYPE_CLASSES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
 }
 _TYPE_WORDS = {
     "object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
@@ -69,7 +70,7 @@ def ecma_pattern(pattern: str) -> re.Pattern[str]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    return type(value) is int or type(value) is float
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -157,14 +158,14 @@ class Validator:
         if declared is None:
             return None
         names = [declared] if isinstance(declared, str) else list(declared)
-        unknown = [name for name in names if name not in _TYPE_TESTS]
+        unknown = [name for name in names if name not in _TYPE_CLASSES]
         if unknown:
             raise UnsupportedSchema(f"unknown types: {unknown}")
-        tests = [_TYPE_TESTS[name] for name in names]
+        allowed = frozenset(cls for name in names for cls in _TYPE_CLASSES[name])
         expected = " or ".join(_TYPE_WORDS[name] for name in names)
 
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> bool:
-            if any(test(value) for test in tests):
+            if type(value) in allowed:
                 return True
             errors.append(SchemaError(pointer, f"must be {expected}, not {_describe(value)}", expected_type=expected))
             return False
@@ -211,7 +212,9 @@ class Validator:
         return check
 
     def _object(self, schema: Mapping[str, Any]) -> Check:
-        properties = {name: self._compile(sub) for name, sub in schema.get("properties", {}).items()}
+        properties = {
+            name: (self._compile(sub), "/" + pointer_token(name)) for name, sub in schema.get("properties", {}).items()
+        }
         required = list(schema.get("required", []))
         additional = schema.get("additionalProperties", True)
         if additional not in (True, False):
@@ -224,9 +227,9 @@ class Validator:
                 if name not in value:
                     errors.append(SchemaError(f"{pointer}/{pointer_token(name)}", "this field is required"))
             for name, item in value.items():
-                sub = properties.get(name)
-                if sub is not None:
-                    sub(item, f"{pointer}/{pointer_token(name)}", errors)
+                known = properties.get(name)
+                if known is not None:
+                    known[0](item, pointer + known[1], errors)
                 elif additional is False:
                     errors.append(SchemaError(f"{pointer}/{pointer_token(str(name))}", "unknown field"))
 

@@ -30,7 +30,10 @@ def node_token_find(*, text: str) -> NodeToken | None:
     if parts is None:
         return None
     key_id, secret = parts
-    token = NodeToken.objects.filter(key_id=key_id).first()
+    try:
+        token: NodeToken | None = NodeToken.objects.get(key_id=key_id)
+    except NodeToken.DoesNotExist:
+        token = None
     matches = tokens.secret_matches(secret, token.secret_hash if token is not None else _UNUSED_HASH)
     return token if token is not None and matches else None
 

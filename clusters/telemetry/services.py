@@ -9,9 +9,9 @@ decisions), so the hot path never takes the audit chain's lock.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db import models, transaction
@@ -23,7 +23,7 @@ from audit import actions
 from audit.services import audit_record
 from clusters import inventory
 from clusters.agent.report import AgentReport, GpuReport
-from clusters.models import Cluster, Gpu, Node
+from clusters.models import Cluster, Node
 from clusters.telemetry import conf, mig, tokens
 from clusters.telemetry.models import (
     GpuSample,
@@ -35,7 +35,7 @@ from clusters.telemetry.models import (
     SampleTier,
 )
 from clusters.telemetry.selectors import node_planned_mig
-from gpuportal.errors import FieldError, NotAllowed
+from gpuportal.errors import ApplicationError, FieldError, NotAllowed
 from tenants.access import access_for
 
 _MAX_BIGINT = 2**63 - 1
@@ -170,17 +170,67 @@ def _inventory_differs(specs: list[inventory.ObservedGpuSpec], observed: dict[st
     return False
 
 
+# What changes from one report to the next, written every time ...
 _READING_FIELDS = [
-    "gpu", "index", "name", "is_present", "last_seen_at", "absent_since", "memory_total_bytes", "memory_used_bytes",
-    "mig_mode_current", "mig_mode_pending", "gpu_percent", "memory_percent", "temperature_celsius",
-    "power_usage_milliwatts", "power_limit_milliwatts", "ecc_errors", "processes", "unsupported", "errors",
+    "last_seen_at", "memory_used_bytes", "gpu_percent", "memory_percent", "temperature_celsius",
+    "power_usage_milliwatts", "processes",
+]  # fmt: skip
+# ... and what seldom does, written only when it did on one of the node's GPUs.
+_STATE_FIELDS = [
+    "gpu", "index", "name", "is_present", "absent_since", "memory_total_bytes", "mig_mode_current",
+    "mig_mode_pending", "power_limit_milliwatts", "ecc_errors", "unsupported", "errors",
 ]  # fmt: skip
 
 
-def _fill(row: ObservedGpu, gpu: GpuReport, inventory_gpu: Gpu | None, now: datetime.datetime) -> None:
+def _state_of(row: ObservedGpu) -> tuple[Any, ...]:
+    return tuple(getattr(row, "gpu_id" if name == "gpu" else name) for name in _STATE_FIELDS)
+
+
+def _update_rows(rows: Sequence[models.Model], field_names: list[str]) -> None:
+    """Write ``field_names`` of each row back, one UPDATE per row sent as one batch (``executemany``).
+    Django's ``bulk_update`` builds a CASE expression per field and row; for the handful of rows
+    of one report that costs far more than the database's work."""
+    if not rows:
+        return
+    meta = rows[0]._meta
+    connection = transaction.get_connection()
+    fields = [cast("models.Field[Any, Any]", meta.get_field(name)) for name in field_names]
+    quote = connection.ops.quote_name
+    assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+    sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(meta.pk.column)} = %s"  # noqa: S608 (names from the model)
+    params = [[field.get_db_prep_save(getattr(row, field.attname), connection) for field in fields] + [row.pk] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+def _insert_rows_ignoring_conflicts(rows: Sequence[models.Model], field_names: list[str]) -> None:
+    """INSERT the rows in one batch; a row that would break a unique constraint is skipped."""
+    if not rows:
+        return
+    meta = rows[0]._meta
+    connection = transaction.get_connection()
+    fields = [cast("models.Field[Any, Any]", meta.get_field(name)) for name in field_names]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    placeholders = ", ".join(["%s"] * len(fields))
+    if connection.vendor == "postgresql":
+        sql = f"INSERT INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders}) ON CONFLICT DO NOTHING"  # noqa: S608
+    else:
+        sql = f"INSERT OR IGNORE INTO {quote(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+    params = [[field.get_db_prep_save(getattr(row, field.attname), connection) for field in fields] for row in rows]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, params)
+
+
+_SAMPLE_FIELDS = [
+    "gpu", "tier", "at", "samples", "gpu_percent", "memory_percent", "memory_used_bytes", "temperature_celsius",
+    "power_milliwatts",
+]  # fmt: skip
+
+
+def _fill(row: ObservedGpu, gpu: GpuReport, now: datetime.datetime) -> None:
     utilization = gpu["utilization"]
     mig_mode = gpu["mig_mode"]
-    row.gpu = inventory_gpu
     row.index = gpu["index"]
     row.name = gpu["name"] or row.name
     row.is_present = True
@@ -261,7 +311,7 @@ def _sync_mig_instances(pairs: list[tuple[ObservedGpu, GpuReport]]) -> None:
     if created:
         ObservedMigInstance.objects.bulk_create(created)
     if updated:
-        ObservedMigInstance.objects.bulk_update(updated, ["memory_used_bytes"])
+        _update_rows(updated, ["memory_used_bytes"])
 
 
 def _compare_mig(node: Node, report: AgentReport) -> mig.MigComparison:
@@ -308,11 +358,34 @@ def _gpu_ref(row: ObservedGpu) -> dict[str, Any]:
     return {"uuid": row.uuid, "index": row.index}
 
 
+class UnknownNode(ApplicationError):
+    status = 404
+    code = "node_unknown"
+
+
+def _state_for_update(*, cluster_id: int, node_name: str) -> NodeReportState:
+    """The node's report state, locked, with its node; created on the node's first report."""
+    try:
+        return (
+            NodeReportState.objects.select_for_update(of=("self",))
+            .select_related("node")
+            .get(node__cluster_id=cluster_id, node__name=node_name)
+        )
+    except NodeReportState.DoesNotExist:
+        pass
+    node = Node.objects.filter(cluster_id=cluster_id, name=node_name).first()
+    if node is None:
+        raise UnknownNode(f"The cluster has no node {node_name} in its inventory.")
+    state, _ = NodeReportState.objects.select_for_update().get_or_create(node=node)
+    return state
+
+
 @transaction.atomic
 def node_report_ingest(
-    *, token: NodeToken, node: Node, report: AgentReport, received_at: datetime.datetime
+    *, token: NodeToken, node_name: str, report: AgentReport, received_at: datetime.datetime
 ) -> ReportOutcome:
-    """Store one checked report (schema-valid, ``report_check`` passed) of ``node``.
+    """Store one checked report (schema-valid, ``report_check`` passed) of the token's cluster's
+    node ``node_name`` (404 when the inventory has no such node).
 
     A report not newer, by (agent_started_at, sequence), than the last one accepted is counted and
     discarded while the node is fresh (a stale node takes any report, so a reset clock cannot lock
@@ -321,8 +394,9 @@ def node_report_ingest(
     is flagged), MIG devices, the latest readings and one raw sample per GPU are written, and the
     MIG layout is compared with the plan.
     """
+    state = _state_for_update(cluster_id=token.cluster_id, node_name=node_name)
+    node = state.node
     node_token_touch(token=token, now=received_at)
-    state, _ = NodeReportState.objects.select_for_update().get_or_create(node=node)
     started = _timestamp(report["agent_started_at"])
     if (
         state.agent_started_at is not None
@@ -333,16 +407,13 @@ def node_report_ingest(
         NodeReportState.objects.filter(pk=state.pk).update(reports_discarded=F("reports_discarded") + 1)
         return ReportOutcome(accepted=False, reason="out_of_order", stale_at=state.stale_at)
 
-    observed = {row.uuid: row for row in ObservedGpu.objects.filter(node=node).select_related("gpu")}
+    observed = {row.uuid: row for row in ObservedGpu.objects.filter(node=node).select_related("gpu").order_by()}
     identified = [(gpu, gpu["uuid"]) for gpu in report["gpus"] if gpu["uuid"] is not None]
     unidentified = sorted(gpu["index"] for gpu in report["gpus"] if gpu["uuid"] is None)
     specs = [_spec(gpu, uuid) for gpu, uuid in identified]
-    if _inventory_differs(specs, observed):
-        inventory_rows: dict[str, Gpu | None] = dict(inventory.node_gpus_observe(node=node, gpus=specs))
-    else:
-        inventory_rows = {uuid: observed[uuid].gpu for _, uuid in identified}
 
     had_mig = {uuid for uuid, row in observed.items() if row.mig_mode_current == "enabled"}
+    before: dict[str, tuple[Any, ...]] = {}
     created: list[ObservedGpu] = []
     changed: list[ObservedGpu] = []
     appeared: list[dict[str, Any]] = []
@@ -356,31 +427,27 @@ def node_report_ingest(
             created.append(row)
         else:
             changed.append(row)
+            before[uuid] = _state_of(row)
             if not row.is_present:
                 returned.append(_gpu_ref(row))
-        _fill(row, gpu, inventory_rows[uuid], received_at)
+        _fill(row, gpu, received_at)
         reported_pairs.append((row, gpu))
     appeared = [_gpu_ref(row) for row in created]
-    linked = {gpu.pk for gpu in inventory_rows.values() if gpu is not None}
     reported = {uuid for _, uuid in identified}
+    # When NVML could not count the GPUs the report lists none: that says nothing about presence.
+    count_failed = any(error["field"] == "gpus" for error in report["errors"])
     for uuid, row in observed.items():
-        if uuid in reported:
-            continue
-        dirty = False
-        if row.is_present and row.index not in unidentified:
+        if uuid not in reported and row.is_present and row.index not in unidentified and not count_failed:
             row.is_present = False
             row.absent_since = received_at
             gone.append(_gpu_ref(row))
-            dirty = True
-        if row.gpu_id is not None and row.gpu_id in linked:  # its inventory row now stands for another card
-            row.gpu = None
-            dirty = True
-        if dirty:
             changed.append(row)
     if created:
         ObservedGpu.objects.bulk_create(created)
-    if changed:
-        ObservedGpu.objects.bulk_update(changed, _READING_FIELDS)
+    if any(row.uuid not in before or before[row.uuid] != _state_of(row) for row in changed):
+        _update_rows(changed, _READING_FIELDS + _STATE_FIELDS)
+    elif changed:
+        _update_rows(changed, _READING_FIELDS)
 
     with_mig = [(row, gpu) for row, gpu in reported_pairs if gpu["mig_instances"] or row.uuid in had_mig]
     if with_mig:
@@ -388,8 +455,11 @@ def node_report_ingest(
 
     collected = _timestamp(report["collected_at"])
     sample_at = min(collected, received_at)  # an agent clock running ahead cannot write the future
-    GpuSample.objects.bulk_create([_sample(row, sample_at) for row, _ in reported_pairs], ignore_conflicts=True)
+    _insert_rows_ignoring_conflicts([_sample(row, sample_at) for row, _ in reported_pairs], _SAMPLE_FIELDS)
 
+    # Audited steps last: the audit chain's lock is held from the first event to the commit.
+    if _inventory_differs(specs, observed):
+        _inventory_observe(node, specs, {**observed, **{row.uuid: row for row in created}})
     if appeared or returned or gone or unidentified != state.unidentified_gpus:
         audit_record(
             actor=None,
@@ -413,6 +483,23 @@ def node_report_ingest(
     state.unidentified_gpus = unidentified
     state.save()
     return ReportOutcome(accepted=True, reason="accepted", stale_at=state.stale_at)
+
+
+def _inventory_observe(node: Node, specs: list[inventory.ObservedGpuSpec], rows: dict[str, ObservedGpu]) -> None:
+    """Update the inventory's GPUs (audited there) and point each observed GPU at its row; a GPU
+    whose row was taken over by another card is no longer linked."""
+    inventory_rows = inventory.node_gpus_observe(node=node, gpus=specs)
+    claimed = {gpu.pk for gpu in inventory_rows.values()}
+    relinked = []
+    for uuid, row in rows.items():
+        wanted = inventory_rows.get(uuid)
+        if wanted is not None and row.gpu_id != wanted.pk:
+            row.gpu = wanted
+            relinked.append(row)
+        elif wanted is None and row.gpu_id is not None and row.gpu_id in claimed:
+            row.gpu = None
+            relinked.append(row)
+    _update_rows(relinked, ["gpu"])
 
 
 def _update_state(

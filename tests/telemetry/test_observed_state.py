@@ -82,6 +82,20 @@ def test_a_gpu_reported_without_uuid_keeps_its_previous_state_and_is_flagged(
     assert event.after == {"unidentified": [3]} and event.details["absent"] == []
 
 
+def test_a_failed_gpu_count_leaves_presence_as_it_was(
+    world: World, h200_node: Node, issue_token: IssueToken, agent: APIClient
+) -> None:
+    _, token = issue_token(h200_node.name)
+    post_report(agent, h200_node.name, make_report("h200-8gpu-node", node_name=h200_node.name, sequence=1), token)
+    blind = make_report("h200-8gpu-node", node_name=h200_node.name, sequence=2)
+    blind["gpus"] = []
+    blind["errors"] = [{"call": "nvmlDeviceGetCount", "field": "gpus", "error": "NVMLError_Unknown", "code": 999,
+                        "message": "Unknown Error"}]  # fmt: skip
+    assert post_report(agent, h200_node.name, blind, token).json()["accepted"]
+    assert ObservedGpu.objects.filter(node=h200_node, is_present=True).count() == 8
+    assert NodeReportState.objects.get(node=h200_node).errors == blind["errors"]
+
+
 def test_a_node_with_failing_gpus_is_stored_with_what_could_be_read(
     world: World, issue_token: IssueToken, agent: APIClient
 ) -> None:
@@ -275,7 +289,7 @@ def test_well_known_config_names() -> None:
 
 def _ingest(node: Node, token: NodeToken, *, sequence: int, received_at: datetime.datetime, interval: int = 30) -> None:
     report = make_report("h200-8gpu-node", node_name=node.name, sequence=sequence, interval=interval)
-    services.node_report_ingest(token=token, node=node, report=report, received_at=received_at)  # type: ignore[arg-type]
+    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=received_at)  # type: ignore[arg-type]
 
 
 def test_a_node_goes_stale_after_three_intervals_and_at_least_90_seconds(

@@ -30,7 +30,7 @@ def gpu(world: World, issue_token: IssueToken) -> ObservedGpu:
     node: Node = add_node(world.cluster, "gpu-h100-01", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
     token, _ = issue_token(node.name)
     report: Any = make_report("h100-80gb-no-mig", node_name=node.name)
-    services.node_report_ingest(token=token, node=node, report=report, received_at=timezone.now())
+    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
     GpuSample.objects.all().delete()
     return ObservedGpu.objects.get(node=node)
 
@@ -48,7 +48,7 @@ def test_a_report_stores_one_raw_sample_per_gpu(world: World, issue_token: Issue
     node = add_node(world.cluster, "gpu-h200-01", gpus=8, model="NVIDIA-H200", memory_mib=143771)
     token, _ = issue_token(node.name)
     report: Any = make_report("h200-8gpu-node", node_name=node.name)
-    services.node_report_ingest(token=token, node=node, report=report, received_at=timezone.now())
+    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
     samples = GpuSample.objects.filter(tier=SampleTier.RAW, gpu__node=node).select_related("gpu")
     assert samples.count() == 8
     by_index = {sample.gpu.index: sample for sample in samples}

@@ -1,0 +1,86 @@
+"""Reports arriving at once, on real PostgreSQL connections from real threads: first reports of
+many nodes (inventory and audit writes) and several agents of one node (ordering) never fail,
+deadlock or lose the newest report."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from audit.models import AuditEvent
+from clusters.telemetry import services
+from clusters.telemetry.models import NodeReportState, ObservedGpu
+from tests.conftest import build_world, requires_postgres
+from tests.telemetry.fixtures import add_node, make_report
+
+pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
+
+
+def all_at_once(jobs: list[Any]) -> Counter[str]:
+    barrier = threading.Barrier(len(jobs))
+    outcomes: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def run(token: Any, node_name: str, report: Any) -> None:
+        try:
+            barrier.wait(timeout=30)
+            outcome = services.node_report_ingest(
+                token=token, node_name=node_name, report=report, received_at=timezone.now()
+            ).reason
+        except Exception as error:  # noqa: BLE001 - any failure is what the test looks for
+            outcome = f"error: {error!r}"
+        finally:
+            connection.close()
+        with lock:
+            outcomes[outcome] += 1
+
+    threads = [threading.Thread(target=run, args=job) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not any(thread.is_alive() for thread in threads)
+    return outcomes
+
+
+def test_first_reports_of_many_nodes_at_once() -> None:
+    world = build_world()
+    jobs = []
+    for index in range(12):
+        node = add_node(world.cluster, f"gpu-h200-{index:02d}", gpus=8, model="NVIDIA-H200", memory_mib=143771)
+        token, _ = services.node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk,
+                                             node_name=node.name)  # fmt: skip
+        jobs.append((token, node.name, make_report("h200-8gpu-node", node_name=node.name)))
+    events_before = AuditEvent.objects.count()
+
+    assert all_at_once(jobs) == Counter({"accepted": 12})
+    assert ObservedGpu.objects.filter(is_present=True).count() == 96
+    new_events = Counter(AuditEvent.objects.filter(seq__gt=events_before).values_list("action", flat=True))
+    # inventory filled, GPUs appeared, and the recording's GPU 5 waits for a reset to enable MIG
+    expected = {"node.updated": 12, "node.gpus_observed": 12, "node.mig_mismatch_flagged": 12}
+    assert new_events == Counter(expected), new_events
+    seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_reports_of_one_node_at_once_keep_the_newest() -> None:
+    world = build_world()
+    node = add_node(world.cluster, "gpu-h200-01", gpus=8, model="NVIDIA-H200", memory_mib=143771)
+    token, _ = services.node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk, node_name=node.name)
+    services.node_report_ingest(
+        token=token, node_name=node.name, report=make_report("h200-8gpu-node", node_name=node.name, sequence=1),  # type: ignore[arg-type]
+        received_at=timezone.now(),
+    )
+    jobs = [(token, node.name, make_report("h200-8gpu-node", node_name=node.name, sequence=s)) for s in range(2, 12)]
+
+    outcomes = all_at_once(jobs)
+
+    assert outcomes["accepted"] >= 1 and outcomes["accepted"] + outcomes["out_of_order"] == 10, outcomes
+    state = NodeReportState.objects.get(node=node)
+    assert state.sequence == 11
+    assert state.reports_accepted + state.reports_discarded == 11
