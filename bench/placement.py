@@ -26,6 +26,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from allocations.placement.policies import POLICY_NAMES  # noqa: E402
+from allocations.placement.simulation.mig_ratio import cpsat_ratios  # noqa: E402
 from allocations.placement.simulation.replay import RunResult  # noqa: E402
 from allocations.placement.simulation.run import run_one  # noqa: E402
 from allocations.placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
@@ -94,6 +95,25 @@ def print_grid(rows: list[dict[str, Any]], seeds: list[int], unit: str) -> None:
               f"{row['max_cpu_seconds']:>6.1f}")
 
 
+def run_cpsat(nodes: Path, pods: Path, instances: int, seed: int, policies: tuple[str, ...], as_json: bool) -> int:
+    rows = cpsat_ratios(nodes, pods, instances, seed, policies)
+    ratios = {p: [r.online[p] / r.optimum for r in rows if r.optimum] for p in policies}
+    if as_json:
+        print(json.dumps({"instances": [r.__dict__ for r in rows],
+                          "ratio": {p: {"mean": statistics.mean(v), "min": min(v)} for p, v in ratios.items()}},
+                         indent=1))
+        return 0
+    print(f"{instances} instances (2 trace nodes, MIG pods to 130 % of their slices), seed {seed}")
+    print(f"{'#':>3} {'GPUs':>4} {'pods':>4} {'optimum':>7} {'proven':>6} " + " ".join(f"{p:>9}" for p in policies))
+    for r in rows:
+        print(f"{r.instance:>3} {r.gpus:>4} {r.requests:>4} {r.optimum:>7} {str(r.proven):>6} "
+              + " ".join(f"{r.online[p]:>9}" for p in policies))
+    for p, v in ratios.items():
+        print(f"{p}: online / optimum mean {statistics.mean(v):.4f}, min {min(v):.4f}, "
+              f"optimal on {sum(x >= 1 for x in v)} of {len(v)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nodes", default=None, help="node CSV (default: the trace's GPU node list)")
@@ -105,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mig", action="store_true", help="benchmark B2: every GPU in MIG mode")
     ap.add_argument("--json", action="store_true", help="print JSON instead of text")
     ap.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1))
+    ap.add_argument("--cpsat", type=int, metavar="N", default=0,
+                    help="with --mig: compare online policies with the CP-SAT optimum on N small instances")
     args = ap.parse_args(argv)
 
     nodes = Path(args.nodes) if args.nodes else node_list_path(REPO_ROOT)
@@ -113,6 +135,11 @@ def main(argv: list[str] | None = None) -> int:
         if not p.exists():
             ap.error(f"{p} does not exist")
     unit = "MIG compute slices" if args.mig else "GPU milli"
+    if args.cpsat:
+        if not args.mig:
+            ap.error("--cpsat needs --mig")
+        return run_cpsat(nodes, pods, args.cpsat, (args.seed or [PUBLIC_SEEDS[0]])[0],
+                         tuple(args.policy or ("ours", "fgd", "firstfit", "bestfit")), args.json)
     single = args.policy is not None and len(args.policy) == 1 and (args.seed is None or len(args.seed) == 1)
     seeds = args.seed or ([PUBLIC_SEEDS[0]] if single else list(PUBLIC_SEEDS))
     policies = args.policy or list(POLICY_NAMES)

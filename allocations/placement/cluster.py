@@ -142,7 +142,8 @@ class Cluster:
                 gpu_ok = np.isin(self.gpu_model, np.array(ids, dtype=np.int64)) & self.gpu_present
             else:
                 gpu_ok = self.gpu_present.copy()
-            hit = (gpu_ok, gpu_ok.any(axis=1))
+            node_ok: BoolArray = np.asarray(gpu_ok.any(axis=1), dtype=np.bool_)
+            hit = (gpu_ok, node_ok)
             self._model_masks[allowed] = hit
         return hit
 

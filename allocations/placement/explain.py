@@ -47,7 +47,7 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
         )
     if kind is RequestKind.SHARED:
         free = np.where(gpu_ok & cluster.shared_gpu, cluster.gpu_free, -1)
-        i, j = np.unravel_index(int(free.argmax()), free.shape)
+        i, j = (int(x) for x in np.unravel_index(int(free.argmax()), free.shape))
         need = _share(request.gpu_milli, int(cluster.gpu_mem[i, j]))
         return Rejection(
             request,
@@ -69,7 +69,7 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
     legal = mig_tables.legal_table(request.mig_profile)[cluster.mig_state] & gpu_ok
     if not legal.any():
         fc = np.where(gpu_ok, mig_tables.free_compute_table()[cluster.mig_state], -1)
-        i, j = np.unravel_index(int(fc.argmax()), fc.shape)
+        i, j = (int(x) for x in np.unravel_index(int(fc.argmax()), fc.shape))
         return Rejection(
             request,
             RejectionKind.MIG_SLICE,

@@ -23,7 +23,7 @@ from .cluster import Cluster
 from .decisions import Request, RequestKind
 from .inventory import GPU_MILLI
 from .mig import COMPUTE_SLICES
-from .mig_planner import layout_tables, default_weights
+from .mig_planner import default_weights, layout_tables
 from .workload import Workload
 
 INF = float("inf")

@@ -58,32 +58,31 @@ def mig_optimum(nodes: Sequence[Node], requests: Sequence[Request], time_limit_s
                 starts = geo.legal_starts(_state(gpu.mig_geometry, node, j), prof)
                 vs = []
                 for s in starts:
-                    v = model.NewBoolVar(f"x{i}_{n}_{j}_{s}")
+                    v = model.new_bool_var(f"x{i}_{n}_{j}_{s}")
                     inst[(i, n, j, s)] = v
                     vs.append(v)
                 if vs:
-                    model.AddAtMostOne(vs)
+                    model.add_at_most_one(vs)
                     per_gpu.append(vs)
             if len(per_gpu) < r.gpu_count:
                 continue
-            y = model.NewBoolVar(f"y{i}_{n}")
+            y = model.new_bool_var(f"y{i}_{n}")
             place[(i, n)] = y
-            model.Add(sum(v for vs in per_gpu for v in vs) == r.gpu_count * y)
-            prof_compute = next(g.by_name[r.mig_profile].compute for g in GEOMETRIES.values() if r.mig_profile in g.by_name)
-            objective.append(y * (prof_compute * r.gpu_count))
+            model.add(sum(v for vs in per_gpu for v in vs) == r.gpu_count * y)
+            objective.append(y * (_compute(r) * r.gpu_count))
         ys = [v for (ii, _n), v in place.items() if ii == i]
         if ys:
-            model.AddAtMostOne(ys)
+            model.add_at_most_one(ys)
     # unused instance variables of a node the request does not go to are forced to 0 by the sum
-    for (i, n, j, s), v in inst.items():
+    for (i, n, _j, _s), v in inst.items():
         if (i, n) not in place:
-            model.Add(v == 0)
+            model.add(v == 0)
     for n, node in enumerate(nodes):
         on_node = [(i, v) for (i, nn), v in place.items() if nn == n]
         if not on_node:
             continue
-        model.Add(sum(v * requests[i].cpu_milli for i, v in on_node) <= node.cpu_milli - node.cpu_used_milli)
-        model.Add(sum(v * requests[i].memory_mib for i, v in on_node) <= node.memory_mib - node.memory_used_mib)
+        model.add(sum(v * requests[i].cpu_milli for i, v in on_node) <= node.cpu_milli - node.cpu_used_milli)
+        model.add(sum(v * requests[i].memory_mib for i, v in on_node) <= node.memory_mib - node.memory_used_mib)
         for j, gpu in enumerate(node.gpus):
             if gpu.mig_geometry is None:
                 continue
@@ -98,24 +97,33 @@ def mig_optimum(nodes: Sequence[Node], requests: Sequence[Request], time_limit_s
                 cover = [v for r, s, v in here
                          if s <= slot < s + geo.profile(str(r.mig_profile)).memory_slices]
                 if len(cover) > 1:
-                    model.AddAtMostOne(cover)
-            model.Add(sum(v * geo.profile(str(r.mig_profile)).compute for r, s, v in here)
+                    model.add_at_most_one(cover)
+            model.add(sum(v * geo.profile(str(r.mig_profile)).compute for r, s, v in here)
                       <= COMPUTE_SLICES - st.compute)
             media = [v for r, s, v in here if geo.profile(str(r.mig_profile)).media_extensions]
             if media:
-                model.Add(sum(media) <= 1 - st.media)
-    model.Maximize(sum(objective))
+                model.add(sum(media) <= 1 - st.media)
+    model.maximize(sum(objective))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
     solver.parameters.num_workers = workers
-    status = solver.Solve(model)
+    status = solver.solve(model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return Optimum(0, (), False)
     placements = []
     for (i, n), y in place.items():
-        if solver.Value(y):
-            chosen = sorted((j, s) for (ii, nn, j, s), v in inst.items() if ii == i and nn == n and solver.Value(v))
+        if solver.value(y):
+            chosen = sorted((j, s) for (ii, nn, j, s), v in inst.items() if ii == i and nn == n and solver.value(v))
             node = nodes[n]
             placements.append(Placement(requests[i], node.name, tuple(node.gpus[j].index for j, _ in chosen),
                                         tuple(s for _, s in chosen), "cp-sat"))
-    return Optimum(int(round(solver.ObjectiveValue())), tuple(placements), status == cp_model.OPTIMAL)
+    slices = int(round(solver.objective_value))
+    # a packing that uses every slice (or serves every request) is optimal whatever the solver proved
+    capacity = COMPUTE_SLICES * sum(1 for nd in nodes for g in nd.gpus if g.mig_geometry is not None)
+    demand = sum(_compute(r) * r.gpu_count for _, r in reqs)
+    proven = status == cp_model.OPTIMAL or slices in (capacity, demand)
+    return Optimum(slices, tuple(placements), proven)
+
+
+def _compute(r: Request) -> int:
+    return next(g.by_name[str(r.mig_profile)].compute for g in GEOMETRIES.values() if r.mig_profile in g.by_name)

@@ -63,8 +63,7 @@ class SlicePlanner:
         for _ in range(request.gpu_count):
             best: tuple[float, ...] | None = None
             pick = (-1, -1)
-            for j in np.flatnonzero(cand):
-                j = int(j)
+            for j in (int(x) for x in np.flatnonzero(cand)):
                 if j in slots:
                     continue
                 for k in range(after.shape[1]):

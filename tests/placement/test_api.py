@@ -8,7 +8,15 @@ import sys
 import pytest
 
 from allocations.placement import (
-    Cluster, Gpu, MigSlice, Node, Placement, Rejection, RejectionKind, Request, default_policy,
+    Cluster,
+    Gpu,
+    MigSlice,
+    Node,
+    Placement,
+    Rejection,
+    RejectionKind,
+    Request,
+    default_policy,
 )
 
 from .builders import GIB, cpu_only, mig, mig_node, node, shared, whole

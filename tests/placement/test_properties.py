@@ -16,7 +16,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from allocations.placement import (
-    GEOMETRIES, POLICY_NAMES, Cluster, Gpu, Node, Placement, Rejection, RejectionKind, Request, RequestKind,
+    GEOMETRIES,
+    POLICY_NAMES,
+    Cluster,
+    Gpu,
+    Node,
+    Placement,
+    Rejection,
+    RejectionKind,
+    Request,
+    RequestKind,
     make_policy,
 )
 from allocations.placement.mig import MigState

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ..arrays import BoolArray
+from ..arrays import BoolArray, FloatArray
 from ..cluster import Cluster
 from ..decisions import Request, RequestKind
 from ..workload import Workload
@@ -20,9 +20,11 @@ from .delta_cache import DeltaCache, Deltas
 from .workload_estimate import WorkloadEstimate
 
 
-def fgd_score(df: np.ndarray) -> np.ndarray:  # type: ignore[type-arg]
+def fgd_score(df: FloatArray) -> FloatArray:
+    """``int(100 * sigmoid(-dF / 1000))`` (the +-1e6 clip keeps exp finite; +inf scores 0)."""
     with np.errstate(over="ignore"):
-        return np.floor(100.0 / (1.0 + np.exp(np.clip(df, -1e6, 1e6) / 1000.0)))
+        out: FloatArray = np.floor(100.0 / (1.0 + np.exp(np.clip(df, -1e6, 1e6) / 1000.0)))
+    return out
 
 
 class FragmentationPolicy(Policy):
