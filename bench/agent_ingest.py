@@ -10,8 +10,8 @@ second, p50/p99 latency, and the ratio to the rate that 1,000 nodes reporting ev
     DATABASE_URL=postgres://owner:pw@127.0.0.1:5432/db .venv/bin/python bench/agent_ingest.py --clients 8
 
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
-``--settings`` names the Django settings (default gpuportal.settings; until the telemetry app is
-registered there, tests.telemetry.settings). Not a test: it prints figures, it asserts nothing.
+``--settings`` names the Django settings (default gpuportal.settings). Not a test: it prints figures,
+it asserts nothing.
 """
 
 from __future__ import annotations

@@ -64,11 +64,10 @@ def node_upsert(
     wanted = {spec.index: spec for spec in gpus}
     node.gpus.exclude(index__in=list(wanted)).delete()
     for spec in gpus:
-        Gpu.objects.update_or_create(
-            node=node,
-            index=spec.index,
-            defaults={"model": spec.model, "memory_mib": spec.memory_mib, "mig_capable": spec.mig_capable, "uuid": spec.uuid},
-        )
+        fields: dict[str, object] = {"model": spec.model, "memory_mib": spec.memory_mib, "mig_capable": spec.mig_capable}
+        if spec.uuid:  # labels carry no UUID: keep the one the node agent observed
+            fields["uuid"] = spec.uuid
+        Gpu.objects.update_or_create(node=node, index=spec.index, defaults=fields)
     after = {
         "cpu_millicores": cpu_millicores,
         "memory_mib": memory_mib,

@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "tenants",
     "allocations",
     "clusters",
+    "clusters.telemetry",
     "audit",
     "frontend",
 ]
@@ -177,12 +178,23 @@ CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
     "clusters-pushes-dispatch": {"task": "clusters.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
     "clusters-drift-check": {"task": "clusters.tasks.clusters_drift_check_task", "schedule": 300.0},
+    "telemetry-nodes-mark-stale": {"task": "clusters.telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},
+    "telemetry-samples-roll-up": {"task": "clusters.telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
+    "telemetry-samples-trim": {"task": "clusters.telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
 }
 
 # Cluster delivery.
 GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")) or "")
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
+
+# Node telemetry (docs/telemetry.md).
+GPUPORTAL_TELEMETRY_REPORT_MAX_BYTES = env_int("GPUPORTAL_TELEMETRY_REPORT_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
+GPUPORTAL_TELEMETRY_RAW_RETENTION_HOURS = env_int("GPUPORTAL_TELEMETRY_RAW_RETENTION_HOURS", 24, minimum=1)
+GPUPORTAL_TELEMETRY_5M_RETENTION_DAYS = env_int("GPUPORTAL_TELEMETRY_5M_RETENTION_DAYS", 30, minimum=1)
+GPUPORTAL_TELEMETRY_1H_RETENTION_DAYS = env_int("GPUPORTAL_TELEMETRY_1H_RETENTION_DAYS", 365, minimum=1)
+GPUPORTAL_TELEMETRY_STALE_INTERVALS = env_int("GPUPORTAL_TELEMETRY_STALE_INTERVALS", 3, minimum=1)
+GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS = env_int("GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS", 90, minimum=1)
 
 LOGGING = {
     "version": 1,

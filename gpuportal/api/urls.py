@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, URLResolver, include, path
 
 from allocations import apis as allocation_apis
 from clusters import apis as cluster_apis
@@ -40,4 +40,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/pushes/", cluster_apis.ClusterPushListApi.as_view(), name="api-cluster-pushes"),
     path("nodes/", cluster_apis.NodeListApi.as_view(), name="api-nodes"),
     path("nodes/<int:node_id>/", cluster_apis.NodeDetailApi.as_view(), name="api-node"),
+    path("", include("clusters.telemetry.urls")),
 ]

@@ -173,3 +173,14 @@ def test_it_marks_the_allocation_failed_with_the_reason_when_the_push_keeps_fail
     services.allocation_retry(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
     allocation.refresh_from_db()
     assert allocation.state == AllocationState.ACTIVE
+
+
+def test_it_keeps_an_observed_gpu_uuid_when_labels_refresh_the_node(world: World) -> None:
+    from clusters.inventory import GpuSpec, node_upsert
+    from clusters.models import Gpu
+
+    node = world.cluster.nodes.get(name="h100-0")
+    Gpu.objects.filter(node=node, index=0).update(uuid="GPU-11111111-2222-3333-4444-555555555555")
+    node_upsert(actor=None, cluster=world.cluster, name="h100-0", cpu_millicores=128000, memory_mib=1048576,
+                gpus=[GpuSpec(index=i, model="NVIDIA-H100-80GB-HBM3", memory_mib=81920) for i in range(8)])
+    assert Gpu.objects.get(node=node, index=0).uuid == "GPU-11111111-2222-3333-4444-555555555555"
