@@ -193,10 +193,13 @@ class Cluster:
 
     # ----------------------------------------------------------------- decisions
     def place(self, request: Request, policy: Policy | None = None) -> Placement | Rejection:
-        """Decide where ``request`` goes under ``policy`` (default: :func:`default_policy`).
+        """Decide where ``request`` goes under ``policy``.
 
-        Nothing is booked; call :meth:`apply` with the returned placement to reserve it.
+        Without a policy, one instance of the default policy is kept per cluster, so that it
+        learns the workload from the requests it sees. Nothing is booked; call :meth:`apply`
+        with the returned placement to reserve it.
         """
+        # imported here: explain and the policies import this module
         from .explain import explain_rejection
         from .policies import default_policy
 
@@ -206,7 +209,11 @@ class Cluster:
         feasible = self.feasible(request)
         if not feasible.any():
             return explain_rejection(self, request)
-        pol = policy if policy is not None else default_policy()
+        if policy is None:
+            policy = self.cache.get("default-policy")
+            if policy is None:
+                policy = self.cache["default-policy"] = default_policy()
+        pol = policy
         node, slots, starts = pol.choose(self, request, feasible)
         labels = tuple(int(self.gpu_label[node, j]) for j in slots)
         return Placement(request, self.names[node], labels, tuple(starts), pol.name)
