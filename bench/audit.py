@@ -116,6 +116,21 @@ def child_append(url: str, writers: int, each: int) -> dict[str, Any]:
     return {"events": writers * each, "seconds": elapsed, "gapless": seqs == list(range(1, len(seqs) + 1))}
 
 
+def child_commits(url: str, count: int) -> dict[str, Any]:
+    """The ceiling of any serialised writer: one-row transactions committed one after another."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("CREATE TABLE bench_commit (id bigint)")
+        started = time.perf_counter()
+        for index in range(count):
+            with connection.transaction():
+                connection.execute("INSERT INTO bench_commit VALUES (%s)", [index])
+        elapsed = time.perf_counter() - started
+        connection.execute("DROP TABLE bench_commit")
+    return {"commits": count, "seconds": elapsed}
+
+
 def child_load(url: str, total: int) -> dict[str, Any]:
     """Append generated events up to ``total`` with COPY, chained exactly as ``audit_record`` does."""
     django_setup(url)
@@ -251,7 +266,7 @@ def child_live_verify(url: str) -> dict[str, Any]:
 
 
 CHILDREN = {
-    "migrate": child_migrate, "append": child_append, "load": child_load, "checkpoint": child_checkpoint,
+    "migrate": child_migrate, "append": child_append, "commits": child_commits, "load": child_load, "checkpoint": child_checkpoint,
     "copy": child_copy, "export": child_export, "verify": child_verify, "live-verify": child_live_verify,
 }
 
@@ -314,6 +329,10 @@ def main() -> None:
     say(f"append: {append['events']:,} events by {arguments.writers} concurrent writers in {append['seconds']:.2f} s "
         f"= {append['events'] / append['seconds']:,.0f} events/s (one transaction each); "
         f"gapless: {append['gapless']}")
+
+    commits = run_child("commits", owner, 200, env=env)
+    say(f"ceiling: one-row transactions committed one at a time on this server: "
+        f"{commits['commits'] / commits['seconds']:,.0f} commits/s (the chain lock serialises commits)")
 
     load = run_child("load", owner, arguments.events, env=env)
     size = load["events"]

@@ -349,6 +349,9 @@ class _Walk:
         self.prefix_roots = dict(store.roots_by_size) if store is not None else {}
         self.prefix_roots[checkpoint.size] = (checkpoint.root, checkpoint.number)
         self.ended: dict[str, Any] | None = None
+        self._unfiltered = scope == Scope()
+        self._complete = scope.proves_completeness
+        self._global = scope.departments is None
 
     @property
     def position(self) -> int:
@@ -412,7 +415,9 @@ class _Walk:
         self.hidden_since_last = True
 
     def _event(self, data: bytes, *, context: bool) -> None:
-        expected = self.position + 1
+        """One revealed event: its place, its links, its scope. Runs once per exported event."""
+        compact = self.compact
+        expected = compact.size + 1
         event = record_parse_or_fail(data, expected_seq=expected)
         if expected > self.checkpoint.size:
             raise VerificationFailure(
@@ -426,17 +431,20 @@ class _Walk:
                 event=event, expected=expected, last=self.last, next_seq=self.lines.peek_next_event_seq(),
                 deleted="neither the event nor a proof node covers it: it was deleted or dropped",
             )
-        adjacent = self.last if self.last is not None and self.last.seq == event.seq - 1 else None
-        if adjacent is not None or event.seq == 1:
+        last = self.last
+        adjacent = last if last is not None and last.seq == expected - 1 else None
+        if adjacent is not None or expected == 1:
             link_check(event=event, previous=adjacent, before_previous=self.before_last if adjacent else None)
-        self._scope_check(event, context)
-        if self.scope.proves_completeness:
-            if self.scope.departments is None:
+        if context or not self._unfiltered:
+            self._scope_check(event, context)
+        if self._complete:
+            if self._global:
                 self._global_step(event, context)
             else:
                 self._department_step(event, context)
-        self.compact.append_leaf(event.hash)
-        self._prefix_check()
+        compact.append_leaf(event.hash)
+        if expected in self.prefix_roots:
+            self._prefix_check()
         self.before_last = adjacent
         self.last, self.last_is_context = event, context
         self.hidden_since_last = False

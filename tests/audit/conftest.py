@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -132,17 +133,44 @@ def org(db: None) -> Org:
     return org_build()
 
 
+def connection_is_owner() -> bool:
+    """Whether the tests' connection owns the audit tables (SQLite: always)."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables WHERE tablename = 'audit_event'"
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+@contextmanager
+def owner_connection() -> Iterator[Any]:
+    """A separate autocommit connection to the test database as the owner: the tests' own
+    connection when it is the owner, else the credentials of DATABASE_URL (the migrating owner)."""
+    import psycopg
+    from django.conf import settings
+
+    settings_dict = connection.settings_dict
+    user, password = settings_dict["USER"], settings_dict["PASSWORD"]
+    if not connection_is_owner():
+        owner = urlparse(os.environ.get("DATABASE_URL", ""))
+        if not owner.username:
+            pytest.skip("needs the owner's credentials in DATABASE_URL")
+        user, password = unquote(owner.username), unquote(owner.password or "")
+    assert settings.DATABASES["default"]["NAME"]
+    with psycopg.connect(host=settings_dict["HOST"], port=settings_dict["PORT"], dbname=settings_dict["NAME"],
+                         user=user, password=password, autocommit=True) as owner_session:
+        yield owner_session
+
+
 @contextmanager
 def protection_dropped() -> Iterator[None]:
     """Play a database owner (or superuser) who drops the append-only triggers to tamper with the
     log; the signed checkpoints must still catch it. The triggers come back afterwards."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_has_role(current_user, tableowner, 'MEMBER') FROM pg_tables WHERE tablename = 'audit_event'"
-            )
-            if not cursor.fetchone()[0]:
-                pytest.skip("playing the attacker needs the owner's connection; this run connects as the app role")
+    if not connection_is_owner():
+        pytest.skip("playing the attacker needs the owner's connection; this run connects as the app role")
     with connection.cursor() as cursor:
         for statement in statements_for(connection.vendor, "drop_triggers"):
             cursor.execute(statement)
