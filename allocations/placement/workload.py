@@ -29,6 +29,17 @@ class TaskClass:
     def kind(self) -> RequestKind:
         return self.as_request().kind
 
+    @property
+    def gpu_demand(self) -> float:
+        """GPU demand per pod in milli (a MIG instance counts its compute slices x 1000 / 7)."""
+        if not self.gpu_count:
+            return 0.0
+        if self.mig_profile is not None:
+            from .policies.amounts import mig_compute  # the policies package imports this module
+
+            return self.gpu_count * mig_compute(self.mig_profile) * 1000 / 7
+        return float(self.gpu_count * self.gpu_milli)
+
     def as_request(self) -> Request:
         return Request(self.cpu_milli, 0, self.gpu_count, self.gpu_milli or 1000, self.mig_profile,
                        self.allowed_models)

@@ -40,8 +40,10 @@ def inventories(draw: st.DrawFn) -> list[Node]:
     for i in range(draw(st.integers(1, 4))):
         k = draw(st.integers(0, 4))
         model = draw(st.sampled_from(MODELS))
+        mixed = draw(st.integers(0, 4)) == 0  # now and then a node with several GPU models
         geometry = draw(st.sampled_from([None, None, *sorted(GEOMETRIES)])) if k else None
-        gpus = tuple(Gpu(j, model, 80 * 1024, 0, geometry) for j in range(k))
+        gpus = tuple(Gpu(j, draw(st.sampled_from(MODELS)) if mixed else model, 80 * 1024, 0, geometry)
+                     for j in range(k))
         nodes.append(Node(f"n{i}", draw(st.integers(0, 32)) * 1000, draw(st.integers(0, 64)) * 1024, gpus))
     return nodes
 

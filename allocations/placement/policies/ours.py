@@ -13,10 +13,15 @@ essential):
    steers CPU-heavy pods (and CPU-only pods) to CPU-rich nodes and rewards pods that restore
    the balance. On the default trace most GPUs lost by FGD at x = 100 % sit on nodes whose CPU
    ran out.
-3. **Model scarcity** -- task classes that accept only some GPU models weigh more in F_n, in
-   proportion to how small a share of the cluster's GPUs they may use, so flexible pods stop
+3. **Model scarcity** -- a price per GPU milli on each model (:func:`model_pressure`): the demand
+   of classes constrained to it per GPU of that model, relative to the demand per GPU of the
+   whole cluster; and task classes that accept only some models weigh more in F_n, in proportion
+   to how small a share of the GPUs they may use (:func:`scarcity_weighted`). Flexible pods stop
    consuming the few GPUs that constrained pods need (FGD and the packers fall below Random on
-   gpuspec33 for exactly this reason, §5).
+   gpuspec33 for exactly this reason, §5). Nodes mixing GPU models carry no price.
+
+The workload (task classes with weights) is the one FGD gets; ratios and prices use all its
+classes, F_n the most popular ones covering ``coverage`` of the weight.
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def model_pressure(workload: Workload, cluster: Cluster) -> FloatArray:
     for c in workload.classes:
         if not c.gpu_count:
             continue
-        demand = c.weight * c.gpu_count * (c.gpu_milli or 1000)
+        demand = c.weight * c.gpu_demand
         total += demand
         ids = [cluster.model_id[m] for m in c.allowed_models if m in cluster.model_id]
         if c.allowed_models and ids and len(ids) < len(cluster.models):
@@ -76,7 +81,7 @@ def model_pressure(workload: Workload, cluster: Cluster) -> FloatArray:
 
 def balance_ratios(workload: Workload) -> tuple[float, float]:
     """(CPU milli, memory MiB) per GPU milli demanded by the workload's GPU classes."""
-    gpu = sum(c.weight * c.gpu_count * (c.gpu_milli or 1000) for c in workload.classes if c.gpu_count)
+    gpu = sum(c.weight * c.gpu_demand for c in workload.classes if c.gpu_count)
     cpu = sum(c.weight * c.cpu_milli for c in workload.classes if c.gpu_count)
     mem = sum(c.weight * c.memory_mib for c in workload.classes if c.gpu_count)
     if gpu <= 0:
