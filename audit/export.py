@@ -29,6 +29,7 @@ from audit.services import audit_time_format
 
 CHUNK = 5000
 COPY_BATCH = 1 << 20
+CSV_FLUSH = 500
 OUTPUTS = ("jsonl", "csv", "bundle")
 CONTENT_TYPES = {"jsonl": "application/x-ndjson", "csv": "text/csv; charset=utf-8", "bundle": "application/x-ndjson"}
 CSV_COLUMNS = (
@@ -163,13 +164,14 @@ def audit_export_csv(*, filters: AuditFilters, upto: int | None = None) -> Itera
     writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(CSV_COLUMNS)
     for rows in _rows(selection):
-        for _, record in rows:
+        for index, (_, record) in enumerate(rows, start=1):
             fields = json.loads(record)
             fields["hash"] = leaf_hash(record.encode("ascii")).hex()
             writer.writerow([_csv_cell(fields.get(column)) for column in CSV_COLUMNS])
-        yield buffer.getvalue().encode("utf-8")
-        buffer.seek(0)
-        buffer.truncate()
+            if index % CSV_FLUSH == 0:
+                yield buffer.getvalue().encode("utf-8")
+                buffer.seek(0)
+                buffer.truncate()
     if buffer.tell():
         yield buffer.getvalue().encode("utf-8")
 

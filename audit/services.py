@@ -45,6 +45,35 @@ def chain_lock(connection: BaseDatabaseWrapper, lock_id: int = CHAIN_LOCK_ID) ->
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id])
 
 
+_LAST_EVENTS = """
+    SELECT e.seq, e.hash, e.occurred_at, d.department_seq, d.hash
+    FROM (SELECT seq, hash, occurred_at FROM audit_event ORDER BY seq DESC LIMIT 1) AS e
+    LEFT JOIN LATERAL (
+        SELECT department_seq, hash FROM audit_event WHERE department_id = %s ORDER BY seq DESC LIMIT 1
+    ) AS d ON true
+"""
+
+
+def _chain_heads(
+    connection: BaseDatabaseWrapper, department_id: int | None
+) -> tuple[tuple[int, str, datetime.datetime] | None, tuple[int, str] | None]:
+    """The latest event, and the department's latest event, read under the chain lock."""
+    if connection.vendor == "postgresql":  # one round trip while the lock is held
+        with connection.cursor() as cursor:
+            cursor.execute(_LAST_EVENTS, [department_id])
+            row = cursor.fetchone()
+        if row is None:
+            return None, None
+        return (row[0], row[1], row[2]), ((row[3], row[4]) if row[3] is not None else None)
+    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash", "occurred_at").first()
+    department_last = None
+    if department_id is not None:
+        found = (AuditEvent.objects.filter(department_id=department_id).order_by("-seq")
+                 .values_list("department_seq", "hash").first())
+        department_last = (int(found[0] or 0), found[1]) if found else None
+    return last, department_last
+
+
 def _actor_fields(actor: AbstractBaseUser | AnonymousUser | None) -> tuple[int | None, str]:
     if actor is None or not actor.is_authenticated:
         return None, ""
@@ -73,38 +102,36 @@ def audit_record(
         raise ValueError(f"unknown audit outcome {outcome!r}")
     context = current_request_context()
     actor_id, actor_username = _actor_fields(actor)
+    target_type = target._meta.label_lower if target is not None else ""
+    target_id = escape_text(str(target.pk), limit=64) if target is not None else ""
+    request_id = escape_text(context.request_id, limit=64)
+    fields = {  # everything that does not depend on the chain, prepared before taking the lock
+        "nonce": secrets.token_hex(16), "actor_id": actor_id, "actor_username": actor_username,
+        "action": action.code, "action_number": action.number, "target_type": target_type, "target_id": target_id,
+        "department_id": department_id, "outcome": outcome, "before": scrub(before or {}),
+        "after": scrub(after or {}), "details": scrub(details or {}), "request_id": request_id,
+        "source_ip": context.source_ip, "user_agent": escape_text(context.user_agent, limit=512),
+    }
 
     chain_lock(connection)
-    last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash", "occurred_at").first()
+    last, department_last = _chain_heads(connection, department_id)
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
     occurred_at = timezone.now()
     if last is not None and occurred_at < last[2]:
         occurred_at = last[2]  # never earlier than the previous event: time order is seq order
     department_seq, department_prev_hash = None, None
     if department_id is not None:
-        department_last = (
-            AuditEvent.objects.filter(department_id=department_id)
-            .order_by("-seq").values_list("department_seq", "hash").first()
-        )
-        department_seq = int(department_last[0] or 0) + 1 if department_last else 1
+        department_seq = department_last[0] + 1 if department_last else 1
         department_prev_hash = department_last[1] if department_last else GENESIS_HASH
-
-    target_type = target._meta.label_lower if target is not None else ""
-    target_id = escape_text(str(target.pk), limit=64) if target is not None else ""
     data = canonical_json(
         record_fields(
-            seq=seq, prev_hash=prev_hash, occurred_at=audit_time_format(occurred_at), nonce=secrets.token_hex(16),
-            actor_id=actor_id, actor_username=actor_username, action=action.code, action_number=action.number,
-            target_type=target_type, target_id=target_id, department_id=department_id,
-            department_seq=department_seq, department_prev_hash=department_prev_hash, outcome=outcome,
-            before=scrub(before or {}), after=scrub(after or {}), details=scrub(details or {}),
-            request_id=escape_text(context.request_id, limit=64), source_ip=context.source_ip,
-            user_agent=escape_text(context.user_agent, limit=512),
+            seq=seq, prev_hash=prev_hash, occurred_at=audit_time_format(occurred_at),
+            department_seq=department_seq, department_prev_hash=department_prev_hash, **fields,
         )
     )
     return AuditEvent.objects.create(
         seq=seq, occurred_at=occurred_at, actor_id=actor_id, actor_username=actor_username, action=action.code,
         target_type=target_type, target_id=target_id, department_id=department_id, department_seq=department_seq,
-        outcome=outcome, request_id=escape_text(context.request_id, limit=64), hash=leaf_hash(data).hex(),
+        outcome=outcome, request_id=request_id, hash=leaf_hash(data).hex(),
         record=data.decode("ascii"),
     )

@@ -19,10 +19,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
-from audit.integrity.bundle import BundleReport, BundleVerifier
 from audit.integrity.errors import VerificationFailure
 from audit.integrity.keys import VerifierKey, verifier_key_parse
 from audit.integrity.store import CheckpointFolder, checkpoint_chain_verify
+from audit.integrity.verifier import BundleReport, BundleVerifier
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

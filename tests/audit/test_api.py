@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from django.urls import include, path
 
-from audit.integrity.bundle import BundleVerifier
 from audit.integrity.keys import VerifierKey
+from audit.integrity.verifier import BundleVerifier
 from audit.models import AuditEvent
 from tests.audit.conftest import Org, record
 
