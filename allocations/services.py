@@ -159,7 +159,11 @@ def allocation_request(
         justification=justification,
         requested_by=actor,
     )
-    allocation.full_clean()
+    # The related objects were loaded and checked above and the database enforces the check
+    # constraints: validating fields only saves nine queries on the busiest write path.
+    allocation.full_clean(
+        exclude=["project", "flavor", "priority_class", "cluster", "requested_by"], validate_constraints=False
+    )
     allocation.save()
     _audit(
         actor=actor,

@@ -78,7 +78,7 @@ from rest_framework.authtoken.models import Token
 from django.contrib.auth.models import User
 import json
 demo_seed()
-Quota.objects.update(limit=Decimal("1000000"), guaranteed=Decimal("0"))
+Quota.objects.update(limit=Decimal("900000"), guaranteed=Decimal("0"))
 cluster = Cluster.objects.get(name="demo")
 node_upsert(actor=None, cluster=cluster, name="bench-a100", cpu_millicores=1, memory_mib=1,
             gpus=[GpuSpec(index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920) for i in range(20000)])
