@@ -56,6 +56,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "audit.middleware.AuditDenialMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -176,6 +177,7 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = 1
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
+    "audit-checkpoint-publish": {"task": "audit.tasks.audit_checkpoint_publish_task", "schedule": 60.0},
     "clusters-pushes-dispatch": {"task": "clusters.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
     "clusters-drift-check": {"task": "clusters.tasks.clusters_drift_check_task", "schedule": 300.0},
     "telemetry-nodes-mark-stale": {"task": "clusters.telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},

@@ -40,5 +40,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/pushes/", cluster_apis.ClusterPushListApi.as_view(), name="api-cluster-pushes"),
     path("nodes/", cluster_apis.NodeListApi.as_view(), name="api-nodes"),
     path("nodes/<int:node_id>/", cluster_apis.NodeDetailApi.as_view(), name="api-node"),
+    path("audit/", include("audit.urls")),
     path("", include("clusters.telemetry.urls")),
 ]
