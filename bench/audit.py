@@ -36,6 +36,7 @@ import secrets  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import urlparse, urlunparse  # noqa: E402
 
@@ -148,7 +149,7 @@ def child_load(url: str, total: int) -> dict[str, Any]:
     heads: dict[int, tuple[int, str]] = {}
     for department_id, department_seq, hash_ in AuditEvent.objects.filter(department_id__isnull=False).order_by(
             "seq").values_list("department_id", "department_seq", "hash"):
-        heads[department_id] = (department_seq, hash_)
+        heads[int(department_id or 0)] = (int(department_seq or 0), hash_)
     codes = all_actions()
     generator = random.Random(5)  # noqa: S311 - reproducible fake data
     started = time.perf_counter()
@@ -265,7 +266,7 @@ def child_live_verify(url: str) -> dict[str, Any]:
     return {"cpu": cpu_seconds(), "seconds": time.perf_counter() - started, "events": report.events, "peak_mib": peak_mib()}
 
 
-CHILDREN = {
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
     "migrate": child_migrate, "append": child_append, "commits": child_commits, "load": child_load, "checkpoint": child_checkpoint,
     "copy": child_copy, "export": child_export, "verify": child_verify, "live-verify": child_live_verify,
 }
