@@ -173,7 +173,6 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 # A broker outage must not hold a request for long: the outbox re-dispatches what was not handed over.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
-CELERY_BROKER_CONNECTION_MAX_RETRIES = 1
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},

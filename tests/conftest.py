@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -38,6 +40,28 @@ def requires_postgres() -> Any:
         connection.vendor != "postgresql" and not required,
         reason="needs PostgreSQL (make test provides it)",
     )
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """On PostgreSQL with ``GPUPORTAL_APP_DATABASE_URL`` (as ``make test`` sets it), create and migrate
+    the test database as the owner, then run every test as the restricted application role, the
+    way production runs: the audit tables then refuse UPDATE, DELETE and TRUNCATE by privilege too."""
+    default = connections["default"]
+    app_url = os.environ.get("GPUPORTAL_APP_DATABASE_URL")
+    if default.vendor != "postgresql" or not app_url:
+        yield
+        return
+    app = urlparse(app_url)
+    owner = (default.settings_dict["USER"], default.settings_dict["PASSWORD"])
+    with django_db_blocker.unblock():
+        default.close()
+        default.settings_dict["USER"] = unquote(app.username or "")
+        default.settings_dict["PASSWORD"] = unquote(app.password or "")
+    yield
+    with django_db_blocker.unblock():
+        default.close()
+        default.settings_dict["USER"], default.settings_dict["PASSWORD"] = owner
 
 
 @pytest.fixture(autouse=True)

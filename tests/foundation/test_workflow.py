@@ -55,7 +55,7 @@ def test_it_requests_approves_and_activates_with_manifests_written(world: World)
     namespace = yaml.safe_load(quota_file(world).with_name("namespace-nlp-llm.yaml").read_text())
     assert namespace["metadata"]["labels"]["gpuportal.io/department"] == "nlp"
     actions = list(AuditEvent.objects.filter(target_id=str(allocation.pk), target_type="allocations.allocation")
-                   .order_by("id").values_list("action", flat=True))
+                   .order_by("seq").values_list("action", flat=True))
     assert actions == ["allocation.requested", "allocation.approved", "allocation.provisioning", "allocation.activated"]
 
 
