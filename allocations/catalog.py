@@ -12,14 +12,9 @@ from django.forms.models import model_to_dict
 from allocations.models import Flavor, PriorityClass, Quota
 from audit import actions
 from audit.services import audit_record
-from gpuportal.errors import FieldError, NotAllowed
-from tenants.access import access_for
+from gpuportal.errors import FieldError
+from tenants.access import require_platform_admin
 from tenants.models import Department
-
-
-def _require_platform_admin(actor: User) -> None:
-    if not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may change the catalogue.")
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +23,7 @@ def _plain(data: dict[str, Any]) -> dict[str, Any]:
 
 @transaction.atomic
 def flavor_create(*, actor: User, **fields: Any) -> Flavor:
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="change the catalogue")
     flavor = Flavor(**fields)
     flavor.full_clean()
     flavor.save()
@@ -38,7 +33,7 @@ def flavor_create(*, actor: User, **fields: Any) -> Flavor:
 
 @transaction.atomic
 def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="change the catalogue")
     flavor = Flavor.objects.select_for_update().get(pk=flavor_id)
     before = _plain(model_to_dict(flavor))
     for name, value in fields.items():
@@ -59,7 +54,7 @@ def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
 
 @transaction.atomic
 def priority_class_create(*, actor: User, **fields: Any) -> PriorityClass:
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="change the catalogue")
     priority_class = PriorityClass(**fields)
     priority_class.full_clean()
     priority_class.save()
@@ -82,7 +77,7 @@ def quota_set(
     limit: Decimal,
 ) -> Quota:
     """Create or change the quota of ``department`` for ``flavor`` (None: GPU-equivalents)."""
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="change the catalogue")
     if guaranteed > limit:
         raise FieldError("guaranteed", "The guaranteed amount may not exceed the limit.")
     if flavor is not None:
@@ -115,7 +110,7 @@ def quota_set(
 
 @transaction.atomic
 def quota_delete(*, actor: User, quota_id: int) -> None:
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="change the catalogue")
     quota = Quota.objects.select_for_update().select_related("flavor").get(pk=quota_id)
     audit_record(
         actor=actor,

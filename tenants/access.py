@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from gpuportal.errors import NotAllowed
 from tenants.models import Department, Membership, Role
 
 
@@ -102,6 +103,12 @@ def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
     )
     setattr(user, "_gpuportal_access", access)  # noqa: B010 - a per-request cache on the user object
     return access
+
+
+def require_platform_admin(user: AbstractBaseUser | AnonymousUser, *, to: str) -> None:
+    """Raise ``NotAllowed`` (403) unless ``user`` is a platform admin; ``to`` completes the message."""
+    if not access_for(user).is_platform_admin:
+        raise NotAllowed(f"Only platform admins may {to}.")
 
 
 def access_forget(user: AbstractBaseUser | AnonymousUser) -> None:

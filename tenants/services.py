@@ -8,20 +8,15 @@ from django.db import transaction
 from audit import actions
 from audit.services import audit_record
 from gpuportal.errors import FieldError, NotAllowed
-from tenants.access import access_for, access_forget
+from tenants.access import access_for, access_forget, require_platform_admin
 from tenants.models import RESERVED_NAMESPACES, Department, Membership, Project, Role
-
-
-def _require_platform_admin(actor: User) -> None:
-    if not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may do this.")
 
 
 @transaction.atomic
 def department_create(
     *, actor: User, slug: str, name: str, parent: Department | None = None
 ) -> Department:
-    _require_platform_admin(actor)
+    require_platform_admin(actor, to="create departments")
     department = Department(slug=slug, name=name, parent=parent)
     department.full_clean()
     department.save()

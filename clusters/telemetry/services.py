@@ -35,8 +35,8 @@ from clusters.telemetry.models import (
     SampleTier,
 )
 from clusters.telemetry.selectors import node_planned_mig
-from gpuportal.errors import ApplicationError, FieldError, NotAllowed
-from tenants.access import access_for
+from gpuportal.errors import ApplicationError, FieldError
+from tenants.access import require_platform_admin
 
 _MAX_BIGINT = 2**63 - 1
 _MAX_MIB = 2**31 - 1
@@ -45,16 +45,11 @@ _MAX_MIB = 2**31 - 1
 # ---------------------------------------------------------------------------------- node tokens
 
 
-def _require_platform_admin(actor: User, what: str) -> None:
-    if not access_for(actor).is_platform_admin:
-        raise NotAllowed(f"Only platform admins may {what}.")
-
-
 @transaction.atomic
 def node_token_issue(*, actor: User, cluster_id: int, node_name: str, description: str = "") -> tuple[NodeToken, str]:
     """A new token for ``node_name`` of the cluster; the token text is returned here only. The node
     need not be in the inventory yet (its Secret can be prepared before it joins)."""
-    _require_platform_admin(actor, "issue node tokens")
+    require_platform_admin(actor, to="issue node tokens")
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
         raise FieldError("cluster", "No such cluster.")
@@ -77,7 +72,7 @@ def node_token_issue(*, actor: User, cluster_id: int, node_name: str, descriptio
 @transaction.atomic
 def node_token_revoke(*, actor: User, token_id: int) -> NodeToken:
     """Revoke a token; revoking a revoked token changes nothing."""
-    _require_platform_admin(actor, "revoke node tokens")
+    require_platform_admin(actor, to="revoke node tokens")
     token = NodeToken.objects.select_for_update().select_related("cluster").filter(pk=token_id).first()
     if token is None:
         raise Http404("No such node token.")
