@@ -31,4 +31,4 @@ echo "== tests"
 echo "== audit tamper tests, as the database owner"
 # Playing an attacker who drops the append-only triggers needs the owner's connection, which the
 # run above (as the application role) cannot use; the signed checkpoints must still catch it.
-env -u GPUPORTAL_APP_DATABASE_URL .venv/bin/python -m pytest -q -p no:cacheprovider tests/audit
+GPUPORTAL_TESTS_AS_OWNER=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/audit
