@@ -12,6 +12,8 @@ number, so the database itself keeps both sequences gapless.
 
 from __future__ import annotations
 
+from django.core.exceptions import ImproperlyConfigured
+
 AUDIT_TABLES = ("audit_event", "audit_checkpoint", "audit_merkle_node")
 
 _APPEND_ONLY_MESSAGE = "audit tables are append-only"
@@ -217,4 +219,4 @@ def statements_for(vendor: str, kind: str) -> list[str]:
     try:
         return STATEMENTS[vendor][kind]
     except KeyError:
-        raise NotImplementedError(f"the audit log supports PostgreSQL and SQLite, not {vendor}") from None
+        raise ImproperlyConfigured(f"the audit log supports PostgreSQL and SQLite, not {vendor}") from None

@@ -34,3 +34,5 @@ def test_deleting_a_namespace_with_quota_and_bound_gpu_pod_completes(
         timeout=60,
         what=f"namespace {namespace} to be deleted",
     )
+    names = {item.metadata.name for item in core.list_namespace().items}
+    assert namespace not in names
