@@ -23,10 +23,7 @@ import json
 import multiprocessing
 import os
 import queue
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.api_load import create_database, drop_database, free_port, services_up, with_database  # noqa: E402
+from bench.portal_server import portal_served  # noqa: E402
 
 PYTHON = sys.executable
 INTERVAL = 30
@@ -253,47 +250,17 @@ def main() -> int:
     parser.add_argument("--settings", default="gpuportal.settings", help="DJANGO_SETTINGS_MODULE for the server")
     options = parser.parse_args()
 
-    started_services = "DATABASE_URL" not in os.environ
-    env = dict(os.environ)
-    if started_services:
-        env.update(services_up())
-    env.pop("CELERY_BROKER_URL", None)  # nothing here enqueues; keep the run self-contained
-    admin_url = env["DATABASE_URL"]
-    database = f"bench_ingest_{uuid.uuid4().hex[:8]}"
-    create_database(admin_url, database)
-    manifests = tempfile.mkdtemp(prefix="gpuportal-bench-")
-    env.update({
-        "DATABASE_URL": with_database(admin_url, database),
-        "GPUPORTAL_SECRET_KEY": "bench-only-secret-key-0123456789-0123456789",
-        "GPUPORTAL_DEBUG": "false",
-        "GPUPORTAL_MANIFESTS_DIR": manifests,
-        "GPUPORTAL_LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": options.settings,
-    })  # fmt: skip
-    server = None
-    try:
-        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-        gpus = 8
-        seeded = subprocess.run(
-            [PYTHON, "manage.py", "shell", "-c", f"import sys; sys.argv = ['seed', '{options.nodes}', '{gpus}']\n" + SEED],
-            cwd=ROOT, env=env, check=True, capture_output=True, text=True,
-        ).stdout  # fmt: skip
-        issued: dict[str, str] = json.loads(seeded.strip().splitlines()[-1])
+    gpus = 8
+    seed = f"import sys; sys.argv = ['seed', '{options.nodes}', '{gpus}']\n" + SEED
+    # Nothing here enqueues tasks: keep the run free of the broker.
+    with portal_served(
+        prefix="bench_ingest", seed=seed, workers=options.workers, settings_module=options.settings, use_broker=False
+    ) as portal:
+        env, port, server = portal.env, portal.port, portal.server
+        issued: dict[str, str] = json.loads(portal.seed_output.strip().splitlines()[-1])
         template = recorded_report()
         gpus = len(template["gpus"])
         work = [(name, token, body_template(template, name)) for name, token in sorted(issued.items())]
-        port = free_port()
-        server = subprocess.Popen(
-            [PYTHON, "-m", "gunicorn", "gpuportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(options.workers), "--log-level", "warning"],
-            cwd=ROOT, env=env,
-        )  # fmt: skip
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
         print(
             f"gunicorn {options.workers} workers on PostgreSQL, {options.clients} clients, {len(work)} nodes × {gpus} GPUs,"
             f" {len(fill(work[0][2], 1, gpus))} bytes per report, steady phase {options.duration:.0f} s"
@@ -319,14 +286,6 @@ def main() -> int:
                 f" reports/s, ratio {1 / per_report / needed:.1f} per core; load average {os.getloadavg()[0]:.1f}"
                 f" on {os.cpu_count()} CPUs"
             )
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
-        drop_database(admin_url, database)
-        shutil.rmtree(manifests, ignore_errors=True)
-        if started_services:
-            subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
     return 0
 
 

@@ -17,56 +17,14 @@ import argparse
 import http.client
 import json
 import multiprocessing
-import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
-PYTHON = sys.executable
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def services_up() -> dict[str, str]:
-    output = subprocess.run([str(ROOT / "scripts/services.sh"), "up"], check=True, capture_output=True, text=True).stdout
-    env = {}
-    for line in output.splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = value
-    return env
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
-
-
-def create_database(url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-
-
-def drop_database(url: str, name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.portal_server import portal_served  # noqa: E402
 
 SEED = """
 from decimal import Decimal
@@ -177,41 +135,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
     options = parser.parse_args()
 
-    started_services = "DATABASE_URL" not in os.environ
-    env = dict(os.environ)
-    if started_services:
-        env.update(services_up())
-    admin_url = env["DATABASE_URL"]
-    database = f"bench_{uuid.uuid4().hex[:8]}"
-    create_database(admin_url, database)
-    manifests = tempfile.mkdtemp(prefix="gpuportal-bench-")
-    env.update({
-        "DATABASE_URL": with_database(admin_url, database),
-        "GPUPORTAL_SECRET_KEY": "bench-only-secret-key-0123456789-0123456789",
-        "GPUPORTAL_DEBUG": "false",
-        "GPUPORTAL_MANIFESTS_DIR": manifests,
-        "GPUPORTAL_LOG_LEVEL": "WARNING",
-        "DJANGO_SETTINGS_MODULE": "gpuportal.settings",
-    })
-    server = None
-    try:
-        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
-        seeded = subprocess.run([PYTHON, "manage.py", "shell", "-c", SEED], cwd=ROOT, env=env, check=True,
-                                capture_output=True, text=True).stdout
-        setup = json.loads(seeded.strip().splitlines()[-1])
-        port = free_port()
-        server = subprocess.Popen(
-            [PYTHON, "-m", "gunicorn", "gpuportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(options.workers), "--log-level", "warning"],
-            cwd=ROOT, env=env,
-        )
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        broker = "Redis (tasks enqueued)" if env.get("CELERY_BROKER_URL") else "in-process tasks"
+    with portal_served(prefix="bench", seed=SEED, workers=options.workers) as portal:
+        setup = json.loads(portal.seed_output.strip().splitlines()[-1])
+        port = portal.port
+        broker = "Redis (tasks enqueued)" if portal.env.get("CELERY_BROKER_URL") else "in-process tasks"
         print(f"gunicorn {options.workers} workers on PostgreSQL, {broker}, {options.clients} clients, "
               f"{options.duration:.0f} s per phase")
         run_phase("baseline", port, setup, 2, 2.0)  # warm up connections and caches
@@ -227,14 +154,6 @@ def main() -> int:
         print("\n".join(lines))
         print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
         print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
-    finally:
-        if server is not None:
-            server.terminate()
-            server.wait(timeout=30)
-        drop_database(admin_url, database)
-        shutil.rmtree(manifests, ignore_errors=True)
-        if started_services:
-            subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
     return 0
 
 
