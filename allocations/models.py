@@ -193,3 +193,42 @@ class Allocation(models.Model):
     @property
     def department(self) -> Department:
         return self.project.department
+
+
+class Reservation(models.Model):
+    """One unit of an allocation booked on concrete GPUs by the placement engine.
+
+    Written when the allocation is approved, under the same locks as the quota check; released
+    (``released_at`` set, the row kept as history) when the allocation is released or expires,
+    or when a defragmentation plan moves the unit (the new place is a new row).
+    ``gpu_indices`` has one index per GPU the unit spans; ``mig_start`` is the first memory
+    slice of a MIG instance; ``gpu_milli`` the share of each GPU in thousandths (0 for MIG).
+    """
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="reservations")
+    unit = models.PositiveIntegerField(help_text="Which unit of the allocation (0-based).")
+    node = models.ForeignKey("clusters.Node", on_delete=models.PROTECT, related_name="reservations")
+    gpu_indices = models.JSONField(default=list)
+    gpu_milli = models.PositiveIntegerField(validators=[MaxValueValidator(1000)])
+    mig_profile = models.CharField(max_length=32, blank=True)
+    mig_start = models.PositiveSmallIntegerField(null=True, blank=True)
+    cpu_millicores = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveIntegerField(default=0)
+    policy = models.CharField(max_length=32, blank=True, help_text="Engine policy (or 'pinned layout') that chose it.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    released_at = models.DateTimeField(null=True, blank=True)
+    release_reason = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["allocation_id", "unit", "pk"]
+        indexes = [models.Index(fields=["node", "released_at"])]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation", "unit"], condition=models.Q(released_at__isnull=True),
+                name="reservation_one_live_row_per_unit",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        where = f"{self.node_id}:{self.gpu_indices}"
+        return f"#{self.allocation_id}/{self.unit} @ {where}" + (" (released)" if self.released_at else "")

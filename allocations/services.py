@@ -15,7 +15,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from allocations import admission
+from allocations import admission, reservations
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
 from allocations.states import HOLDING_STATES, can_transition
 from audit import actions
@@ -222,9 +222,10 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
         quantity=allocation.quantity,
         factor=allocation.priority_class.oversubscription_factor,
     )
-    allocation.cluster = admission.cluster_choose(
-        clusters=_candidate_clusters(allocation=allocation), flavor=allocation.flavor, quantity=allocation.quantity
+    placed = reservations.reservations_reserve(
+        allocation=allocation, clusters=_candidate_clusters(allocation=allocation), actor=actor
     )
+    allocation.cluster = placed.cluster
     allocation.decided_by = actor
     allocation.decided_at = timezone.now()
     allocation.decision_comment = comment
@@ -234,7 +235,11 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
         action=actions.ALLOCATION_APPROVED,
         allocation=allocation,
         before=before,
-        details={"comment": comment, "quota_checks": [check.as_details() for check in checks]},
+        details={
+            "comment": comment,
+            "quota_checks": [check.as_details() for check in checks],
+            "placement": placed.where(),
+        },
     )
     _enqueue_provision(allocation.pk)
     return allocation
@@ -292,6 +297,7 @@ def allocation_release(*, actor: User, allocation_id: int, comment: str = "") ->
         _move(allocation, AllocationState.RELEASED)
         action = actions.ALLOCATION_RELEASED
     allocation.save()
+    reservations.reservations_release(allocation=allocation, reason="released")
     _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
     if was_holding:
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
@@ -345,6 +351,7 @@ def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
     was_holding = allocation.state in HOLDING_STATES
     allocation.state = AllocationState.EXPIRED
     allocation.save()
+    reservations.reservations_release(allocation=allocation, reason="expired")
     _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
     if was_holding:
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)

@@ -74,6 +74,8 @@ ALLOCATION_RELEASED = register(407, "allocation.released", "An allocation was re
 ALLOCATION_EXPIRED = register(408, "allocation.expired", "An allocation expired")
 ALLOCATION_RENEWED = register(409, "allocation.renewed", "An allocation's end was extended")
 ALLOCATION_ADMISSION_DENIED = register(410, "allocation.admission_denied", "Approval was refused by admission")
+ALLOCATION_PLACED = register(411, "allocation.placed", "Units granted before GPU placement were booked on GPUs")
+ALLOCATION_MOVED = register(412, "allocation.moved", "A defragmentation plan moved an allocation's units to other GPUs")
 
 # 5xx clusters and inventory
 CLUSTER_CREATED = register(500, "cluster.created", "A cluster was registered")

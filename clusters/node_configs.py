@@ -64,6 +64,7 @@ class NodePlan:
     rename_shared: bool = True
     compute_capability: tuple[int, int] | None = None
     mig_groups: tuple[MigGroup, ...] = field(default_factory=tuple)
+    whole_gpus: tuple[int, ...] = ()  # MIG node, mixed strategy: GPUs offered whole, MIG off
 
 
 # ------------------------------------------------------------------------------- device plugin
@@ -172,10 +173,16 @@ def mig_fits(geometry: MigGeometry, profiles: Mapping[str, int]) -> bool:
 def check_mig_groups(plan: NodePlan) -> None:
     geometry = _geometry(plan)
     seen: set[int] = set()
+    for device in plan.whole_gpus:
+        if device in seen or not 0 <= device < plan.gpu_count:
+            raise RenderError(f"node {plan.name}: GPU index {device} is outside the node or listed twice as whole")
+        seen.add(device)
     for group in plan.mig_groups:
         for device in group.devices:
             if device in seen or not 0 <= device < plan.gpu_count:
-                raise RenderError(f"node {plan.name}: GPU index {device} is outside the node or in two MIG groups")
+                raise RenderError(
+                    f"node {plan.name}: GPU index {device} is outside the node, in two MIG groups or offered whole"
+                )
             seen.add(device)
         profiles = dict(group.profiles)
         try:
@@ -187,16 +194,19 @@ def check_mig_groups(plan: NodePlan) -> None:
 
 
 def mig_config_entries(plan: NodePlan) -> list[dict[str, Any]]:
-    """mig-parted entries for a MIG node: its groups, then every other GPU with MIG on and empty
-    (so a later layout needs no GPU reset). Devices as lists of indexes, in index order."""
+    """mig-parted entries for a MIG node: its groups, the GPUs offered whole with MIG off, then
+    every other GPU with MIG on and empty (so a later layout needs no GPU reset). Devices as
+    lists of indexes, in index order."""
     check_mig_groups(plan)
-    entries = []
-    covered: set[int] = set()
+    entries: list[dict[str, Any]] = []
+    covered: set[int] = set(plan.whole_gpus)
     for group in sorted(plan.mig_groups, key=lambda group: min(group.devices)):
         entries.append(
             {"devices": sorted(group.devices), "mig-enabled": True, "mig-devices": {name: count for name, count in sorted(group.profiles) if count > 0}}
         )
         covered.update(group.devices)
+    if plan.whole_gpus:
+        entries.append({"devices": sorted(plan.whole_gpus), "mig-enabled": False})
     rest = [index for index in range(plan.gpu_count) if index not in covered]
     if rest:
         entries.append({"devices": rest, "mig-enabled": True, "mig-devices": {}})
@@ -257,15 +267,27 @@ def render_node_objects(plans: list[NodePlan], *, namespace: str) -> list[dict[s
 # ------------------------------------------------------------------------ interim MIG planner
 
 
+def mig_groups_from_layouts(per_gpu: Mapping[int, Mapping[str, int]]) -> tuple[MigGroup, ...]:
+    """GPU index → profile counts (as the placement engine booked them) as groups of GPUs that
+    share one layout, in index order."""
+    groups: dict[tuple[tuple[str, int], ...], list[int]] = defaultdict(list)
+    for index in sorted(per_gpu):
+        layout = tuple(sorted((name, count) for name, count in per_gpu[index].items() if count > 0))
+        if layout:
+            groups[layout].append(index)
+    return tuple(MigGroup(tuple(devices), profiles) for profiles, devices in groups.items())
+
+
 def mig_plan(plans: list[NodePlan], demand: Mapping[str, Mapping[str, int]]) -> list[NodePlan]:
-    """Carve the MIG instances that allocations need (``demand``: GPU model → profile → count)
-    on the MIG nodes whose layout was not chosen elsewhere: first fit, largest instances first,
+    """Carve the MIG instances of units that have no GPU reservation (granted before the
+    placement engine booked them; ``demand``: GPU model → profile → count) on the MIG nodes whose
+    layout was neither pinned nor booked: first fit, largest instances first,
     nodes and GPUs in name/index order, so the same demand always gives the same layout.
     Demand that fits nowhere is left out (admission and placement keep it from happening)."""
     remaining: dict[str, Counter[str]] = {model: Counter(profiles) for model, profiles in demand.items()}
     planned = []
     for plan in sorted(plans, key=lambda plan: plan.name):
-        if plan.sharing != "mig" or plan.mig_groups or plan.gpu_model not in remaining:
+        if plan.sharing != "mig" or plan.mig_groups or plan.whole_gpus or plan.gpu_model not in remaining:
             planned.append(plan)
             continue
         geometry = _geometry(plan)

@@ -7,14 +7,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation, SharingMode
 from allocations.states import HOLDING_STATES
 from clusters import conf
-from clusters.models import Cluster, ClusterDrift, ClusterPush, Node, PushState
-from clusters.node_configs import MigGroup, NodePlan
+from clusters.models import Cluster, ClusterDrift, ClusterPush, Node, NodeSharing, PushState
+from clusters.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
 from clusters.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from tenants.access import access_for, department_ancestor_ids, department_parent_map
 from tenants.models import Membership, Project, Role
@@ -168,13 +168,33 @@ def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
 
 
 def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
-    """MIG instances the cluster's holding allocations need: GPU model → profile → count."""
+    """MIG instances that holding allocations need and no reservation books yet (units granted
+    before GPU placement existed): GPU model → profile → count."""
     demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for model, profile, quantity in Allocation.objects.filter(
-        cluster=cluster, state__in=HOLDING_STATES, flavor__sharing_mode=SharingMode.MIG
-    ).values_list("flavor__gpu_model", "flavor__mig_profile", "quantity"):
-        demand[model][profile] += quantity
+    for model, profile, quantity, booked in (
+        Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES, flavor__sharing_mode=SharingMode.MIG)
+        .annotate(booked=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
+        .values_list("flavor__gpu_model", "flavor__mig_profile", "quantity", "booked")
+    ):
+        if quantity > booked:
+            demand[model][profile] += quantity - booked
     return {model: dict(profiles) for model, profiles in demand.items()}
+
+
+def booked_gpu_layouts(*, cluster: Cluster) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
+    """Per node id: the MIG instances live reservations book on each GPU (index → profile →
+    count), and the GPUs booked whole or shared (not carved)."""
+    out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
+    for node_id, indices, profile in Reservation.objects.filter(
+        node__cluster=cluster, released_at__isnull=True
+    ).values_list("node_id", "gpu_indices", "mig_profile"):
+        carved, uncarved = out[node_id]
+        for index in indices:
+            if profile:
+                carved[int(index)][profile] = carved[int(index)].get(profile, 0) + 1
+            else:
+                uncarved.add(int(index))
+    return dict(out)
 
 
 def _compute_capability(labels: dict[str, str]) -> tuple[int, int] | None:
@@ -196,11 +216,17 @@ def _mig_groups(layout: list[dict[str, Any]], gpu_count: int) -> tuple[MigGroup,
 
 
 def node_plans(*, cluster: Cluster) -> list[NodePlan]:
+    """Each GPU node's configuration. A MIG node's layout is the one pinned in ``Node.mig_layout``
+    or else the one its reservations book (the placement engine's choice)."""
+    booked = booked_gpu_layouts(cluster=cluster)
     plans = []
     for node in Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"):
         gpus = list(node.gpus.all())
         if not gpus:
             continue
+        carved, uncarved = booked.get(node.pk, ({}, set()))
+        booked_groups = mig_groups_from_layouts(carved) if node.sharing == NodeSharing.MIG else ()
+        whole = tuple(sorted(uncarved)) if node.sharing == NodeSharing.MIG and not node.mig_layout else ()
         plans.append(
             NodePlan(
                 name=node.name,
@@ -211,7 +237,8 @@ def node_plans(*, cluster: Cluster) -> list[NodePlan]:
                 sharing=node.sharing,
                 replicas=node.sharing_replicas,
                 compute_capability=_compute_capability(node.labels or {}),
-                mig_groups=_mig_groups(node.mig_layout or [], len(gpus)),
+                mig_groups=_mig_groups(node.mig_layout or [], len(gpus)) if node.mig_layout else booked_groups,
+                whole_gpus=whole,
             )
         )
     return plans

@@ -24,7 +24,7 @@ from rest_framework.test import APIClient
 
 from allocations.models import Flavor, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Cluster
+from clusters.models import Cluster, Node, NodeSharing
 from tenants.models import Department, Membership, Project, Role
 
 pytest_plugins = ["clusters.testing.pytest_plugin"]
@@ -164,6 +164,8 @@ def build_world(*, a100_gpus: int = 16, h100_gpus: int = 8) -> World:
                 memory_mib=1048576,
                 gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=mig_capable) for i in range(gpus_here)],
             )
+    # The A100 nodes run the device plugin's mixed MIG strategy: whole GPUs and MIG slices.
+    Node.objects.filter(cluster=cluster, name__startswith="a100-").update(sharing=NodeSharing.MIG)
     return World(
         acme=acme, nlp=nlp, speech=speech, vision=vision, users=users, llm=llm, speech_project=speech_project,
         seg=seg, a100=a100, h100=h100, mig=mig, mps=mps, standard=standard, preemptible=preemptible, cluster=cluster,

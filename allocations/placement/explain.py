@@ -20,6 +20,12 @@ def _share(milli: int, mem_mib: int) -> str:
     return f"{_gib(milli * mem_mib / GPU_MILLI)} ({pct})" if mem_mib else pct
 
 
+def _gpus(models: str, count: int) -> str:
+    """``GPUs``, ``A100 GPU``, ``A100 GPUs``."""
+    noun = "GPU" if count == 1 else "GPUs"
+    return f"{models} {noun}" if models else noun
+
+
 def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
     models = "/".join(sorted(request.allowed_models))
     what = models or "GPU"
@@ -62,8 +68,8 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
         return Rejection(
             request,
             RejectionKind.WHOLE_GPUS,
-            f"no node has {request.gpu_count} fully free {what}s; the most is {int(full[i])} on node "
-            f"{cluster.names[i]}",
+            f"no node has {request.gpu_count} fully free {_gpus(models, request.gpu_count)}; the most is "
+            f"{int(full[i])} on node {cluster.names[i]}",
         )
     assert request.mig_profile is not None
     legal = mig_tables.legal_table(request.mig_profile)[cluster.mig_state] & gpu_ok
@@ -82,6 +88,6 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
     return Rejection(
         request,
         RejectionKind.MIG_SLICE,
-        f"no node has {request.gpu_count} {what}s with room for {request.mig_profile}; the most is "
+        f"no node has {request.gpu_count} {_gpus(models, request.gpu_count)} with room for {request.mig_profile}; the most is "
         f"{int(counts[i])} on node {cluster.names[i]}",
     )

@@ -91,13 +91,20 @@ def test_a_claimed_push_is_left_to_its_worker_until_the_lease_runs_out(world: Wo
 
 
 def test_the_manifests_driver_writes_the_cluster_wide_objects_in_their_own_folder(world: World, settings: Any) -> None:
-    approve(world)
+    booked = approve(world).reservations.get()
     push = ClusterPush.objects.get(project__isnull=True)
     assert push_deliver(push_id=push.pk) is None
     folder = Path(settings.GPUPORTAL_MANIFESTS_DIR) / world.cluster.name / "cluster"
     names = sorted(path.name for path in folder.iterdir())
     assert "priorityclass-gpu-standard.yaml" in names
     assert "configmap-gpu-operator.gpuportal-device-plugin-configs.yaml" in names
-    assert "node-a100-0.yaml" in names
-    node = yaml.safe_load((folder / "node-a100-0.yaml").read_text())
-    assert node["metadata"]["labels"] == {"nvidia.com/device-plugin.config": "exclusive", "nvidia.com/mig.config": "all-disabled"}
+    assert {"node-a100-0.yaml", "node-a100-1.yaml", "node-h100-0.yaml"} <= set(names)
+    node = yaml.safe_load((folder / f"node-{booked.node.name}.yaml").read_text())
+    labels = node["metadata"]["labels"]
+    assert labels["nvidia.com/device-plugin.config"] == "mig-mixed"  # the A100 nodes run the mixed strategy
+    config_map = yaml.safe_load((folder / "configmap-gpu-operator.gpuportal-mig-parted-config.yaml").read_text())
+    layouts = yaml.safe_load(config_map["data"]["config.yaml"])["mig-configs"]
+    # The whole GPU the engine booked has MIG off; the others stay in MIG mode, empty.
+    assert {"devices": booked.gpu_indices, "mig-enabled": False} in layouts[labels["nvidia.com/mig.config"]]
+    h100 = yaml.safe_load((folder / "node-h100-0.yaml").read_text())["metadata"]["labels"]
+    assert h100 == {"nvidia.com/device-plugin.config": "exclusive"}

@@ -107,10 +107,12 @@ def test_it_refuses_when_the_cluster_has_no_free_capacity() -> None:
     approve(world, ask(world, quantity=2))
     with pytest.raises(CapacityExceeded) as refusal:
         approve(world, ask(world, quantity=1))
+    reason = "no node has 1 fully free NVIDIA-A100-SXM4-80GB GPU; the most is 0 on node a100-0"
     assert refusal.value.details == {
-        "cluster": "test-cluster", "gpu_model": "NVIDIA-A100-SXM4-80GB", "requested": "1", "in_use": "2", "limit": "2",
+        "cluster": "test-cluster", "gpu_model": "NVIDIA-A100-SXM4-80GB", "requested": "1", "placed": "0",
+        "kind": "whole-gpus", "reason": reason,
     }
-    assert "the most free is 0 on cluster test-cluster" in refusal.value.message
+    assert refusal.value.message == f"No room for 1 × a100 on cluster test-cluster: {reason}."
 
 
 def test_it_frees_capacity_and_quota_when_an_allocation_is_released(world: World) -> None:
