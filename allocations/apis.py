@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.utils import timezone
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -168,6 +168,17 @@ class QuotaDetailApi(APIView):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class ReservationOut(serializers.Serializer):  # type: ignore[type-arg]
+    """One unit booked on concrete GPUs (live reservations only)."""
+
+    unit = serializers.IntegerField()
+    node = serializers.CharField(source="node.name")
+    gpus = serializers.ListField(child=serializers.IntegerField(), source="gpu_indices")
+    share_milli = serializers.IntegerField(source="gpu_milli", help_text="Share of each GPU in thousandths; 0 for MIG.")
+    mig_profile = serializers.CharField(allow_blank=True)
+    mig_start = serializers.IntegerField(allow_null=True, help_text="First memory slice of the MIG instance.")
+
+
 class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
     department = serializers.SlugRelatedField[Any](source="project.department", slug_field="slug", read_only=True)
@@ -177,17 +188,22 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     requested_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
     decided_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True, allow_null=True)
     gpu_equivalents = serializers.SerializerMethodField()
+    placement = serializers.SerializerMethodField(help_text="Where each granted unit is booked; empty until approved.")
 
     class Meta:
         model = Allocation
         fields = [
             "id", "project", "project_id", "department", "flavor", "flavor_id", "quantity", "gpu_equivalents",
             "priority_class", "cluster", "state", "starts_at", "ends_at", "justification", "requested_by",
-            "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at",
+            "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at", "placement",
         ]
 
     def get_gpu_equivalents(self, allocation: Allocation) -> str:
         return format((allocation.flavor.gpu_equivalents * allocation.quantity).normalize(), "f")
+
+    @extend_schema_field(ReservationOut(many=True))
+    def get_placement(self, allocation: Allocation) -> list[dict[str, Any]]:
+        return list(ReservationOut(selectors.live_reservations(allocation), many=True).data)
 
 
 def _default_priority_class(user: Any) -> PriorityClass | None:

@@ -111,7 +111,11 @@ def placement_attempt(
     view = view or placement_view(cluster=cluster, shape=shape)
     attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
     if not view.offered:
-        attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
+        if view.pinned_room:
+            attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
+            attempt.kind = "mig-slice"
+        else:
+            attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
         return attempt
     room = {name: list(free) for name, free in view.pinned_room.items()}
     pinned = list(view.pinned_free)

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.admission import department_usage
-from allocations.models import Allocation, AllocationState
+from allocations.models import Allocation, AllocationState, Reservation
 from gpuportal.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import World, build_world, requires_postgres
 
@@ -92,3 +92,25 @@ def test_it_never_overcommits_a_cluster_when_departments_race_for_its_last_gpus(
     assert outcomes == Counter({"approved": 4, "capacity": 46})
     granted = Allocation.objects.exclude(state__in=[AllocationState.PENDING]).count()
     assert granted == 4
+    booked = Reservation.objects.filter(released_at__isnull=True).values_list("node__name", "gpu_indices")
+    assert sorted((node, tuple(gpus)) for node, gpus in booked) == [("a100-0", (index,)) for index in range(4)]
+
+
+def test_racing_approvals_carve_each_mig_slice_of_a_gpu_exactly_once() -> None:
+    world = build_world(a100_gpus=1)
+    jobs = []
+    for _ in range(APPROVALS):
+        start = timezone.now()
+        allocation = services.allocation_request(
+            actor=world.users["nlp_member"], project=world.llm, flavor=world.mig, quantity=1,
+            priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=1),
+            justification="race",
+        )
+        jobs.append(("nlp_admin", allocation.pk))
+
+    outcomes = approve_all_at_once(world, jobs)
+
+    assert outcomes == Counter({"approved": 7, "capacity": 43})  # an A100 has seven 1g.10gb slots
+    booked = Reservation.objects.filter(released_at__isnull=True).values_list("mig_start", flat=True)
+    starts = sorted(start for start in booked if start is not None)
+    assert starts == list(range(7))  # 1g.10gb may start at memory slices 0..6, each used once
