@@ -180,20 +180,29 @@ class PlacementView:
         return self.engine is not None or bool(self.pinned_free)
 
 
-def _node_rows(cluster: Cluster) -> list[Node]:
+def node_rows(cluster: Cluster) -> list[Node]:
     return list(Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"))
 
 
-def placement_view(*, cluster: Cluster, shape: UnitShape, nodes: list[Node] | None = None) -> PlacementView:
-    """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations."""
-    rows = _node_rows(cluster) if nodes is None else nodes
+def placement_view(
+    *,
+    cluster: Cluster,
+    shape: UnitShape,
+    nodes: list[Node] | None = None,
+    reservations: list[Reservation] | None = None,
+) -> PlacementView:
+    """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations
+    (or from ``reservations``, e.g. a defragmentation plan's hypothetical set)."""
+    rows = node_rows(cluster) if nodes is None else nodes
     offering = [node for node in rows if node_offers(node=node, shape=shape, cluster=cluster)]
     pinned_nodes = [
         node for node in rows
         if shape.mig_profile and node.is_schedulable and node.sharing == NodeSharing.MIG and node.mig_layout
     ]
-    reservations = live_reservations(node_ids=[node.pk for node in offering + pinned_nodes])
-    per_gpu, cpu, memory = _usage(reservations)
+    node_ids = {node.pk for node in offering + pinned_nodes}
+    if reservations is None:
+        reservations = live_reservations(node_ids=node_ids)
+    per_gpu, cpu, memory = _usage(row for row in reservations if row.node_id in node_ids)
     engine_nodes = []
     gpu_models: dict[tuple[str, int], str] = {}
     for node in offering:
