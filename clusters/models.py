@@ -90,6 +90,25 @@ class Node(models.Model):
             raise ValidationError(
                 {"mig_layout": 'A list of {"devices": "all" or [indexes], "mig-devices": {"1g.10gb": 7, ...}} entries.'}
             )
+        self._refuse_reconfiguring_booked_gpus()
+
+    def _refuse_reconfiguring_booked_gpus(self) -> None:
+        """GPU reservations were placed for the current configuration: changing how the node
+        offers its GPUs under them would strand or double-book them."""
+        if self.pk is None:
+            return
+        stored = Node.objects.filter(pk=self.pk).values("sharing", "sharing_replicas", "mig_layout").first()
+        if stored is None:
+            return
+        changed = [name for name, value in stored.items() if getattr(self, name) != value]
+        if not changed:
+            return
+        booked = self.reservations.filter(released_at__isnull=True).count()
+        if booked:
+            raise ValidationError(
+                {changed[0]: f"Node {self.name} holds {booked} live GPU reservations; release them or move them "
+                             "with placement_defrag before changing how its GPUs are offered."}
+            )
 
 
 def _is_mig_layout(layout: object) -> bool:

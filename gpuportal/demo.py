@@ -11,7 +11,7 @@ from django.db import transaction
 
 from allocations.models import Flavor, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Cluster
+from clusters.models import Cluster, Node, NodeSharing
 from tenants.models import Department, Membership, Project, Role
 
 A100 = "NVIDIA-A100-SXM4-80GB"
@@ -54,6 +54,16 @@ FLAVORS: list[dict[str, Any]] = [
      "sharing_mode": SharingMode.VGPU, "resource_name": "nvidia.com/gpu", "memory_mib": 10240,
      "compute_percent": 20, "gpu_equivalents": Decimal("0.2"),
      "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
+]
+
+# name, GPU model, how the device plugin offers its GPUs (gpu-sharing-formats.md §1), replicas.
+# The A100 nodes run the mixed MIG strategy: each GPU is carved or offered whole, as booked.
+DEMO_NODES: list[tuple[str, str, str, int | None]] = [
+    ("a100-node-1", A100, NodeSharing.MIG, None),
+    ("a100-node-2", A100, NodeSharing.MIG, None),
+    ("h100-node-1", H100, NodeSharing.EXCLUSIVE, None),
+    ("h100-node-2", H100, NodeSharing.MPS, 4),
+    ("h100-node-3", H100, NodeSharing.TIMESLICE, 2),
 ]
 
 PRIORITY_CLASSES: list[dict[str, Any]] = [
@@ -128,17 +138,16 @@ def demo_seed() -> None:
         )
 
     cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster"})
-    for index in range(2):
-        for model, prefix, mig in ((A100, "a100", True), (H100, "h100", False)):
-            name = f"{prefix}-node-{index + 1}"
-            if cluster.nodes.filter(name=name).exists():
-                continue
-            node_upsert(
-                actor=None,
-                cluster=cluster,
-                name=name,
-                cpu_millicores=128000,
-                memory_mib=1024 * 1024,
-                gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=mig) for i in range(8)],
-                labels={"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": "8"},
-            )
+    for name, model, sharing, replicas in DEMO_NODES:
+        if cluster.nodes.filter(name=name).exists():
+            continue
+        node_upsert(
+            actor=None,
+            cluster=cluster,
+            name=name,
+            cpu_millicores=128000,
+            memory_mib=1024 * 1024,
+            gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=model == A100) for i in range(8)],
+            labels={"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": "8"},
+        )
+        Node.objects.filter(cluster=cluster, name=name).update(sharing=sharing, sharing_replicas=replicas)

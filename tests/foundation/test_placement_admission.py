@@ -259,3 +259,16 @@ def test_a_node_added_to_the_cluster_is_used_at_the_next_approval(world: World) 
     Quota.objects.filter(department=world.vision).update(limit=Decimal(20))
     rows = live(approve(world, extra, persona="vision_admin"))
     assert rows[0].node.name == "h100-1"
+
+
+def test_a_node_holding_reservations_cannot_change_how_it_offers_its_gpus(world: World) -> None:
+    from django.core.exceptions import ValidationError
+
+    booked = live(approve(world, ask(world, flavor=world.mig, quantity=1)))[0].node
+    booked.sharing = NodeSharing.EXCLUSIVE
+    with pytest.raises(ValidationError) as refusal:
+        booked.full_clean()
+    assert "holds 1 live GPU reservations" in refusal.value.message_dict["sharing"][0]
+    idle = Node.objects.get(name="h100-0")
+    idle.sharing, idle.sharing_replicas = NodeSharing.MPS, 4
+    idle.full_clean()  # nothing booked there: allowed
