@@ -38,7 +38,7 @@ import json
 demo_seed()
 Quota.objects.update(limit=Decimal("900000"), guaranteed=Decimal("0"))
 cluster = Cluster.objects.get(name="demo")
-node_upsert(actor=None, cluster=cluster, name="bench-a100", cpu_millicores=1, memory_mib=1,
+node_upsert(actor=None, cluster=cluster, name="bench-a100", cpu_millicores=0, memory_mib=0,
             gpus=[GpuSpec(index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920) for i in range(20000)])
 tokens = {name: Token.objects.get_or_create(user=User.objects.get(username=name))[0].key for name in ("alice", "bob")}
 from tenants.models import Project
