@@ -1,8 +1,9 @@
-"""Admission: does an allocation fit its department's quotas and a cluster's capacity?
+"""Admission: does an allocation fit its department's quotas?
 
 Called by ``allocation_approve`` after it has locked, in this order, the allocation, the
 department chain (primary-key order) and the candidate clusters (primary-key order). Because every
-approval in a subtree locks all its ancestors, the sums below cannot change until commit.
+approval in a subtree locks all its ancestors, the sums below cannot change until commit. Whether
+it fits a cluster is the placement engine's answer (``allocations.reservations``).
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from django.db.models.functions import Coalesce
 
 from allocations.models import Allocation, Flavor, Quota
 from allocations.states import HOLDING_STATES
-from clusters.models import Cluster, Gpu
-from gpuportal.errors import CapacityExceeded, QuotaExceeded
+from gpuportal.errors import QuotaExceeded
 from tenants.access import department_subtree_ids
 from tenants.models import Department
 
@@ -116,60 +116,3 @@ def quota_admit(
                 details=check.as_details(),
             )
     return checks
-
-
-@dataclass(frozen=True)
-class CapacityCheck:
-    cluster: str
-    gpu_model: str
-    requested: Decimal
-    in_use: Decimal
-    capacity: Decimal
-
-    @property
-    def fits(self) -> bool:
-        return self.in_use + self.requested <= self.capacity
-
-
-def cluster_capacity_check(*, cluster: Cluster, flavor: Flavor, quantity: int) -> CapacityCheck:
-    """A capacity sum in GPU-equivalents over the cluster's GPUs of the flavor's model."""
-    gpus = Gpu.objects.filter(node__cluster=cluster, node__is_schedulable=True, model=flavor.gpu_model)
-    if flavor.sharing_mode == "mig":
-        gpus = gpus.filter(mig_capable=True)
-    capacity = Decimal(gpus.count())
-    in_use = holding_allocations().filter(cluster=cluster, flavor__gpu_model=flavor.gpu_model).aggregate(
-        total=Sum(_GPU_EQ)
-    )["total"] or Decimal(0)
-    return CapacityCheck(
-        cluster=cluster.name,
-        gpu_model=flavor.gpu_model,
-        requested=Decimal(quantity) * flavor.gpu_equivalents,
-        in_use=Decimal(in_use),
-        capacity=capacity,
-    )
-
-
-def cluster_choose(*, clusters: list[Cluster], flavor: Flavor, quantity: int) -> Cluster:
-    """The first cluster (primary-key order) with room, or ``CapacityExceeded`` with the best numbers."""
-    checks = [cluster_capacity_check(cluster=cluster, flavor=flavor, quantity=quantity) for cluster in clusters]
-    for cluster, check in zip(clusters, checks, strict=True):
-        if check.fits:
-            return cluster
-    if not checks:
-        raise CapacityExceeded(
-            f"No active cluster has {flavor.gpu_model} GPUs.",
-            details={"gpu_model": flavor.gpu_model, "requested": _plain(Decimal(quantity) * flavor.gpu_equivalents)},
-        )
-    best = max(checks, key=lambda check: check.capacity - check.in_use)
-    free = best.capacity - best.in_use
-    raise CapacityExceeded(
-        f"Not enough free {flavor.gpu_model} capacity: requested {_plain(best.requested)} GPU-equivalents, "
-        f"the most free is {_plain(free)} on cluster {best.cluster}.",
-        details={
-            "cluster": best.cluster,
-            "gpu_model": best.gpu_model,
-            "requested": _plain(best.requested),
-            "in_use": _plain(best.in_use),
-            "limit": _plain(best.capacity),
-        },
-    )

@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from allocations.models import Allocation, Flavor, Reservation, SharingMode
+from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement import Gpu as EngineGpu
 from allocations.placement import MigSlice, Placement, Request
@@ -286,8 +286,3 @@ def pinned_free_instances(*, node: Node, gpu: Gpu, profile: str, taken: GpuUse) 
     instances = layout_starts(geometry, layout) or []
     held = {(slice_.profile, slice_.start) for slice_ in taken.slices}
     return [instance.start for instance in instances if instance.profile == profile and (profile, instance.start) not in held]
-
-
-def unplaced_units(*, allocation: Allocation) -> int:
-    """Units of a holding allocation without a live reservation (granted before placement existed)."""
-    return allocation.quantity - allocation.reservations.filter(released_at__isnull=True).count()

@@ -1,9 +1,18 @@
 """The GPU map of one cluster: each GPU with the share of it that allocations hold, by department.
 
-Allocations reserve capacity on a cluster, not yet on concrete GPUs, so this lays the cluster's
-holding allocations out on its GPUs the way the device plugin would have to (first fit; a GPU
-holds one kind of sharing at a time: whole, MIG slices, or replicas of one size). When the
-placement engine records reservations per GPU, ``gpu_map`` should draw those instead.
+Drawn from the live reservations (``allocations.models.Reservation``), i.e. from the concrete
+GPUs the placement engine booked for each unit; nothing is laid out or guessed here:
+
+* a whole or shared unit (exclusive, MPS, time-slicing, HAMi vGPU) holds ``gpu_milli / 1000`` of
+  each GPU it spans; its segments are stacked from the left in allocation and unit order;
+* a MIG unit is one GPU instance. It is drawn at its real place over the GPU's eight memory
+  slices (x = ``mig_start / 8`` of the width, width = the profile's memory slices / 8), and its
+  share (the percentage shown, ``GpuCell.used``) counts compute slices: the profile's compute / 7.
+
+A GPU's mode comes from the flavors of the allocations it holds (``sharing_key``): ``mig`` when it
+holds MIG instances, ``exclusive`` for whole GPUs, ``mps/4`` / ``timeslice/2`` for replicas.
+Holding allocations on the cluster with units that have no live reservation (granted before GPU
+placement existed) are listed as ``unplaced``. ``gpu_map`` runs four queries whatever the size.
 """
 
 from __future__ import annotations
@@ -12,7 +21,10 @@ import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from allocations.models import Allocation, Flavor, SharingMode
+from django.db.models import Count, Q
+
+from allocations.models import Allocation, Flavor, Reservation, SharingMode
+from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, Node
 
@@ -20,13 +32,13 @@ from clusters.models import Cluster, Node
 PALETTE = ("#0b5cad", "#b35900", "#1a7f37", "#8250df", "#bf3989", "#0a6f78", "#9a6700", "#57606a")
 GPU_WIDTH = 100
 GPU_GAP = 12
-MIG_SLICES = 7
+MIG_SLICES = COMPUTE_SLICES
 _MIG_COMPUTE = re.compile(r"^([1-7])g\.")
-_EPSILON = Decimal("0.0001")
+_MILLI = Decimal(1000)
 
 
 def unit_share(flavor: Flavor) -> Decimal:
-    """The fraction of one GPU that one unit of the flavor occupies."""
+    """The fraction of one GPU that one unit of the flavor occupies (MIG: compute slices of 7)."""
     if flavor.sharing_mode == SharingMode.MIG:
         match = _MIG_COMPUTE.match(flavor.mig_profile or "")
         return Decimal(int(match.group(1)) if match else MIG_SLICES) / MIG_SLICES
@@ -46,13 +58,16 @@ def sharing_key(flavor: Flavor) -> str:
 
 @dataclass(frozen=True)
 class Segment:
+    """One drawn rectangle: consecutive units of one allocation, or one MIG instance."""
+
     allocation_id: int
     department: str
     flavor: str
     colour: str
-    offset: Decimal
-    share: Decimal
+    offset: Decimal  # where it is drawn, as a fraction of the GPU's width
+    share: Decimal  # the fraction of the GPU it holds (MIG: compute slices / 7)
     units: int
+    span: Decimal | None = None  # the drawn width when it differs from ``share`` (MIG: memory slices / 8)
 
     @property
     def label(self) -> str:
@@ -64,7 +79,7 @@ class Segment:
 
     @property
     def width(self) -> str:
-        return f"{self.share * GPU_WIDTH:.2f}"
+        return f"{(self.share if self.span is None else self.span) * GPU_WIDTH:.2f}"
 
 
 @dataclass
@@ -75,6 +90,7 @@ class GpuCell:
     position: int
     mode: str | None = None
     segments: list[Segment] = field(default_factory=list)
+    memory_mib: int = 0
 
     @property
     def used(self) -> Decimal:
@@ -94,30 +110,42 @@ class GpuCell:
 
     @property
     def slice_lines(self) -> list[str]:
-        return [f"{GPU_WIDTH * i / MIG_SLICES:.2f}" for i in range(1, MIG_SLICES)] if self.is_mig else []
+        """The borders of the eight memory slices, on which MIG instances are drawn."""
+        return [f"{GPU_WIDTH * i / MEMORY_SLICES:.2f}" for i in range(1, MEMORY_SLICES)] if self.is_mig else []
+
+    @property
+    def holders(self) -> list[tuple[int, str, str, int]]:
+        """(allocation, department, flavor, units) per allocation on this GPU, in drawing order."""
+        units: dict[tuple[int, str, str], int] = {}
+        for segment in self.segments:
+            key = (segment.allocation_id, segment.department, segment.flavor)
+            units[key] = units.get(key, 0) + segment.units
+        return [(pk, department, flavor, count) for (pk, department, flavor), count in units.items()]
 
     @property
     def description(self) -> str:
         if not self.segments:
             return f"GPU {self.index}: free"
-        parts = ", ".join(segment.label for segment in self.segments)
+        parts = ", ".join(f"#{pk} {department}: {units} × {flavor}" for pk, department, flavor, units in self.holders)
         return f"GPU {self.index}: {self.used_percent} % allocated ({parts})"
 
-    def free(self) -> Decimal:
-        return Decimal(1) - self.used
+    def hold(self, *, key: str) -> None:
+        """Record the sharing kind of a unit on this GPU (a mix, which should not happen, shows as such)."""
+        if self.mode is None or self.mode == key:
+            self.mode = key
+        else:
+            self.mode = "+".join(sorted({*self.mode.split("+"), key}))
 
-    def place(self, *, allocation: Allocation, colour: str, share: Decimal, units: int, key: str) -> None:
-        self.mode = key
-        last = self.segments[-1] if self.segments else None
-        if last is not None and last.allocation_id == allocation.pk:
-            self.segments[-1] = replace(last, share=last.share + share * units, units=last.units + units)
+    def stack(self, segment: Segment) -> None:
+        """Add a whole or shared unit after the ones the GPU holds already (merged with the last
+        one when it belongs to the same allocation)."""
+        stacked = [index for index, held in enumerate(self.segments) if held.span is None]
+        if stacked and self.segments[stacked[-1]].allocation_id == segment.allocation_id:
+            last = self.segments[stacked[-1]]
+            self.segments[stacked[-1]] = replace(last, share=last.share + segment.share, units=last.units + segment.units)
             return
-        self.segments.append(
-            Segment(
-                allocation_id=allocation.pk, department=allocation.project.department.slug,
-                flavor=allocation.flavor.name, colour=colour, offset=self.used, share=share * units, units=units,
-            )
-        )
+        offset = sum((self.segments[index].share for index in stacked), Decimal(0))
+        self.segments.append(replace(segment, offset=offset))
 
 
 @dataclass(frozen=True)
@@ -138,61 +166,80 @@ class GpuMap:
     unplaced: list[str]
 
 
-def _fits(gpu: GpuCell, *, flavor: Flavor, key: str, share: Decimal) -> bool:
-    if gpu.model != flavor.gpu_model or (key == SharingMode.MIG and not gpu.mig_capable):
-        return False
-    if gpu.mode is not None and gpu.mode != key:
-        return False
-    return gpu.free() + _EPSILON >= share
+def _mig_extent(*, cell: GpuCell, profile: str) -> tuple[Decimal, Decimal]:
+    """(compute share of 7, memory width of 8) of one MIG instance on this GPU."""
+    geometry = geometry_for_model(cell.model, cell.memory_mib)
+    known = geometry.by_name.get(profile) if geometry is not None else None
+    if known is not None:
+        return Decimal(known.compute) / COMPUTE_SLICES, Decimal(known.memory_slices) / MEMORY_SLICES
+    match = _MIG_COMPUTE.match(profile)  # a profile this GPU's table does not know: its compute, drawn as wide
+    compute = int(match.group(1)) if match else COMPUTE_SLICES
+    return Decimal(compute) / COMPUTE_SLICES, Decimal(compute) / MEMORY_SLICES
 
 
-def _lay_out(gpus: list[GpuCell], allocation: Allocation, colour: str) -> int:
-    """Place every unit of the allocation; returns how many units found no room."""
-    flavor = allocation.flavor
-    share, key = unit_share(flavor), sharing_key(flavor)
-    left = allocation.quantity
-    for gpu in gpus:
-        if left == 0:
-            break
-        units = 0
-        while units < left and _fits(gpu, flavor=flavor, key=key, share=share * (units + 1)):
-            units += 1
-        if units:
-            gpu.place(allocation=allocation, colour=colour, share=share, units=units, key=key)
-            left -= units
-    return left
+def _draw(cell: GpuCell, row: Reservation, *, colour: str) -> None:
+    allocation = row.allocation
+    segment = Segment(
+        allocation_id=allocation.pk, department=allocation.project.department.slug, flavor=allocation.flavor.name,
+        colour=colour, offset=Decimal(0), share=Decimal(row.gpu_milli) / _MILLI, units=1,
+    )
+    if row.mig_profile:
+        cell.hold(key=str(SharingMode.MIG))
+        share, span = _mig_extent(cell=cell, profile=row.mig_profile)
+        offset = Decimal(row.mig_start or 0) / MEMORY_SLICES
+        cell.segments.append(replace(segment, offset=offset, share=share, span=span))
+        return
+    cell.hold(key=sharing_key(allocation.flavor))
+    cell.stack(segment)
 
 
 def gpu_map(*, cluster: Cluster) -> GpuMap:
     nodes = list(Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"))
-    cells: dict[str, list[GpuCell]] = {}
-    schedulable_cells: list[GpuCell] = []
+    cells: dict[tuple[int, int], GpuCell] = {}
+    rows: dict[int, list[GpuCell]] = {}
     for node in nodes:
         row = [
-            GpuCell(index=gpu.index, model=gpu.model, mig_capable=gpu.mig_capable, position=position)
+            GpuCell(
+                index=gpu.index, model=gpu.model, mig_capable=gpu.mig_capable, position=position,
+                memory_mib=gpu.memory_mib,
+            )
             for position, gpu in enumerate(sorted(node.gpus.all(), key=lambda gpu: gpu.index))
         ]
-        cells[node.name] = row
-        if node.is_schedulable:
-            schedulable_cells.extend(row)
+        rows[node.pk] = row
+        cells.update({(node.pk, cell.index): cell for cell in row})
+    reservations = list(
+        Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
+        .select_related("allocation__flavor", "allocation__project__department")
+        .order_by("allocation_id", "unit", "pk")
+    )
     holding = list(
         Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES)
         .select_related("flavor", "project__department")
+        .annotate(live=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
+        .order_by("pk")
     )
-    department_ids = sorted({allocation.project.department_id for allocation in holding})
-    colours = {pk: PALETTE[i % len(PALETTE)] for i, pk in enumerate(department_ids)}
-    # Largest shares first, so whole GPUs are not fragmented by small slices.
-    holding.sort(key=lambda allocation: (-unit_share(allocation.flavor), allocation.pk))
-    unplaced = []
-    for allocation in holding:
-        missing = _lay_out(schedulable_cells, allocation, colours[allocation.project.department_id])
-        if missing:
-            unplaced.append(f"#{allocation.pk}: {missing} × {allocation.flavor.name}")
-    legend = sorted(
-        {(allocation.project.department.slug, colours[allocation.project.department_id]) for allocation in holding}
-    )
+    departments = {row.allocation.project.department for row in reservations}
+    departments |= {allocation.project.department for allocation in holding}
+    colours = {
+        department.pk: PALETTE[i % len(PALETTE)]
+        for i, department in enumerate(sorted(departments, key=lambda department: department.pk))
+    }
+    for reservation in reservations:
+        colour = colours[reservation.allocation.project.department_id]
+        for index in reservation.gpu_indices:
+            cell = cells.get((reservation.node_id, int(index)))
+            if cell is not None:  # a GPU the inventory no longer lists is not drawn
+                _draw(cell, reservation, colour=colour)
+    for cell in cells.values():
+        cell.segments.sort(key=lambda segment: segment.offset)
+    unplaced = [
+        f"#{allocation.pk}: {allocation.quantity - allocation.live} × {allocation.flavor.name}"
+        for allocation in holding
+        if allocation.live < allocation.quantity
+    ]
+    legend = sorted((department.slug, colours[department.pk]) for department in departments)
     return GpuMap(
-        nodes=[NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=cells[node.name]) for node in nodes],
+        nodes=[NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=rows[node.pk]) for node in nodes],
         legend=legend,
         unplaced=unplaced,
     )

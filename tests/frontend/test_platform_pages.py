@@ -4,23 +4,32 @@ from __future__ import annotations
 
 import datetime
 import re
+from collections import defaultdict
 from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
 from allocations import services
-from allocations.models import Allocation, Flavor, SharingMode
-from clusters.models import Cluster, ClusterPush, PushState
+from allocations.models import Allocation, Flavor, Reservation, SharingMode
+from clusters.inventory import GpuSpec, node_upsert
+from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
 from frontend.gpu_map import gpu_map, unit_share
-from tests.conftest import World
-from tests.frontend.conftest import Login, pending
+from tests.conftest import H100, World
+from tests.frontend.conftest import Login
 
 pytestmark = pytest.mark.django_db
 
 
-def granted(world: World, *, persona: str, project: str, flavor: str, quantity: int) -> Allocation:
-    allocation = pending(world, persona=persona, project=project, flavor=flavor, quantity=quantity)
+def granted(world: World, *, persona: str, project: str, flavor: str | Flavor, quantity: int) -> Allocation:
+    """Request (``flavor``: a World attribute or a Flavor) and approve: the engine books the GPUs."""
+    start = timezone.now()
+    allocation = services.allocation_request(
+        actor=world.users[persona], project=getattr(world, project),
+        flavor=flavor if isinstance(flavor, Flavor) else getattr(world, flavor), quantity=quantity,
+        priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=3),
+        justification="portal tests",
+    )
     admin = "vision_admin" if project == "seg" else "nlp_admin"
     return services.allocation_approve(actor=world.users[admin], allocation_id=allocation.pk)
 
@@ -41,16 +50,56 @@ def test_it_shows_cluster_sync_health(world: World, login: Login) -> None:
     assert "<td>3</td><td>24</td>" in rows["test-cluster"]  # nodes, GPUs
 
 
+def booked(allocation: Allocation) -> dict[tuple[str, int], list[Reservation]]:
+    """(node, GPU index) → the allocation's live reservations there, as stored by the placement engine."""
+    out: dict[tuple[str, int], list[Reservation]] = defaultdict(list)
+    for row in allocation.reservations.filter(released_at__isnull=True).select_related("node"):
+        for index in row.gpu_indices:
+            out[(row.node.name, int(index))].append(row)
+    return dict(out)
+
+
+def descriptions(html: str) -> dict[str, dict[int, str]]:
+    """Node → GPU index → the GPU's text description, read from each node's SVG <desc>."""
+    out: dict[str, dict[int, str]] = {}
+    for text in re.findall(r'<desc id="node-\d+-desc">([^<]*)</desc>', html):
+        node, _, gpus = text.partition(": ")
+        out[node] = {int(match.group(1)): match.group(0) for match in re.finditer(r"GPU (\d+): [^;]*", gpus)}
+    return out
+
+
+def node_figure(html: str, node: str) -> str:
+    match = re.search(rf"<figure class=\"node-map\">\s*<figcaption><strong>{node}</strong>.*?</figure>", html, re.S)
+    assert match is not None, node
+    return match.group(0)
+
+
 def test_it_draws_each_gpus_share_by_department(world: World, login: Login) -> None:
-    granted(world, persona="nlp_member", project="llm", flavor="a100", quantity=2)
-    granted(world, persona="nlp_member", project="llm", flavor="mig", quantity=3)
-    granted(world, persona="vision_member", project="seg", flavor="h100", quantity=1)
+    whole = granted(world, persona="nlp_member", project="llm", flavor="a100", quantity=2)
+    mig = granted(world, persona="nlp_member", project="llm", flavor="mig", quantity=3)
+    h100 = granted(world, persona="vision_member", project="seg", flavor="h100", quantity=1)
     html = login("platform").get(f"/platform/clusters/{world.cluster.pk}/").content.decode()
-    assert re.search(r"GPU 0: 100 % allocated \(#\d+ nlp: 1 × a100\); GPU 1: 100 % allocated", html)
-    assert re.search(r"GPU 2: 43 % allocated \(#\d+ nlp: 3 × a100-1g\)", html)
-    assert "vision: 1 × h100" in html
-    assert html.count('class="mig-line"') == 6  # one GPU in MIG mode: seven slices
+    gpus = descriptions(html)
+    expected: dict[tuple[str, int], str] = {}
+    for node, index in booked(whole):
+        expected[(node, index)] = f"GPU {index}: 100 % allocated (#{whole.pk} nlp: 1 × a100)"
+    for node, index in booked(h100):
+        expected[(node, index)] = f"GPU {index}: 100 % allocated (#{h100.pk} vision: 1 × h100)"
+    mig_gpus = booked(mig)
+    for (node, index), rows in mig_gpus.items():  # a 1g.10gb instance is one of seven compute slices
+        percent = round(Decimal(100 * len(rows)) / 7)
+        expected[(node, index)] = f"GPU {index}: {percent} % allocated (#{mig.pk} nlp: {len(rows)} × a100-1g)"
+        for row in rows:  # drawn at its place over the eight memory slices
+            assert row.mig_start is not None
+            assert f'<rect x="{row.mig_start * 100 / 8:.2f}" width="12.50" height="40"' in node_figure(html, node)
+    assert len(expected) == 2 + len(mig_gpus) + 1  # no GPU holds two of these allocations
+    for node, texts in gpus.items():
+        for index, text in texts.items():
+            assert text == expected.get((node, index), f"GPU {index}: free"), (node, index)
+    assert sum(len(texts) for texts in gpus.values()) == 24
+    assert html.count('class="mig-line"') == 7 * len(mig_gpus)  # MIG GPUs: eight memory slices
     assert "Delivery" in html and "project nlp-llm" in html  # the outbox rows of the approvals
+    assert 'id="map-unplaced"' not in html
     legend = re.findall(r'fill="(#[0-9a-f]{6})"></rect></svg> (\w+)</li>', html)
     assert {name for _, name in legend} == {"nlp", "vision"} and len({colour for colour, _ in legend}) == 2
 
@@ -67,22 +116,43 @@ def test_it_lists_the_catalogue(world: World, login: Login) -> None:
         assert text in html, text
 
 
-def test_it_lays_units_out_without_mixing_sharing_kinds(world: World) -> None:
-    start = timezone.now()
-    replicas = Flavor.objects.create(
+def test_it_draws_whole_mig_and_replica_units_where_they_were_booked(world: World) -> None:
+    # One H100 node per sharing kind: MPS quarters, time-slicing halves, whole GPUs.
+    Node.objects.filter(cluster=world.cluster, name="h100-0").update(sharing=NodeSharing.MPS, sharing_replicas=4)
+    for name, sharing, replicas in (("h100-1", NodeSharing.TIMESLICE, 2), ("h100-2", NodeSharing.EXCLUSIVE, None)):
+        node_upsert(actor=None, cluster=world.cluster, name=name, cpu_millicores=128000, memory_mib=1048576,
+                    gpus=[GpuSpec(index=i, model=H100, memory_mib=81920) for i in range(8)])
+        Node.objects.filter(cluster=world.cluster, name=name).update(sharing=sharing, sharing_replicas=replicas)
+    timeslice = Flavor.objects.create(
         name="h100-ts-2", display_name="half", gpu_model=world.h100.gpu_model, sharing_mode=SharingMode.TIMESLICE,
         resource_name="nvidia.com/gpu.shared", replicas=2, memory_mib=40960, compute_percent=50,
         gpu_equivalents=Decimal("0.5"),
     )
-    for flavor, quantity in ((world.mps, 5), (replicas, 1), (world.h100, 6)):
-        Allocation.objects.create(
-            project=world.seg, flavor=flavor, quantity=quantity, priority_class=world.standard, cluster=world.cluster,
-            starts_at=start, ends_at=start + datetime.timedelta(days=1), justification="layout",
-            requested_by=world.users["vision_member"], state="active",
-        )
-    h100_node = next(node for node in gpu_map(cluster=world.cluster).nodes if node.name.startswith("h100"))
-    modes = [gpu.mode for gpu in h100_node.gpus]
-    assert modes == ["exclusive"] * 6 + ["timeslice/2", "mps/4"]
-    # Five quarter-GPU MPS units do not fit on the one GPU left for them: four are laid out.
-    assert h100_node.gpus[7].used == 1 and h100_node.gpus[6].used == Decimal("0.5")
+    grants = {
+        "mps/4": granted(world, persona="nlp_member", project="llm", flavor="mps", quantity=5),
+        "timeslice/2": granted(world, persona="vision_member", project="seg", flavor=timeslice, quantity=1),
+        "exclusive": granted(world, persona="vision_member", project="seg", flavor="h100", quantity=2),
+        "mig": granted(world, persona="nlp_member", project="llm", flavor="mig", quantity=3),
+    }
+    grants["exclusive a100"] = granted(world, persona="nlp_member", project="llm", flavor="a100", quantity=2)
+    expected: dict[tuple[str, int], tuple[str, Decimal, list[Decimal]]] = {}
+    for key, allocation in grants.items():
+        for (node, index), rows in booked(allocation).items():
+            assert (node, index) not in expected, "two sharing kinds on one GPU"
+            shares = [Decimal(1) / 7 if row.mig_profile else Decimal(row.gpu_milli) / 1000 for row in rows]
+            offsets = [Decimal(row.mig_start or 0) / 8 for row in rows if row.mig_profile]
+            expected[(node, index)] = (key.split()[0], sum(shares, Decimal(0)), offsets)
+    nodes = {node.name: node for node in gpu_map(cluster=world.cluster).nodes}
+    for name, drawn in nodes.items():
+        for gpu in drawn.gpus:
+            mode, used, offsets = expected.get((name, gpu.index), (None, Decimal(0), []))
+            assert (gpu.mode, round(gpu.used, 6)) == (mode, round(used, 6)), (name, gpu.index)
+            if mode == "mig":
+                assert sorted(segment.offset for segment in gpu.segments) == sorted(offsets)
+    # Five MPS quarters: on the MPS node only, 1.25 GPUs in all, at most four on one GPU.
+    assert {gpu.mode for gpu in nodes["h100-0"].gpus} <= {"mps/4", None}
+    assert sum((gpu.used for gpu in nodes["h100-0"].gpus), Decimal(0)) == Decimal("1.25")
+    assert max(gpu.used for gpu in nodes["h100-0"].gpus) <= 1
+    assert [gpu.used for gpu in nodes["h100-1"].gpus if gpu.mode] == [Decimal("0.5")]
+    assert sum(gpu.mode == "exclusive" for gpu in nodes["h100-2"].gpus) == 2
     assert unit_share(world.mig) == Decimal(1) / 7

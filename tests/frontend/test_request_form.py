@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
 import re
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from allocations import services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
+from allocations.reservations import reservations_where
+from frontend import feedback as feedback_module
+from frontend.feedback import request_feedback
 from tests.conftest import World
 from tests.frontend.conftest import Login, pending
 
@@ -75,6 +81,16 @@ def test_it_tells_someone_without_a_project(world: World, login: Login) -> None:
     assert "No project to request for" in html and "<form method=\"post\" action=\"/allocations/new/\"" not in html
 
 
+def text_of(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html)).replace(" :", ":")
+
+
+def where_line(html: str) -> str:
+    match = re.search(r"<strong>Where:</strong> (.*?) <span", html)
+    assert match is not None, "no Where line"
+    return match.group(1)
+
+
 def test_it_gives_live_feedback_on_quota_and_fit(world: World, login: Login) -> None:
     pending(world)  # pending requests hold nothing
     params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 3, "priority_class": world.standard.pk}
@@ -82,10 +98,40 @@ def test_it_gives_live_feedback_on_quota_and_fit(world: World, login: Login) -> 
     assert response.status_code == 200
     html = response.content.decode()
     assert re.search(r'id="feedback-gpu-eq">3 ', html)
-    assert "a100 units: 8 of 8 left, 5 after this request" in re.sub(r"<[^>]+>|\s+", " ", html).replace("  ", " ")
-    assert "cluster <strong>test-cluster</strong>" in html and "16 of 16" in html
+    assert "a100 units: 8 of 8 left, 5 after this request" in text_of(html)
+    # The engine's dry run: all 16 whole A100s of the mixed MIG nodes could take a unit now.
+    assert "✓ Fits on cluster test-cluster: 16 units of a100 free now" in text_of(html)
     assert "This request fits today." in html
     assert "<html" not in html  # a fragment
+
+
+def test_it_names_the_node_and_gpus_the_engine_would_choose(world: World, login: Login) -> None:
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 3, "priority_class": world.standard.pk}
+    where = where_line(login("nlp_member").get("/allocations/new/feedback/", params).content.decode())
+    match = re.fullmatch(r"cluster test-cluster: (.*)", where)
+    assert match is not None, where
+    gpus = [
+        (node, gpu) for part in match.group(1).split("; ")
+        for node, _, listed in [part.partition(" ")] for gpu in listed.split(", ")
+    ]
+    assert len(set(gpus)) == 3 and all(re.fullmatch(r"a100-[01]", node) and re.fullmatch(r"gpu[0-7]", gpu)
+                                       for node, gpu in gpus), where
+    params["flavor"] = world.mig.pk  # a MIG instance is named with its first memory slice: gpu2@4
+    where = where_line(login("nlp_member").get("/allocations/new/feedback/", params).content.decode())
+    assert re.fullmatch(r"cluster test-cluster: a100-[01] gpu[0-7]@[0-7](, gpu[0-7]@[0-7])*(; .*)?", where), where
+
+
+def test_it_shows_where_approval_books_the_units_when_nothing_changes(world: World) -> None:
+    busy = pending(world, flavor="mig", quantity=2)
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=busy.pk)
+    allocation = pending(world, flavor="mig", quantity=4)
+    feedback = request_feedback(project=world.llm, flavor=world.mig, quantity=4, priority_class=world.standard,
+                                cluster=None)
+    line = feedback.clusters[0]
+    assert line.fits and line.placed == 4 and line.reason == ""
+    approved = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
+    assert reservations_where(allocation=approved) == line.where  # the same engine, policy and workload
+    assert feedback.where == [f"cluster test-cluster: {line.where_label}"]
 
 
 def test_it_says_when_a_request_cannot_fit(world: World, login: Login) -> None:
@@ -99,6 +145,45 @@ def test_it_says_when_a_request_cannot_fit(world: World, login: Login) -> None:
     params = {"project": world.llm.pk, "flavor": l4.pk, "quantity": 1, "priority_class": world.standard.pk}
     html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
     assert "No active cluster has NVIDIA-L4 GPUs" in html
+
+
+def test_it_gives_the_engines_reason_when_a_request_is_too_large(world: World, login: Login) -> None:
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 17, "priority_class": world.standard.pk}
+    html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
+    assert re.search(
+        r"✗ Does not fit on cluster test-cluster: no node has 1 fully free NVIDIA-A100-SXM4-80GB GPU; "
+        r"the most is 0 on node a100-[01] \(16 of 17 units would fit\)",
+        text_of(html),
+    ), text_of(html)
+    assert "<strong>Where:</strong>" not in html and "approval would be refused" in html
+    # No node runs MPS with four replicas: the engine says no node offers the flavor at all.
+    params = {"project": world.llm.pk, "flavor": world.mps.pk, "quantity": 1, "priority_class": world.standard.pk}
+    assert ("✗ Does not fit on cluster test-cluster: no schedulable node of cluster test-cluster offers "
+            "NVIDIA-H100-80GB-HBM3 mps replicas (4 per GPU)") in text_of(
+        login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
+    )
+
+
+def test_it_counts_free_units_up_to_a_limit(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feedback_module, "FREE_COUNT_LIMIT", 200)
+    line = request_feedback(project=None, flavor=world.mig, quantity=2, priority_class=None, cluster=None).clusters[0]
+    assert (line.free, line.free_label) == (112, "112")  # 16 A100s × seven 1g.10gb instances
+    monkeypatch.setattr(feedback_module, "FREE_COUNT_LIMIT", 10)
+    line = request_feedback(project=None, flavor=world.mig, quantity=2, priority_class=None, cluster=None).clusters[0]
+    assert (line.fits, line.free, line.free_label) == (True, 10, "10+")
+
+
+def test_it_warns_that_approval_first_books_allocations_granted_before_placement(world: World, login: Login) -> None:
+    start = timezone.now()
+    Allocation.objects.create(
+        project=world.seg, flavor=world.a100, quantity=2, priority_class=world.standard, cluster=world.cluster,
+        starts_at=start, ends_at=start + datetime.timedelta(days=1), justification="legacy",
+        requested_by=world.users["vision_member"], state=AllocationState.ACTIVE,
+    )
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 1, "priority_class": world.standard.pk}
+    html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
+    assert ("1 allocation granted before GPU placement is not booked on GPUs yet; approval books it first, "
+            "which can take room counted free here.") in text_of(html)
 
 
 def test_it_reports_errors_live_only_for_fields_filled_in(world: World, login: Login) -> None:

@@ -1,0 +1,223 @@
+"""Benchmark (not a timed test): approvals that book GPUs through the placement engine.
+
+    .venv/bin/python bench/admission.py [--nodes 24] [--requests 600] [--seed 42] [--release 0.35]
+
+Replays one seeded stream of requests (whole A100 and H100 GPUs, A100 MIG 1g.10gb and 3g.40gb
+slices, H100 MPS quarters) against a throw-away SQLite database through the real services:
+request, approve (quota, locks, placement, audit, outbox) and, with probability ``--release``
+after each request, the release of a random granted allocation, so the cluster churns and
+fragments. The stream runs twice, each time in a fresh child process and database: with our
+default policy and with FirstFit as the baseline. Printed per run: requests granted and refused
+for lack of room, mean GPU allocation over the second half of the stream (booked GPU capacity,
+a MIG instance counting its compute slices / 7), approval latency p50/p99, and the share of the
+approval spent placing. The ratios compare the two runs of the same stream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+# flavor name → (weight in the stream, quantities to draw from)
+STREAM: dict[str, tuple[float, tuple[int, ...]]] = {
+    "a100": (0.25, (1, 1, 1, 2, 2, 4, 8)),
+    "a100-1g": (0.25, (1, 1, 2, 3, 4, 7)),
+    "a100-3g": (0.15, (1, 1, 2)),
+    "h100": (0.20, (1, 1, 2, 4, 8)),
+    "h100-mps": (0.15, (1, 2, 3, 4, 6)),
+}
+
+
+def setup_django(work: Path) -> None:
+    os.environ["DJANGO_SETTINGS_MODULE"] = "gpuportal.settings_test"
+    os.environ["DATABASE_URL"] = f"sqlite:///{work / 'bench.sqlite3'}"
+    os.environ["GPUPORTAL_VAR_DIR"] = str(work)
+    os.environ["GPUPORTAL_MANIFESTS_DIR"] = str(work / "manifests")
+    os.environ.pop("CELERY_BROKER_URL", None)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def seed(nodes: int) -> dict[str, Any]:
+    from django.contrib.auth.models import User
+
+    from allocations.models import Flavor, PriorityClass, Quota, SharingMode
+    from clusters.inventory import GpuSpec, node_upsert
+    from clusters.models import Cluster, Node, NodeSharing
+    from tenants.models import Department, Membership, Project, Role
+
+    department = Department.objects.create(slug="bench", name="Bench")
+    admin, member = User.objects.create(username="admin"), User.objects.create(username="member")
+    Membership.objects.create(user=admin, department=department, role=Role.DEPARTMENT_ADMIN)
+    Membership.objects.create(user=member, department=department, role=Role.RESEARCHER)
+    project = Project.objects.create(slug="bench-p", name="Bench", department=department)
+    project.members.add(member)
+    Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(0), limit=Decimal(100000))
+    common = {"cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768}
+    specs = [
+        ("a100", A100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu"),
+        ("a100-1g", A100, SharingMode.MIG, "1g.10gb", None, "0.1429", "nvidia.com/mig-1g.10gb"),
+        ("a100-3g", A100, SharingMode.MIG, "3g.40gb", None, "0.4286", "nvidia.com/mig-3g.40gb"),
+        ("h100", H100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu"),
+        ("h100-mps", H100, SharingMode.MPS, "", 4, "0.25", "nvidia.com/gpu.shared"),
+    ]
+    for name, model, mode, profile, replicas, equivalents, resource in specs:
+        Flavor.objects.create(
+            name=name, display_name=name, gpu_model=model, sharing_mode=mode, mig_profile=profile, replicas=replicas,
+            resource_name=resource, memory_mib=81920, compute_percent=100 if mode == SharingMode.EXCLUSIVE else 25,
+            gpu_equivalents=Decimal(equivalents), **common,
+        )
+    PriorityClass.objects.create(name="standard", value=1000)
+    cluster = Cluster.objects.create(name="bench")
+    for index in range(nodes):
+        model = A100 if index % 2 == 0 else H100
+        name = f"node-{index:03d}"
+        node_upsert(actor=None, cluster=cluster, name=name, cpu_millicores=128000, memory_mib=1048576,
+                    gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=model == A100) for i in range(8)])
+        if model == A100:
+            Node.objects.filter(name=name).update(sharing=NodeSharing.MIG)
+        elif index % 4 == 3:
+            Node.objects.filter(name=name).update(sharing=NodeSharing.MPS, sharing_replicas=4)
+    return {"gpus": nodes * 8}
+
+
+def booked_milli() -> int:
+    from allocations.defrag import _used_milli
+    from allocations.models import Reservation
+
+    total = 0
+    for row in Reservation.objects.filter(released_at__isnull=True).select_related("allocation__flavor"):
+        total += _used_milli(row, model=row.allocation.flavor.gpu_model, memory_mib=81920) * len(row.gpu_indices)
+    return total
+
+
+def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, release: float) -> dict[str, Any]:
+    import datetime
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from allocations import reservations, services
+    from allocations.models import Flavor, PriorityClass
+    from allocations.placement import make_policy
+    from clusters import outbox
+    from gpuportal.errors import CapacityExceeded
+    from tenants.models import Project
+
+    facts = seed(nodes)
+    # Pushes stay queued in the outbox: the approval itself is measured, not manifest delivery.
+    outbox.push_dispatch = lambda **kwargs: False  # type: ignore[assignment]
+    if policy != "ours":
+        reservations.default_policy = lambda workload=None: make_policy(policy, workload)  # type: ignore[assignment]
+    placing = [0.0]
+    real_reserve = reservations.reservations_reserve
+
+    def timed_reserve(**kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return real_reserve(**kwargs)
+        finally:
+            placing[0] += time.perf_counter() - began
+
+    reservations.reservations_reserve = timed_reserve  # type: ignore[assignment]
+    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
+    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
+    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    rng = random.Random(seed_value)
+    names = list(STREAM)
+    weights = [STREAM[name][0] for name in names]
+    granted: list[int] = []
+    latencies: list[float] = []
+    refused = 0
+    samples: list[float] = []
+    for step in range(requests):
+        name = rng.choices(names, weights)[0]
+        quantity = rng.choice(STREAM[name][1])
+        now = timezone.now()
+        allocation = services.allocation_request(
+            actor=member, project=project, flavor=flavors[name], quantity=quantity, priority_class=priority,
+            starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+        )
+        began = time.perf_counter()
+        try:
+            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
+            granted.append(allocation.pk)
+        except CapacityExceeded:
+            refused += 1
+        latencies.append(time.perf_counter() - began)
+        if granted and rng.random() < release:
+            victim = granted.pop(rng.randrange(len(granted)))
+            services.allocation_release(actor=admin, allocation_id=victim)
+        if step >= requests // 2:
+            samples.append(booked_milli() / (facts["gpus"] * 1000))
+    ordered = sorted(latencies)
+    return {
+        "policy": policy,
+        "granted": requests - refused,
+        "refused": refused,
+        "mean_allocation_pct": round(100 * statistics.fmean(samples), 2),
+        "approve_p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
+        "approve_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
+        "placing_share": round(placing[0] / sum(latencies), 3),
+    }
+
+
+def child(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as work:
+        setup_django(Path(work))
+        result = run_stream(policy=args.child, nodes=args.nodes, requests=args.requests, seed_value=args.seed,
+                            release=args.release)
+    print(json.dumps(result))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=24)
+    parser.add_argument("--requests", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--release", type=float, default=0.35)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args)
+        return
+    results = {}
+    for policy in ("ours", "firstfit"):
+        command = [sys.executable, __file__, "--child", policy, "--nodes", str(args.nodes), "--requests",
+                   str(args.requests), "--seed", str(args.seed), "--release", str(args.release)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        results[policy] = json.loads(output.strip().splitlines()[-1])
+        print(json.dumps(results[policy]))
+    ours, baseline = results["ours"], results["firstfit"]
+    print(f"{args.nodes} nodes ({args.nodes * 8} GPUs), {args.requests} requests, seed {args.seed}, release {args.release}")
+    print(f"granted: ours {ours['granted']}, FirstFit {baseline['granted']} "
+          f"(ratio {ours['granted'] / max(baseline['granted'], 1):.3f})")
+    print(f"mean GPU allocation, 2nd half: ours {ours['mean_allocation_pct']} %, FirstFit "
+          f"{baseline['mean_allocation_pct']} %")
+    print(f"approve p50/p99: ours {ours['approve_p50_ms']}/{ours['approve_p99_ms']} ms, FirstFit "
+          f"{baseline['approve_p50_ms']}/{baseline['approve_p99_ms']} ms "
+          f"(p50 ratio {ours['approve_p50_ms'] / max(baseline['approve_p50_ms'], 0.001):.2f}); "
+          f"share of approval spent placing: ours {ours['placing_share']}, FirstFit {baseline['placing_share']}")
+
+
+if __name__ == "__main__":
+    main()
