@@ -9,10 +9,14 @@ from allocations.defrag import DefragPlan, defrag_apply, defrag_plan
 from clusters.models import Cluster
 
 
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "s")
+
+
 def describe(plan: DefragPlan, *, applied: bool) -> list[str]:
     lines = [
-        f"cluster {plan.cluster.name}: {plan.movable_units} movable units of {plan.movable_allocations} allocations "
-        "not started yet",
+        f"cluster {plan.cluster.name}: {_count(plan.movable_units, 'movable unit')} of "
+        f"{_count(plan.movable_allocations, 'allocation')} not started yet",
         f"  fragmentation before: {plan.before.describe()}",
     ]
     if plan.moves:
