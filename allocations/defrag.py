@@ -30,12 +30,20 @@ from django.utils import timezone
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import make_policy
 from allocations.placement.mig import geometry_for_model
-from allocations.placement_view import GPU_MILLI, UnitShape, gpu_label, node_rows, placement_view, unit_shape
+from allocations.placement_view import (
+    GPU_MILLI,
+    NodeRow,
+    UnitShape,
+    gpu_label,
+    node_rows,
+    placement_view,
+    unit_shape,
+)
 from allocations.reservations import placement_attempt, placement_workload
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
-from clusters.models import Cluster, Node
+from clusters.models import Cluster
 
 PLAN_POLICIES = ("ours", "bestfit")
 
@@ -76,8 +84,8 @@ def _used_milli(row: Reservation, *, model: str, memory_mib: int) -> int:
     return round(geometry.profile(row.mig_profile).compute * GPU_MILLI / 7)
 
 
-def cluster_fragmentation(*, nodes: list[Node], reservations: list[Reservation]) -> Fragmentation:
-    gpus = {(node.pk, gpu.index): gpu for node in nodes if node.is_schedulable for gpu in node.gpus.all()}
+def cluster_fragmentation(*, nodes: list[NodeRow], reservations: list[Reservation]) -> Fragmentation:
+    gpus = {(row.node.pk, gpu.index): gpu for row in nodes if row.node.is_schedulable for gpu in row.gpus}
     used: dict[tuple[int, int], int] = defaultdict(int)
     for row in reservations:
         for index in row.gpu_indices:
@@ -148,7 +156,7 @@ def _unit_size(shape: UnitShape) -> int:
 
 
 def _replan(
-    *, cluster: Cluster, nodes: list[Node], fixed: list[Reservation], movable: list[Reservation], policy_name: str
+    *, cluster: Cluster, nodes: list[NodeRow], fixed: list[Reservation], movable: list[Reservation], policy_name: str
 ) -> list[Reservation] | None:
     """New rows (unsaved) for every movable unit, or None when they do not all fit this way."""
     groups: dict[UnitShape, list[Reservation]] = defaultdict(list)

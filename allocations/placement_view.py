@@ -153,13 +153,46 @@ def _capacity(value: int) -> int:
     return int(value) if value > 0 else UNKNOWN_CAPACITY
 
 
-def _engine_gpu(gpu: Gpu, use: GpuUse, *, mig_mode_when_empty: bool) -> EngineGpu:
+def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool) -> EngineGpu:
     geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
     if use.slices and geometry is not None:
         return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
     if not use.milli and mig_mode_when_empty and geometry is not None:
         return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
     return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, min(use.milli, GPU_MILLI))
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    model: str
+    memory_mib: int
+    mig_capable: bool
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A node with its GPUs in index order, read as plain rows (a view is rebuilt per approval)."""
+
+    node: Node
+    gpus: tuple[GpuRow, ...]
+
+
+def node_rows(cluster: Cluster, *, gpu_model: str | None = None) -> list[NodeRow]:
+    """The cluster's nodes (those with a GPU of ``gpu_model``, when given) and all their GPUs, in
+    two queries, without a model instance per GPU."""
+    nodes = Node.objects.filter(cluster=cluster)
+    if gpu_model is not None:
+        nodes = nodes.filter(pk__in=Gpu.objects.filter(node__cluster=cluster, model=gpu_model).values("node_id"))
+    gpus: dict[int, list[GpuRow]] = defaultdict(list)
+    for node_id, index, model, memory, capable in (
+        Gpu.objects.filter(node__in=nodes.values("pk"))
+        .order_by("node_id", "index")
+        .values_list("node_id", "index", "model", "memory_mib", "mig_capable")
+    ):
+        gpus[node_id].append(GpuRow(index, model, memory, capable))
+    ordered = nodes.defer("labels", "created_at", "updated_at").order_by("name")
+    return [NodeRow(node, tuple(gpus.get(node.pk, ()))) for node in ordered]
 
 
 @dataclass
@@ -173,42 +206,36 @@ class PlacementView:
     engine: EngineCluster | None
     pinned_free: list[tuple[Node, int, int]]  # (node, GPU index, start) of free pinned instances
     pinned_room: dict[str, list[int]]  # pinned node name → [free millicores, free MiB]
-    gpu_models: dict[tuple[str, int], str]
 
     @property
     def offered(self) -> bool:
         return self.engine is not None or bool(self.pinned_free)
 
 
-def node_rows(cluster: Cluster) -> list[Node]:
-    return list(Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"))
-
-
 def placement_view(
     *,
     cluster: Cluster,
     shape: UnitShape,
-    nodes: list[Node] | None = None,
+    nodes: list[NodeRow] | None = None,
     reservations: list[Reservation] | None = None,
 ) -> PlacementView:
     """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations
-    (or from ``reservations``, e.g. a defragmentation plan's hypothetical set)."""
-    rows = node_rows(cluster) if nodes is None else nodes
-    offering = [node for node in rows if node_offers(node=node, shape=shape, cluster=cluster)]
-    pinned_nodes = [
-        node for node in rows
-        if shape.mig_profile and node.is_schedulable and node.sharing == NodeSharing.MIG and node.mig_layout
+    (or from ``reservations``, e.g. a defragmentation plan's hypothetical set). Only nodes with
+    a GPU of the shape's model take part."""
+    rows = [row for row in (node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
+            if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
+    offering = [row for row in rows if node_offers(node=row.node, shape=shape, cluster=cluster)]
+    pinned = [
+        row for row in rows
+        if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG and row.node.mig_layout
     ]
-    node_ids = {node.pk for node in offering + pinned_nodes}
+    node_ids = {row.node.pk for row in offering + pinned}
     if reservations is None:
         reservations = live_reservations(node_ids=node_ids)
     per_gpu, cpu, memory = _usage(row for row in reservations if row.node_id in node_ids)
     engine_nodes = []
-    gpu_models: dict[tuple[str, int], str] = {}
-    for node in offering:
-        gpus = sorted(node.gpus.all(), key=lambda gpu: gpu.index)
-        for gpu in gpus:
-            gpu_models[(node.name, gpu.index)] = gpu.model
+    for row in offering:
+        node = row.node
         cpu_cap, memory_cap = _capacity(node.cpu_millicores), _capacity(node.memory_mib)
         engine_nodes.append(
             EngineNode(
@@ -218,31 +245,32 @@ def placement_view(
                 gpus=tuple(
                     _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()),
                                 mig_mode_when_empty=shape.mig_profile is not None)
-                    for gpu in gpus
+                    for gpu in row.gpus
                 ),
                 cpu_used_milli=min(cpu[node.pk], cpu_cap),
                 memory_used_mib=min(memory[node.pk], memory_cap),
             )
         )
-    pinned_free = []
-    pinned_room = {}
-    for node in pinned_nodes:
+    pinned_free: list[tuple[Node, int, int]] = []
+    pinned_room: dict[str, list[int]] = {}
+    for row in pinned:
+        node = row.node
         pinned_room[node.name] = [_capacity(node.cpu_millicores) - cpu[node.pk], _capacity(node.memory_mib) - memory[node.pk]]
-        for gpu in sorted(node.gpus.all(), key=lambda gpu: gpu.index):
-            gpu_models[(node.name, gpu.index)] = gpu.model
+        for gpu in row.gpus:
             if gpu.model != shape.gpu_model:
                 continue
             taken = per_gpu.get((node.pk, gpu.index), GpuUse())
-            for start in pinned_free_instances(node=node, gpu=gpu, profile=str(shape.mig_profile), taken=taken):
-                pinned_free.append((node, gpu.index, start))
+            starts = pinned_free_instances(
+                node=node, gpu=gpu, gpu_count=len(row.gpus), profile=str(shape.mig_profile), taken=taken
+            )
+            pinned_free.extend((node, gpu.index, start) for start in starts)
     return PlacementView(
         cluster=cluster,
         shape=shape,
-        nodes={node.name: node for node in offering + pinned_nodes},
+        nodes={row.node.name: row.node for row in offering + pinned},
         engine=EngineCluster(engine_nodes) if engine_nodes else None,
         pinned_free=pinned_free,
         pinned_room=pinned_room,
-        gpu_models=gpu_models,
     )
 
 
@@ -277,12 +305,12 @@ def layout_starts(geometry: MigGeometry, profiles: Counter[str]) -> list[MigSlic
     return place(0, MigState(), [])
 
 
-def pinned_free_instances(*, node: Node, gpu: Gpu, profile: str, taken: GpuUse) -> list[int]:
+def pinned_free_instances(*, node: Node, gpu: GpuRow, gpu_count: int, profile: str, taken: GpuUse) -> list[int]:
     """Start slots of the pinned ``profile`` instances on this GPU that no reservation holds."""
     geometry = geometry_for_model(gpu.model, gpu.memory_mib)
     if geometry is None or taken.milli:
         return []
-    layout = pinned_layout(node=node, gpu_index=gpu.index, gpu_count=len(node.gpus.all()))
+    layout = pinned_layout(node=node, gpu_index=gpu.index, gpu_count=gpu_count)
     instances = layout_starts(geometry, layout) or []
     held = {(slice_.profile, slice_.start) for slice_ in taken.slices}
     return [instance.start for instance in instances if instance.profile == profile and (profile, instance.start) not in held]

@@ -30,16 +30,17 @@ SEED = """
 from decimal import Decimal
 from gpuportal.demo import demo_seed
 from allocations.models import Quota
-from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Cluster
+from clusters.models import Cluster, Gpu, Node
 from rest_framework.authtoken.models import Token
 from django.contrib.auth.models import User
 import json
 demo_seed()
 Quota.objects.update(limit=Decimal("900000"), guaranteed=Decimal("0"))
 cluster = Cluster.objects.get(name="demo")
-node_upsert(actor=None, cluster=cluster, name="bench-a100", cpu_millicores=0, memory_mib=0,
-            gpus=[GpuSpec(index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920) for i in range(20000)])
+# 2,500 whole-GPU nodes of 8 A100s, so no approval runs out of room; written in bulk (bench seed).
+nodes = Node.objects.bulk_create([Node(cluster=cluster, name=f"bench-a100-{n:04d}") for n in range(2500)])
+Gpu.objects.bulk_create([Gpu(node=node, index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920)
+                         for node in nodes for i in range(8)])
 tokens = {name: Token.objects.get_or_create(user=User.objects.get(username=name))[0].key for name in ("alice", "bob")}
 from tenants.models import Project
 from allocations.models import Flavor

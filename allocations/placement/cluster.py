@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,11 @@ SHARED_TAG = 0
 """Index of the 'GPU-sharing pod' column of :attr:`Cluster.tags`; column k counts k-GPU pods."""
 
 _stamp = itertools.count(1)
+
+
+@functools.cache
+def _empty_mig_state(geometry: str) -> int:
+    return mig_tables.encode(mig_tables.geometry_id(geometry), MigState())
 
 
 def _node_model(models: IntArray) -> int:
@@ -106,6 +112,9 @@ class Cluster:
         if gpu.mig_geometry not in GEOMETRIES:
             raise ValueError(f"unknown MIG geometry {gpu.mig_geometry!r}")
         geo = GEOMETRIES[gpu.mig_geometry]
+        if not gpu.mig_slices:  # the common case on a large cluster: one lookup per geometry
+            self.mig_state[i, j] = _empty_mig_state(geo.name)
+            return
         state = MigState()
         for s in gpu.mig_slices:
             state = geo.add(state, geo.profile(s.profile), s.start)
