@@ -11,6 +11,7 @@ slices, number of ``+me`` instances), so every legality question is a table look
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -126,6 +127,7 @@ GEOMETRIES: dict[str, MigGeometry] = {
 }
 
 
+@functools.cache
 def geometry_for_model(model: str, memory_mib: int = 0) -> MigGeometry | None:
     """Best-effort mapping from a GPU model string to its MIG geometry (None if not MIG-capable).
 
