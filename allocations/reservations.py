@@ -71,6 +71,12 @@ class Attempt:
         return dict(sorted(out.items()))
 
 
+def placement_engine_warm() -> None:
+    """Build the engine's MIG layout tables (about a second, once per process), so that the first
+    approval of a worker does not compute them while it holds the cluster's lock."""
+    default_policy()
+
+
 def placement_workload(*, include: Flavor | None = None) -> Workload:
     """The unit shapes the portal is asked for, weighted by the units of pending and holding
     allocations: the 'typical tasks' that the default policy keeps room for."""

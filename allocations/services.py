@@ -201,6 +201,7 @@ def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
 def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:
     """Approve within quota and capacity. A refusal by admission is itself audited (as denied),
     in a transaction of its own once the approval's has rolled back."""
+    reservations.placement_engine_warm()
     try:
         return _allocation_approve(actor=actor, allocation_id=allocation_id, comment=comment)
     except (QuotaExceeded, CapacityExceeded) as refusal:

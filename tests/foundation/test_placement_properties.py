@@ -70,8 +70,8 @@ def check_invariants() -> None:
             mask |= slices
             compute += profile.compute
         assert compute <= 7
-    for node in Node.objects.all():
-        assert cpu[node.name] <= node.cpu_millicores, f"{node.name} CPU over-booked"
+    for inventory_node in Node.objects.all():
+        assert cpu[inventory_node.name] <= inventory_node.cpu_millicores, f"{inventory_node.name} CPU over-booked"
     for allocation in Allocation.objects.all():
         booked = sum(1 for row in live if row.allocation_id == allocation.pk)
         assert booked == (allocation.quantity if allocation.state in HOLDING_STATES else 0)
