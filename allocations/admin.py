@@ -8,10 +8,23 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from allocations import services
-from allocations.models import Allocation, Flavor, PriorityClass, Quota
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from audit import actions
 from gpuportal.admin_audit import AuditedAdmin
 from gpuportal.errors import ApplicationError
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Rows that change only through services (and so are audited there)."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Flavor)
@@ -39,7 +52,7 @@ class QuotaAdmin(AuditedAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class AllocationAdmin(ReadOnlyAdmin):
     """Read-only: allocations change only through the workflow's actions."""
 
     list_display = ["id", "project", "flavor", "quantity", "state", "cluster", "ends_at", "requested_by"]
@@ -47,14 +60,6 @@ class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     search_fields = ["project__slug", "justification"]
     actions = ["approve", "reject", "retry_provisioning"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def _actor(self, request: HttpRequest) -> User:
         assert isinstance(request.user, User)
@@ -84,3 +89,14 @@ class AllocationAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     @admin.action(description="Retry provisioning of the selected failed allocations")
     def retry_provisioning(self, request: HttpRequest, queryset: QuerySet[Allocation]) -> None:
         self._each(request, queryset, "Retrying", lambda pk: services.allocation_retry(actor=self._actor(request), allocation_id=pk))
+
+
+@admin.register(Reservation)
+class ReservationAdmin(ReadOnlyAdmin):
+    """Read-only: reservations are written by approval, release, expiry and placement_defrag."""
+
+    list_display = ["id", "allocation", "unit", "node", "gpu_indices", "mig_profile", "mig_start", "gpu_milli",
+                    "policy", "created_at", "released_at", "release_reason"]
+    list_filter = ["node__cluster", "mig_profile", "release_reason"]
+    search_fields = ["node__name", "allocation__project__slug"]
+
