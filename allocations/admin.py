@@ -10,21 +10,8 @@ from django.http import HttpRequest
 from allocations import services
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from audit import actions
-from gpuportal.admin_audit import AuditedAdmin
+from gpuportal.admin_audit import AuditedAdmin, ReadOnlyAdmin
 from gpuportal.errors import ApplicationError
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Rows that change only through services (and so are audited there)."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Flavor)

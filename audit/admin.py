@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.http import HttpRequest
 
 from audit.models import AuditCheckpoint, AuditEvent
-
-
-class _ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from gpuportal.admin_audit import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(_ReadOnlyAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ("seq", "occurred_at", "actor_username", "action", "target_type", "target_id", "department_id",
                     "outcome")
     list_filter = ("outcome", "action")
@@ -32,7 +19,7 @@ class AuditEventAdmin(_ReadOnlyAdmin):
 
 
 @admin.register(AuditCheckpoint)
-class AuditCheckpointAdmin(_ReadOnlyAdmin):
+class AuditCheckpointAdmin(ReadOnlyAdmin):
     list_display = ("number", "size", "created_at")
     readonly_fields = ("number", "size", "root", "created_at", "note")
     exclude = ("frontier", "departments")

@@ -13,7 +13,7 @@ from clusters import services
 from clusters.discovery import cluster_discover
 from clusters.drivers import DriverError
 from clusters.models import Cluster, ClusterDrift, ClusterPush, Gpu, Node
-from gpuportal.admin_audit import AuditedAdmin
+from gpuportal.admin_audit import AuditedAdmin, ReadOnlyAdmin
 from gpuportal.errors import ApplicationError
 
 
@@ -107,17 +107,6 @@ class GpuAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
 

@@ -23,6 +23,20 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Rows that change only through services (which audit them), or never: nothing can be
+    added, changed or deleted here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Writes ``audit_created`` / ``audit_updated`` events for each save made in the admin.
     The admin wraps each change in a transaction, so the event commits with the change."""

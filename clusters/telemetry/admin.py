@@ -12,17 +12,7 @@ from django.http import HttpRequest
 
 from clusters.telemetry import services
 from clusters.telemetry.models import NodeReportState, NodeToken, ObservedGpu, ObservedMigInstance
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+from gpuportal.admin_audit import ReadOnlyAdmin
 
 
 @admin.action(description="Revoke the selected node tokens")
