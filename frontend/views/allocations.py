@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from allocations.reservations import reservations_where
 from allocations.selectors import allocation_get
 from allocations.services import allocation_release, allocation_renew, allocation_request
 from frontend.feedback import request_feedback
@@ -122,6 +123,7 @@ def allocation_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
         "title": f"Allocation #{allocation.pk}",
         "allocation": allocation,
         "timeline": allocation_timeline(allocation=allocation),
+        "placement": reservations_where(allocation=allocation),
         "pushes": allocation_pushes(allocation=allocation)[:10],
         "renew_form": RenewForm.for_allocation(allocation),
         "can_change": allocation_changeable(user=user, allocation=allocation),
@@ -162,6 +164,7 @@ def allocation_renew_view(request: HttpRequest, allocation_id: int) -> HttpRespo
         "title": f"Allocation #{allocation.pk}",
         "allocation": allocation,
         "timeline": allocation_timeline(allocation=allocation),
+        "placement": reservations_where(allocation=allocation),
         "renew_form": form,
         "can_change": True,
         "can_decide": False,

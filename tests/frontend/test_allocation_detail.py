@@ -24,6 +24,16 @@ def test_it_shows_the_timeline_and_sync_status(world: World, login: Login) -> No
     assert html.index("was requested") < html.index("was approved")
 
 
+def test_it_shows_the_gpus_the_units_are_booked_on_until_released(world: World, login: Login) -> None:
+    allocation = pending(world)
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
+    row = allocation.reservations.select_related("node").get()
+    html = login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
+    assert f'<dd id="placement">{row.node.name}: gpu{row.gpu_indices[0]}</dd>' in html
+    services.allocation_release(actor=world.users["nlp_member"], allocation_id=allocation.pk)
+    assert 'id="placement"' not in login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
+
+
 def test_it_releases_an_approved_allocation(world: World, login: Login) -> None:
     allocation = pending(world)
     services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
