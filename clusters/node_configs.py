@@ -36,6 +36,7 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 ALL_DISABLED = "all-disabled"
 EXCLUSIVE_KEY = "exclusive"
 MIG_MIXED_KEY = "mig-mixed"
+MIG_CONFIG_KEY_PREFIX = "gpuportal-"  # the layouts the portal renders
 MPS_ROOT = "/run/nvidia/mps"
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -216,7 +217,7 @@ def mig_config_entries(plan: NodePlan) -> list[dict[str, Any]]:
 def mig_config_key(entries: list[dict[str, Any]]) -> str:
     """A stable name per distinct layout, valid as a label value; identical layouts share it."""
     digest = hashlib.sha256(json.dumps(entries, sort_keys=True).encode()).hexdigest()
-    return f"gpuportal-{digest[:12]}"
+    return f"{MIG_CONFIG_KEY_PREFIX}{digest[:12]}"
 
 
 def mig_label_value(plan: NodePlan) -> str | None:

@@ -181,13 +181,16 @@ def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
     return {model: dict(profiles) for model, profiles in demand.items()}
 
 
-def booked_gpu_layouts(*, cluster: Cluster) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
+def booked_gpu_layouts(
+    *, cluster: Cluster, node_ids: Iterable[int] | None = None
+) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
     """Per node id: the MIG instances live reservations book on each GPU (index → profile →
     count), and the GPUs booked whole or shared (not carved)."""
     out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
-    for node_id, indices, profile in Reservation.objects.filter(
-        node__cluster=cluster, released_at__isnull=True
-    ).values_list("node_id", "gpu_indices", "mig_profile"):
+    rows = Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=list(node_ids))
+    for node_id, indices, profile in rows.values_list("node_id", "gpu_indices", "mig_profile"):
         carved, uncarved = out[node_id]
         for index in indices:
             if profile:
@@ -215,12 +218,16 @@ def _mig_groups(layout: list[dict[str, Any]], gpu_count: int) -> tuple[MigGroup,
     return tuple(groups)
 
 
-def node_plans(*, cluster: Cluster) -> list[NodePlan]:
-    """Each GPU node's configuration. A MIG node's layout is the one pinned in ``Node.mig_layout``
-    or else the one its reservations book (the placement engine's choice)."""
-    booked = booked_gpu_layouts(cluster=cluster)
+def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> list[NodePlan]:
+    """Each GPU node's configuration (of ``node_ids`` only, when given). A MIG node's layout is
+    the one pinned in ``Node.mig_layout`` or else the one its reservations book (the placement
+    engine's choice)."""
+    booked = booked_gpu_layouts(cluster=cluster, node_ids=node_ids)
+    nodes = Node.objects.filter(cluster=cluster)
+    if node_ids is not None:
+        nodes = nodes.filter(pk__in=list(node_ids))
     plans = []
-    for node in Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"):
+    for node in nodes.prefetch_related("gpus").order_by("name"):
         gpus = list(node.gpus.all())
         if not gpus:
             continue

@@ -14,6 +14,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
 from clusters.models import Node
+from clusters.node_configs import MIG_CONFIG_KEY_PREFIX
 from clusters.selectors import node_list
 from clusters.telemetry import mig, tokens
 from clusters.telemetry.models import GpuSample, NodeToken, ObservedGpu, ObservedMigInstance
@@ -64,16 +65,33 @@ def node_token_get(*, user: AbstractBaseUser | AnonymousUser, token_id: int) -> 
 def node_planned_mig(*, node: Node, gpu_model: str, memory_mib: int = 0) -> tuple[list[dict[str, Any]] | None, str]:
     """The node's planned mig-parted entries (None: unknown) and the MIG manager's state label.
 
-    Today the plan is read from the ``nvidia.com/mig.config`` label (its well-known configs:
-    all-disabled, all-enabled, all-<profile>). When the renderer exposes the desired per-node
-    entries, return those here instead: ``mig.mig_layout_compare`` takes either.
+    The plan is the config the ``nvidia.com/mig.config`` label names: one of the well-known
+    configs (all-disabled, all-enabled, all-<profile>), or one the portal rendered
+    (``gpuportal-<hash>``) when it is still the node's desired layout, i.e. what the placement
+    engine booked on it; a label naming an older layout is unknown until the new one is pushed.
     """
     labels = node.labels or {}
     config = labels.get(mig.MIG_CONFIG_LABEL)
     state = str(labels.get(mig.MIG_CONFIG_STATE_LABEL, ""))
     if not config:
         return None, state
+    if str(config).startswith(MIG_CONFIG_KEY_PREFIX):
+        return _rendered_entries(node=node, key=str(config)), state
     return mig.entries_from_label(str(config), gpu_model=gpu_model, memory_mib=memory_mib), state
+
+
+def _rendered_entries(*, node: Node, key: str) -> list[dict[str, Any]] | None:
+    from clusters.node_configs import RenderError, mig_config_entries, mig_config_key
+    from clusters.selectors import node_plans
+
+    plans = node_plans(cluster=node.cluster, node_ids=[node.pk])
+    if not plans or plans[0].sharing != "mig":
+        return None
+    try:
+        entries = mig_config_entries(plans[0])
+    except RenderError:
+        return None
+    return entries if mig_config_key(entries) == key else None
 
 
 def telemetry_node_list(

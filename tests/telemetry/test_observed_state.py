@@ -11,8 +11,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from allocations.models import Allocation, Reservation
 from audit.models import AuditEvent
 from clusters.models import Gpu, Node
+from clusters.node_configs import mig_config_entries, mig_config_key
+from clusters.selectors import node_plans
 from clusters.telemetry import mig, services
 from clusters.telemetry.models import NodeReportState, NodeToken, ObservedGpu
 from tests.conftest import World
@@ -208,6 +211,40 @@ def test_profiles_are_compared_with_a_well_known_config(world: World, issue_toke
     problem = NodeReportState.objects.get(node=node).mig_detail["problems"][0]
     assert problem == {"gpu_index": 0, "kind": "profiles", "expected": {"1g.10gb": 7},
                        "actual": {"2g.20gb": 2, "3g.40gb": 1}}  # fmt: skip
+
+
+def test_a_rendered_layout_is_compared_with_what_the_engine_booked(
+    world: World, issue_token: IssueToken, agent: APIClient
+) -> None:
+    node = add_node(world.cluster, "gpu-a100-10")
+    Node.objects.filter(pk=node.pk).update(sharing="mig")
+    holder = Allocation.objects.create(
+        project=world.llm, flavor=world.mig, quantity=3, priority_class=world.standard, cluster=world.cluster,
+        starts_at=timezone.now(), ends_at=timezone.now() + datetime.timedelta(days=1), justification="x",
+        requested_by=world.users["nlp_member"], state="active",
+    )
+    booked = [("2g.20gb", 0), ("2g.20gb", 2), ("3g.40gb", 4)]  # what the recorded GPU reports
+    for unit, (profile, start) in enumerate(booked):
+        Reservation.objects.create(allocation=holder, unit=unit, node=node, gpu_indices=[0], gpu_milli=0,
+                                   mig_profile=profile, mig_start=start)
+    [plan] = node_plans(cluster=world.cluster, node_ids=[node.pk])
+    key = mig_config_key(mig_config_entries(plan))
+    Node.objects.filter(pk=node.pk).update(labels={MIG_LABEL: key, MIG_STATE: "success"})
+    _, token = issue_token(node.name)
+    post_report(agent, node.name, make_report("a100-80gb-mig", node_name=node.name, sequence=1), token)
+    state = NodeReportState.objects.get(node=node)
+    assert not state.mig_mismatch and state.mig_detail["plan"] == "compared"
+
+    Reservation.objects.filter(allocation=holder, mig_profile="3g.40gb").update(mig_profile="1g.10gb", mig_start=4)
+    [plan] = node_plans(cluster=world.cluster, node_ids=[node.pk])
+    Node.objects.filter(pk=node.pk).update(
+        labels={MIG_LABEL: mig_config_key(mig_config_entries(plan)), MIG_STATE: "success"}
+    )
+    post_report(agent, node.name, make_report("a100-80gb-mig", node_name=node.name, sequence=2), token)
+    state.refresh_from_db()
+    assert state.mig_mismatch
+    assert state.mig_detail["problems"] == [{"gpu_index": 0, "kind": "profiles", "expected": {"1g.10gb": 1, "2g.20gb": 2},
+                                             "actual": {"2g.20gb": 2, "3g.40gb": 1}}]  # fmt: skip
 
 
 @pytest.mark.parametrize(
