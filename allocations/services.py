@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from allocations import admission, reservations
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.placement_preview import candidate_clusters
 from allocations.states import HOLDING_STATES, can_transition
 from audit import actions
 from audit.actions import AuditAction
@@ -189,13 +190,9 @@ def _department_chain(department_id: int) -> tuple[list[Department], dict[int, i
 
 
 def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
-    if allocation.cluster_id is not None:
-        queryset = Cluster.objects.filter(pk=allocation.cluster_id)
-    else:
-        queryset = Cluster.objects.filter(
-            is_active=True, nodes__gpus__model=allocation.flavor.gpu_model
-        ).distinct()
-    return list(Cluster.objects.select_for_update().filter(pk__in=queryset.values("pk")).order_by("pk"))
+    """The clusters to try, row-locked in primary-key order."""
+    candidates = candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster)
+    return list(Cluster.objects.select_for_update().filter(pk__in=candidates.values("pk")).order_by("pk"))
 
 
 def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:

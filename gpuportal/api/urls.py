@@ -31,6 +31,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocations/<int:allocation_id>/release/", allocation_apis.AllocationReleaseApi.as_view(), name="api-allocation-release"),
     path("allocations/<int:allocation_id>/renew/", allocation_apis.AllocationRenewApi.as_view(), name="api-allocation-renew"),
     path("allocations/<int:allocation_id>/retry/", allocation_apis.AllocationRetryApi.as_view(), name="api-allocation-retry"),
+    path("allocations/<int:allocation_id>/placement-preview/", allocation_apis.AllocationPlacementPreviewApi.as_view(),
+         name="api-allocation-placement-preview"),
     path("clusters/", cluster_apis.ClusterListApi.as_view(), name="api-clusters"),
     path("clusters/<int:cluster_id>/", cluster_apis.ClusterDetailApi.as_view(), name="api-cluster"),
     path("clusters/<int:cluster_id>/kubeconfig/", cluster_apis.ClusterKubeconfigApi.as_view(), name="api-cluster-kubeconfig"),

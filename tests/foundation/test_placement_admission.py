@@ -15,7 +15,7 @@ from allocations.models import Allocation, AllocationState, Flavor, Quota, Reser
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement.mig import geometry_for_model
 from allocations.placement_view import placement_view, unit_shape
-from allocations.reservations import placement_workload, reservations_adopt
+from allocations.reservations import placement_workload, reservations_adopt, reservations_where
 from audit.models import AuditEvent
 from clusters import selectors as cluster_selectors
 from clusters.inventory import GpuSpec, node_upsert
@@ -272,3 +272,27 @@ def test_a_node_holding_reservations_cannot_change_how_it_offers_its_gpus(world:
     idle = Node.objects.get(name="h100-0")
     idle.sharing, idle.sharing_replicas = NodeSharing.MPS, 4
     idle.full_clean()  # nothing booked there: allowed
+
+
+def test_the_api_previews_where_a_pending_allocation_would_go_or_why_it_cannot(world: World) -> None:
+    client = APIClient()
+    client.force_authenticate(world.users["nlp_member"])
+    fitting = ask(world, flavor=world.a100, quantity=2)
+    preview = client.get(f"/api/v1/allocations/{fitting.pk}/placement-preview/").json()
+    assert preview["fits"] is True and [line["cluster"] for line in preview["clusters"]] == ["test-cluster"]
+    where = preview["clusters"][0]["where"]
+    assert sum(len(gpus) for gpus in where.values()) == 2
+    booked = approve(world, fitting)
+    # Nothing changed in between: approval books what the preview showed.
+    assert {node: sorted(gpus) for node, gpus in where.items()} == {
+        node: sorted(gpus) for node, gpus in reservations_where(allocation=booked).items()
+    }
+    mps = ask(world, flavor=world.mps, quantity=1, project="seg", persona="vision_member")
+    client.force_authenticate(world.users["vision_member"])
+    [line] = client.get(f"/api/v1/allocations/{mps.pk}/placement-preview/").json()["clusters"]
+    assert line["fits"] is False and line["kind"] == "not-offered" and "mps replicas (4 per GPU)" in line["reason"]
+    response = client.get(f"/api/v1/allocations/{booked.pk}/placement-preview/")
+    assert response.status_code == 404  # another department's allocation: not visible
+    client.force_authenticate(world.users["nlp_member"])
+    response = client.get(f"/api/v1/allocations/{booked.pk}/placement-preview/")
+    assert response.status_code == 409 and "only a pending allocation has a preview" in response.json()["error"]["message"]
