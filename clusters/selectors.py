@@ -232,8 +232,12 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
         if not gpus:
             continue
         carved, uncarved = booked.get(node.pk, ({}, set()))
+        # A GPU that left the inventory while booked is not rendered (its reservation stays until
+        # it is released): one missing card must not stop the whole cluster's configuration.
+        present = set(range(len(gpus)))
+        carved = {index: layout for index, layout in carved.items() if index in present}
         booked_groups = mig_groups_from_layouts(carved) if node.sharing == NodeSharing.MIG else ()
-        whole = tuple(sorted(uncarved)) if node.sharing == NodeSharing.MIG and not node.mig_layout else ()
+        whole = tuple(sorted(uncarved & present)) if node.sharing == NodeSharing.MIG and not node.mig_layout else ()
         plans.append(
             NodePlan(
                 name=node.name,

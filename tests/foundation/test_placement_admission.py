@@ -296,3 +296,16 @@ def test_the_api_previews_where_a_pending_allocation_would_go_or_why_it_cannot(w
     client.force_authenticate(world.users["nlp_member"])
     response = client.get(f"/api/v1/allocations/{booked.pk}/placement-preview/")
     assert response.status_code == 409 and "only a pending allocation has a preview" in response.json()["error"]["message"]
+
+
+def test_a_booked_gpu_leaving_the_inventory_does_not_stop_the_cluster_rendering(world: World) -> None:
+    from clusters.services import cluster_scope
+
+    Node.objects.filter(name="a100-1").update(is_schedulable=False)
+    rows = live(approve(world, ask(world, flavor=world.mig, quantity=8)))  # 7 on one GPU, 1 on the next
+    node = rows[0].node
+    highest = max(row.gpu_indices[0] for row in rows)
+    node.gpus.filter(index__gte=highest).delete()  # the card that holds the eighth slice is gone
+    objects = cluster_scope(cluster=world.cluster).objects
+    labels = next(obj for obj in objects if obj["kind"] == "Node" and obj["metadata"]["name"] == node.name)
+    assert labels["metadata"]["labels"]["nvidia.com/device-plugin.config"] == "mig-mixed"
