@@ -44,6 +44,7 @@ from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
+from tenants.access import require_platform_admin
 
 PLAN_POLICIES = ("ours", "bestfit")
 
@@ -273,9 +274,12 @@ def _unplaced(*, cluster: Cluster) -> list[str]:
 
 @transaction.atomic
 def defrag_apply(*, cluster_id: int, actor: User | None = None, now: datetime.datetime | None = None) -> DefragPlan:
-    """Compute the plan under locks and carry it out (see the module docstring)."""
+    """Compute the plan under locks and carry it out (see the module docstring). ``actor`` None is
+    the operator's command line; a portal user must be a platform admin."""
     from clusters.outbox import push_enqueue
 
+    if actor is not None:
+        require_platform_admin(actor, to="move GPU reservations")
     moment = now or timezone.now()
     cluster = Cluster.objects.get(pk=cluster_id)
     candidates = movable_allocation_ids(cluster=cluster, now=moment)

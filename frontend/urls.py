@@ -17,6 +17,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", approvals.department_usage, name="department-usage"),
     path("platform/clusters/", platform.clusters, name="clusters"),
     path("platform/clusters/<int:cluster_id>/", platform.cluster_detail, name="cluster-detail"),
+    path("platform/clusters/<int:cluster_id>/defrag/", platform.cluster_defrag, name="cluster-defrag"),
     path("platform/catalogue/", platform.catalogue, name="catalogue"),
     path("audit/", audit.audit_log, name="audit-log"),
     path("audit/verify/", audit.audit_verify, name="audit-verify"),

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
 
+from allocations.defrag import defrag_apply, defrag_plan
 from allocations.selectors import flavor_list, priority_class_list
 from clusters.selectors import cluster_drift_list, cluster_get, cluster_push_list, node_list
 from frontend.gpu_map import gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
+from gpuportal.errors import ApplicationError
 from tenants.access import access_for
 
 RECENT = 10
@@ -45,8 +48,27 @@ def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
         "map": gpu_map(cluster=cluster),
         "pushes": cluster_push_list(user=user, cluster_id=cluster.pk)[:RECENT],
         "drifts": cluster_drift_list(user=user, cluster_id=cluster.pk)[:RECENT],
+        "defrag": defrag_plan(cluster=cluster),
     }
     return render(request, "frontend/cluster_detail.html", context)
+
+
+@require_POST
+@login_required
+def cluster_defrag(request: HttpRequest, cluster_id: int) -> HttpResponse:
+    """Apply the defragmentation plan (recomputed under locks, so it may differ from the page's)."""
+    user = _platform_admin(request)
+    cluster = cluster_get(user=user, cluster_id=cluster_id)
+    try:
+        plan = defrag_apply(cluster_id=cluster.pk, actor=user)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        if plan.moves:
+            messages.success(request, f"Moved {len(plan.moves)} unit(s): {plan.after.describe()}.")
+        else:
+            messages.info(request, "Nothing to move: the layout is already as compact as the plan can make it.")
+    return redirect("cluster-detail", cluster_id=cluster.pk)
 
 
 @require_GET

@@ -135,3 +135,14 @@ def test_an_unknown_cluster_is_a_clear_error(world: World) -> None:
 
     with pytest.raises(CommandError, match="no cluster named 'nope'"):
         call_command("placement_defrag", "nope", "--dry-run")
+
+
+def test_only_platform_admins_may_apply_a_plan(scattered: tuple[World, Allocation, Allocation]) -> None:
+    from gpuportal.errors import NotAllowed
+
+    world, _, future = scattered
+    before = live_places(future)
+    with pytest.raises(NotAllowed, match="Only platform admins may move GPU reservations"):
+        defrag_apply(cluster_id=world.cluster.pk, actor=world.users["nlp_admin"])
+    assert live_places(future) == before
+    assert defrag_apply(cluster_id=world.cluster.pk, actor=world.users["platform"]).moves
