@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement import Gpu as EngineGpu
-from allocations.placement import MigSlice, Placement, Request
+from allocations.placement import MigSlice, Request
 from allocations.placement import Node as EngineNode
 from allocations.placement.mig import MigGeometry, MigState, geometry_for_model
 from clusters.models import Cluster, Gpu, Node, NodeSharing
@@ -104,21 +104,6 @@ def gpu_label(gpu_indices: Iterable[int], mig_profile: str | None, mig_start: in
     """``gpu3``, ``gpu0+1`` for a unit spanning GPUs, ``gpu2@4`` for a MIG instance at slice 4."""
     gpus = "+".join(str(index) for index in gpu_indices)
     return f"gpu{gpus}@{mig_start}" if mig_profile and mig_start is not None else f"gpu{gpus}"
-
-
-def reservation_placement(reservation: Reservation, *, node_name: str, gpu_model: str) -> Placement:
-    """A stored reservation as the engine's placement (to apply or release it)."""
-    request = Request(
-        cpu_milli=reservation.cpu_millicores,
-        memory_mib=reservation.memory_mib,
-        gpu_count=len(reservation.gpu_indices),
-        gpu_milli=reservation.gpu_milli or GPU_MILLI,
-        mig_profile=reservation.mig_profile or None,
-        allowed_models=frozenset({gpu_model}),
-        name=f"#{reservation.allocation_id}/{reservation.unit}",
-    )
-    starts = (reservation.mig_start,) if reservation.mig_profile and reservation.mig_start is not None else ()
-    return Placement(request, node_name, tuple(int(i) for i in reservation.gpu_indices), starts, reservation.policy)
 
 
 @dataclass
