@@ -94,9 +94,10 @@ def placement_workload(*, include: Flavor | None = None) -> Workload:
         shape = unit_shape(flavors[flavor_id])
         weights[(shape.cpu_millicores, shape.gpu_milli, shape.gpu_model, shape.mig_profile, shape.memory_mib)] += count
     total = sum(weights.values()) or 1.0
+    # Most popular first, ties in a fixed order: the preview and the approval see the same workload.
     classes = tuple(
         TaskClass(cpu, milli, 1, frozenset({model}), profile, weight / total, memory)
-        for (cpu, milli, model, profile, memory), weight in sorted(weights.items(), key=lambda item: -item[1])
+        for (cpu, milli, model, profile, memory), weight in sorted(weights.items(), key=lambda item: (-item[1], repr(item[0])))
     )
     return Workload(classes)
 
