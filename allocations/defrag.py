@@ -36,10 +36,9 @@ from allocations.placement_view import (
     UnitShape,
     gpu_label,
     node_rows,
-    placement_view,
     unit_shape,
 )
-from allocations.reservations import placement_attempt, placement_workload
+from allocations.reservations import booking_rows, placement_attempt, placement_workload
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -170,21 +169,13 @@ def _replan(
     planned: list[Reservation] = []
     for shape in sorted(groups, key=lambda shape: (-_unit_size(shape), shape.gpu_model, shape.mig_profile or "")):
         rows = sorted(groups[shape], key=lambda row: (row.allocation_id, row.unit))
-        view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=fixed + planned)
         attempt = placement_attempt(
             cluster=cluster, flavor=flavors[shape], quantity=len(rows), policy=make_policy(policy_name, workload),
-            view=view,
+            nodes=nodes, reservations=fixed + planned,
         )
         if not attempt.complete:
             return None
-        fresh = [
-            Reservation(
-                node=booking.node, gpu_indices=list(booking.gpu_indices), gpu_milli=booking.gpu_milli,
-                mig_profile=booking.mig_profile or "", mig_start=booking.mig_start if booking.mig_profile else None,
-                cpu_millicores=shape.cpu_millicores, memory_mib=shape.memory_mib, policy=booking.policy,
-            )
-            for booking in attempt.bookings
-        ]
+        fresh = booking_rows(attempt.bookings, shape=shape)
         planned.extend(_assign(rows, fresh))
     return planned
 

@@ -20,9 +20,12 @@ from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy
 from allocations.placement_view import (
     PINNED_POLICY,
+    NodeRow,
     PlacementView,
     UnitShape,
     gpu_label,
+    live_reservations,
+    node_rows,
     placement_view,
     unit_shape,
 )
@@ -78,14 +81,16 @@ def placement_engine_warm() -> None:
 
 
 def placement_workload(*, include: Flavor | None = None) -> Workload:
-    """The unit shapes the portal is asked for, weighted by the units of pending and holding
-    allocations: the 'typical tasks' that the default policy keeps room for."""
-    units: dict[int, float] = {
-        row["flavor"]: float(row["units"])
-        for row in Allocation.objects.filter(state__in=[AllocationState.PENDING, *HOLDING_STATES])
+    """The unit shapes the portal is asked for: the 'typical tasks' the default policy keeps room
+    for. Each active flavor counts one unit, so that what the catalogue offers (whole GPUs too)
+    is expected even before anyone asks for it, plus the units of pending and holding allocations."""
+    units: dict[int, float] = {pk: 1.0 for pk in Flavor.objects.filter(is_active=True).values_list("pk", flat=True)}
+    for row in (
+        Allocation.objects.filter(state__in=[AllocationState.PENDING, *HOLDING_STATES])
         .values("flavor")
         .annotate(units=Sum("quantity"))
-    }
+    ):
+        units[row["flavor"]] = units.get(row["flavor"], 0.0) + float(row["units"])
     if include is not None:
         units[include.pk] = units.get(include.pk, 0.0) + 1.0
     flavors = Flavor.objects.in_bulk(list(units))
@@ -110,12 +115,23 @@ def _no_offer_reason(view: PlacementView) -> str:
 
 
 def placement_attempt(
-    *, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, view: PlacementView | None = None
+    *,
+    cluster: Cluster,
+    flavor: Flavor,
+    quantity: int,
+    policy: Policy,
+    nodes: list[NodeRow] | None = None,
+    reservations: list[Reservation] | None = None,
 ) -> Attempt:
-    """Place ``quantity`` units one by one on a scratch copy of the cluster: free pinned MIG
-    instances first (they exist already), then wherever the policy chooses."""
+    """Place ``quantity`` units one by one on a scratch copy of the cluster (its live reservations,
+    or ``reservations``): free pinned MIG instances first (they exist already), then wherever the
+    policy chooses. A MIG unit goes to a GPU that is carved already when one can take it, and
+    carves a fresh GPU only when none can: an uncarved GPU stays available whole."""
     shape = unit_shape(flavor)
-    view = view or placement_view(cluster=cluster, shape=shape)
+    nodes = node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes
+    if reservations is None:
+        reservations = live_reservations(node_ids=[row.node.pk for row in nodes])
+    view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations)
     attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
     if not view.offered:
         if view.pinned_room:
@@ -124,6 +140,14 @@ def placement_attempt(
         else:
             attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
         return attempt
+
+    def carved_first() -> PlacementView | None:
+        if shape.mig_profile is None or view.engine is None:
+            return None
+        booked = reservations + booking_rows(attempt.bookings, shape=shape)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False)
+
+    carved = carved_first()
     room = {name: list(free) for name, free in view.pinned_room.items()}
     pinned = list(view.pinned_free)
     for unit in range(quantity):
@@ -143,13 +167,34 @@ def placement_attempt(
             attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
             attempt.kind = "mig-slice"
             return attempt
-        decision = view.engine.place(shape.request(name=f"unit {unit}"), policy)
+        request = shape.request(name=f"unit {unit}")
+        decision = carved.engine.place(request, policy) if carved is not None and carved.engine is not None else None
+        if carved is not None and carved.engine is not None and isinstance(decision, Placement):
+            carved.engine.apply(decision)
+            view.engine.apply(decision)
+            attempt.bookings.append(_booking(view, decision, shape))
+            continue
+        decision = view.engine.place(request, policy)
         if isinstance(decision, Rejection):
             attempt.reason, attempt.kind = decision.reason, decision.kind.value
             return attempt
         view.engine.apply(decision)
         attempt.bookings.append(_booking(view, decision, shape))
+        if carved is not None:
+            carved = carved_first()  # a fresh GPU was carved: the carved-first picture includes it now
     return attempt
+
+
+def booking_rows(bookings: list[Booking], *, shape: UnitShape) -> list[Reservation]:
+    """Bookings as unsaved reservation rows (to build a picture that includes them)."""
+    return [
+        Reservation(
+            node=booking.node, gpu_indices=list(booking.gpu_indices), gpu_milli=booking.gpu_milli,
+            mig_profile=booking.mig_profile or "", mig_start=booking.mig_start if booking.mig_profile else None,
+            cpu_millicores=shape.cpu_millicores, memory_mib=shape.memory_mib, policy=booking.policy,
+        )
+        for booking in bookings
+    ]
 
 
 def _booking(view: PlacementView, decision: Placement, shape: UnitShape) -> Booking:
