@@ -1,12 +1,13 @@
 """Benchmark (not a timed test): approvals that book GPUs through the placement engine.
 
-    .venv/bin/python bench/admission.py [--nodes 24] [--requests 600] [--seed 42] [--release 0.35]
+    .venv/bin/python bench/admission.py [--nodes 24] [--requests 600] [--seed 42] [--lifetime 150]
 
 Replays one seeded stream of requests (whole A100 and H100 GPUs, A100 MIG 1g.10gb and 3g.40gb
 slices, H100 MPS quarters) against a throw-away SQLite database through the real services:
-request, approve (quota, locks, placement, audit, outbox) and, with probability ``--release``
-after each request, the release of a random granted allocation, so the cluster churns and
-fragments. The stream runs twice, each time in a fresh child process and database: with our
+request, approve (quota, locks, placement, audit, outbox), and release when its lifetime is over
+(drawn per request, exponential with mean ``--lifetime`` requests), so the cluster churns and
+fragments. Every draw is made per request whatever happens to it, so both runs see the very
+same stream and differ only in where units go. The stream runs twice, each time in a fresh child process and database: with our
 default policy and with FirstFit as the baseline. Printed per run: requests granted and refused
 for lack of room, mean GPU allocation over the second half of the stream (booked GPU capacity,
 a MIG instance counting its compute slices / 7), approval latency p50/p99, and the share of the
@@ -110,7 +111,7 @@ def booked_milli() -> int:
     return total
 
 
-def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, release: float) -> dict[str, Any]:
+def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifetime: float) -> dict[str, Any]:
     import datetime
 
     from django.contrib.auth.models import User
@@ -145,13 +146,17 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, relea
     rng = random.Random(seed_value)
     names = list(STREAM)
     weights = [STREAM[name][0] for name in names]
-    granted: list[int] = []
+    due: dict[int, list[int]] = {}  # step → allocations granted whose lifetime ends then
     latencies: list[float] = []
     refused = 0
+    refused_by: dict[str, int] = {}
     samples: list[float] = []
     for step in range(requests):
+        for victim in due.pop(step, []):
+            services.allocation_release(actor=admin, allocation_id=victim)
         name = rng.choices(names, weights)[0]
         quantity = rng.choice(STREAM[name][1])
+        ends = step + 1 + int(rng.expovariate(1 / lifetime))
         now = timezone.now()
         allocation = services.allocation_request(
             actor=member, project=project, flavor=flavors[name], quantity=quantity, priority_class=priority,
@@ -160,13 +165,11 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, relea
         began = time.perf_counter()
         try:
             services.allocation_approve(actor=admin, allocation_id=allocation.pk)
-            granted.append(allocation.pk)
+            due.setdefault(ends, []).append(allocation.pk)
         except CapacityExceeded:
             refused += 1
+            refused_by[name] = refused_by.get(name, 0) + 1
         latencies.append(time.perf_counter() - began)
-        if granted and rng.random() < release:
-            victim = granted.pop(rng.randrange(len(granted)))
-            services.allocation_release(actor=admin, allocation_id=victim)
         if step >= requests // 2:
             samples.append(booked_milli() / (facts["gpus"] * 1000))
     ordered = sorted(latencies)
@@ -174,6 +177,7 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, relea
         "policy": policy,
         "granted": requests - refused,
         "refused": refused,
+        "refused_by_flavor": dict(sorted(refused_by.items())),
         "mean_allocation_pct": round(100 * statistics.fmean(samples), 2),
         "approve_p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
         "approve_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
@@ -185,7 +189,7 @@ def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as work:
         setup_django(Path(work))
         result = run_stream(policy=args.child, nodes=args.nodes, requests=args.requests, seed_value=args.seed,
-                            release=args.release)
+                            lifetime=args.lifetime)
     print(json.dumps(result))
 
 
@@ -194,7 +198,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=24)
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--release", type=float, default=0.35)
+    parser.add_argument("--lifetime", type=float, default=150.0, help="mean lifetime of a grant, in requests")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -203,12 +207,13 @@ def main() -> None:
     results = {}
     for policy in ("ours", "firstfit"):
         command = [sys.executable, __file__, "--child", policy, "--nodes", str(args.nodes), "--requests",
-                   str(args.requests), "--seed", str(args.seed), "--release", str(args.release)]
+                   str(args.requests), "--seed", str(args.seed), "--lifetime", str(args.lifetime)]
         output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
         results[policy] = json.loads(output.strip().splitlines()[-1])
         print(json.dumps(results[policy]))
     ours, baseline = results["ours"], results["firstfit"]
-    print(f"{args.nodes} nodes ({args.nodes * 8} GPUs), {args.requests} requests, seed {args.seed}, release {args.release}")
+    print(f"{args.nodes} nodes ({args.nodes * 8} GPUs), {args.requests} requests, seed {args.seed}, "
+          f"mean lifetime {args.lifetime:g} requests")
     print(f"granted: ours {ours['granted']}, FirstFit {baseline['granted']} "
           f"(ratio {ours['granted'] / max(baseline['granted'], 1):.3f})")
     print(f"mean GPU allocation, 2nd half: ours {ours['mean_allocation_pct']} %, FirstFit "
