@@ -203,12 +203,14 @@ def placement_view(
     shape: UnitShape,
     nodes: list[NodeRow] | None = None,
     reservations: list[Reservation] | None = None,
+    open_empty_gpus: bool | None = None,
 ) -> PlacementView:
     """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations
     (or from ``reservations``, e.g. a defragmentation plan's hypothetical set). Only nodes with
-    a GPU of the shape's model take part. For a MIG shape the empty MIG-capable GPUs of
-    mixed-strategy nodes are shown in MIG mode, ready to be carved; otherwise as whole GPUs."""
-    carve_empty = shape.mig_profile is not None
+    a GPU of the shape's model take part. ``open_empty_gpus`` (default: for MIG shapes) shows the
+    empty MIG-capable GPUs of mixed-strategy nodes in MIG mode, ready to be carved; otherwise
+    they are whole GPUs."""
+    carve_empty = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
     rows = [row for row in (node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
             if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
     offering = [row for row in rows if node_offers(node=row.node, shape=shape, cluster=cluster)]

@@ -125,9 +125,8 @@ def placement_attempt(
 ) -> Attempt:
     """Place ``quantity`` units one by one on a scratch copy of the cluster (its live reservations,
     or ``reservations``): free pinned MIG instances first (they exist already), then wherever the
-    policy chooses. On a mixed-strategy node the policy sees empty GPUs ready to be carved when it
-    places a MIG unit, and chooses between carving a fresh GPU and filling a carved one by the
-    fragmentation each leaves (docs/placement.md §8 has the measurement behind this)."""
+    policy chooses. A MIG unit goes to a GPU that is carved already when one can take it, and
+    carves a fresh GPU only when none can: an uncarved GPU stays available whole."""
     shape = unit_shape(flavor)
     nodes = node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes
     if reservations is None:
@@ -142,6 +141,13 @@ def placement_attempt(
             attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
         return attempt
 
+    def carved_first() -> PlacementView | None:
+        if shape.mig_profile is None or view.engine is None:
+            return None
+        booked = reservations + booking_rows(attempt.bookings, shape=shape)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False)
+
+    carved = carved_first()
     room = {name: list(free) for name, free in view.pinned_room.items()}
     pinned = list(view.pinned_free)
     for unit in range(quantity):
@@ -161,12 +167,21 @@ def placement_attempt(
             attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
             attempt.kind = "mig-slice"
             return attempt
-        decision = view.engine.place(shape.request(name=f"unit {unit}"), policy)
+        request = shape.request(name=f"unit {unit}")
+        decision = carved.engine.place(request, policy) if carved is not None and carved.engine is not None else None
+        if carved is not None and carved.engine is not None and isinstance(decision, Placement):
+            carved.engine.apply(decision)
+            view.engine.apply(decision)
+            attempt.bookings.append(_booking(view, decision, shape))
+            continue
+        decision = view.engine.place(request, policy)
         if isinstance(decision, Rejection):
             attempt.reason, attempt.kind = decision.reason, decision.kind.value
             return attempt
         view.engine.apply(decision)
         attempt.bookings.append(_booking(view, decision, shape))
+        if carved is not None:
+            carved = carved_first()  # a fresh GPU was carved: the carved-first picture includes it now
     return attempt
 
 

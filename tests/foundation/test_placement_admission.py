@@ -83,6 +83,19 @@ def test_mig_units_are_carved_at_legal_starts_and_packed_on_a_carved_gpu(world: 
     assert all(row.mig_profile == "1g.10gb" and row.gpu_milli == 0 for row in rows)
 
 
+def test_large_slices_share_a_gpu_so_whole_gpus_stay_free(world: World) -> None:
+    half = Flavor.objects.create(
+        name="a100-3g", display_name="3g", gpu_model=A100, sharing_mode=SharingMode.MIG, mig_profile="3g.40gb",
+        resource_name="nvidia.com/mig-3g.40gb", memory_mib=40192, compute_percent=42,
+        gpu_equivalents=Decimal("0.4286"), cpu_millicores_per_unit=4000, memory_mib_per_unit=32768,
+    )
+    rows = live(approve(world, ask(world, flavor=half, quantity=4)))
+    # Two 3g.40gb fit one A100-80GB (starts 0 and 4): four take two GPUs, not four, because the
+    # catalogue also offers whole A100s and the policy keeps room for them.
+    assert len({(row.node.name, tuple(row.gpu_indices)) for row in rows}) == 2
+    assert sorted(row.mig_start for row in rows if row.mig_start is not None) == [0, 0, 4, 4]
+
+
 def test_the_rendered_mig_parted_layout_is_the_one_the_engine_booked(world: World) -> None:
     mig = approve(world, ask(world, flavor=world.mig, quantity=2))
     whole = approve(world, ask(world, flavor=world.a100, quantity=1))
