@@ -170,12 +170,13 @@ def placement_attempt(
             attempt.kind = "mig-slice"
             return attempt
         request = shape.request(name=f"unit {unit}")
-        decision = carved.engine.place(request, policy) if carved is not None and carved.engine is not None else None
-        if carved is not None and carved.engine is not None and isinstance(decision, Placement):
-            carved.engine.apply(decision)
-            view.engine.apply(decision)
-            attempt.bookings.append(_booking(view, decision, shape))
-            continue
+        if carved is not None and carved.engine is not None:
+            on_carved = carved.engine.place(request, policy)
+            if isinstance(on_carved, Placement):
+                carved.engine.apply(on_carved)
+                view.engine.apply(on_carved)
+                attempt.bookings.append(_booking(view, on_carved, shape))
+                continue
         decision = view.engine.place(request, policy)
         if isinstance(decision, Rejection):
             attempt.reason, attempt.kind = decision.reason, decision.kind.value
