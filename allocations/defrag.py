@@ -39,6 +39,7 @@ from allocations.placement_view import (
     unit_shape,
 )
 from allocations.reservations import booking_rows, placement_attempt, placement_workload
+from allocations.selectors import holding_with_live_units, unplaced_labels
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -224,7 +225,7 @@ def defrag_plan(*, cluster: Cluster, now: datetime.datetime | None = None, movab
     before = cluster_fragmentation(nodes=nodes, reservations=live)
     plan = DefragPlan(
         cluster=cluster, movable_units=len(movable), movable_allocations=len({row.allocation_id for row in movable}),
-        before=before, after=before, unplaced=_unplaced(cluster=cluster),
+        before=before, after=before, unplaced=unplaced_labels(holding_with_live_units(cluster_ids=[cluster.pk]).select_related("flavor").order_by("pk")),
     )
     if not movable:
         return plan
@@ -249,18 +250,6 @@ def _moves(movable: list[Reservation], planned: list[Reservation]) -> list[Move]
                      flavor=old.allocation.flavor.name, source=_where(old), target=_where(new), new=new)
             )
     return moves
-
-
-def _unplaced(*, cluster: Cluster) -> list[str]:
-    """Holding allocations with units that no live reservation books (granted before placement)."""
-    out = []
-    for allocation in (
-        Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES).select_related("flavor").order_by("pk")
-    ):
-        missing = allocation.quantity - allocation.reservations.filter(released_at__isnull=True).count()
-        if missing > 0:
-            out.append(f"#{allocation.pk}: {missing} × {allocation.flavor.name}")
-    return out
 
 
 @transaction.atomic

@@ -12,12 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import Count, Q, QuerySet
+from django.db.models import QuerySet
 
-from allocations.models import Allocation, Flavor
+from allocations.models import Flavor
 from allocations.placement import Policy, default_policy
 from allocations.reservations import placement_attempt, placement_workload
-from allocations.states import HOLDING_STATES
+from allocations.selectors import holding_with_live_units
 from clusters.models import Cluster
 
 
@@ -59,9 +59,8 @@ def candidate_clusters(*, flavor: Flavor, cluster: Cluster | None) -> QuerySet[C
 def _not_yet_booked(clusters: list[Cluster]) -> dict[int, int]:
     """Per cluster, its holding allocations without any live reservation (what approval adopts first)."""
     legacy = (
-        Allocation.objects.filter(cluster__in=clusters, state__in=HOLDING_STATES)
-        .annotate(live=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
-        .filter(live=0)
+        holding_with_live_units(cluster_ids=[cluster.pk for cluster in clusters])
+        .filter(live_units=0)
         .values_list("cluster_id", flat=True)
     )
     return dict(Counter(cluster_id for cluster_id in legacy if cluster_id is not None))
@@ -74,10 +73,6 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
     attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity
-    request_part = attempt.bookings[:quantity]
-    where: dict[str, list[str]] = {}
-    for booking in request_part if fits else []:
-        where.setdefault(booking.node.name, []).append(booking.label())
     return ClusterFit(
         cluster=cluster.name,
         gpu_model=flavor.gpu_model,
@@ -88,7 +83,7 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
         free_is_lower_bound=attempt.complete,
         reason="" if fits else attempt.reason,
         kind="" if fits else attempt.kind,
-        where=dict(sorted(where.items())),
+        where=attempt.where(quantity) if fits else {},
         pending_adoption=pending_adoption,
     )
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Count, Q, Sum
+from django.db.models import Sum
 from django.utils import timezone
 
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
@@ -29,6 +29,7 @@ from allocations.placement_view import (
     placement_view,
     unit_shape,
 )
+from allocations.selectors import holding_with_live_units
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -66,12 +67,17 @@ class Attempt:
     def complete(self) -> bool:
         return len(self.bookings) == self.quantity
 
-    def where(self) -> dict[str, list[str]]:
-        """Node name → booked GPUs (with the MIG start), for audit details and the API."""
-        out: dict[str, list[str]] = defaultdict(list)
-        for booking in self.bookings:
-            out[booking.node.name].append(booking.label())
-        return dict(sorted(out.items()))
+    def where(self, units: int | None = None) -> dict[str, list[str]]:
+        """Node name → booked GPUs (with the MIG start) of the first ``units`` bookings (all by
+        default), for audit details, the API and the preview."""
+        return bookings_where(self.bookings[:units])
+
+
+def bookings_where(bookings: list[Booking]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for booking in bookings:
+        out[booking.node.name].append(booking.label())
+    return dict(sorted(out.items()))
 
 
 def placement_engine_warm() -> None:
@@ -281,10 +287,9 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
     (``skip_locked``); an allocation that no longer fits stays unplaced and is reported by
     ``placement_defrag``. Returns how many allocations were adopted."""
     legacy = (
-        Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES)
+        holding_with_live_units(cluster_ids=[cluster.pk])
         .exclude(pk=skip or 0)
-        .annotate(live=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
-        .filter(live=0)
+        .filter(live_units=0)
         .values_list("pk", flat=True)
     )
     adopted = 0
@@ -316,7 +321,8 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
 
 def reservations_where(*, allocation: Allocation) -> dict[str, list[str]]:
     """Node name → the GPUs the allocation's live reservations hold (``gpu3``, ``gpu2@4`` for MIG)."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for row in allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit"):
-        out[row.node.name].append(gpu_label(row.gpu_indices, row.mig_profile, row.mig_start))
-    return dict(sorted(out.items()))
+    rows = allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit")
+    return bookings_where(
+        [Booking(row.node, tuple(row.gpu_indices), row.gpu_milli, row.mig_profile or None, row.mig_start, row.policy)
+         for row in rows]
+    )

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from allocations.admission import department_usage
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
+from allocations.states import HOLDING_STATES
 from tenants.access import access_for, department_parent_map, department_subtree_ids
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
 
 
 def live_reservations_prefetch() -> Prefetch[Any]:
@@ -29,6 +34,32 @@ def live_reservations(allocation: Allocation) -> list[Reservation]:
     if prefetched is not None:
         return prefetched
     return list(allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit"))
+
+
+class LiveUnits(TypedDict):
+    live_units: int
+
+
+if TYPE_CHECKING:
+    HoldingAllocation = WithAnnotations[Allocation, LiveUnits]
+
+
+def holding_with_live_units(*, cluster_ids: Iterable[int]) -> QuerySet[HoldingAllocation]:
+    """Allocations that hold capacity on these clusters, each annotated with ``live_units``: how
+    many of its units a live reservation books (fewer than ``quantity`` when granted before GPU
+    placement existed)."""
+    return Allocation.objects.filter(cluster_id__in=list(cluster_ids), state__in=HOLDING_STATES).annotate(
+        live_units=Count("reservations", filter=Q(reservations__released_at__isnull=True))
+    )
+
+
+def unplaced_labels(allocations: Iterable[HoldingAllocation]) -> list[str]:
+    """``#12: 2 × a100`` for each allocation of :func:`holding_with_live_units` with unbooked units."""
+    return [
+        f"#{allocation.pk}: {allocation.quantity - allocation.live_units} × {allocation.flavor.name}"
+        for allocation in allocations
+        if allocation.live_units < allocation.quantity
+    ]
 
 
 def allocation_list(

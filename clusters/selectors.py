@@ -7,10 +7,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, QuerySet
 from django.http import Http404
 
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation, SharingMode
+from allocations.selectors import holding_with_live_units
 from allocations.states import HOLDING_STATES
 from clusters import conf
 from clusters.models import Cluster, ClusterDrift, ClusterPush, Node, NodeSharing, PushState
@@ -172,9 +173,9 @@ def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
     before GPU placement existed): GPU model → profile → count."""
     demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for model, profile, quantity, booked in (
-        Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES, flavor__sharing_mode=SharingMode.MIG)
-        .annotate(booked=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
-        .values_list("flavor__gpu_model", "flavor__mig_profile", "quantity", "booked")
+        holding_with_live_units(cluster_ids=[cluster.pk])
+        .filter(flavor__sharing_mode=SharingMode.MIG)
+        .values_list("flavor__gpu_model", "flavor__mig_profile", "quantity", "live_units")
     ):
         if quantity > booked:
             demand[model][profile] += quantity - booked

@@ -21,11 +21,9 @@ import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
-from django.db.models import Count, Q
-
-from allocations.models import Allocation, Flavor, Reservation, SharingMode
+from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
-from allocations.states import HOLDING_STATES
+from allocations.selectors import holding_with_live_units, unplaced_labels
 from clusters.models import Cluster, Node
 
 # Colour-blind-friendly hues dark enough for white text and a 3:1 contrast against the light GPU box.
@@ -213,10 +211,7 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
         .order_by("allocation_id", "unit", "pk")
     )
     holding = list(
-        Allocation.objects.filter(cluster=cluster, state__in=HOLDING_STATES)
-        .select_related("flavor", "project__department")
-        .annotate(live=Count("reservations", filter=Q(reservations__released_at__isnull=True)))
-        .order_by("pk")
+        holding_with_live_units(cluster_ids=[cluster.pk]).select_related("flavor", "project__department").order_by("pk")
     )
     departments = {row.allocation.project.department for row in reservations}
     departments |= {allocation.project.department for allocation in holding}
@@ -232,11 +227,7 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
                 _draw(cell, reservation, colour=colour)
     for cell in cells.values():
         cell.segments.sort(key=lambda segment: segment.offset)
-    unplaced = [
-        f"#{allocation.pk}: {allocation.quantity - allocation.live} × {allocation.flavor.name}"
-        for allocation in holding
-        if allocation.live < allocation.quantity
-    ]
+    unplaced = unplaced_labels(holding)
     legend = sorted((department.slug, colours[department.pk]) for department in departments)
     return GpuMap(
         nodes=[NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=rows[node.pk]) for node in nodes],

@@ -4,8 +4,8 @@ a quota or a cluster, and never deadlock."""
 from __future__ import annotations
 
 import datetime
-import threading
 from collections import Counter
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -16,6 +16,7 @@ from allocations.admission import department_usage
 from allocations.models import Allocation, AllocationState, Reservation
 from gpuportal.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import World, build_world, requires_postgres
+from tests.threads import all_at_once
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 
@@ -32,33 +33,19 @@ def pending(world: World, *, persona: str, project: str) -> Allocation:
 
 
 def approve_all_at_once(world: World, jobs: list[tuple[str, int]]) -> Counter[str]:
-    barrier = threading.Barrier(len(jobs))
-    outcomes: Counter[str] = Counter()
-    lock = threading.Lock()
+    def approval(persona: str, allocation_id: int) -> Callable[[], str]:
+        def job() -> str:
+            try:
+                services.allocation_approve(actor=world.users[persona], allocation_id=allocation_id)
+            except QuotaExceeded:
+                return "quota"
+            except CapacityExceeded:
+                return "capacity"
+            return "approved"
 
-    def run(persona: str, allocation_id: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            services.allocation_approve(actor=world.users[persona], allocation_id=allocation_id)
-            outcome = "approved"
-        except QuotaExceeded:
-            outcome = "quota"
-        except CapacityExceeded:
-            outcome = "capacity"
-        except Exception as error:  # noqa: BLE001 - any other failure is what the test looks for
-            outcome = f"error: {error!r}"
-        finally:
-            connection.close()
-        with lock:
-            outcomes[outcome] += 1
+        return job
 
-    threads = [threading.Thread(target=run, args=job) for job in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(thread.is_alive() for thread in threads)
-    return outcomes
+    return all_at_once([approval(persona, allocation_id) for persona, allocation_id in jobs])
 
 
 def test_it_never_overcommits_a_department_quota_under_50_concurrent_approvals(world: World) -> None:

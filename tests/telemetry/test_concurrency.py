@@ -4,12 +4,11 @@ deadlock or lose the newest report."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from audit.models import AuditEvent
@@ -17,35 +16,21 @@ from clusters.telemetry import services
 from clusters.telemetry.models import NodeReportState, ObservedGpu
 from tests.conftest import build_world, requires_postgres
 from tests.telemetry.fixtures import add_node, make_report
+from tests.threads import all_at_once
 
 pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 
 
-def all_at_once(jobs: list[Any]) -> Counter[str]:
-    barrier = threading.Barrier(len(jobs))
-    outcomes: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def run(token: Any, node_name: str, report: Any) -> None:
-        try:
-            barrier.wait(timeout=30)
-            outcome = services.node_report_ingest(
+def ingest_all_at_once(jobs: list[tuple[Any, str, Any]]) -> Counter[str]:
+    def ingest(token: Any, node_name: str, report: Any) -> Callable[[], str]:
+        def job() -> str:
+            return services.node_report_ingest(
                 token=token, node_name=node_name, report=report, received_at=timezone.now()
             ).reason
-        except Exception as error:  # noqa: BLE001 - any failure is what the test looks for
-            outcome = f"error: {error!r}"
-        finally:
-            connection.close()
-        with lock:
-            outcomes[outcome] += 1
 
-    threads = [threading.Thread(target=run, args=job) for job in jobs]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=120)
-    assert not any(thread.is_alive() for thread in threads)
-    return outcomes
+        return job
+
+    return all_at_once([ingest(*job) for job in jobs])
 
 
 def test_first_reports_of_many_nodes_at_once() -> None:
@@ -58,7 +43,7 @@ def test_first_reports_of_many_nodes_at_once() -> None:
         jobs.append((token, node.name, make_report("h200-8gpu-node", node_name=node.name)))
     events_before = AuditEvent.objects.count()
 
-    assert all_at_once(jobs) == Counter({"accepted": 12})
+    assert ingest_all_at_once(jobs) == Counter({"accepted": 12})
     assert ObservedGpu.objects.filter(is_present=True).count() == 96
     new_events = Counter(AuditEvent.objects.filter(seq__gt=events_before).values_list("action", flat=True))
     # inventory filled, GPUs appeared, and the recording's GPU 5 waits for a reset to enable MIG
@@ -78,7 +63,7 @@ def test_reports_of_one_node_at_once_keep_the_newest() -> None:
     )
     jobs = [(token, node.name, make_report("h200-8gpu-node", node_name=node.name, sequence=s)) for s in range(2, 12)]
 
-    outcomes = all_at_once(jobs)
+    outcomes = ingest_all_at_once(jobs)
 
     assert outcomes["accepted"] >= 1 and outcomes["accepted"] + outcomes["out_of_order"] == 10, outcomes
     state = NodeReportState.objects.get(node=node)
