@@ -10,8 +10,8 @@ from django.http import HttpRequest
 from allocations import services
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from audit import actions
-from gpuportal.admin_audit import AuditedAdmin, ReadOnlyAdmin
-from gpuportal.errors import ApplicationError
+from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
+from kernel.errors import ApplicationError
 
 
 @admin.register(Flavor)

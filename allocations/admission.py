@@ -3,7 +3,7 @@
 Called by ``allocation_approve`` after it has locked, in this order, the allocation, the
 department chain (primary-key order) and the candidate clusters (primary-key order). Because every
 approval in a subtree locks all its ancestors, the sums below cannot change until commit. Whether
-it fits a cluster is the placement engine's answer (``allocations.reservations``).
+it fits a cluster is the placement engine's answer (``allocations.booking.reservations``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from django.db.models.functions import Coalesce
 
 from allocations.models import Allocation, Flavor, Quota
 from allocations.states import HOLDING_STATES
-from gpuportal.errors import QuotaExceeded
+from kernel.errors import QuotaExceeded
 from tenants.access import department_subtree_ids
 from tenants.models import Department
 

@@ -14,12 +14,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations import catalog, selectors, services
+from allocations.booking.preview import placement_preview
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, SharingMode
-from allocations.placement_preview import placement_preview
 from clusters.selectors import cluster_list
-from gpuportal.api.base import ScopedRelatedField, actor, filters, paginated, validated
-from gpuportal.api.pagination import Pagination
-from gpuportal.errors import TransitionNotAllowed
+from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
+from kernel.api.pagination import Pagination
+from kernel.errors import TransitionNotAllowed
 from tenants.selectors import department_list, project_list
 
 TEXT_LIMIT = 2000

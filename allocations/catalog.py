@@ -12,7 +12,7 @@ from django.forms.models import model_to_dict
 from allocations.models import Flavor, PriorityClass, Quota
 from audit import actions
 from audit.services import audit_record
-from gpuportal.errors import FieldError
+from kernel.errors import FieldError
 from tenants.access import require_platform_admin
 from tenants.models import Department
 

@@ -15,16 +15,18 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from allocations import admission, reservations
+from allocations import admission
+from allocations.booking import reservations
+from allocations.booking.preview import candidate_clusters
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
-from allocations.placement_preview import candidate_clusters
 from allocations.states import HOLDING_STATES, can_transition
 from audit import actions
 from audit.actions import AuditAction
 from audit.models import Outcome
 from audit.services import audit_record
 from clusters.models import Cluster
-from gpuportal.errors import (
+from clusters.outbox import push_enqueue
+from kernel.errors import (
     ApplicationError,
     CapacityExceeded,
     FieldError,
@@ -102,8 +104,6 @@ def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime
 def _enqueue_provision(allocation_id: int) -> None:
     """Outbox rows in this transaction: the allocation's project, then the cluster-wide objects
     (its MIG layout, priority classes); a worker picks them up once the transaction commits."""
-    from clusters.outbox import push_enqueue
-
     allocation = Allocation.objects.only("project_id", "cluster_id").get(pk=allocation_id)
     if allocation.cluster_id is None:
         return
@@ -114,8 +114,6 @@ def _enqueue_provision(allocation_id: int) -> None:
 def _enqueue_project_sync(*, project_id: int, cluster_id: int | None) -> None:
     if cluster_id is None:
         return
-    from clusters.outbox import push_enqueue
-
     push_enqueue(cluster_id=cluster_id, project_id=project_id)
     push_enqueue(cluster_id=cluster_id, project_id=None)
 

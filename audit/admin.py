@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from audit.admin_base import ReadOnlyAdmin
 from audit.models import AuditCheckpoint, AuditEvent
-from gpuportal.admin_audit import ReadOnlyAdmin
 
 
 @admin.register(AuditEvent)

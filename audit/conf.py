@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate, signing_key_parse, verifier_key_parse
 from audit.integrity.store import CheckpointFolder
-from gpuportal.env import env_bool, env_secret, env_str
+from kernel.env import env_bool, env_secret, env_str
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from audit.actions import AuditAction, get_action
 from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, canonical_json, leaf_hash, record_fields
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
-from gpuportal.request_context import current_request_context
+from kernel.request_context import current_request_context
 
 CHAIN_LOCK_ID = 0x6770_7561_7564_0001  # pg_advisory_xact_lock key of the event chain
 

@@ -102,7 +102,7 @@ def seed(nodes: int) -> dict[str, Any]:
 
 
 def booked_milli() -> int:
-    from allocations.defrag import _used_milli
+    from allocations.booking.defrag import _used_milli
     from allocations.models import Reservation
 
     total = 0
@@ -117,11 +117,12 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from allocations import reservations, services
+    from allocations import services
+    from allocations.booking import reservations
     from allocations.models import Flavor, PriorityClass
     from allocations.placement import make_policy
     from clusters import outbox
-    from gpuportal.errors import CapacityExceeded
+    from kernel.errors import CapacityExceeded
     from tenants.models import Project
 
     facts = seed(nodes)

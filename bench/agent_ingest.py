@@ -42,8 +42,8 @@ NAMESPACE = uuid.UUID("6d1f4a52-7a1e-4c59-9a3e-8f1d2b3c4d5e")
 SEED = """
 import json, sys
 from clusters.models import Cluster, Gpu, Node
-from clusters.telemetry import tokens
-from clusters.telemetry.models import NodeToken
+from telemetry import tokens
+from telemetry.models import NodeToken
 nodes, gpus = int(sys.argv[1]), int(sys.argv[2])
 cluster = Cluster.objects.create(name="bench")
 created = Node.objects.bulk_create(
@@ -67,8 +67,8 @@ def recorded_report() -> dict[str, Any]:
     """The 8 × H200 recording as the agent's collector reports it (through the tests' NVML replay)."""
     import pytest
 
-    from clusters.agent.collector import ReportContext, collect_report
-    from clusters.agent.nvml_calls import nvml_session
+    from agent.collector import ReportContext, collect_report
+    from agent.nvml_calls import nvml_session
     from tests.agent.nvml_replay import NvmlReplay, load_recording, write_proc_root
 
     recording = load_recording("h200-8gpu-node")

@@ -28,7 +28,7 @@ from bench.portal_server import portal_served  # noqa: E402
 
 SEED = """
 from decimal import Decimal
-from gpuportal.demo import demo_seed
+from demo.seed import demo_seed
 from allocations.models import Quota
 from clusters.models import Cluster, Gpu, Node
 from rest_framework.authtoken.models import Token

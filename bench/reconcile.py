@@ -81,8 +81,8 @@ def manifests_stream(cluster_id: int) -> tuple[str, int]:
     import yaml
 
     from clusters.models import Cluster
-    from clusters.selectors import cluster_project_ids
-    from clusters.services import project_scopes
+    from delivery.selectors import cluster_project_ids
+    from delivery.services import project_scopes
 
     cluster = Cluster.objects.get(pk=cluster_id)
     scopes = project_scopes(cluster=cluster, project_ids=cluster_project_ids(cluster=cluster))
@@ -117,15 +117,16 @@ def main() -> None:
     parser.add_argument("--projects", type=int, default=500)
     args = parser.parse_args()
 
-    from clusters.testing.cluster import KubeTestCluster
+    from kube_testenv.cluster import KubeTestCluster
 
     with tempfile.TemporaryDirectory(prefix="gpuportal-bench-") as folder, KubeTestCluster() as kube:
         work = Path(folder)
         setup_django(work)
-        from clusters.drivers import driver_for
+        from clusters.credentials import cluster_kubeconfig_set
         from clusters.models import Cluster
-        from clusters.selectors import cluster_project_ids
-        from clusters.services import cluster_kubeconfig_set, project_scopes
+        from delivery.drivers import driver_for
+        from delivery.selectors import cluster_project_ids
+        from delivery.services import project_scopes
 
         kubectl_cluster = seed(args.projects, "kc", "bench-kubectl")
         ours = seed(args.projects, "gp", "bench-driver")

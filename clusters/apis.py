@@ -10,17 +10,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import inventory, selectors, services
-from clusters.discovery import cluster_discover
-from clusters.drivers import DriverError
+from clusters import credentials, inventory, selectors
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
-from gpuportal.api.base import actor, filters, paginated, validated
-from gpuportal.errors import ApplicationError
-
-
-class ClusterUnreachable(ApplicationError):
-    status = 502
-    code = "cluster_unreachable"
+from kernel.api.base import actor, filters, paginated, validated
 
 
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -99,31 +91,8 @@ class ClusterKubeconfigApi(APIView):
     @extend_schema(request=Input, responses={204: None})
     def put(self, request: Request, cluster_id: int) -> Response:
         selectors.cluster_get(user=request.user, cluster_id=cluster_id)
-        services.cluster_kubeconfig_set(actor=actor(request), cluster_id=cluster_id, **validated(self.Input, request))
+        credentials.cluster_kubeconfig_set(actor=actor(request), cluster_id=cluster_id, **validated(self.Input, request))
         return Response(status=status.HTTP_204_NO_CONTENT)
-
-
-class ClusterSyncApi(APIView):
-    class Output(serializers.Serializer):  # type: ignore[type-arg]
-        queued = serializers.IntegerField()
-
-    @extend_schema(request=None, responses={202: Output})
-    def post(self, request: Request, cluster_id: int) -> Response:
-        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
-        queued = services.cluster_sync_request(actor=actor(request), cluster_id=cluster_id)
-        return Response({"queued": queued}, status=status.HTTP_202_ACCEPTED)
-
-
-class ClusterDiscoverApi(APIView):
-    @extend_schema(request=None, responses=NodeOut(many=True))
-    def post(self, request: Request, cluster_id: int) -> Response:
-        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
-        try:
-            nodes = cluster_discover(actor=actor(request), cluster_id=cluster_id)
-        except DriverError as error:
-            raise ClusterUnreachable(str(error)) from None
-        queryset = selectors.node_list(user=request.user, cluster_id=cluster_id).filter(pk__in=[node.pk for node in nodes])
-        return Response(NodeOut(queryset, many=True).data)
 
 
 class ClusterDriftOut(serializers.ModelSerializer):  # type: ignore[type-arg]

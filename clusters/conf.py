@@ -10,7 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuportal.env import env_int, env_secret, env_str
+from kernel.env import env_int, env_secret, env_str
 
 PRUNE_DELETE_NAMESPACE = "delete-namespace"
 PRUNE_RETAIN_NAMESPACE = "retain-namespace"

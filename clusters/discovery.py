@@ -1,4 +1,5 @@
-"""Discovery: read the cluster's Nodes and their GPU labels (GPU feature discovery) into the inventory.
+"""Discovery's inventory side: a cluster's Node objects and their GPU labels (GPU feature discovery)
+become inventory nodes. Reading the objects from the cluster is delivery's (:mod:`delivery.discovery`).
 
 A node counts as a GPU node when GFD labelled it (``nvidia.com/gpu.present=true`` or a GPU count).
 Its GPUs are ``nvidia.com/gpu.count`` cards of ``nvidia.com/gpu.product`` (without GFD's
@@ -19,11 +20,8 @@ from kubernetes.utils import parse_quantity
 
 from audit import actions
 from audit.services import audit_record
-from clusters.drivers import driver_for
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node
-from gpuportal.errors import NotAllowed
-from tenants.access import access_for
 
 _PRODUCT_SUFFIX = re.compile(r"(-MIG-[0-9a-z.+]+)?(-SHARED)?$")
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "kubernetes.io/hostname", "node.kubernetes.io/instance-type")
@@ -64,22 +62,10 @@ def _int(value: str | None) -> int:
         return 0
 
 
-def cluster_discover(*, actor: User | None, cluster_id: int) -> list[Node]:
-    """Read the cluster's nodes into the inventory; raises DriverError when it cannot be reached."""
-    if actor is not None and not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may run discovery.")
-    cluster = Cluster.objects.get(pk=cluster_id)
-    driver = driver_for(cluster)
-    try:
-        objects = driver.read_nodes()
-    finally:
-        driver.close()
-    found = [node for node in map(node_from_object, objects) if node is not None]
-    return _record(actor=actor, cluster=cluster, found=found)
-
-
 @transaction.atomic
-def _record(*, actor: User | None, cluster: Cluster, found: list[DiscoveredNode]) -> list[Node]:
+def cluster_nodes_record(*, actor: User | None, cluster: Cluster, found: list[DiscoveredNode]) -> list[Node]:
+    """Record what discovery found: upsert the nodes it saw, mark the ones it no longer sees
+    unschedulable, and audit the round."""
     nodes = [
         node_upsert(actor=actor, cluster=cluster, name=item.name, cpu_millicores=item.cpu_millicores,
                     memory_mib=item.memory_mib, gpus=item.gpus, labels=item.labels)

@@ -10,7 +10,7 @@ from django.db import transaction
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster, ClusterDriverKind, Gpu, Node
-from gpuportal.errors import NotAllowed
+from kernel.errors import NotAllowed
 from tenants.access import access_for
 
 

@@ -63,7 +63,7 @@ class Node(models.Model):
     sharing = models.CharField(max_length=16, choices=NodeSharing.choices, default=NodeSharing.EXCLUSIVE)
     sharing_replicas = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Replicas per GPU (mps, timeslice).")
     # The chosen MIG layout, as mig-parted groups: [{"devices": [0, 1], "mig-devices": {"1g.10gb": 7}}].
-    # Empty: the layout the placement engine booked (reservations), see clusters.selectors.node_plans.
+    # Empty: the layout the placement engine booked (reservations), see delivery.selectors.node_plans.
     mig_layout = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -1,46 +1,28 @@
-"""Delivery that loses nothing: the transactional outbox of cluster pushes.
+"""The transactional outbox of cluster pushes: the side that sits below allocations.
 
 ``push_enqueue`` writes a :class:`ClusterPush` row in the caller's transaction and, once that
-commits, asks Celery to deliver it. If the broker is down at that moment the row simply waits:
-``pushes_dispatch`` (Celery beat) hands every due row to a worker again. A worker claims a row
-with a lease, pushes outside any transaction, and records the outcome:
-
-* success: the row and every older pending row for the same scope are done (the push rendered
-  the state they asked for), and their allocations become active;
-* failure: the row is due again after an exponential backoff (capped); after the last attempt,
-  or at once for a permanent error, it is failed and its allocation too, with the reason.
-
-A worker killed mid-push leaves its lease to expire; the row is then dispatched again. Pushes
-are idempotent, so a duplicate delivery is harmless.
+commits, hands it to the delivery worker. If the broker is down at that moment the row simply
+waits: ``pushes_dispatch`` (Celery beat) hands every due row to a worker again. The worker's side
+(claim, push, record the outcome) lives in :mod:`delivery.outbox`, above allocations; this module
+knows the delivery task only by its name, so nothing here imports upward.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
-import random
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from allocations.services import (
-    allocation_provision_failed,
-    allocation_provision_start,
-    allocation_provision_succeeded,
-)
-from clusters import conf
-from clusters.drivers import DriverError, PermanentDriverError
 from clusters.models import ClusterPush, PushState
-from clusters.services import cluster_sync_project, cluster_sync_shared
 
 log = logging.getLogger(__name__)
 
-
-def push_backoff_seconds(attempts: int, *, jitter: float = 0.2) -> float:
-    """Delay before attempt ``attempts + 1``: base × 2^(attempts-1), capped, ± ``jitter``."""
-    delay = min(conf.push_backoff_max_seconds(), conf.push_backoff_base_seconds() * 2.0 ** max(attempts - 1, 0))
-    return float(delay * (1 + random.uniform(-jitter, jitter))) if jitter else float(delay)
+PUSH_TASK = "delivery.tasks.cluster_push_task"
+"""The Celery task that delivers one push (registered by :mod:`delivery.tasks`)."""
 
 
 def push_enqueue(*, cluster_id: int, project_id: int | None, allocation_id: int | None = None) -> ClusterPush:
@@ -54,14 +36,16 @@ def push_enqueue(*, cluster_id: int, project_id: int | None, allocation_id: int 
 
 def push_dispatch(*, push_id: int, countdown: float | None = None) -> bool:
     """Hand a push to Celery; False (and the row stays pending for the dispatcher) when the
-    broker cannot be reached. Never raises: a broker outage must not fail the request."""
-    from clusters.tasks import cluster_push_task
+    broker cannot be reached. Never raises: a broker outage must not fail the request.
 
+    The task is looked up by name in the app's registry rather than sent with ``send_task`` so
+    that in-process tasks (the embedded default) still run eagerly."""
     try:
+        task = current_app.tasks[PUSH_TASK]
         if countdown is None:
-            cluster_push_task.apply_async((push_id,), retry=False)
+            task.apply_async((push_id,), retry=False)
         else:
-            cluster_push_task.apply_async((push_id,), countdown=countdown, retry=False)
+            task.apply_async((push_id,), countdown=countdown, retry=False)
     except Exception:  # the broker is down: pushes_dispatch will find the row
         log.warning("could not hand push %s to the broker; the dispatcher will retry", push_id, exc_info=True)
         return False
@@ -84,80 +68,3 @@ def pushes_dispatch(*, now: datetime.datetime | None = None) -> int:
     for push_id in pushes_due(now=now):
         dispatched += push_dispatch(push_id=push_id)
     return dispatched
-
-
-@transaction.atomic
-def _claim(push_id: int, *, ignore_schedule: bool) -> ClusterPush | None:
-    now = timezone.now()
-    push = ClusterPush.objects.select_for_update(skip_locked=True).filter(pk=push_id, state=PushState.PENDING).first()
-    if push is None:
-        return None
-    if not ignore_schedule and (push.available_at > now or (push.claimed_until and push.claimed_until > now)):
-        return None
-    push.attempts += 1
-    push.claimed_until = now + datetime.timedelta(seconds=conf.push_lease_seconds())
-    push.save(update_fields=["attempts", "claimed_until"])
-    return push
-
-
-def push_deliver(*, push_id: int, ignore_schedule: bool = False) -> float | None:
-    """Deliver one push. Returns the delay before the next attempt when it must be retried,
-    None when it is finished (done, failed, or not ours to do now)."""
-    push = _claim(push_id, ignore_schedule=ignore_schedule)
-    if push is None:
-        return None
-    started = timezone.now()
-    if push.allocation_id is not None:
-        allocation = allocation_provision_start(allocation_id=push.allocation_id)
-        if allocation is None:  # released or expired meanwhile: the push still syncs the project
-            ClusterPush.objects.filter(pk=push.pk).update(allocation=None)
-            push.allocation_id = None
-    try:
-        if push.project_id is None:
-            cluster_sync_shared(cluster_id=push.cluster_id)
-        else:
-            cluster_sync_project(cluster_id=push.cluster_id, project_id=push.project_id)
-    except DriverError as error:
-        return _failed(push, error)
-    _succeeded(push, started=started)
-    return None
-
-
-@transaction.atomic
-def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
-    """This push and the older pending ones for the same scope are done: the state they asked
-    for was read after they were committed, and has now been applied."""
-    now = timezone.now()
-    covered = list(
-        ClusterPush.objects.select_for_update(skip_locked=True)
-        .filter(cluster_id=push.cluster_id, state=PushState.PENDING, created_at__lte=started)
-        .filter(Q(project__isnull=True) if push.project_id is None else Q(project_id=push.project_id))
-        .filter(Q(pk=push.pk) | Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        .order_by("pk")
-    )
-    for done in covered:
-        done.state = PushState.DONE
-        done.completed_at = now
-        done.claimed_until = None
-        done.last_error = ""
-        done.save(update_fields=["state", "completed_at", "claimed_until", "last_error"])
-        if done.allocation_id is not None and allocation_provision_start(allocation_id=done.allocation_id) is not None:
-            allocation_provision_succeeded(allocation_id=done.allocation_id)
-
-
-@transaction.atomic
-def _failed(push: ClusterPush, error: DriverError) -> float | None:
-    reason = str(error) or error.__class__.__name__
-    final = isinstance(error, PermanentDriverError) or push.attempts >= conf.push_max_attempts()
-    delay = None if final else push_backoff_seconds(push.attempts)
-    fields: dict[str, object] = {"last_error": reason[:4000], "claimed_until": None}
-    if final:
-        fields |= {"state": PushState.FAILED, "completed_at": timezone.now()}
-    else:
-        assert delay is not None
-        fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
-    ClusterPush.objects.filter(pk=push.pk).update(**fields)
-    if final and push.allocation_id is not None:
-        allocation_provision_failed(allocation_id=push.allocation_id, reason=reason)
-    log.warning("push %s (attempt %s) failed%s: %s", push.pk, push.attempts, "" if delay is None else f", retry in {delay:.1f}s", reason)
-    return delay

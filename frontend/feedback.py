@@ -2,7 +2,7 @@
 
 The quota numbers come from the same admission function that approval uses
 (``allocations.admission.quota_checks``); the physical fit from the placement engine's dry run
-(``allocations.placement_preview``) on each cluster approval would try. Everything is read
+(``allocations.booking.preview``) on each cluster approval would try. Everything is read
 without locks: it describes the moment, and approval decides again under locks. ``where`` names
 the cluster, nodes and GPUs the engine would choose now.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from allocations.admission import quota_checks
+from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Flavor, PriorityClass
-from allocations.placement_preview import ClusterFit, placement_preview
 from clusters.models import Cluster
 from tenants.access import department_ancestor_ids, department_parent_map
 from tenants.models import Department, Project

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest
 
-from gpuportal.errors import ApplicationError
+from kernel.errors import ApplicationError
 
 
 def portal_user(request: HttpRequest) -> User:

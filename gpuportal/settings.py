@@ -7,7 +7,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuportal.env import env_bool, env_int, env_list, env_secret, env_str
+from kernel.env import env_bool, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")) or "var")
@@ -39,19 +39,23 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    "tenants",
-    "allocations",
-    "clusters",
-    "clusters.telemetry",
+    # Apps from the bottom of the import order to the top (docs/architecture.md).
     "audit",
+    "tenants",
+    "clusters",
+    "allocations",
+    "delivery",
+    "telemetry",
+    "compliance",
     "frontend",
+    "demo",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "frontend.middleware.PortalSecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "gpuportal.request_context.RequestContextMiddleware",
+    "kernel.request_context.RequestContextMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -142,8 +146,8 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "gpuportal.api.errors.exception_handler",
-    "DEFAULT_PAGINATION_CLASS": "gpuportal.api.pagination.Pagination",
+    "EXCEPTION_HANDLER": "kernel.api.errors.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "kernel.api.pagination.Pagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
@@ -177,11 +181,11 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
     "audit-checkpoint-publish": {"task": "audit.tasks.audit_checkpoint_publish_task", "schedule": 60.0},
-    "clusters-pushes-dispatch": {"task": "clusters.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
-    "clusters-drift-check": {"task": "clusters.tasks.clusters_drift_check_task", "schedule": 300.0},
-    "telemetry-nodes-mark-stale": {"task": "clusters.telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},
-    "telemetry-samples-roll-up": {"task": "clusters.telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
-    "telemetry-samples-trim": {"task": "clusters.telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
+    "clusters-pushes-dispatch": {"task": "delivery.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
+    "clusters-drift-check": {"task": "delivery.tasks.clusters_drift_check_task", "schedule": 300.0},
+    "telemetry-nodes-mark-stale": {"task": "telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},
+    "telemetry-samples-roll-up": {"task": "telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
+    "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
 }
 
 # Cluster delivery.

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from gpuportal.errors import NotAllowed
+from kernel.errors import NotAllowed
 from tenants.models import Department, Membership, Role
 
 

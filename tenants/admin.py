@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from audit import actions
-from gpuportal.admin_audit import AuditedAdmin
+from audit.admin_base import AuditedAdmin
 from tenants.models import Department, Membership, Project
 
 

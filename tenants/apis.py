@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from gpuportal.api.base import ScopedRelatedField, actor, filters, paginated, validated
+from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
 from tenants import selectors, services
 from tenants.models import Department, Membership, Project
 

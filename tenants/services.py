@@ -7,7 +7,7 @@ from django.db import transaction
 
 from audit import actions
 from audit.services import audit_record
-from gpuportal.errors import FieldError, NotAllowed
+from kernel.errors import FieldError, NotAllowed
 from tenants.access import access_for, access_forget, require_platform_admin
 from tenants.models import RESERVED_NAMESPACES, Department, Membership, Project, Role
 

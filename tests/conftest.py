@@ -27,7 +27,7 @@ from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from tenants.models import Department, Membership, Project, Role
 
-pytest_plugins = ["clusters.testing.pytest_plugin"]
+pytest_plugins = ["kube_testenv.pytest_plugin"]
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"

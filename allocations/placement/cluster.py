@@ -1,6 +1,6 @@
 """The mutable cluster state: what is free where, kept as numpy arrays for fast scoring.
 
-``Cluster.place`` asks a policy for a decision without changing anything; ``apply`` books it and
+``placing.place`` asks a policy for a decision without changing anything; ``apply`` books it and
 ``release`` returns exactly what ``apply`` took (so ``release(apply(p))`` restores the state).
 """
 
@@ -9,18 +9,15 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from . import mig_tables
 from .arrays import BoolArray, IntArray
-from .decisions import Placement, Rejection, RejectionKind, Request, RequestKind
+from .decisions import Placement, Request, RequestKind
 from .inventory import GPU_MILLI, Gpu, MigSlice, Node, nodes_from_records
 from .mig import GEOMETRIES, MigState
-
-if TYPE_CHECKING:
-    from .policies.base import Policy
 
 SHARED_TAG = 0
 """Index of the 'GPU-sharing pod' column of :attr:`Cluster.tags`; column k counts k-GPU pods."""
@@ -201,32 +198,6 @@ class Cluster:
         return fit
 
     # ----------------------------------------------------------------- decisions
-    def place(self, request: Request, policy: Policy | None = None) -> Placement | Rejection:
-        """Decide where ``request`` goes under ``policy``.
-
-        Without a policy, one instance of the default policy is kept per cluster, so that it
-        learns the workload from the requests it sees. Nothing is booked; call :meth:`apply`
-        with the returned placement to reserve it.
-        """
-        # imported here: explain and the policies import this module
-        from .explain import explain_rejection
-        from .policies import default_policy
-
-        problem = request.problem()
-        if problem is not None:
-            return Rejection(request, RejectionKind.INVALID, problem)
-        feasible = self.feasible(request)
-        if not feasible.any():
-            return explain_rejection(self, request)
-        if policy is None:
-            policy = self.cache.get("default-policy")
-            if policy is None:
-                policy = self.cache["default-policy"] = default_policy()
-        pol = policy
-        node, slots, starts = pol.choose(self, request, feasible)
-        labels = tuple(int(self.gpu_label[node, j]) for j in slots)
-        return Placement(request, self.names[node], labels, tuple(starts), pol.name)
-
     def _resolve(self, placement: Placement) -> tuple[int, list[int]]:
         try:
             i = self.index[placement.node]

@@ -12,8 +12,11 @@ slices, number of ``+me`` instances), so every legality question is a table look
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
+
+from .inventory import MigSlice
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
@@ -145,3 +148,36 @@ def geometry_for_model(model: str, memory_mib: int = 0) -> MigGeometry | None:
             return GEOMETRIES["A100-80GB"]
         return GEOMETRIES["A100-40GB"]
     return GEOMETRIES.get(model)
+
+
+def mig_layout_starts(geometry: MigGeometry, profiles: Mapping[str, int]) -> list[MigSlice] | None:
+    """Where ``profiles`` (instance counts) sit on one GPU: the first legal arrangement, largest
+    instances first, or None when they cannot be there at once. An exhaustive search over legal
+    starts; at most 7 instances, so it is tiny. An unknown profile raises KeyError naming the
+    known ones. The renderer accepts a layout with it and the adapter finds pinned instances
+    with it, so both agree on what fits."""
+    wanted: list[str] = []
+    for name, count in profiles.items():
+        geometry.profile(name)
+        wanted.extend([name] * count)
+    wanted.sort(key=lambda name: (-geometry.profile(name).memory_slices, -geometry.profile(name).compute, name))
+
+    def place(index: int, state: MigState, taken: list[MigSlice]) -> list[MigSlice] | None:
+        if index == len(wanted):
+            return taken
+        profile = geometry.profile(wanted[index])
+        for start in geometry.legal_starts(state, profile):
+            found = place(index + 1, geometry.add(state, profile, start), [*taken, MigSlice(profile.name, start)])
+            if found is not None:
+                return found
+        return None
+
+    return place(0, MigState(), [])
+
+
+def mig_compute(profile: str) -> int:
+    """Compute slices of a MIG profile, whatever the GPU model."""
+    for geo in GEOMETRIES.values():
+        if profile in geo.by_name:
+            return geo.by_name[profile].compute
+    raise KeyError(f"unknown MIG profile {profile!r}")

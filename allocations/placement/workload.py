@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
 from .decisions import Request, RequestKind
+from .mig import mig_compute
 
 
 @dataclass(frozen=True)
@@ -35,8 +36,6 @@ class TaskClass:
         if not self.gpu_count:
             return 0.0
         if self.mig_profile is not None:
-            from .policies.amounts import mig_compute  # the policies package imports this module
-
             return self.gpu_count * mig_compute(self.mig_profile) * 1000 / 7
         return float(self.gpu_count * self.gpu_milli)
 

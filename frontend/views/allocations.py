@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from allocations.reservations import reservations_where
+from allocations.booking.reservations import reservations_where
 from allocations.selectors import allocation_get
 from allocations.services import allocation_release, allocation_renew, allocation_request
 from frontend.feedback import request_feedback
@@ -27,7 +27,7 @@ from frontend.selectors import (
     quota_bars,
 )
 from frontend.timeline import allocation_timeline
-from gpuportal.errors import ApplicationError
+from kernel.errors import ApplicationError
 from tenants.access import access_for
 
 # Service field names that the form calls differently.

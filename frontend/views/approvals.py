@@ -18,7 +18,7 @@ from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
 from frontend.selectors import holding_by_project, pending_for_decision, quota_bars
-from gpuportal.errors import ApplicationError
+from kernel.errors import ApplicationError
 from tenants.access import Access, access_for
 from tenants.selectors import department_list
 

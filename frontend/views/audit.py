@@ -24,15 +24,10 @@ from audit.checkpoints import AuditIntegrityError, checkpoint_publish
 from audit.export import CONTENT_TYPES, audit_export, checkpoint_for_export, export_filename
 from audit.integrity.errors import VerificationFailure
 from audit.models import AuditCheckpoint, AuditEvent
-from audit.selectors import (
-    AuditFilters,
-    AuditVisibility,
-    audit_event_list,
-    audit_filters_for,
-    audit_visibility_for,
-)
+from audit.selectors import AuditFilters, audit_event_list
 from audit.services import audit_record
 from audit.verification import audit_log_verify
+from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
 from frontend.forms import AuditFilterForm
 from frontend.http import portal_user
 from tenants.models import Department

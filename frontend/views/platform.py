@@ -10,13 +10,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from allocations.defrag import defrag_apply, defrag_plan
+from allocations.booking.defrag import defrag_apply, defrag_plan
 from allocations.selectors import flavor_list, priority_class_list
 from clusters.selectors import cluster_drift_list, cluster_get, cluster_push_list, node_list
 from frontend.gpu_map import gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
-from gpuportal.errors import ApplicationError
+from kernel.errors import ApplicationError
 from tenants.access import access_for
 
 RECENT = 10

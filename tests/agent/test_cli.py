@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from clusters.agent.__main__ import EXIT_CONFIG, EXIT_NOT_DELIVERED, EXIT_NVML_UNAVAILABLE, EXIT_OK, run
-from clusters.agent.config import parse_config
-from clusters.agent.report import load_schema
+from agent.__main__ import EXIT_CONFIG, EXIT_NOT_DELIVERED, EXIT_NVML_UNAVAILABLE, EXIT_OK, run
+from agent.config import parse_config
+from agent.report import load_schema
 from tests.agent.conftest import NODE_NAME, TOKEN
 from tests.agent.nvml_replay import NvmlReplay
 from tests.agent.portal_stub import PortalStub, ScriptedResponse
@@ -39,7 +39,7 @@ def _nvml_library_present() -> bool:
 def test_without_a_driver_it_exits_with_one_clear_line() -> None:
     environment = {key: value for key, value in os.environ.items() if not key.startswith("GPUPORTAL_AGENT_")}
     finished = subprocess.run(
-        [sys.executable, "-m", "clusters.agent", "--once", "--dry-run", "--node-name", NODE_NAME],
+        [sys.executable, "-m", "agent", "--once", "--dry-run", "--node-name", NODE_NAME],
         cwd=REPO_ROOT,
         env=environment,
         capture_output=True,

@@ -10,9 +10,9 @@ from typing import Any
 import pynvml
 import pytest
 
-from clusters.agent.collector import ReportContext, collect_report
-from clusters.agent.nvml_calls import NvmlUnavailable, nvml_session
-from clusters.agent.report import AgentReport, load_schema
+from agent.collector import ReportContext, collect_report
+from agent.nvml_calls import NvmlUnavailable, nvml_session
+from agent.report import AgentReport, load_schema
 from tests.agent.conftest import NODE_NAME
 from tests.agent.nvml_replay import NvmlReplay, load_recording
 from tests.agent.schema_subset import validate
@@ -270,7 +270,7 @@ def test_answers_the_schema_would_refuse_become_errors_not_a_refused_report(repl
 
 
 def test_the_collectors_ranges_are_the_schemas() -> None:
-    from clusters.agent.collector import GPU_UUID, MIG_UUID, RANGES
+    from agent.collector import GPU_UUID, MIG_UUID, RANGES
 
     schema = load_schema()
     definitions = schema["$defs"]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from clusters.agent.config import ENV_PREFIX, ENV_SETTINGS, env_name, parse_config
+from agent.config import ENV_PREFIX, ENV_SETTINGS, env_name, parse_config
 
 MANIFEST = Path(__file__).resolve().parents[2] / "deploy" / "agent-daemonset.yaml"
 DOCUMENTS = list(yaml.safe_load_all(MANIFEST.read_text(encoding="utf-8")))
@@ -92,7 +92,7 @@ def test_it_runs_without_kubernetes_api_credentials() -> None:
 
 
 def test_it_lands_on_nodes_labelled_like_gpu_feature_discovery_does() -> None:
-    from clusters.testing import GPUNodeSpec  # the project's fake GFD nodes; no cluster needed
+    from kube_testenv import GPUNodeSpec  # the project's fake GFD nodes; no cluster needed
 
     labels = GPUNodeSpec("gpu-node", gpus=8).node_labels()
     assert _pod()["nodeSelector"].items() <= labels.items()
@@ -104,7 +104,7 @@ def test_a_real_api_server_accepts_it(request: pytest.FixtureRequest) -> None:
     try:
         cluster = request.getfixturevalue("kube_cluster")  # skips when the control plane is not built
     except pytest.FixtureLookupError:
-        pytest.skip("the kube_cluster fixture is not loaded (clusters.testing.pytest_plugin)")
+        pytest.skip("the kube_cluster fixture is not loaded (kube_testenv.pytest_plugin)")
     applied = cluster.kubectl("apply", "-f", str(MANIFEST))
     assert applied.stdout.split("\n")[:3] == [
         "namespace/gpuportal-system created",

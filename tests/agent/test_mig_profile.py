@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from clusters.agent.mig_profile import profile_from_attributes, profile_from_name
+from agent.mig_profile import profile_from_attributes, profile_from_name
 
 MiB = 1024**2
 A100_80GB = 81920 * MiB

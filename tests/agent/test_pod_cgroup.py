@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from clusters.agent.pod_cgroup import PodRef, parse_pod_ref, read_pod_ref
+from agent.pod_cgroup import PodRef, parse_pod_ref, read_pod_ref
 
 POD = "0f4b5c5e-1234-4abc-9def-0123456789ab"
 POD_SYSTEMD = POD.replace("-", "_")

@@ -13,11 +13,11 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from clusters.agent.backoff import Backoff
-from clusters.agent.outbox import PortalOutbox
-from clusters.agent.portal_client import Outcome, PortalClient
-from clusters.agent.report import AgentReport
-from clusters.agent.runner import run_loop
+from agent.backoff import Backoff
+from agent.outbox import PortalOutbox
+from agent.portal_client import Outcome, PortalClient
+from agent.report import AgentReport
+from agent.runner import run_loop
 from tests.agent.conftest import NODE_NAME, TOKEN
 from tests.agent.portal_stub import PortalStub, ScriptedResponse
 

@@ -8,8 +8,8 @@ from typing import Any, get_type_hints
 
 import pytest
 
-from clusters.agent import report as model
-from clusters.agent.report import load_schema
+from agent import report as model
+from agent.report import load_schema
 from tests.agent.schema_subset import SUPPORTED_KEYWORDS, ecma_pattern, validate
 from tests.agent.test_portal_delivery import a_report
 

@@ -18,7 +18,7 @@ from tests.audit.conftest import Org, record
 
 pytestmark = [pytest.mark.django_db, pytest.mark.urls("tests.audit.test_api")]
 
-urlpatterns = [path("api/v1/audit/", include("audit.urls"))]
+urlpatterns = [path("api/v1/audit/", include("compliance.urls"))]
 
 BASE = "/api/v1/audit"
 

@@ -9,7 +9,7 @@ from django.test import RequestFactory
 
 from audit.middleware import AuditDenialMiddleware
 from audit.models import AuditEvent
-from gpuportal.request_context import RequestContext, request_context
+from kernel.request_context import RequestContext, request_context
 from tests.audit.conftest import Org
 
 pytestmark = pytest.mark.django_db

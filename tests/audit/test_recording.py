@@ -12,7 +12,7 @@ from audit import actions
 from audit.integrity.canonical import GENESIS_HASH, leaf_hash
 from audit.models import AuditEvent
 from audit.services import AuditOutsideTransaction, audit_record
-from gpuportal.request_context import RequestContext, request_context
+from kernel.request_context import RequestContext, request_context
 from tenants.models import Department
 from tests.audit.conftest import Org, record, record_many
 

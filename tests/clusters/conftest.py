@@ -12,12 +12,12 @@ import pytest
 from django.db.models import Max
 
 from audit.models import AuditEvent
+from clusters.credentials import cluster_kubeconfig_set
 from clusters.models import Cluster, ClusterDriverKind
-from clusters.services import cluster_kubeconfig_set
 from tests.conftest import World, build_world
 
 if TYPE_CHECKING:
-    from clusters.testing.cluster import KubeTestCluster
+    from kube_testenv.cluster import KubeTestCluster
 
 
 def audit_since(seq: int, action: str) -> list[AuditEvent]:

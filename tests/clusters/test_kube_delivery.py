@@ -11,11 +11,11 @@ from kubernetes import client
 
 from allocations import services as allocation_services
 from allocations.models import Allocation, AllocationState, Quota
-from clusters.drivers import PermanentDriverError, Scope, driver_for
 from clusters.models import ClusterDrift, ClusterPush, PushState
-from clusters.outbox import push_deliver
-from clusters.services import cluster_sync, cluster_sync_project
-from clusters.tasks import clusters_drift_check_task
+from delivery.drivers import PermanentDriverError, Scope, driver_for
+from delivery.outbox import push_deliver
+from delivery.services import cluster_sync, cluster_sync_project
+from delivery.tasks import clusters_drift_check_task
 from tests.clusters.conftest import audit_head, audit_since, use_kubeconfig
 from tests.clusters.tcp_proxy import TcpProxy
 from tests.conftest import World
@@ -84,7 +84,7 @@ def test_resync_with_nothing_changed_writes_nothing(kube_world: World) -> None:
     grant(kube_world)
     driver = driver_for(kube_world.cluster)
     try:
-        from clusters.services import cluster_desired_scopes
+        from delivery.services import cluster_desired_scopes
 
         plan = driver.plan(cluster_desired_scopes(cluster=kube_world.cluster))
         assert [change.ref for change in plan.changes] == []
@@ -199,7 +199,7 @@ def test_a_kubeconfig_whose_credentials_are_refused_is_a_permanent_error(kube_wo
 
 
 def test_nodes_get_their_device_plugin_and_mig_labels(kube_world: World, core: Any, fake_gpu_nodes: Any) -> None:
-    from clusters.testing.gpu_nodes import GPUNodeSpec
+    from kube_testenv.gpu_nodes import GPUNodeSpec
 
     fake_gpu_nodes.add(GPUNodeSpec(name="a100-0", product="NVIDIA-A100-SXM4-80GB", compute_capability=(8, 0),
                                    mig_strategy="mixed", mig_gpus=8, mig_devices={"1g.10gb": 7}))
@@ -228,7 +228,7 @@ def _volcano_queue_crd(kube_cluster: Any) -> None:
                 "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
         },
     }
-    from clusters.testing import wait_for
+    from kube_testenv import wait_for
 
     with kube_cluster.api_client() as api:
         extensions = client.ApiextensionsV1Api(api)

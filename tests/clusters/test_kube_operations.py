@@ -17,7 +17,7 @@ from allocations.models import AllocationState
 from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node
-from clusters.testing.gpu_nodes import GPUNodeSpec
+from kube_testenv.gpu_nodes import GPUNodeSpec
 from tests.clusters.conftest import audit_head, audit_since, operator_namespace, use_kubeconfig
 from tests.clusters.test_kube_delivery import grant
 from tests.conftest import World
@@ -103,8 +103,8 @@ def test_discovery_of_an_unreachable_cluster_is_a_clear_502(kube_world: World) -
 
 @pytest.fixture
 def second_control_plane() -> Iterator[Any]:
-    from clusters.testing.cluster import KubeTestCluster
-    from clusters.testing.paths import BinariesMissing, find_binaries
+    from kube_testenv.cluster import KubeTestCluster
+    from kube_testenv.paths import BinariesMissing, find_binaries
 
     try:
         binaries = find_binaries()

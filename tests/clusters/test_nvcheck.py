@@ -16,9 +16,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from clusters.node_configs import NodePlan, mig_plan, render_node_objects
-from clusters.services import cluster_scope
-from gpuportal.demo import demo_seed
+from delivery.node_configs import NodePlan, mig_plan, render_node_objects
+from delivery.services import cluster_scope
+from demo.seed import demo_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 BINARY = ROOT / ".cache" / "nvcheck" / "nvcheck"

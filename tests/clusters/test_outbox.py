@@ -13,7 +13,8 @@ from django.utils import timezone
 from allocations import services as allocation_services
 from allocations.models import Allocation, AllocationState
 from clusters.models import ClusterPush, PushState
-from clusters.outbox import push_backoff_seconds, push_deliver, pushes_due
+from clusters.outbox import pushes_due
+from delivery.outbox import push_backoff_seconds, push_deliver
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

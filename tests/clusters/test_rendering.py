@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocations.placement.mig import GEOMETRIES
-from clusters.node_configs import (
+from delivery.node_configs import (
     MigGroup,
     NodePlan,
     RenderError,
@@ -21,7 +21,7 @@ from clusters.node_configs import (
     render_mig_parted_document,
     render_node_objects,
 )
-from clusters.rendering import (
+from delivery.rendering import (
     DepartmentQueue,
     GrantedUnits,
     ProjectState,

@@ -11,7 +11,7 @@ from django.utils import timezone
 from allocations import services
 from allocations.models import Allocation, AllocationState, Quota
 from audit.models import AuditEvent
-from gpuportal.errors import CapacityExceeded, QuotaExceeded
+from kernel.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import World, build_world
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,7 +14,7 @@ from django.utils import timezone
 from allocations import services
 from allocations.admission import department_usage
 from allocations.models import Allocation, AllocationState, Reservation
-from gpuportal.errors import CapacityExceeded, QuotaExceeded
+from kernel.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import World, build_world, requires_postgres
 from tests.threads import all_at_once
 

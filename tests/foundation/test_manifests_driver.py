@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from clusters.drivers.manifests import ManifestsDriver
-from clusters.rendering import GrantedUnits, ProjectState, render_project
+from delivery.drivers.manifests import ManifestsDriver
+from delivery.rendering import GrantedUnits, ProjectState, render_project
 
 
 def state(*grants: GrantedUnits) -> ProjectState:

@@ -11,17 +11,17 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from allocations import services
+from allocations.booking.reservations import placement_workload, reservations_adopt, reservations_where
+from allocations.booking.view import placement_view, unit_shape
 from allocations.models import Allocation, AllocationState, Flavor, Quota, Reservation, SharingMode
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement.mig import geometry_for_model
-from allocations.placement_view import placement_view, unit_shape
-from allocations.reservations import placement_workload, reservations_adopt, reservations_where
 from audit.models import AuditEvent
-from clusters import selectors as cluster_selectors
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Node, NodeSharing
-from clusters.node_configs import mig_config_entries
-from gpuportal.errors import CapacityExceeded
+from delivery import selectors as cluster_selectors
+from delivery.node_configs import mig_config_entries
+from kernel.errors import CapacityExceeded
 from tests.conftest import A100, H100, World, build_world
 
 pytestmark = pytest.mark.django_db
@@ -312,7 +312,7 @@ def test_the_api_previews_where_a_pending_allocation_would_go_or_why_it_cannot(w
 
 
 def test_a_booked_gpu_leaving_the_inventory_does_not_stop_the_cluster_rendering(world: World) -> None:
-    from clusters.services import cluster_scope
+    from delivery.services import cluster_scope
 
     Node.objects.filter(name="a100-1").update(is_schedulable=False)
     rows = live(approve(world, ask(world, flavor=world.mig, quantity=8)))  # 7 on one GPU, 1 on the next

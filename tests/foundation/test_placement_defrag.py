@@ -11,9 +11,9 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from allocations.defrag import defrag_apply, defrag_plan
+from allocations.booking.defrag import defrag_apply, defrag_plan
+from allocations.booking.view import placement_view, unit_shape
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
-from allocations.placement_view import placement_view, unit_shape
 from audit.models import AuditEvent
 from clusters.models import ClusterPush, Node
 from tests.conftest import World, build_world
@@ -138,7 +138,7 @@ def test_an_unknown_cluster_is_a_clear_error(world: World) -> None:
 
 
 def test_only_platform_admins_may_apply_a_plan(scattered: tuple[World, Allocation, Allocation]) -> None:
-    from gpuportal.errors import NotAllowed
+    from kernel.errors import NotAllowed
 
     world, _, future = scattered
     before = live_places(future)

@@ -19,7 +19,7 @@ from allocations.models import Allocation, Flavor, Reservation, SharingMode
 from allocations.placement.mig import geometry_for_model
 from allocations.states import HOLDING_STATES
 from clusters.models import Node
-from gpuportal.errors import CapacityExceeded, QuotaExceeded
+from kernel.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import A100, World, build_world
 
 pytestmark = pytest.mark.django_db

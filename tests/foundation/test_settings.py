@@ -8,7 +8,7 @@ import sys
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from gpuportal.env import env_bool, env_int, env_list, env_secret
+from kernel.env import env_bool, env_int, env_list, env_secret
 
 
 def test_it_parses_booleans_strictly(monkeypatch: pytest.MonkeyPatch) -> None:

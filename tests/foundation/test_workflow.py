@@ -13,7 +13,7 @@ from django.utils import timezone
 from allocations import services
 from allocations.models import Allocation, AllocationState
 from audit.models import AuditEvent
-from gpuportal.errors import FieldError, NotAllowed, TransitionNotAllowed
+from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed
 from tests.conftest import World
 
 # Real commits: provisioning is enqueued on commit, exactly as in production.

@@ -11,8 +11,8 @@ import pytest
 from django.utils import timezone
 
 from allocations import services
+from allocations.booking.reservations import reservations_where
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
-from allocations.reservations import reservations_where
 from frontend import feedback as feedback_module
 from frontend.feedback import request_feedback
 from tests.conftest import World

@@ -7,8 +7,8 @@ import uuid
 import pytest
 from kubernetes import client
 
-from clusters.testing import FakeGPUNodes, GPUNodeSpec, KubeTestCluster, wait_for
-from clusters.testing.gpu_nodes import NODE_LEASE_NAMESPACE
+from kube_testenv import FakeGPUNodes, GPUNodeSpec, KubeTestCluster, wait_for
+from kube_testenv.gpu_nodes import NODE_LEASE_NAMESPACE
 
 
 def test_gpu_node_spec_advertises_whole_gpus_by_default() -> None:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters.testing import ClusterOptions, KubeTestCluster
-from clusters.testing.paths import REPO_ROOT
+from kube_testenv import ClusterOptions, KubeTestCluster
+from kube_testenv.paths import REPO_ROOT
 
 _PROBE_TEST = "def test_needs_cluster(kube_cluster):\n    assert kube_cluster.server\n"
 
@@ -30,7 +30,7 @@ def _run_probe(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
             "-m",
             "pytest",
             "-p",
-            "clusters.testing.pytest_plugin",
+            "kube_testenv.pytest_plugin",
             "-p",
             "no:cacheprovider",
             "-rsE",

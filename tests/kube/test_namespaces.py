@@ -6,9 +6,9 @@ import uuid
 
 from kubernetes import client
 
-from clusters.testing import FakeGPUNodes, GPUNodeSpec, KubeTestCluster, wait_for
-from clusters.testing.kubeapi import namespace_gone, wait_for_pod_bound
-from clusters.testing.workloads import gpu_pod, gpu_quota
+from kube_testenv import FakeGPUNodes, GPUNodeSpec, KubeTestCluster, wait_for
+from kube_testenv.kubeapi import namespace_gone, wait_for_pod_bound
+from kube_testenv.workloads import gpu_pod, gpu_quota
 
 
 def test_deleting_a_namespace_with_quota_and_bound_gpu_pod_completes(

@@ -9,9 +9,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from clusters.testing import wait_for
-from clusters.testing.kubeapi import wait_for_quota_status
-from clusters.testing.workloads import gpu_pod, gpu_quota
+from kube_testenv import wait_for
+from kube_testenv.kubeapi import wait_for_quota_status
+from kube_testenv.workloads import gpu_pod, gpu_quota
 
 GPU_REQUESTS = "requests.nvidia.com/gpu"
 

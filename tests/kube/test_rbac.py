@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from clusters.testing import KubeTestCluster, wait_for
+from kube_testenv import KubeTestCluster, wait_for
 
 
 def _bind_view(api: client.ApiClient, namespace: str, user: str) -> None:

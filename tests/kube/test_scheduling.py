@@ -6,13 +6,13 @@ import uuid
 
 from kubernetes import client
 
-from clusters.testing import FakeGPUNodes, GPUNodeSpec, mig_resource_name
-from clusters.testing.kubeapi import (
+from kube_testenv import FakeGPUNodes, GPUNodeSpec, mig_resource_name
+from kube_testenv.kubeapi import (
     pod_condition,
     wait_for_pod_bound,
     wait_for_pod_unschedulable,
 )
-from clusters.testing.workloads import gpu_pod
+from kube_testenv.workloads import gpu_pod
 
 
 def _pool() -> dict[str, str]:

@@ -6,7 +6,7 @@ import json
 
 from kubernetes import client
 
-from clusters.testing import KUBE_VERSION, KubeTestCluster
+from kube_testenv import KUBE_VERSION, KubeTestCluster
 
 
 def test_version_endpoint_reports_pinned_release(

@@ -18,6 +18,7 @@ from allocations.placement import (
     Request,
     default_policy,
 )
+from allocations.placement.placing import place
 
 from .builders import GIB, cpu_only, mig, mig_node, node, shared, whole
 
@@ -52,27 +53,27 @@ def test_cpu_rejection_points_at_the_node_with_most_room() -> None:
 
 def test_unknown_model_and_bad_requests_are_rejected_with_their_reason() -> None:
     c = h100_cluster()
-    d = c.place(Request(1000, GIB, 1, 500, allowed_models=frozenset({"T4"})))
+    d = place(c, Request(1000, GIB, 1, 500, allowed_models=frozenset({"T4"})))
     assert isinstance(d, Rejection) and d.kind is RejectionKind.NO_SUCH_MODEL and "T4" in d.reason
-    bad = c.place(Request(1000, GIB, 2, 500))
+    bad = place(c, Request(1000, GIB, 2, 500))
     assert isinstance(bad, Rejection) and bad.kind is RejectionKind.INVALID
 
 
 def test_mig_rejection_names_the_profile() -> None:
     c = Cluster([mig_node("m", 1, slices={0: (MigSlice("4g.40gb", 0), MigSlice("2g.20gb", 4))})])
-    d = c.place(mig("3g.40gb"))
+    d = place(c, mig("3g.40gb"))
     assert isinstance(d, Rejection) and d.kind is RejectionKind.MIG_SLICE and "3g.40gb" in d.reason
 
 
 def test_placement_reports_node_gpus_and_mig_start() -> None:
     c = Cluster([mig_node("m", 2)])
-    d = c.place(mig("3g.40gb"))
+    d = place(c, mig("3g.40gb"))
     assert isinstance(d, Placement) and d.node == "m" and d.mig_start == 4 and len(d.gpu_indices) == 1
 
 
 def test_apply_refuses_what_no_longer_fits() -> None:
     c = Cluster([node("a", 8, 1)])
-    d = c.place(whole(1))
+    d = place(c, whole(1))
     assert isinstance(d, Placement)
     c.apply(d)
     with pytest.raises(ValueError):
@@ -97,7 +98,7 @@ def test_state_rebuilds_from_plain_records_with_reservations() -> None:
     c = Cluster.from_records(rows)
     booked = []
     for r in (shared(300), whole(1), mig("2g.20gb")):
-        d = c.place(r)
+        d = place(c, r)
         assert isinstance(d, Placement)
         booked.append(c.apply(d))
     again = Cluster.from_records(rows, [p.to_record() for p in booked])
@@ -108,7 +109,7 @@ def test_state_rebuilds_from_plain_records_with_reservations() -> None:
 def test_exported_nodes_rebuild_an_identical_state() -> None:
     c = Cluster([node("a", 32, 4), mig_node("m", 2)])
     for r in (shared(470), whole(2), mig("1g.10gb"), mig("4g.40gb")):
-        d = c.place(r)
+        d = place(c, r)
         assert isinstance(d, Placement)
         c.apply(d)
     rebuilt, original = Cluster(c.nodes()).snapshot(), c.snapshot()
@@ -120,7 +121,7 @@ def test_default_policy_works_without_any_workload_history() -> None:
     c = Cluster([node("a", 32, 4), node("b", 32, 4)])
     pol = default_policy()
     for _ in range(10):
-        d = c.place(shared(300), pol)
+        d = place(c, shared(300), pol)
         assert isinstance(d, Placement)
         c.apply(d)
     assert c.allocated_milli() == 3000

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from allocations.placement import Cluster, Placement, Request, make_policy
 from allocations.placement.mig import GEOMETRIES
 from allocations.placement.mig_optimum import mig_optimum
+from allocations.placement.placing import place
 from allocations.placement.policies.amounts import mig_compute
 
 from .builders import mig, mig_node
@@ -21,7 +22,7 @@ def online_slices(nodes: list, seq: list[Request], policy: str = "ours") -> int:
     pol = make_policy(policy)
     used = 0
     for r in seq:
-        d = c.place(r, pol)
+        d = place(c, r, pol)
         if isinstance(d, Placement):
             c.apply(d)
             used += mig_compute(str(r.mig_profile)) * r.gpu_count

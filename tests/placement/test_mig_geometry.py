@@ -7,6 +7,7 @@ import pytest
 from allocations.placement import Placement
 from allocations.placement.mig import COMPUTE_SLICES, GEOMETRIES, MigState, geometry_for_model
 from allocations.placement.mig_planner import SlicePlanner
+from allocations.placement.placing import place
 
 from .builders import cluster, mig, mig_node
 
@@ -117,7 +118,7 @@ def test_a_4g_and_a_3g_fill_a_gpu_whatever_the_arrival_order() -> None:
     for order in (["4g.40gb", "3g.40gb"], ["3g.40gb", "4g.40gb"]):
         c = cluster(mig_node("n", 1))
         for profile in order:
-            d = c.place(mig(profile))
+            d = place(c, mig(profile))
             assert isinstance(d, Placement), d
             c.apply(d)
         assert c.mig_compute_used() == 7

@@ -29,6 +29,7 @@ from allocations.placement import (
     make_policy,
 )
 from allocations.placement.mig import MigState
+from allocations.placement.placing import place
 
 MODELS = ("A", "B", "C")
 PROFILES = sorted({p.name for g in GEOMETRIES.values() for p in g.profiles})
@@ -147,7 +148,7 @@ def test_no_policy_overbooks_breaks_models_or_mig_geometry_and_rejects_only_when
     ledger = Ledger({n.name: n for n in nodes})
     by_name = {n.name: n for n in nodes}
     for r in seq:
-        d = cluster.place(r, policy)
+        d = place(cluster, r, policy)
         if isinstance(d, Rejection):
             assert d.reason
             if d.kind is not RejectionKind.INVALID:
@@ -173,7 +174,7 @@ def test_release_restores_the_exact_prior_state(nodes: list[Node], seq: list[Req
     initial = cluster.snapshot()
     held = []
     for r in seq:
-        d = cluster.place(r, policy)
+        d = place(cluster, r, policy)
         if isinstance(d, Placement):
             before = cluster.snapshot()
             cluster.apply(d)

@@ -11,6 +11,7 @@ import pytest
 
 from allocations.placement import Cluster, Placement, Request, Workload, make_policy
 from allocations.placement.fragmentation import FragModel
+from allocations.placement.placing import place
 from allocations.placement.policies import BestFit, Clustering, DotProduct, FirstFit, Packing, RandomPolicy
 from allocations.placement.policies.fgd import FGD, fgd_score
 from allocations.placement.policies.ours import Ours, model_pressure
@@ -19,22 +20,22 @@ from .builders import cluster, cpu_only, node, shared, whole, workload
 
 
 def placed_on(c: Cluster, request: Request, policy_name: str, wl: Workload | None = None) -> Placement:
-    d = c.place(request, make_policy(policy_name, wl or workload(request)))
+    d = place(c, request, make_policy(policy_name, wl or workload(request)))
     assert isinstance(d, Placement), d
     return d
 
 
 def test_firstfit_takes_the_lowest_ranked_feasible_node() -> None:
     c = cluster(node("tight", 8, 1), node("roomy", 64, 8), node("full", 8, 1, used=(1000,)), rank=[1, 2, 0])
-    assert c.place(whole(1), FirstFit()).node == "tight"  # type: ignore[union-attr]
-    assert c.place(whole(2), FirstFit()).node == "roomy"  # type: ignore[union-attr]
+    assert place(c, whole(1), FirstFit()).node == "tight"  # type: ignore[union-attr]
+    assert place(c, whole(2), FirstFit()).node == "roomy"  # type: ignore[union-attr]
 
 
 def test_random_only_picks_feasible_nodes_and_repeats_with_the_same_seed() -> None:
     c = cluster(node("a", 8, 1), node("b", 8, 2), node("c", 8, 4), node("d", 8, 1, used=(900,)))
-    picks = [c.place(whole(2), RandomPolicy(seed=7)).node for _ in range(20)]  # type: ignore[union-attr]
+    picks = [place(c, whole(2), RandomPolicy(seed=7)).node for _ in range(20)]  # type: ignore[union-attr]
     assert set(picks) <= {"b", "c"}
-    assert picks == [c.place(whole(2), RandomPolicy(seed=7)).node for _ in range(20)]  # type: ignore[union-attr]
+    assert picks == [place(c, whole(2), RandomPolicy(seed=7)).node for _ in range(20)]  # type: ignore[union-attr]
 
 
 def test_dotproduct_prefers_the_smallest_dot_product_of_free_and_requested() -> None:
@@ -42,25 +43,25 @@ def test_dotproduct_prefers_the_smallest_dot_product_of_free_and_requested() -> 
     scores = DotProduct().scores(c, whole(1, cores=4), np.array([0, 1]))
     # dot(small) = (16/128)(4/128) + (2000/8000)(1000/8000); score = 100 (1 - dot/2)
     assert scores[0] == pytest.approx(100 * (1 - ((16 / 128) * (4 / 128) + (2 / 8) * (1 / 8)) / 2))
-    assert c.place(whole(1, cores=4), DotProduct()).node == "small"  # type: ignore[union-attr]
+    assert place(c, whole(1, cores=4), DotProduct()).node == "small"  # type: ignore[union-attr]
 
 
 def test_bestfit_prefers_the_node_tightest_on_cpu_and_gpu_after_placement() -> None:
     c = cluster(node("small", 16, 2), node("big", 64, 8), rank=[1, 0])
     scores = BestFit().scores(c, whole(1, cores=4), np.array([0, 1]))
     assert scores[0] == pytest.approx(100 * (1 - (0.5 * 12 / 128 + 0.5 * 1000 / 8000)))
-    assert c.place(whole(1, cores=4), BestFit()).node == "small"  # type: ignore[union-attr]
+    assert place(c, whole(1, cores=4), BestFit()).node == "small"  # type: ignore[union-attr]
 
 
 def test_bestfit_gpu_inside_a_node_is_the_fitting_gpu_with_least_free_share() -> None:
     c = cluster(node("n", 32, 4, used=(100, 700, 500, 0)))
-    d = c.place(shared(300), BestFit())
+    d = place(c, shared(300), BestFit())
     assert isinstance(d, Placement) and d.gpu_indices == (1,)  # free: 900, 300, 500, 1000
 
 
 def test_whole_gpu_pods_take_the_lowest_index_fully_free_gpus() -> None:
     c = cluster(node("n", 32, 4, used=(0, 300, 0, 0)))
-    d = c.place(whole(2), FirstFit())
+    d = place(c, whole(2), FirstFit())
     assert isinstance(d, Placement) and d.gpu_indices == (0, 2)
 
 
@@ -80,7 +81,7 @@ def test_clustering_tiers_same_tag_only_then_mixed_then_empty_then_other_tags() 
     assert 75 < s[0] <= 100 and 50 < s[1] <= 75 and 25 <= s[2] <= 50 and 0 <= s[3] <= 25
     order = []
     for _ in range(4):
-        d = c.place(shared(200), Clustering())
+        d = place(c, shared(200), Clustering())
         assert isinstance(d, Placement)
         order.append(d.node)
         i = c.index[d.node]
@@ -99,11 +100,11 @@ def test_packing_prefers_partial_gpus_then_used_nodes_then_the_smallest_empty_no
     s = Packing().scores(c, shared(300), np.arange(4))
     assert s[0] == pytest.approx(50 + 50 * (1 - 200 / 1000))
     assert 33 <= s[1] <= 50 and 0 <= s[2] < s[3] <= 33
-    assert c.place(shared(300), Packing()).node == "partial"  # type: ignore[union-attr]
+    assert place(c, shared(300), Packing()).node == "partial"  # type: ignore[union-attr]
     c2 = cluster(node("used", 64, 2, used=(1000,)), node("empty8", 64, 8), node("empty2", 64, 2), rank=[2, 0, 1])
-    assert c2.place(shared(300), Packing()).node == "used"  # type: ignore[union-attr]
+    assert place(c2, shared(300), Packing()).node == "used"  # type: ignore[union-attr]
     c3 = cluster(node("empty8", 64, 8), node("empty2", 64, 2), rank=[0, 1])
-    assert c3.place(shared(300), Packing()).node == "empty2"  # type: ignore[union-attr]
+    assert place(c3, shared(300), Packing()).node == "empty2"  # type: ignore[union-attr]
 
 
 def _fgd_case() -> tuple[Cluster, Workload]:
@@ -128,7 +129,7 @@ def test_fragmentation_counts_everything_free_when_the_node_lacks_cpu_for_a_clas
 
 def test_fgd_picks_the_node_and_gpu_with_the_smallest_fragmentation_increase() -> None:
     c, wl = _fgd_case()
-    d = c.place(shared(400), FGD(wl))
+    d = place(c, shared(400), FGD(wl))
     # filling x's GPU0 removes its 400-milli fragment (dF = -400); y would gain 300
     assert isinstance(d, Placement) and (d.node, d.gpu_indices) == ("x", (0,))
     deltas = FGD(wl).deltas(c, shared(400))
@@ -142,8 +143,8 @@ def test_fgd_score_is_a_quantised_sigmoid_so_near_equal_nodes_tie() -> None:
 def test_ours_sends_a_cpu_only_pod_to_the_cpu_rich_node_instead_of_stranding_gpus() -> None:
     wl = workload(Request(12000, 16 * 1024, 1, 1000), cpu_only(16))
     c = cluster(node("balanced", 96, 8), node("cpu-rich", 104, 2), rank=[0, 1])
-    assert c.place(cpu_only(16), FGD(wl)).node == "balanced"  # type: ignore[union-attr]
-    assert c.place(cpu_only(16), Ours(wl)).node == "cpu-rich"  # type: ignore[union-attr]
+    assert place(c, cpu_only(16), FGD(wl)).node == "balanced"  # type: ignore[union-attr]
+    assert place(c, cpu_only(16), Ours(wl)).node == "cpu-rich"  # type: ignore[union-attr]
 
 
 def test_ours_keeps_flexible_pods_off_the_model_that_constrained_pods_need() -> None:
@@ -151,5 +152,5 @@ def test_ours_keeps_flexible_pods_off_the_model_that_constrained_pods_need() -> 
     c = cluster(node("t4", 32, 2, model="T4"), node("g2", 32, 2, model="G2"), rank=[0, 1])
     pressure = model_pressure(wl, c)
     assert pressure[c.model_id["T4"]] > 0 and pressure[c.model_id["G2"]] == 0
-    assert c.place(shared(500), Ours(wl)).node == "g2"  # type: ignore[union-attr]
-    assert c.place(shared(500, models=("T4",)), Ours(wl)).node == "t4"  # type: ignore[union-attr]
+    assert place(c, shared(500), Ours(wl)).node == "g2"  # type: ignore[union-attr]
+    assert place(c, shared(500, models=("T4",)), Ours(wl)).node == "t4"  # type: ignore[union-attr]

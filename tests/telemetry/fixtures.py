@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from clusters.agent.collector import ReportContext, collect_report
-from clusters.agent.nvml_calls import nvml_session
-from clusters.agent.report import format_timestamp
+from agent.collector import ReportContext, collect_report
+from agent.nvml_calls import nvml_session
+from agent.report import format_timestamp
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node
-from clusters.telemetry import services
-from clusters.telemetry.models import NodeToken
+from telemetry import services
+from telemetry.models import NodeToken
 from tests.agent.nvml_replay import NvmlReplay, load_recording, write_proc_root
 from tests.conftest import World
 

@@ -12,8 +12,8 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from clusters.telemetry import services
-from clusters.telemetry.models import NodeReportState, ObservedGpu
+from telemetry import services
+from telemetry.models import NodeReportState, ObservedGpu
 from tests.conftest import build_world, requires_postgres
 from tests.telemetry.fixtures import add_node, make_report
 from tests.threads import all_at_once

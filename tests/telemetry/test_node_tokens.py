@@ -6,8 +6,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from clusters.telemetry import tokens
-from clusters.telemetry.models import NodeToken
+from telemetry import tokens
+from telemetry.models import NodeToken
 from tests.conftest import World
 from tests.telemetry.fixtures import add_node, make_report, post_report
 

@@ -14,10 +14,10 @@ from rest_framework.test import APIClient
 from allocations.models import Allocation, Reservation
 from audit.models import AuditEvent
 from clusters.models import Gpu, Node
-from clusters.node_configs import mig_config_entries, mig_config_key
-from clusters.selectors import node_plans
-from clusters.telemetry import mig, services
-from clusters.telemetry.models import NodeReportState, NodeToken, ObservedGpu
+from delivery.node_configs import mig_config_entries, mig_config_key
+from delivery.selectors import node_plans
+from telemetry import mig, services
+from telemetry.models import NodeReportState, NodeToken, ObservedGpu
 from tests.conftest import World
 from tests.telemetry.fixtures import add_node, make_report, post_report
 

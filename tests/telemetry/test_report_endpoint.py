@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from clusters.models import Cluster, Gpu
-from clusters.telemetry import services
-from clusters.telemetry.models import GpuSample, NodeReportState, NodeToken, ObservedGpu, SampleTier
+from telemetry import services
+from telemetry.models import GpuSample, NodeReportState, NodeToken, ObservedGpu, SampleTier
 from tests.conftest import World
 from tests.telemetry.fixtures import A100, add_node, make_report, post_report
 

@@ -11,8 +11,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from clusters.models import Node
-from clusters.telemetry import services
-from clusters.telemetry.models import GpuSample, NodeToken, ObservedGpu, SampleTier
+from telemetry import services
+from telemetry.models import GpuSample, NodeToken, ObservedGpu, SampleTier
 from tests.conftest import World
 from tests.telemetry.fixtures import add_node, make_report
 

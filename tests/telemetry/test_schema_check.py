@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from clusters.agent.report import load_schema
-from clusters.telemetry.schema_check import SUPPORTED_KEYWORDS, UnsupportedSchema, Validator, pointer_token
+from agent.report import load_schema
+from telemetry.schema_check import SUPPORTED_KEYWORDS, UnsupportedSchema, Validator, pointer_token
 from tests.agent.schema_subset import validate as agent_validate
 from tests.telemetry.fixtures import make_report
 

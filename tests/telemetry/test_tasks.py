@@ -6,7 +6,7 @@ from tests.conftest import World
 
 
 def test_the_periodic_tasks_run(world: World) -> None:
-    from clusters.telemetry import tasks
+    from telemetry import tasks
 
     assert tasks.telemetry_nodes_mark_stale_task.delay().get() == 0
     assert tasks.telemetry_samples_roll_up_task.delay().get() == {"5m": 0, "1h": 0}

@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from allocations.defrag import DefragPlan, defrag_apply, defrag_plan
+from allocations.booking.defrag import DefragPlan, defrag_apply, defrag_plan
 from clusters.models import Cluster
 
 

@@ -9,7 +9,7 @@ from ..arrays import FloatArray, IntArray
 from ..cluster import Cluster
 from ..decisions import Request, RequestKind
 from ..inventory import GPU_MILLI
-from ..mig import COMPUTE_SLICES, GEOMETRIES
+from ..mig import COMPUTE_SLICES, mig_compute
 
 MIG_UNIT = GPU_MILLI / COMPUTE_SLICES
 
@@ -36,11 +36,6 @@ def node_capacity(cluster: Cluster, rows: IntArray) -> FloatArray:
     return out
 
 
-def mig_compute(profile: str) -> int:
-    for geo in GEOMETRIES.values():
-        if profile in geo.by_name:
-            return geo.by_name[profile].compute
-    raise KeyError(f"unknown MIG profile {profile!r}")
 
 
 def per_gpu_demand(request: Request) -> float:

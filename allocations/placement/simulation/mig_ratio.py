@@ -17,6 +17,7 @@ from ..cluster import Cluster
 from ..decisions import Placement, Request, RequestKind
 from ..inventory import Node
 from ..mig_optimum import mig_optimum
+from ..placing import place
 from ..policies import make_policy
 from ..policies.amounts import mig_compute
 from ..workload import Workload
@@ -63,7 +64,7 @@ def cpsat_ratios(nodes_csv: Path, pods_csv: Path, instances: int, seed: int, pol
             pol = make_policy(name, workload=workload, seed=seed)
             used = 0
             for r in seq:
-                d = c.place(r, pol)
+                d = place(c, r, pol)
                 if isinstance(d, Placement):
                     c.apply(d)
                     used += _slices(r)

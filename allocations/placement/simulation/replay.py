@@ -17,6 +17,7 @@ import numpy as np
 from ..cluster import Cluster
 from ..decisions import Placement, Request, RequestKind
 from ..fragmentation import FragModel
+from ..placing import place
 from ..policies.amounts import total_demand
 from ..policies.base import Policy
 
@@ -80,7 +81,7 @@ def replay(cluster: Cluster, policy: Policy, sequence: Sequence[Request], frag: 
     next_point = 0
     for i, req in enumerate(sequence):
         t0 = time.perf_counter()
-        decision = cluster.place(req, policy)
+        decision = place(cluster, req, policy)
         latencies[i] = time.perf_counter() - t0
         demand = total_demand(req)
         arrived += demand

@@ -5,9 +5,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from clusters.credentials import cluster_kubeconfig_set
 from clusters.models import Cluster, ClusterDriverKind
-from clusters.services import cluster_kubeconfig_set
-from gpuportal.errors import ApplicationError
+from kernel.errors import ApplicationError
 
 
 class Command(BaseCommand):

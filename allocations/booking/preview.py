@@ -1,0 +1,106 @@
+"""What approving a request would book now: the placement engine's dry run on each cluster
+approval would try, in its order, with the policy approval uses.
+
+Read without locks and nothing is stored: it describes the moment, and approval decides again
+under its locks. Approval first books the allocations granted before GPU placement existed
+(``reservations_adopt``); the dry run cannot, so on a cluster that still has such allocations it
+may count their GPUs as free (``ClusterFit.pending_adoption`` says how many there are).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from django.db.models import QuerySet
+
+from allocations.booking.reservations import placement_attempt, placement_workload
+from allocations.models import Flavor
+from allocations.placement import Policy, default_policy
+from allocations.selectors import holding_with_live_units
+from clusters.models import Cluster
+
+
+@dataclass(frozen=True)
+class ClusterFit:
+    """The engine's dry run of a request on one cluster."""
+
+    cluster: str
+    gpu_model: str
+    requested: int  # units
+    fits: bool  # every unit of the request found a place
+    placed: int  # units of the request that found a place (all of them when it fits)
+    free: int  # units of the flavor that would find a place now, one after another
+    free_is_lower_bound: bool  # the count stopped at its limit: at least ``free``
+    reason: str  # why the next unit finds no place (empty when it fits)
+    kind: str  # the engine's rejection kind (empty when it fits)
+    where: dict[str, list[str]]  # node name → GPUs the request's units would take ("gpu3", "gpu2@4")
+    pending_adoption: int = 0  # holding allocations here not yet booked on GPUs
+
+    @property
+    def free_label(self) -> str:
+        return f"{self.free}+" if self.free_is_lower_bound else str(self.free)
+
+    @property
+    def where_label(self) -> str:
+        """``a100-0 gpu0, gpu1; a100-1 gpu5``."""
+        return "; ".join(f"{node} {', '.join(gpus)}" for node, gpus in self.where.items())
+
+
+def candidate_clusters(*, flavor: Flavor, cluster: Cluster | None) -> QuerySet[Cluster]:
+    """The clusters approval considers, in the order it tries them: the one asked for, else every
+    active cluster with a GPU of the flavor's model (primary-key order)."""
+    if cluster is not None:
+        return Cluster.objects.filter(pk=cluster.pk)
+    having = Cluster.objects.filter(is_active=True, nodes__gpus__model=flavor.gpu_model).values("pk")
+    return Cluster.objects.filter(pk__in=having).order_by("pk")
+
+
+def _not_yet_booked(clusters: list[Cluster]) -> dict[int, int]:
+    """Per cluster, its holding allocations without any live reservation (what approval adopts first)."""
+    legacy = (
+        holding_with_live_units(cluster_ids=[cluster.pk for cluster in clusters])
+        .filter(live_units=0)
+        .values_list("cluster_id", flat=True)
+    )
+    return dict(Counter(cluster_id for cluster_id in legacy if cluster_id is not None))
+
+
+def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, free_limit: int,
+                 pending_adoption: int) -> ClusterFit:
+    # One attempt answers both questions: units are placed one by one, so its first ``quantity``
+    # bookings are the request's, and it goes on (up to the limit) to count what else is free.
+    attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy)
+    placed = min(len(attempt.bookings), quantity)
+    fits = placed == quantity
+    return ClusterFit(
+        cluster=cluster.name,
+        gpu_model=flavor.gpu_model,
+        requested=quantity,
+        fits=fits,
+        placed=placed,
+        free=len(attempt.bookings),
+        free_is_lower_bound=attempt.complete,
+        reason="" if fits else attempt.reason,
+        kind="" if fits else attempt.kind,
+        where=attempt.where(quantity) if fits else {},
+        pending_adoption=pending_adoption,
+    )
+
+
+def placement_preview(
+    *, flavor: Flavor, quantity: int, cluster: Cluster | None = None, free_limit: int = 32
+) -> list[ClusterFit]:
+    """Per candidate cluster: would ``quantity`` units of ``flavor`` fit now, where, and if not, why.
+    Free units are counted by placing units one after another up to ``free_limit`` (or the
+    request's quantity, if larger)."""
+    candidates = list(candidate_clusters(flavor=flavor, cluster=cluster))
+    if not candidates:
+        return []
+    workload = placement_workload(include=flavor)
+    waiting = _not_yet_booked(candidates)
+    return [
+        _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=default_policy(workload),
+                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0))
+        for candidate in candidates
+    ]

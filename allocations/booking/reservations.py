@@ -1,0 +1,329 @@
+"""Booking allocations onto concrete GPUs with the placement engine, and freeing them.
+
+``reservations_reserve`` runs inside ``allocation_approve`` after the allocation, its department
+chain and the candidate clusters are row-locked (in that order, each in primary-key order):
+every writer of a cluster's reservations holds that cluster's lock, so the engine's picture
+cannot change before commit. Releasing needs no cluster lock: it only ever frees capacity.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db.models import Sum
+from django.utils import timezone
+
+from allocations.booking.view import (
+    PINNED_POLICY,
+    NodeRow,
+    PlacementView,
+    UnitShape,
+    gpu_label,
+    live_reservations,
+    node_rows,
+    placement_view,
+    unit_shape,
+)
+from allocations.models import Allocation, AllocationState, Flavor, Reservation
+from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy
+from allocations.placement.placing import place
+from allocations.selectors import holding_with_live_units
+from allocations.states import HOLDING_STATES
+from audit import actions
+from audit.services import audit_record
+from clusters.models import Cluster, Node
+from kernel.errors import CapacityExceeded
+
+
+@dataclass(frozen=True)
+class Booking:
+    """Where one unit goes (not yet stored)."""
+
+    node: Node
+    gpu_indices: tuple[int, ...]
+    gpu_milli: int
+    mig_profile: str | None
+    mig_start: int | None
+    policy: str
+
+    def label(self) -> str:
+        return gpu_label(self.gpu_indices, self.mig_profile, self.mig_start)
+
+
+@dataclass
+class Attempt:
+    """The outcome of placing every unit of a request on one cluster (nothing stored)."""
+
+    cluster: Cluster
+    shape: UnitShape
+    quantity: int
+    bookings: list[Booking] = field(default_factory=list)
+    reason: str = ""
+    kind: str = ""
+
+    @property
+    def complete(self) -> bool:
+        return len(self.bookings) == self.quantity
+
+    def where(self, units: int | None = None) -> dict[str, list[str]]:
+        """Node name → booked GPUs (with the MIG start) of the first ``units`` bookings (all by
+        default), for audit details, the API and the preview."""
+        return bookings_where(self.bookings[:units])
+
+
+def bookings_where(bookings: list[Booking]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = defaultdict(list)
+    for booking in bookings:
+        out[booking.node.name].append(booking.label())
+    return dict(sorted(out.items()))
+
+
+def placement_engine_warm() -> None:
+    """Build the engine's MIG layout tables (about a second, once per process), so that the first
+    approval of a worker does not compute them while it holds the cluster's lock."""
+    default_policy()
+
+
+def placement_workload(*, include: Flavor | None = None) -> Workload:
+    """The unit shapes the portal is asked for: the 'typical tasks' the default policy keeps room
+    for. Each active flavor counts one unit, so that what the catalogue offers (whole GPUs too)
+    is expected even before anyone asks for it, plus the units of pending and holding allocations."""
+    units: dict[int, float] = {pk: 1.0 for pk in Flavor.objects.filter(is_active=True).values_list("pk", flat=True)}
+    for row in (
+        Allocation.objects.filter(state__in=[AllocationState.PENDING, *HOLDING_STATES])
+        .values("flavor")
+        .annotate(units=Sum("quantity"))
+    ):
+        units[row["flavor"]] = units.get(row["flavor"], 0.0) + float(row["units"])
+    if include is not None:
+        units[include.pk] = units.get(include.pk, 0.0) + 1.0
+    flavors = Flavor.objects.in_bulk(list(units))
+    weights: dict[tuple[Any, ...], float] = defaultdict(float)
+    for flavor_id, count in units.items():
+        shape = unit_shape(flavors[flavor_id])
+        weights[(shape.cpu_millicores, shape.gpu_milli, shape.gpu_model, shape.mig_profile, shape.memory_mib)] += count
+    total = sum(weights.values()) or 1.0
+    # Most popular first, ties in a fixed order: the preview and the approval see the same workload.
+    classes = tuple(
+        TaskClass(cpu, milli, 1, frozenset({model}), profile, weight / total, memory)
+        for (cpu, milli, model, profile, memory), weight in sorted(weights.items(), key=lambda item: (-item[1], repr(item[0])))
+    )
+    return Workload(classes)
+
+
+def _no_offer_reason(view: PlacementView) -> str:
+    shape, cluster = view.shape, view.cluster
+    if shape.needs_hami and not cluster.use_hami:
+        return f"cluster {cluster.name} does not run HAMi, so it offers no vGPU shares"
+    return f"no schedulable node of cluster {cluster.name} offers {shape.describe()}"
+
+
+def placement_attempt(
+    *,
+    cluster: Cluster,
+    flavor: Flavor,
+    quantity: int,
+    policy: Policy,
+    nodes: list[NodeRow] | None = None,
+    reservations: list[Reservation] | None = None,
+) -> Attempt:
+    """Place ``quantity`` units one by one on a scratch copy of the cluster (its live reservations,
+    or ``reservations``): free pinned MIG instances first (they exist already), then wherever the
+    policy chooses. A MIG unit goes to a GPU that is carved already when one can take it, and
+    carves a fresh GPU only when none can: an uncarved GPU stays available whole (measured in
+    docs/placement.md §8: more granted and 4 points more allocation than letting the policy
+    choose among empty GPUs too)."""
+    shape = unit_shape(flavor)
+    nodes = node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes
+    if reservations is None:
+        reservations = live_reservations(node_ids=[row.node.pk for row in nodes])
+    view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations)
+    attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
+    if not view.offered:
+        if view.pinned_room:
+            attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
+            attempt.kind = "mig-slice"
+        else:
+            attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
+        return attempt
+
+    def carved_first() -> PlacementView | None:
+        if shape.mig_profile is None or view.engine is None:
+            return None
+        booked = reservations + booking_rows(attempt.bookings, shape=shape)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False)
+
+    carved = carved_first()
+    room = {name: list(free) for name, free in view.pinned_room.items()}
+    pinned = list(view.pinned_free)
+    for unit in range(quantity):
+        claim = next(
+            (item for item in pinned
+             if room[item[0].name][0] >= shape.cpu_millicores and room[item[0].name][1] >= shape.memory_mib),
+            None,
+        )
+        if claim is not None:
+            pinned.remove(claim)
+            node, index, start = claim
+            room[node.name][0] -= shape.cpu_millicores
+            room[node.name][1] -= shape.memory_mib
+            attempt.bookings.append(Booking(node, (index,), 0, shape.mig_profile, start, PINNED_POLICY))
+            continue
+        if view.engine is None:
+            attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
+            attempt.kind = "mig-slice"
+            return attempt
+        request = shape.request(name=f"unit {unit}")
+        if carved is not None and carved.engine is not None:
+            on_carved = place(carved.engine, request, policy)
+            if isinstance(on_carved, Placement):
+                carved.engine.apply(on_carved)
+                view.engine.apply(on_carved)
+                attempt.bookings.append(_booking(view, on_carved, shape))
+                continue
+        decision = place(view.engine, request, policy)
+        if isinstance(decision, Rejection):
+            attempt.reason, attempt.kind = decision.reason, decision.kind.value
+            return attempt
+        view.engine.apply(decision)
+        attempt.bookings.append(_booking(view, decision, shape))
+        if carved is not None:
+            carved = carved_first()  # a fresh GPU was carved: the carved-first picture includes it now
+    return attempt
+
+
+def booking_rows(bookings: list[Booking], *, shape: UnitShape) -> list[Reservation]:
+    """Bookings as unsaved reservation rows (to build a picture that includes them)."""
+    return [
+        Reservation(
+            node=booking.node, gpu_indices=list(booking.gpu_indices), gpu_milli=booking.gpu_milli,
+            mig_profile=booking.mig_profile or "", mig_start=booking.mig_start if booking.mig_profile else None,
+            cpu_millicores=shape.cpu_millicores, memory_mib=shape.memory_mib, policy=booking.policy,
+        )
+        for booking in bookings
+    ]
+
+
+def _booking(view: PlacementView, decision: Placement, shape: UnitShape) -> Booking:
+    return Booking(
+        node=view.nodes[decision.node],
+        gpu_indices=decision.gpu_indices,
+        gpu_milli=shape.gpu_milli,
+        mig_profile=shape.mig_profile,
+        mig_start=decision.mig_start,
+        policy=decision.policy,
+    )
+
+
+def reservations_store(*, allocation: Allocation, attempt: Attempt, first_unit: int = 0) -> list[Reservation]:
+    rows = [
+        Reservation(
+            allocation=allocation,
+            unit=first_unit + number,
+            node=booking.node,
+            gpu_indices=list(booking.gpu_indices),
+            gpu_milli=booking.gpu_milli,
+            mig_profile=booking.mig_profile or "",
+            mig_start=booking.mig_start if booking.mig_profile else None,
+            cpu_millicores=attempt.shape.cpu_millicores,
+            memory_mib=attempt.shape.memory_mib,
+            policy=booking.policy,
+        )
+        for number, booking in enumerate(attempt.bookings)
+    ]
+    return Reservation.objects.bulk_create(rows)
+
+
+def _refusal(*, flavor: Flavor, quantity: int, attempts: list[Attempt]) -> CapacityExceeded:
+    if not attempts:
+        return CapacityExceeded(
+            f"No active cluster has {flavor.gpu_model} GPUs.",
+            details={"gpu_model": flavor.gpu_model, "requested": str(quantity)},
+        )
+    best = max(attempts, key=lambda attempt: len(attempt.bookings))
+    fitting = f"; {len(best.bookings)} of {quantity} would fit" if best.bookings else ""
+    return CapacityExceeded(
+        f"No room for {quantity} × {flavor.name} on cluster {best.cluster.name}: {best.reason}{fitting}.",
+        details={
+            "cluster": best.cluster.name,
+            "gpu_model": flavor.gpu_model,
+            "requested": str(quantity),
+            "placed": str(len(best.bookings)),
+            "kind": best.kind,
+            "reason": best.reason,
+        },
+    )
+
+
+def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], actor: User | None) -> Attempt:
+    """Book every unit of ``allocation`` on the first of ``clusters`` (already locked, primary-key
+    order) where all of them fit; raise ``CapacityExceeded`` saying why none does."""
+    workload = placement_workload(include=allocation.flavor)
+    attempts = []
+    for cluster in clusters:
+        reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
+        attempt = placement_attempt(
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+        )
+        if attempt.complete:
+            reservations_store(allocation=allocation, attempt=attempt)
+            return attempt
+        attempts.append(attempt)
+    raise _refusal(flavor=allocation.flavor, quantity=allocation.quantity, attempts=attempts)
+
+
+def reservations_release(*, allocation: Allocation, reason: str) -> int:
+    """Free every live reservation of ``allocation`` (rows are kept, marked released)."""
+    return Reservation.objects.filter(allocation=allocation, released_at__isnull=True).update(
+        released_at=timezone.now(), release_reason=reason
+    )
+
+
+def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | None, skip: int | None = None) -> int:
+    """Book the units of allocations granted on ``cluster`` before placement existed, so the
+    engine never counts their GPUs as free. Rows another transaction holds are left for later
+    (``skip_locked``); an allocation that no longer fits stays unplaced and is reported by
+    ``placement_defrag``. Returns how many allocations were adopted."""
+    legacy = (
+        holding_with_live_units(cluster_ids=[cluster.pk])
+        .exclude(pk=skip or 0)
+        .filter(live_units=0)
+        .values_list("pk", flat=True)
+    )
+    adopted = 0
+    for allocation_id in list(legacy.order_by("pk")):
+        allocation = (
+            Allocation.objects.select_for_update(of=("self",), skip_locked=True)
+            .select_related("flavor", "project")
+            .filter(pk=allocation_id, state__in=HOLDING_STATES)
+            .first()
+        )
+        if allocation is None:
+            continue
+        attempt = placement_attempt(
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+        )
+        if not attempt.complete:
+            continue
+        reservations_store(allocation=allocation, attempt=attempt)
+        audit_record(
+            actor=actor,
+            action=actions.ALLOCATION_PLACED,
+            target=allocation,
+            department_id=allocation.project.department_id,
+            details={"cluster": cluster.name, "placement": attempt.where(), "why": "granted before GPU placement"},
+        )
+        adopted += 1
+    return adopted
+
+
+def reservations_where(*, allocation: Allocation) -> dict[str, list[str]]:
+    """Node name → the GPUs the allocation's live reservations hold (``gpu3``, ``gpu2@4`` for MIG)."""
+    rows = allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit")
+    return bookings_where(
+        [Booking(row.node, tuple(row.gpu_indices), row.gpu_milli, row.mig_profile or None, row.mig_start, row.policy)
+         for row in rows]
+    )

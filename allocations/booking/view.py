@@ -1,0 +1,291 @@
+"""The database inventory as the placement engine sees it, for one flavor on one cluster.
+
+A node offers a flavor only in the sharing mode the NVIDIA device plugin is configured for on
+that node (``Node.sharing``, see gpu-sharing-formats.md §1):
+
+* ``exclusive`` nodes offer whole GPUs, and HAMi vGPU shares when the cluster runs HAMi;
+* ``mps`` / ``timeslice`` nodes offer replicas of their own size only (a 4-replica flavor on
+  4-replica nodes); one unit is ``1000 // replicas`` thousandths of a GPU;
+* ``mig`` nodes run the mixed strategy: each GPU is either carved into MIG instances or offered
+  whole with MIG off. An empty MIG-capable GPU becomes whichever the first reservation on it
+  needs, so it is shown to the engine in the mode of the request being placed, unless the
+  caller asks to see only what is carved already (``open_empty_gpus=False``; placement tries
+  that first for a MIG unit, see ``allocations.booking.reservations.placement_attempt``).
+
+A node with a layout pinned by an administrator (``Node.mig_layout``) keeps exactly that layout:
+its instances are claimed one by one (:func:`pinned_free_instances`), never re-planned, and its
+GPUs take nothing else.
+
+Nodes whose CPU or memory is unknown (0 in the inventory) are not limited by it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from allocations.models import Flavor, Reservation, SharingMode
+from allocations.placement import Cluster as EngineCluster
+from allocations.placement import Gpu as EngineGpu
+from allocations.placement import MigSlice, Request
+from allocations.placement import Node as EngineNode
+from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
+from clusters.models import Cluster, Gpu, Node, NodeSharing
+
+GPU_MILLI = 1000
+UNKNOWN_CAPACITY = 1 << 40
+"""Stands in for a node's CPU (millicores) or memory (MiB) when the inventory does not know it."""
+PINNED_POLICY = "pinned-layout"
+
+
+@dataclass(frozen=True)
+class UnitShape:
+    """What one unit of a flavor needs of a node and of one GPU."""
+
+    gpu_model: str
+    gpu_milli: int  # per GPU; 0 for a MIG instance
+    mig_profile: str | None
+    cpu_millicores: int
+    memory_mib: int
+    sharing: str  # the node sharing mode that offers it (vGPU: exclusive on a HAMi cluster)
+    replicas: int | None = None
+    needs_hami: bool = False
+
+    def request(self, *, name: str = "") -> Request:
+        return Request(
+            cpu_milli=self.cpu_millicores,
+            memory_mib=self.memory_mib,
+            gpu_count=1,
+            gpu_milli=self.gpu_milli or GPU_MILLI,
+            mig_profile=self.mig_profile,
+            allowed_models=frozenset({self.gpu_model}),
+            name=name,
+        )
+
+    def describe(self) -> str:
+        if self.mig_profile:
+            return f"{self.gpu_model} MIG {self.mig_profile} instances"
+        if self.sharing in (NodeSharing.MPS, NodeSharing.TIMESLICE):
+            return f"{self.gpu_model} {self.sharing} replicas ({self.replicas} per GPU)"
+        if self.needs_hami:
+            return f"{self.gpu_model} HAMi vGPU shares"
+        return f"whole {self.gpu_model} GPUs"
+
+
+def unit_shape(flavor: Flavor) -> UnitShape:
+    mode = flavor.sharing_mode
+    model, cpu, memory = flavor.gpu_model, flavor.cpu_millicores_per_unit, flavor.memory_mib_per_unit
+    if mode == SharingMode.MIG:
+        return UnitShape(model, 0, flavor.mig_profile, cpu, memory, NodeSharing.MIG)
+    if mode in (SharingMode.MPS, SharingMode.TIMESLICE):
+        replicas = int(flavor.replicas or 1)
+        return UnitShape(model, GPU_MILLI // replicas, None, cpu, memory, mode, replicas=replicas)
+    if mode == SharingMode.VGPU:
+        share = max(1, min(GPU_MILLI, int((flavor.gpu_equivalents * GPU_MILLI).to_integral_value())))
+        return UnitShape(model, share, None, cpu, memory, NodeSharing.EXCLUSIVE, needs_hami=True)
+    return UnitShape(model, GPU_MILLI, None, cpu, memory, NodeSharing.EXCLUSIVE)
+
+
+def node_offers(*, node: Node, shape: UnitShape, cluster: Cluster) -> bool:
+    """Whether the node's device-plugin configuration can hand out units of this shape."""
+    if not node.is_schedulable:
+        return False
+    if shape.needs_hami:
+        return cluster.use_hami and node.sharing == NodeSharing.EXCLUSIVE
+    if node.mig_layout:
+        return False  # a pinned layout: its instances are claimed, see pinned_free_instances
+    if shape.mig_profile is not None:
+        return node.sharing == NodeSharing.MIG
+    if shape.sharing in (NodeSharing.MPS, NodeSharing.TIMESLICE):
+        return node.sharing == shape.sharing and node.sharing_replicas == shape.replicas
+    return node.sharing in (NodeSharing.EXCLUSIVE, NodeSharing.MIG)
+
+
+def gpu_label(gpu_indices: Iterable[int], mig_profile: str | None, mig_start: int | None) -> str:
+    """``gpu3``, ``gpu0+1`` for a unit spanning GPUs, ``gpu2@4`` for a MIG instance at slice 4."""
+    gpus = "+".join(str(index) for index in gpu_indices)
+    return f"gpu{gpus}@{mig_start}" if mig_profile and mig_start is not None else f"gpu{gpus}"
+
+
+@dataclass
+class GpuUse:
+    """What live reservations hold on one GPU."""
+
+    milli: int = 0
+    slices: list[MigSlice] = field(default_factory=list)
+
+
+def _usage(reservations: Iterable[Reservation]) -> tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]:
+    per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
+    cpu: Counter[int] = Counter()
+    memory: Counter[int] = Counter()
+    for row in reservations:
+        cpu[row.node_id] += row.cpu_millicores
+        memory[row.node_id] += row.memory_mib
+        for index in row.gpu_indices:
+            use = per_gpu[(row.node_id, int(index))]
+            if row.mig_profile:
+                use.slices.append(MigSlice(row.mig_profile, int(row.mig_start or 0)))
+            else:
+                use.milli += row.gpu_milli
+    return per_gpu, cpu, memory
+
+
+def live_reservations(*, node_ids: Iterable[int]) -> list[Reservation]:
+    return list(Reservation.objects.filter(node_id__in=list(node_ids), released_at__isnull=True).order_by("pk"))
+
+
+def _capacity(value: int) -> int:
+    return int(value) if value > 0 else UNKNOWN_CAPACITY
+
+
+def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool) -> EngineGpu:
+    geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
+    if use.slices and geometry is not None:
+        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
+    if not use.milli and mig_mode_when_empty and geometry is not None:
+        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
+    return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, min(use.milli, GPU_MILLI))
+
+
+@dataclass(frozen=True)
+class GpuRow:
+    index: int
+    model: str
+    memory_mib: int
+    mig_capable: bool
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """A node with its GPUs in index order, read as plain rows (a view is rebuilt per approval)."""
+
+    node: Node
+    gpus: tuple[GpuRow, ...]
+
+
+def node_rows(cluster: Cluster, *, gpu_model: str | None = None) -> list[NodeRow]:
+    """The cluster's nodes (those with a GPU of ``gpu_model``, when given) and all their GPUs, in
+    two queries, without a model instance per GPU."""
+    nodes = Node.objects.filter(cluster=cluster)
+    if gpu_model is not None:
+        nodes = nodes.filter(pk__in=Gpu.objects.filter(node__cluster=cluster, model=gpu_model).values("node_id"))
+    gpus: dict[int, list[GpuRow]] = defaultdict(list)
+    for node_id, index, model, memory, capable in (
+        Gpu.objects.filter(node__in=nodes.values("pk"))
+        .order_by("node_id", "index")
+        .values_list("node_id", "index", "model", "memory_mib", "mig_capable")
+    ):
+        gpus[node_id].append(GpuRow(index, model, memory, capable))
+    ordered = nodes.defer("labels", "created_at", "updated_at").order_by("name")
+    return [NodeRow(node, tuple(gpus.get(node.pk, ()))) for node in ordered]
+
+
+@dataclass
+class PlacementView:
+    """One cluster's nodes that offer a shape, loaded as an engine cluster, plus the pinned
+    MIG instances still free. ``engine`` is None when no node offers the shape dynamically."""
+
+    cluster: Cluster
+    shape: UnitShape
+    nodes: dict[str, Node]
+    engine: EngineCluster | None
+    pinned_free: list[tuple[Node, int, int]]  # (node, GPU index, start) of free pinned instances
+    pinned_room: dict[str, list[int]]  # pinned node name → [free millicores, free MiB]
+
+    @property
+    def offered(self) -> bool:
+        return self.engine is not None or bool(self.pinned_free)
+
+
+def placement_view(
+    *,
+    cluster: Cluster,
+    shape: UnitShape,
+    nodes: list[NodeRow] | None = None,
+    reservations: list[Reservation] | None = None,
+    open_empty_gpus: bool | None = None,
+) -> PlacementView:
+    """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations
+    (or from ``reservations``, e.g. a defragmentation plan's hypothetical set). Only nodes with
+    a GPU of the shape's model take part. ``open_empty_gpus`` (default: for MIG shapes) shows the
+    empty MIG-capable GPUs of mixed-strategy nodes in MIG mode, ready to be carved; otherwise
+    they are whole GPUs."""
+    carve_empty = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
+    rows = [row for row in (node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
+            if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
+    offering = [row for row in rows if node_offers(node=row.node, shape=shape, cluster=cluster)]
+    pinned = [
+        row for row in rows
+        if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG and row.node.mig_layout
+    ]
+    node_ids = {row.node.pk for row in offering + pinned}
+    if reservations is None:
+        reservations = live_reservations(node_ids=node_ids)
+    per_gpu, cpu, memory = _usage(row for row in reservations if row.node_id in node_ids)
+    engine_nodes = []
+    for row in offering:
+        node = row.node
+        cpu_cap, memory_cap = _capacity(node.cpu_millicores), _capacity(node.memory_mib)
+        engine_nodes.append(
+            EngineNode(
+                name=node.name,
+                cpu_milli=cpu_cap,
+                memory_mib=memory_cap,
+                gpus=tuple(
+                    _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()),
+                                mig_mode_when_empty=carve_empty)
+                    for gpu in row.gpus
+                ),
+                cpu_used_milli=min(cpu[node.pk], cpu_cap),
+                memory_used_mib=min(memory[node.pk], memory_cap),
+            )
+        )
+    pinned_free: list[tuple[Node, int, int]] = []
+    pinned_room: dict[str, list[int]] = {}
+    for row in pinned:
+        node = row.node
+        pinned_room[node.name] = [_capacity(node.cpu_millicores) - cpu[node.pk], _capacity(node.memory_mib) - memory[node.pk]]
+        for gpu in row.gpus:
+            if gpu.model != shape.gpu_model:
+                continue
+            taken = per_gpu.get((node.pk, gpu.index), GpuUse())
+            starts = pinned_free_instances(
+                node=node, gpu=gpu, gpu_count=len(row.gpus), profile=str(shape.mig_profile), taken=taken
+            )
+            pinned_free.extend((node, gpu.index, start) for start in starts)
+    return PlacementView(
+        cluster=cluster,
+        shape=shape,
+        nodes={row.node.name: row.node for row in offering + pinned},
+        engine=EngineCluster(engine_nodes) if engine_nodes else None,
+        pinned_free=pinned_free,
+        pinned_room=pinned_room,
+    )
+
+
+def pinned_layout(*, node: Node, gpu_index: int, gpu_count: int) -> Counter[str]:
+    """Profile counts that ``Node.mig_layout`` pins on one GPU (empty: MIG on, nothing carved)."""
+    for entry in node.mig_layout or []:
+        devices = entry.get("devices", "all")
+        indexes = range(gpu_count) if devices == "all" else [int(device) for device in devices]
+        if gpu_index in indexes:
+            return Counter({str(name): int(count) for name, count in (entry.get("mig-devices") or {}).items()})
+    return Counter()
+
+
+def layout_starts(geometry: MigGeometry, profiles: Counter[str]) -> list[MigSlice] | None:
+    """Where a pinned layout's instances sit (profiles this GPU does not know are left out)."""
+    return mig_layout_starts(geometry, {name: count for name, count in profiles.items() if name in geometry.by_name})
+
+
+def pinned_free_instances(*, node: Node, gpu: GpuRow, gpu_count: int, profile: str, taken: GpuUse) -> list[int]:
+    """Start slots of the pinned ``profile`` instances on this GPU that no reservation holds."""
+    geometry = geometry_for_model(gpu.model, gpu.memory_mib)
+    if geometry is None or taken.milli:
+        return []
+    layout = pinned_layout(node=node, gpu_index=gpu.index, gpu_count=gpu_count)
+    instances = layout_starts(geometry, layout) or []
+    held = {(slice_.profile, slice_.start) for slice_ in taken.slices}
+    return [instance.start for instance in instances if instance.profile == profile and (profile, instance.start) not in held]

@@ -1,0 +1,29 @@
+"""Routes of the allocations API; ``gpuportal.api_urls`` mounts them at ``/api/v1/``."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+
+from allocations import apis
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
+    path("flavors/<int:flavor_id>/", apis.FlavorDetailApi.as_view(), name="api-flavor"),
+    path("priority-classes/", apis.PriorityClassListApi.as_view(), name="api-priority-classes"),
+    path(
+        "priority-classes/<int:priority_class_id>/",
+        apis.PriorityClassDetailApi.as_view(),
+        name="api-priority-class",
+    ),
+    path("quotas/", apis.QuotaListApi.as_view(), name="api-quotas"),
+    path("quotas/<int:quota_id>/", apis.QuotaDetailApi.as_view(), name="api-quota"),
+    path("allocations/", apis.AllocationListApi.as_view(), name="api-allocations"),
+    path("allocations/<int:allocation_id>/", apis.AllocationDetailApi.as_view(), name="api-allocation"),
+    path("allocations/<int:allocation_id>/approve/", apis.AllocationApproveApi.as_view(), name="api-allocation-approve"),
+    path("allocations/<int:allocation_id>/reject/", apis.AllocationRejectApi.as_view(), name="api-allocation-reject"),
+    path("allocations/<int:allocation_id>/release/", apis.AllocationReleaseApi.as_view(), name="api-allocation-release"),
+    path("allocations/<int:allocation_id>/renew/", apis.AllocationRenewApi.as_view(), name="api-allocation-renew"),
+    path("allocations/<int:allocation_id>/retry/", apis.AllocationRetryApi.as_view(), name="api-allocation-retry"),
+    path("allocations/<int:allocation_id>/placement-preview/", apis.AllocationPlacementPreviewApi.as_view(),
+         name="api-allocation-placement-preview"),
+]

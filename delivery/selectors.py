@@ -1,0 +1,217 @@
+"""Reads of the inventory and of a project's desired state on a cluster."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation, SharingMode
+from allocations.selectors import holding_with_live_units
+from allocations.states import HOLDING_STATES
+from clusters import conf
+from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
+from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
+from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
+from tenants.access import department_ancestor_ids, department_parent_map
+from tenants.models import Membership, Project, Role
+
+HAMI_RESOURCE = "nvidia.com/gpu"
+
+
+# ------------------------------------------------------------------------ desired state
+
+
+def _grant(allocation: Allocation, *, hami: bool) -> GrantedUnits:
+    flavor = allocation.flavor
+    hami_memory = hami_cores = 0
+    if hami and flavor.resource_name == HAMI_RESOURCE:
+        # HAMi counts an exclusive card (its webhook injects gpucores: 100) as well as a vGPU.
+        hami_memory = flavor.memory_mib
+        hami_cores = flavor.compute_percent if flavor.sharing_mode == SharingMode.VGPU else 100
+    return GrantedUnits(
+        resource_name=flavor.resource_name,
+        quantity=allocation.quantity,
+        cpu_millicores_per_unit=flavor.cpu_millicores_per_unit,
+        memory_mib_per_unit=flavor.memory_mib_per_unit,
+        priority_class=allocation.priority_class.name,
+        hami_memory_mib=hami_memory,
+        hami_cores=hami_cores,
+    )
+
+
+def cluster_project_ids(*, cluster: Cluster) -> list[int]:
+    """Projects that hold, or ever held, an allocation on the cluster: their namespaces are the
+    portal's to create and to prune."""
+    return sorted(set(Allocation.objects.filter(cluster=cluster).values_list("project_id", flat=True)))
+
+
+def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -> list[ProjectState]:
+    """Desired state of several projects at once, in a fixed number of queries."""
+    ids = sorted(set(project_ids))
+    projects = list(Project.objects.filter(pk__in=ids).select_related("department").order_by("pk"))
+    grants: dict[int, list[GrantedUnits]] = defaultdict(list)
+    holding = (
+        Allocation.objects.filter(cluster=cluster, project_id__in=ids, state__in=HOLDING_STATES)
+        .select_related("flavor", "priority_class")
+        .order_by("pk")
+    )
+    for allocation in holding:
+        grants[allocation.project_id].append(_grant(allocation, hami=cluster.use_hami))
+    prefix = conf.kube_user_prefix()
+    editors: dict[int, set[str]] = defaultdict(set)
+    for project_id, username in Project.members.through.objects.filter(project_id__in=ids).values_list(
+        "project_id", "user__username"
+    ):
+        editors[project_id].add(prefix + username)
+    parents = department_parent_map()
+    watchers: dict[int, set[str]] = defaultdict(set)
+    for department_id, username in Membership.objects.filter(role__in=[Role.DEPARTMENT_ADMIN, Role.AUDITOR]).values_list(
+        "department_id", "user__username"
+    ):
+        watchers[department_id].add(prefix + username)
+    idle = tuple(sorted(set(Flavor.objects.values_list("resource_name", flat=True))))
+    states = []
+    for project in projects:
+        chain = department_ancestor_ids(department_id=project.department_id, parents=parents)
+        viewers = {user for department_id in chain for user in watchers[department_id]} - editors[project.pk]
+        states.append(
+            ProjectState(
+                cluster=cluster.name,
+                namespace=project.slug,
+                department=project.department.slug,
+                project=project.slug,
+                grants=tuple(grants[project.pk]),
+                editors=tuple(sorted(editors[project.pk])),
+                viewers=tuple(sorted(viewers)),
+                idle_resources=idle,
+            )
+        )
+    return states
+
+
+def project_state_on_cluster(*, cluster: Cluster, project: Project) -> ProjectState:
+    return project_states_on_cluster(cluster=cluster, project_ids=[project.pk])[0]
+
+
+def priority_class_specs() -> list[PriorityClassSpec]:
+    return [
+        PriorityClassSpec(name=pc.name, value=pc.value, preemption_policy=pc.preemption_policy, description=pc.description)
+        for pc in PriorityClass.objects.order_by("name")
+    ]
+
+
+def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
+    granted: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    department_ids: dict[str, int] = {}
+    for department_id, slug, resource, quantity in Allocation.objects.filter(
+        cluster=cluster, state__in=HOLDING_STATES
+    ).values_list("project__department_id", "project__department__slug", "flavor__resource_name", "quantity"):
+        granted[slug][resource] += quantity
+        department_ids[slug] = department_id
+    guaranteed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for department_id, resource, amount in Quota.objects.filter(
+        department_id__in=department_ids.values(), flavor__isnull=False
+    ).values_list("department_id", "flavor__resource_name", "guaranteed"):
+        guaranteed[department_id][resource] += int(amount)
+    return [
+        DepartmentQueue(
+            department=slug,
+            granted=tuple(sorted(resources.items())),
+            guaranteed=tuple(sorted(guaranteed[department_ids[slug]].items())),
+        )
+        for slug, resources in sorted(granted.items())
+    ]
+
+
+def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
+    """MIG instances that holding allocations need and no reservation books yet (units granted
+    before GPU placement existed): GPU model → profile → count."""
+    demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for model, profile, quantity, booked in (
+        holding_with_live_units(cluster_ids=[cluster.pk])
+        .filter(flavor__sharing_mode=SharingMode.MIG)
+        .values_list("flavor__gpu_model", "flavor__mig_profile", "quantity", "live_units")
+    ):
+        if quantity > booked:
+            demand[model][profile] += quantity - booked
+    return {model: dict(profiles) for model, profiles in demand.items()}
+
+
+def booked_gpu_layouts(
+    *, cluster: Cluster, node_ids: Iterable[int] | None = None
+) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
+    """Per node id: the MIG instances live reservations book on each GPU (index → profile →
+    count), and the GPUs booked whole or shared (not carved)."""
+    out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
+    rows = Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=list(node_ids))
+    for node_id, indices, profile in rows.values_list("node_id", "gpu_indices", "mig_profile"):
+        carved, uncarved = out[node_id]
+        for index in indices:
+            if profile:
+                carved[int(index)][profile] = carved[int(index)].get(profile, 0) + 1
+            else:
+                uncarved.add(int(index))
+    return dict(out)
+
+
+def _compute_capability(labels: dict[str, str]) -> tuple[int, int] | None:
+    try:
+        return int(labels["nvidia.com/gpu.compute.major"]), int(labels["nvidia.com/gpu.compute.minor"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _mig_groups(layout: list[dict[str, Any]], gpu_count: int) -> tuple[MigGroup, ...]:
+    """``Node.mig_layout`` (mig-parted entries, as validated by ``Node.clean``) as MigGroups."""
+    groups = []
+    for entry in layout:
+        devices = entry.get("devices", "all")
+        indexes = tuple(range(gpu_count)) if devices == "all" else tuple(int(device) for device in devices)
+        profiles = entry.get("mig-devices") or {}
+        groups.append(MigGroup(indexes, tuple(sorted((str(name), int(count)) for name, count in profiles.items()))))
+    return tuple(groups)
+
+
+def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> list[NodePlan]:
+    """Each GPU node's configuration (of ``node_ids`` only, when given). A MIG node's layout is
+    the one pinned in ``Node.mig_layout`` or else the one its reservations book (the placement
+    engine's choice)."""
+    booked = booked_gpu_layouts(cluster=cluster, node_ids=node_ids)
+    nodes = Node.objects.filter(cluster=cluster)
+    if node_ids is not None:
+        nodes = nodes.filter(pk__in=list(node_ids))
+    plans = []
+    for node in nodes.prefetch_related("gpus").order_by("name"):
+        gpus = list(node.gpus.all())
+        if not gpus:
+            continue
+        carved, uncarved = booked.get(node.pk, ({}, set()))
+        # A GPU that left the inventory while booked is not rendered (its reservation stays until
+        # it is released): one missing card must not stop the whole cluster's configuration.
+        present = set(range(len(gpus)))
+        carved = {index: layout for index, layout in carved.items() if index in present}
+        booked_groups = mig_groups_from_layouts(carved) if node.sharing == NodeSharing.MIG else ()
+        whole = tuple(sorted(uncarved & present)) if node.sharing == NodeSharing.MIG and not node.mig_layout else ()
+        plans.append(
+            NodePlan(
+                name=node.name,
+                gpu_model=gpus[0].model,
+                gpu_count=len(gpus),
+                gpu_memory_mib=gpus[0].memory_mib,
+                mig_capable=any(gpu.mig_capable for gpu in gpus),
+                sharing=node.sharing,
+                replicas=node.sharing_replicas,
+                compute_capability=_compute_capability(node.labels or {}),
+                mig_groups=_mig_groups(node.mig_layout or [], len(gpus)) if node.mig_layout else booked_groups,
+                whole_gpus=whole,
+            )
+        )
+    return plans
+
+
+def pending_push_project_ids(*, cluster: Cluster) -> set[int | None]:
+    """Scopes with a push still to do: their difference from the cluster is not drift."""
+    return set(ClusterPush.objects.filter(cluster=cluster, state=PushState.PENDING).values_list("project_id", flat=True))

@@ -1,0 +1,205 @@
+"""Pushing desired state to clusters and repairing drift.
+
+A push happens outside any transaction (it is I/O on another system); its outcome is then
+recorded on the cluster and in the audit log, in a transaction of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.utils import timezone
+
+from audit import actions
+from audit.models import Outcome
+from audit.services import audit_record
+from clusters import conf
+from clusters.models import Cluster, ClusterDrift
+from clusters.outbox import push_enqueue
+from delivery import selectors
+from delivery.drivers import ApplyResult, DriverError, PermanentDriverError, Plan, Scope, driver_for
+from delivery.node_configs import RenderError, mig_plan, render_node_objects
+from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
+from kernel.errors import NotAllowed
+from tenants.access import access_for
+from tenants.models import Project
+
+
+def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scope]:
+    defaults = LimitDefaults(cpu=conf.limitrange_default_cpu(), memory=conf.limitrange_default_memory())
+    retain = conf.prune_policy() == conf.PRUNE_RETAIN_NAMESPACE
+    return [
+        Scope(namespace=state.namespace, objects=render_project(state, limit_defaults=defaults, retain_namespace=retain))
+        for state in selectors.project_states_on_cluster(cluster=cluster, project_ids=project_ids)
+    ]
+
+
+def cluster_scope(*, cluster: Cluster) -> Scope:
+    """PriorityClasses, Volcano Queues (where used) and the per-node GPU configurations."""
+    objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
+    if cluster.use_volcano:
+        objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
+    try:
+        plans = mig_plan(selectors.node_plans(cluster=cluster), selectors.mig_demand(cluster=cluster))
+        objects += render_node_objects(plans, namespace=cluster.gpu_operator_namespace)
+    except RenderError as error:
+        raise _render_failure(cluster, error) from None
+    return Scope(namespace=None, objects=objects)
+
+
+def _render_failure(cluster: Cluster, error: RenderError) -> DriverError:
+    return PermanentDriverError(f"cluster {cluster.name}: {error}")
+
+
+def cluster_desired_scopes(*, cluster: Cluster) -> list[Scope]:
+    """Everything the cluster should hold: the cluster-wide objects, then every project."""
+    return [cluster_scope(cluster=cluster), *project_scopes(cluster=cluster, project_ids=selectors.cluster_project_ids(cluster=cluster))]
+
+
+def _push(cluster: Cluster, scopes: list[Scope], *, project: Project | None) -> ApplyResult:
+    try:
+        driver = driver_for(cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=project, error=str(error), result=None)
+        raise
+    try:
+        result = driver.apply(driver.plan(scopes))
+    except DriverError as error:
+        _record_push(cluster=cluster, project=project, error=str(error), result=None)
+        raise
+    finally:
+        driver.close()
+    _record_push(cluster=cluster, project=project, error="", result=result)
+    return result
+
+
+def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
+    """Bring one project's objects on one cluster to the database's desired state.
+    Raises ``DriverError`` when the push failed."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    project = Project.objects.select_related("department").get(pk=project_id)
+    try:
+        scopes = project_scopes(cluster=cluster, project_ids=[project.pk])
+    except DriverError as error:
+        _record_push(cluster=cluster, project=project, error=str(error), result=None)
+        raise
+    return _push(cluster, scopes, project=project)
+
+
+def cluster_sync_shared(*, cluster_id: int) -> ApplyResult:
+    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    try:
+        scope = cluster_scope(cluster=cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    return _push(cluster, [scope], project=None)
+
+
+def cluster_plan(*, cluster_id: int) -> Plan:
+    """What a full sync would change (``cluster_sync --dry-run``); writes nothing."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    driver = driver_for(cluster)
+    try:
+        return driver.plan(cluster_desired_scopes(cluster=cluster))
+    finally:
+        driver.close()
+
+
+def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, ApplyResult]:
+    """Bring everything on the cluster to the desired state in one pass.
+
+    With ``repair_drift`` (the periodic check), differences in scopes that have no push pending
+    are drift: recorded (a ClusterDrift row each and one audit event) and repaired.
+    """
+    cluster = Cluster.objects.get(pk=cluster_id)
+    try:
+        driver = driver_for(cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    try:
+        scopes = cluster_desired_scopes(cluster=cluster)
+        plan = driver.plan(scopes)
+        if plan.is_empty:
+            result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
+        else:
+            result = driver.apply(plan)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    finally:
+        driver.close()
+    if repair_drift:
+        _record_drift(cluster=cluster, plan=plan)
+    _record_push(cluster=cluster, project=None, error="", result=result)
+    return plan, result
+
+
+DRIFT_KINDS = {"create": "missing", "update": "changed", "delete": "unexpected"}
+
+
+@transaction.atomic
+def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
+    """Differences in scopes with no push pending were made by hand (an object edited, deleted,
+    or left behind): record each, and the repair, in one audit event."""
+    pending = selectors.pending_push_project_ids(cluster=cluster)
+    busy = {Scope(namespace=None, objects=[]).label} if None in pending else set()
+    slugs = Project.objects.filter(pk__in=[pid for pid in pending if pid is not None]).values_list("slug", flat=True)
+    busy |= {Scope(namespace=slug, objects=[]).label for slug in slugs}
+    drifted = [change for change in plan.changes if change.scope not in busy]
+    Cluster.objects.filter(pk=cluster.pk).update(last_drift_at=timezone.now())
+    if not drifted:
+        return
+    ClusterDrift.objects.bulk_create(
+        ClusterDrift(cluster=cluster, kind=c.kind, namespace=c.namespace, name=c.name, change=DRIFT_KINDS[c.action],
+                     fields=list(c.fields))
+        for c in drifted
+    )
+    audit_record(
+        actor=None,
+        action=actions.CLUSTER_DRIFT_REPAIRED,
+        target=cluster,
+        details={
+            "count": len(drifted),
+            "objects": [{"object": c.ref, "change": DRIFT_KINDS[c.action], "fields": list(c.fields)[:20]} for c in drifted[:100]],
+        },
+    )
+
+
+@transaction.atomic
+def _record_push(*, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=error[:4000])
+    if result is not None and result.applied == 0 and result.pruned == 0:
+        return  # nothing changed on the cluster: nothing to record
+    audit_record(
+        actor=None,
+        action=actions.CLUSTER_PUSH_FAILED if error else actions.CLUSTER_PUSHED,
+        target=cluster,
+        department_id=project.department_id if project else None,
+        details={
+            "project": project.slug if project else None,
+            "namespace": project.slug if project else None,
+            "error": error,
+            "applied": result.applied if result else 0,
+            "pruned": result.pruned if result else 0,
+        },
+        outcome=Outcome.FAILURE if error else Outcome.SUCCESS,
+    )
+
+
+@transaction.atomic
+def cluster_sync_request(*, actor: User | None, cluster_id: int) -> int:
+    """Queue a push of everything on the cluster (the API's and the admin's "sync now");
+    returns how many pushes were queued."""
+    if actor is not None and not access_for(actor).is_platform_admin:
+        raise NotAllowed("Only platform admins may sync a cluster.")
+    cluster = Cluster.objects.get(pk=cluster_id)
+    push_enqueue(cluster_id=cluster.pk, project_id=None)
+    project_ids = selectors.cluster_project_ids(cluster=cluster)
+    for project_id in project_ids:
+        push_enqueue(cluster_id=cluster.pk, project_id=project_id)
+    return 1 + len(project_ids)

@@ -1,0 +1,12 @@
+"""Routes of the delivery API; ``gpuportal.api_urls`` mounts them at ``/api/v1/``."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+
+from delivery import apis
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("clusters/<int:cluster_id>/sync/", apis.ClusterSyncApi.as_view(), name="api-cluster-sync"),
+    path("clusters/<int:cluster_id>/discover/", apis.ClusterDiscoverApi.as_view(), name="api-cluster-discover"),
+]

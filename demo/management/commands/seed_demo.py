@@ -1,0 +1,15 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from demo.seed import demo_seed
+
+
+class Command(BaseCommand):
+    help = "Load the demo departments, users, flavors, quotas and cluster (safe to run again)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        demo_seed()
+        self.stdout.write(self.style.SUCCESS("Demo data is in place (users alice, bob, carol, dave, erin, admin)."))

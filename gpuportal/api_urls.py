@@ -1,0 +1,14 @@
+"""The API's URL table, composed from each app's own ``urls.py`` (mounted at ``/api/v1/``)."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, include, path
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("", include("tenants.urls")),
+    path("", include("allocations.urls")),
+    path("", include("clusters.urls")),
+    path("", include("delivery.urls")),
+    path("audit/", include("compliance.urls")),
+    path("", include("telemetry.urls")),
+]

@@ -1,0 +1,22 @@
+"""Thin periodic tasks (see docs/telemetry.md for the beat schedule)."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from telemetry import services
+
+
+@shared_task
+def telemetry_nodes_mark_stale_task() -> int:
+    return services.nodes_mark_stale()
+
+
+@shared_task
+def telemetry_samples_roll_up_task() -> dict[str, int]:
+    return services.gpu_samples_roll_up()
+
+
+@shared_task
+def telemetry_samples_trim_task() -> dict[str, int]:
+    return services.gpu_samples_trim()

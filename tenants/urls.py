@@ -1,0 +1,17 @@
+"""Routes of the tenants API; ``gpuportal.api_urls`` mounts them at ``/api/v1/``."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver, path
+
+from tenants import apis
+from tenants.auth_apis import TokenObtainApi
+
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
+    path("me/", apis.MeApi.as_view(), name="api-me"),
+    path("departments/", apis.DepartmentListApi.as_view(), name="api-departments"),
+    path("departments/<int:department_id>/", apis.DepartmentDetailApi.as_view(), name="api-department"),
+    path("projects/", apis.ProjectListApi.as_view(), name="api-projects"),
+    path("projects/<int:project_id>/", apis.ProjectDetailApi.as_view(), name="api-project"),
+]

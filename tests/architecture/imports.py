@@ -1,0 +1,149 @@
+"""The project's import graph, read from the source with ``ast`` (nothing is imported).
+
+Every ``import`` statement counts, at module level or inside a function: an import hidden in a
+function is still a dependency, and a cycle through one is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The portal's apps from the bottom of the import order to the top: an app may import only the
+# apps before it in this list (docs/architecture.md explains what each owns).
+LAYERS: tuple[str, ...] = (
+    "kernel",
+    "audit",
+    "tenants",
+    "clusters",
+    "allocations",
+    "delivery",
+    "telemetry",
+    "compliance",
+    "frontend",
+    "demo",
+    "gpuportal",
+)
+# Packages that run on their own, outside the portal: the node agent (a DaemonSet without
+# Django) and the Kubernetes control plane for tests and developers (never deployed).
+STANDALONE: tuple[str, ...] = ("agent", "kube_testenv")
+# What the standalone packages and the portal's apps may import of each other.
+EXTRA_ALLOWED: dict[str, frozenset[str]] = {
+    "agent": frozenset(),
+    "kube_testenv": frozenset(),
+    # The portal reads the agent's report schema (one document, validated on both sides).
+    "telemetry": frozenset({"agent"}),
+}
+PACKAGES = LAYERS + STANDALONE
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module, dotted
+    path: str  # its file, relative to the repository
+    line: int
+    target: str  # the imported module, dotted (a name imported from a package counts as the package)
+    nested: bool  # inside a function or class body
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def source_files() -> Iterator[Path]:
+    """Every shipped Python file of the packages above, migrations excluded (generated)."""
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" not in path.parts:
+                yield path
+
+
+def _resolve(module: str, node: ast.ImportFrom, *, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base[: len(base) - node.level + (1 if is_package else 0)]
+    return ".".join([*base, *([node.module] if node.module else [])])
+
+
+def imports_of(path: Path, known: set[str]) -> list[Import]:
+    module = module_name(path)
+    tree = ast.parse(path.read_text(), filename=str(path))
+    nested_nodes: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            nested_nodes.update(id(child) for child in ast.walk(node) if child is not node)
+    found: list[Import] = []
+    rel = str(path.relative_to(ROOT))
+    for node in ast.walk(tree):
+        targets: list[str] = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(module, node, is_package=path.name == "__init__.py")
+            # ``from pkg import mod`` imports the module pkg.mod when there is one.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+        for target in targets:
+            if target.split(".")[0] in PACKAGES:
+                found.append(Import(module, rel, node.lineno, target, id(node) in nested_nodes))
+    return found
+
+
+def project_imports() -> list[Import]:
+    files = list(source_files())
+    known = {module_name(path) for path in files}
+    return [item for path in files for item in imports_of(path, known)]
+
+
+def app_of(module: str) -> str:
+    return module.split(".")[0]
+
+
+def module_cycles(imports: list[Import]) -> list[list[str]]:
+    """Strongly connected groups of two or more modules (Tarjan), each sorted."""
+    known = {module_name(path) for path in source_files()}
+    graph: dict[str, set[str]] = {}
+    for item in imports:
+        target = item.target
+        while target not in known and "." in target:
+            target = target.rsplit(".", 1)[0]
+        if target in known and target != item.source:
+            graph.setdefault(item.source, set()).add(target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
