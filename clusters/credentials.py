@@ -13,8 +13,8 @@ from audit import actions
 from audit.services import audit_record
 from clusters.crypto import kubeconfig_encrypt
 from clusters.models import Cluster
-from kernel.errors import FieldError, NotAllowed
-from tenants.access import access_for
+from kernel.errors import FieldError
+from tenants.access import require_platform_admin
 
 
 def _kubeconfig_server(text: str) -> str:
@@ -40,8 +40,8 @@ def _kubeconfig_server(text: str) -> str:
 @transaction.atomic
 def cluster_kubeconfig_set(*, actor: User | None, cluster_id: int, kubeconfig: str) -> Cluster:
     """Store a cluster's kubeconfig, encrypted; the audit log gets its fingerprint and server only."""
-    if actor is not None and not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may change a cluster's credentials.")
+    if actor is not None:
+        require_platform_admin(actor, to="change a cluster's credentials")
     server = _kubeconfig_server(kubeconfig)
     cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
     cluster.kubeconfig_encrypted = kubeconfig_encrypt(kubeconfig)

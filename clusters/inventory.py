@@ -10,8 +10,7 @@ from django.db import transaction
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster, ClusterDriverKind, Gpu, Node
-from kernel.errors import NotAllowed
-from tenants.access import access_for
+from tenants.access import require_platform_admin
 
 
 @dataclass(frozen=True)
@@ -27,8 +26,8 @@ class GpuSpec:
 def cluster_create(
     *, actor: User | None, name: str, display_name: str = "", driver: str = ClusterDriverKind.MANIFESTS
 ) -> Cluster:
-    if actor is not None and not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may register clusters.")
+    if actor is not None:
+        require_platform_admin(actor, to="register clusters")
     cluster = Cluster(name=name, display_name=display_name, driver=driver)
     cluster.full_clean()
     cluster.save()

@@ -7,14 +7,13 @@ from django.contrib.auth.models import User
 from clusters.discovery import cluster_nodes_record, node_from_object
 from clusters.models import Cluster, Node
 from delivery.drivers import driver_for
-from kernel.errors import NotAllowed
-from tenants.access import access_for
+from tenants.access import require_platform_admin
 
 
 def cluster_discover(*, actor: User | None, cluster_id: int) -> list[Node]:
     """Read the cluster's nodes into the inventory; raises DriverError when it cannot be reached."""
-    if actor is not None and not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may run discovery.")
+    if actor is not None:
+        require_platform_admin(actor, to="run discovery")
     cluster = Cluster.objects.get(pk=cluster_id)
     driver = driver_for(cluster)
     try:

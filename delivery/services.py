@@ -22,8 +22,7 @@ from delivery import selectors
 from delivery.drivers import ApplyResult, DriverError, PermanentDriverError, Plan, Scope, driver_for
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
-from kernel.errors import NotAllowed
-from tenants.access import access_for
+from tenants.access import require_platform_admin
 from tenants.models import Project
 
 
@@ -195,8 +194,8 @@ def _record_push(*, cluster: Cluster, project: Project | None, error: str, resul
 def cluster_sync_request(*, actor: User | None, cluster_id: int) -> int:
     """Queue a push of everything on the cluster (the API's and the admin's "sync now");
     returns how many pushes were queued."""
-    if actor is not None and not access_for(actor).is_platform_admin:
-        raise NotAllowed("Only platform admins may sync a cluster.")
+    if actor is not None:
+        require_platform_admin(actor, to="sync a cluster")
     cluster = Cluster.objects.get(pk=cluster_id)
     push_enqueue(cluster_id=cluster.pk, project_id=None)
     project_ids = selectors.cluster_project_ids(cluster=cluster)
