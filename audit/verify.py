@@ -21,8 +21,9 @@ from typing import BinaryIO
 
 from audit.integrity.errors import VerificationFailure
 from audit.integrity.keys import VerifierKey, verifier_key_parse
+from audit.integrity.report import BundleReport
 from audit.integrity.store import CheckpointFolder, checkpoint_chain_verify
-from audit.integrity.verifier import BundleReport, BundleVerifier
+from audit.integrity.verifier import BundleVerifier
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 

@@ -19,8 +19,9 @@ from audit.integrity.canonical import canonical_json, leaf_hash
 from audit.integrity.checkpoint import checkpoint_sign, checkpoint_verify, note_hash
 from audit.integrity.errors import VerificationFailure
 from audit.integrity.keys import SigningKey, signing_key_generate
+from audit.integrity.report import BundleReport
 from audit.integrity.store import CheckpointFolder, checkpoint_chain_verify
-from audit.integrity.verifier import BundleReport, BundleVerifier
+from audit.integrity.verifier import BundleVerifier
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters
 from tests.audit.conftest import ORIGIN, Publish, record_many
