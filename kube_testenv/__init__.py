@@ -22,13 +22,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kube_testenv.cluster import (
-        DEFAULT_CONTROLLERS,
-        ClusterOptions,
-        ClusterStartError,
-        KubeTestCluster,
-    )
+    from kube_testenv.cluster import KubeTestCluster
     from kube_testenv.gpu_nodes import FakeGPUNodes, GPUNodeSpec, mig_resource_name
+    from kube_testenv.launch import DEFAULT_CONTROLLERS, ClusterOptions
     from kube_testenv.paths import (
         ETCD_VERSION,
         KUBE_VERSION,
@@ -36,12 +32,13 @@ if TYPE_CHECKING:
         KubeBinaries,
         find_binaries,
     )
+    from kube_testenv.readiness import ClusterStartError
     from kube_testenv.waiting import WaitTimeout, wait_for
 
 _EXPORTS = {
-    "DEFAULT_CONTROLLERS": "cluster",
-    "ClusterOptions": "cluster",
-    "ClusterStartError": "cluster",
+    "DEFAULT_CONTROLLERS": "launch",
+    "ClusterOptions": "launch",
+    "ClusterStartError": "readiness",
     "KubeTestCluster": "cluster",
     "FakeGPUNodes": "gpu_nodes",
     "GPUNodeSpec": "gpu_nodes",

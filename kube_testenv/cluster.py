@@ -4,20 +4,21 @@ Everything (PKI, etcd data, logs, kubeconfigs) lives in one fresh temporary
 directory that :meth:`KubeTestCluster.stop` removes; ``stop`` runs from the
 context manager, from ``atexit`` and, for a SIGKILLed parent, the children die
 through PR_SET_PDEATHSIG (see :mod:`kube_testenv.process`).
+
+The options and each component's flags are in :mod:`kube_testenv.launch`, the data
+directory and its PKI in :mod:`kube_testenv.datadir`, the health checks in
+:mod:`kube_testenv.readiness`.
 """
 
 from __future__ import annotations
 
 import atexit
-import http.client
 import itertools
 import shutil
-import ssl
 import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -25,81 +26,20 @@ from typing import Any, Self
 from kubernetes import client
 
 from kube_testenv import kubeapi
-from kube_testenv.certs import CertificateAuthority, KeyPair, service_account_key
+from kube_testenv.certs import CertificateAuthority, KeyPair
+from kube_testenv.datadir import ClusterFiles, write_pki
 from kube_testenv.kubeconfig import write_kubeconfig
+from kube_testenv.launch import (
+    ClusterOptions,
+    apiserver_args,
+    controller_manager_args,
+    etcd_args,
+    scheduler_args,
+)
 from kube_testenv.paths import KEEP_ENV, KubeBinaries, env_flag, find_binaries
 from kube_testenv.process import ManagedProcess, free_ports
-from kube_testenv.waiting import WaitTimeout, wait_for
-
-#: Controllers the tests rely on: quota status, namespace deletion, service
-#: accounts and their tokens, aggregated roles (``view``/``edit``/``admin`` get
-#: their rules from clusterrole-aggregation), kube-root-ca.crt, and node
-#: lifecycle (lifts the not-ready taint once a node reports Ready).
-DEFAULT_CONTROLLERS: tuple[str, ...] = (
-    "namespace-controller",
-    "garbage-collector-controller",
-    "serviceaccount-controller",
-    "serviceaccount-token-controller",
-    "resourcequota-controller",
-    "clusterrole-aggregation-controller",
-    "root-ca-certificate-publisher-controller",
-    "node-lifecycle-controller",
-)
-
-ADMISSION_PLUGINS = "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,ResourceQuota"
-SERVICE_CLUSTER_IP_RANGE = "10.0.0.0/24"
-_SERVICE_IP = "10.0.0.1"  # first address of the range: the kubernetes Service
-
-
-class ClusterStartError(RuntimeError):
-    """A component exited or did not become healthy; the message has its log tail."""
-
-
-@dataclass(frozen=True)
-class ClusterOptions:
-    """Knobs for :class:`KubeTestCluster`; the defaults suit the test suite."""
-
-    controllers: Sequence[str] = DEFAULT_CONTROLLERS
-    controller_manager: bool = True
-    scheduler: bool = True
-    #: ResourceQuota controller full resync; events trigger syncs anyway.
-    resource_quota_sync_period: str = "15s"
-    start_timeout: float = 60.0
-    verbosity: int = 1
-    extra_apiserver_args: Sequence[str] = ()
-    extra_controller_manager_args: Sequence[str] = ()
-    extra_scheduler_args: Sequence[str] = ()
-    #: Start attempts; a retry covers losing a just-picked free port to a race.
-    attempts: int = 3
-
-
-@dataclass
-class _Files:
-    """Paths inside the data directory, filled in by ``_write_pki``."""
-
-    root: Path
-    ca: Path = field(init=False)
-    serving_cert: Path = field(init=False)
-    serving_key: Path = field(init=False)
-    sa_public: Path = field(init=False)
-    sa_private: Path = field(init=False)
-    admin_cert: Path = field(init=False)
-    admin_key: Path = field(init=False)
-    admin_kubeconfig: Path = field(init=False)
-    controller_manager_kubeconfig: Path = field(init=False)
-    scheduler_kubeconfig: Path = field(init=False)
-
-    @property
-    def pki(self) -> Path:
-        return self.root / "pki"
-
-    @property
-    def logs(self) -> Path:
-        return self.root / "logs"
-
-    @property
-    def etcd_data(self) -> Path:
-        return self.root / "etcd"
+from kube_testenv.readiness import ClusterStartError, wait_healthy
+from kube_testenv.waiting import WaitTimeout
 
 
 class KubeTestCluster:
@@ -120,7 +60,7 @@ class KubeTestCluster:
         self.binaries = binaries if binaries is not None else find_binaries()
         self.options = options if options is not None else ClusterOptions()
         self.keep_data = env_flag(KEEP_ENV) if keep_data is None else keep_data
-        self._files: _Files | None = None
+        self._files: ClusterFiles | None = None
         self._ca: CertificateAuthority | None = None
         self._processes: list[ManagedProcess] = []
         self._server = ""
@@ -158,7 +98,7 @@ class KubeTestCluster:
         """Process ids of the running components (etcd first)."""
         return [p.pid for p in self._processes if p.pid is not None]
 
-    def _require_started(self) -> _Files:
+    def _require_started(self) -> ClusterFiles:
         if self._files is None or not self._server:
             raise RuntimeError("cluster is not started")
         return self._files
@@ -270,89 +210,37 @@ class KubeTestCluster:
     # ------------------------------------------------------------ internals
     def _start_once(self) -> None:
         began = time.monotonic()
+        timeout = self.options.start_timeout
         self.timings = {}
         root = Path(tempfile.mkdtemp(prefix="gpuportal-kube-"))
-        files = _Files(root)
+        files = ClusterFiles(root)
         self._files = files
         for directory in (files.pki, files.logs, files.etcd_data):
             directory.mkdir(mode=0o700)
         etcd_port, peer_port, api_port, kcm_port, sched_port = free_ports(5)
         self._server = f"https://127.0.0.1:{api_port}"
-        self._write_pki(files)
+        self._ca = write_pki(files, self._server)
 
-        etcd = self._spawn("etcd", self._etcd_args(files, etcd_port, peer_port))
-        apiserver = self._spawn("kube-apiserver", self._apiserver_args(files, api_port, etcd_port))
-        self._wait_healthy(apiserver, api_port, "/readyz", client_cert=True, also=[etcd])
+        etcd = self._spawn("etcd", etcd_args(files, etcd_port, peer_port))
+        apiserver = self._spawn("kube-apiserver", apiserver_args(files, api_port, etcd_port, self.options))
+        wait_healthy(apiserver, api_port, "/readyz", files=files, client_cert=True, timeout=timeout, also=[etcd])
         self.timings["apiserver_ready"] = time.monotonic() - began
 
         waiting: list[tuple[ManagedProcess, int]] = []
         if self.options.controller_manager:
-            kcm = self._spawn("kube-controller-manager", self._kcm_args(files, kcm_port))
+            kcm = self._spawn("kube-controller-manager", controller_manager_args(files, kcm_port, self.options))
             waiting.append((kcm, kcm_port))
         if self.options.scheduler:
-            sched = self._spawn("kube-scheduler", self._scheduler_args(files, sched_port))
+            sched = self._spawn("kube-scheduler", scheduler_args(files, sched_port, self.options))
             waiting.append((sched, sched_port))
         for process, port in waiting:
-            self._wait_healthy(process, port, "/healthz", client_cert=False)
+            wait_healthy(process, port, "/healthz", files=files, client_cert=False, timeout=timeout)
         self.timings["components_healthy"] = time.monotonic() - began
         if self.options.controller_manager and "serviceaccount-controller" in self.options.controllers:
             # Proof the controller-manager is working, and what most tests need first.
             with self.api_client() as api:
-                kubeapi.wait_for_default_service_account(api, "default", timeout=self.options.start_timeout)
+                kubeapi.wait_for_default_service_account(api, "default", timeout=timeout)
             self.timings["default_service_account"] = time.monotonic() - began
-
-    def _write_pki(self, files: _Files) -> None:
-        ca = CertificateAuthority()
-        self._ca = ca
-        pki = files.pki
-        files.ca = pki / "ca.crt"
-        files.ca.write_bytes(ca.cert_pem)
-        serving = ca.issue(
-            "kube-apiserver",
-            dns_names=[
-                "localhost",
-                "kubernetes",
-                "kubernetes.default",
-                "kubernetes.default.svc",
-                "kubernetes.default.svc.cluster.local",
-            ],
-            ip_addresses=["127.0.0.1", _SERVICE_IP],
-            server=True,
-            client=False,
-        )
-        files.serving_cert, files.serving_key = serving.write(pki, "serving")
-        files.sa_public, files.sa_private = service_account_key().write(pki, "service-account")
-        # .crt holds the public key here; name it for what it is.
-        files.sa_public = files.sa_public.rename(pki / "service-account.pub")
-
-        admin = ca.issue("gpuportal-admin", organizations=["system:masters"])
-        files.admin_cert, files.admin_key = admin.write(pki, "admin")
-        files.admin_kubeconfig = write_kubeconfig(
-            files.root / "admin.kubeconfig",
-            self._server,
-            ca.cert_pem,
-            admin,
-            "gpuportal-admin",
-        )
-        # The controller-manager runs without --use-service-account-credentials,
-        # so its own identity needs every controller's rights: system:masters.
-        kcm = ca.issue("system:kube-controller-manager", organizations=["system:masters"])
-        files.controller_manager_kubeconfig = write_kubeconfig(
-            files.root / "controller-manager.kubeconfig",
-            self._server,
-            ca.cert_pem,
-            kcm,
-            "system:kube-controller-manager",
-        )
-        # The scheduler's bootstrap ClusterRoleBinding covers this identity.
-        scheduler = ca.issue("system:kube-scheduler")
-        files.scheduler_kubeconfig = write_kubeconfig(
-            files.root / "scheduler.kubeconfig",
-            self._server,
-            ca.cert_pem,
-            scheduler,
-            "system:kube-scheduler",
-        )
 
     def _spawn(self, name: str, args: list[str]) -> ManagedProcess:
         files = self._require_files()
@@ -361,121 +249,7 @@ class KubeTestCluster:
         process.start()
         return process
 
-    def _require_files(self) -> _Files:
+    def _require_files(self) -> ClusterFiles:
         if self._files is None:
             raise RuntimeError("cluster has no data directory")
         return self._files
-
-    def _etcd_args(self, files: _Files, port: int, peer_port: int) -> list[str]:
-        client_url = f"http://127.0.0.1:{port}"
-        peer_url = f"http://127.0.0.1:{peer_port}"
-        return [
-            "--name=default",
-            f"--data-dir={files.etcd_data}",
-            f"--listen-client-urls={client_url}",
-            f"--advertise-client-urls={client_url}",
-            f"--listen-peer-urls={peer_url}",
-            f"--initial-advertise-peer-urls={peer_url}",
-            f"--initial-cluster=default={peer_url}",
-            "--initial-cluster-state=new",
-            # Test data is disposable; fsync dominates etcd latency otherwise.
-            "--unsafe-no-fsync=true",
-            "--log-level=warn",
-        ]
-
-    def _apiserver_args(self, files: _Files, port: int, etcd_port: int) -> list[str]:
-        return [
-            f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--cert-dir={files.pki}",
-            f"--tls-cert-file={files.serving_cert}",
-            f"--tls-private-key-file={files.serving_key}",
-            f"--client-ca-file={files.ca}",
-            f"--service-account-issuer=https://127.0.0.1:{port}",
-            f"--service-account-key-file={files.sa_public}",
-            f"--service-account-signing-key-file={files.sa_private}",
-            "--authorization-mode=Node,RBAC",
-            f"--enable-admission-plugins={ADMISSION_PLUGINS}",
-            f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-            "--allow-privileged=true",
-            # Endpoints may not hold loopback addresses; nothing routes to us anyway.
-            "--endpoint-reconciler-type=none",
-            "--profiling=false",
-            f"--v={self.options.verbosity}",
-            *self.options.extra_apiserver_args,
-        ]
-
-    def _kcm_args(self, files: _Files, port: int) -> list[str]:
-        return [
-            f"--kubeconfig={files.controller_manager_kubeconfig}",
-            "--leader-elect=false",
-            f"--controllers={','.join(self.options.controllers)}",
-            f"--root-ca-file={files.ca}",
-            f"--service-account-private-key-file={files.sa_private}",
-            f"--resource-quota-sync-period={self.options.resource_quota_sync_period}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={files.serving_cert}",
-            f"--tls-private-key-file={files.serving_key}",
-            "--profiling=false",
-            f"--v={self.options.verbosity}",
-            *self.options.extra_controller_manager_args,
-        ]
-
-    def _scheduler_args(self, files: _Files, port: int) -> list[str]:
-        return [
-            f"--kubeconfig={files.scheduler_kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={port}",
-            f"--tls-cert-file={files.serving_cert}",
-            f"--tls-private-key-file={files.serving_key}",
-            "--profiling=false",
-            f"--v={self.options.verbosity}",
-            *self.options.extra_scheduler_args,
-        ]
-
-    def _wait_healthy(
-        self,
-        process: ManagedProcess,
-        port: int,
-        path: str,
-        *,
-        client_cert: bool,
-        also: Sequence[ManagedProcess] = (),
-    ) -> None:
-        files = self._require_files()
-        context = ssl.create_default_context(cafile=str(files.ca))
-        if client_cert:
-            context.load_cert_chain(str(files.admin_cert), str(files.admin_key))
-        watched = [process, *also]
-
-        def probe() -> bool:
-            for proc in watched:
-                code = proc.exit_code()
-                if code is not None:
-                    raise ClusterStartError(
-                        f"{proc.name} exited with status {code} during start-up; "
-                        f"last lines of {proc.log_path}:\n{proc.log_tail()}"
-                    )
-            connection = http.client.HTTPSConnection("127.0.0.1", port, timeout=2, context=context)
-            try:
-                connection.request("GET", path)
-                return connection.getresponse().status == 200
-            except OSError:
-                return False
-            finally:
-                connection.close()
-
-        try:
-            wait_for(
-                probe,
-                fatal=(ClusterStartError,),
-                timeout=self.options.start_timeout,
-                interval=0.1,
-                what=f"{process.name} {path} on port {port}",
-            )
-        except WaitTimeout as exc:
-            raise ClusterStartError(f"{exc}; last lines of {process.log_path}:\n{process.log_tail()}") from exc
