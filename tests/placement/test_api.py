@@ -33,20 +33,20 @@ def h100_cluster() -> Cluster:
 
 
 def test_share_rejection_names_model_size_largest_free_share_and_node() -> None:
-    d = h100_cluster().place(Request(4000, 8 * GIB, 1, 250, allowed_models=frozenset({"H100"})))
+    d = place(h100_cluster(), Request(4000, 8 * GIB, 1, 250, allowed_models=frozenset({"H100"})))
     assert isinstance(d, Rejection) and d.kind is RejectionKind.GPU_SHARE
     assert d.reason == ("no H100 with 20 GiB (25% of a GPU) free; the largest free share is "
                         "12 GiB (15% of a GPU) on node gpu-07 (GPU 0)")
 
 
 def test_whole_gpu_rejection_says_how_many_are_free_at_most() -> None:
-    d = h100_cluster().place(Request(4000, GIB, 2, 1000))
+    d = place(h100_cluster(), Request(4000, GIB, 2, 1000))
     assert isinstance(d, Rejection) and d.kind is RejectionKind.WHOLE_GPUS
     assert d.reason == "no node has 2 fully free GPUs; the most is 1 on node gpu-08"
 
 
 def test_cpu_rejection_points_at_the_node_with_most_room() -> None:
-    d = h100_cluster().place(cpu_only(100))
+    d = place(h100_cluster(), cpu_only(100))
     assert isinstance(d, Rejection) and d.kind is RejectionKind.CPU_MEMORY
     assert "100 cores" in d.reason and "the most free is 64 cores" in d.reason
 
