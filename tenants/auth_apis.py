@@ -3,25 +3,17 @@
 from __future__ import annotations
 
 from django.contrib.auth import authenticate
-from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.authtoken.models import Token
+from rest_framework.exceptions import Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import AnonRateThrottle
 from rest_framework.views import APIView
 
-from audit import actions
-from audit.models import Outcome
-from audit.services import audit_record
 from kernel.errors import ApplicationError
-
-
-class LoginThrottle(AnonRateThrottle):
-    scope = "login"
-    rate = "20/min"
+from tenants.auth import auth_login_failed, auth_token_issue
+from tenants.login_throttle import WINDOW_SECONDS, LoginThrottle
 
 
 class InvalidCredentials(ApplicationError):
@@ -39,26 +31,24 @@ class TokenOut(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class TokenObtainApi(APIView):
+    """Throttled like the portal's login form, by the same counts (``tenants.login_throttle``)."""
+
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    throttle_classes = [LoginThrottle]
 
     @extend_schema(request=TokenIn, responses=TokenOut, auth=[])
     def post(self, request: Request) -> Response:
         data = TokenIn(data=request.data)
         data.is_valid(raise_exception=True)
         username = data.validated_data["username"]
+        throttle = LoginThrottle.for_attempt(username=username, address=request.META.get("REMOTE_ADDR"))
+        if throttle.blocked():
+            auth_login_failed(username=username, via="api_token", reason="throttled")
+            raise Throttled(wait=WINDOW_SECONDS)
         user = authenticate(request._request, username=username, password=data.validated_data["password"])
         if user is None or not user.is_active:
-            with transaction.atomic():
-                audit_record(
-                    actor=None,
-                    action=actions.AUTH_LOGIN_FAILED,
-                    details={"username": username, "via": "api_token"},
-                    outcome=Outcome.DENIED,
-                )
+            throttle.failed()
+            auth_login_failed(username=username, via="api_token")
             raise InvalidCredentials("Unable to log in with the given username and password.")
-        with transaction.atomic():
-            token, _ = Token.objects.get_or_create(user=user)
-            audit_record(actor=user, action=actions.AUTH_TOKEN_ISSUED, target=user, details={"via": "api_token"})
-        return Response({"token": token.key})
+        throttle.succeeded()
+        return Response({"token": auth_token_issue(user=user).key})

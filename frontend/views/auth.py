@@ -5,30 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import views as auth_views
-from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from audit import actions
-from audit.models import Outcome
-from audit.services import audit_record
-from frontend.throttle import WINDOW_SECONDS, LoginThrottle
+from tenants.auth import auth_login_failed, auth_login_succeeded
+from tenants.login_throttle import WINDOW_SECONDS, LoginThrottle
 
 
 def _throttle_for(request: HttpRequest) -> LoginThrottle:
-    return LoginThrottle(
-        username=str(request.POST.get("username", ""))[:150], address=str(request.META.get("REMOTE_ADDR") or "")
+    return LoginThrottle.for_attempt(
+        username=str(request.POST.get("username", "")), address=request.META.get("REMOTE_ADDR")
     )
-
-
-def _audit_failed_login(*, username: str, reason: str) -> None:
-    with transaction.atomic():
-        audit_record(
-            actor=None,
-            action=actions.AUTH_LOGIN_FAILED,
-            details={"username": username[:150], "via": "portal", "reason": reason},
-            outcome=Outcome.DENIED,
-        )
 
 
 class LoginView(auth_views.LoginView):
@@ -41,7 +28,7 @@ class LoginView(auth_views.LoginView):
     def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         throttle = _throttle_for(request)
         if throttle.blocked():
-            _audit_failed_login(username=throttle.username, reason="throttled")
+            auth_login_failed(username=throttle.username, via="portal", reason="throttled")
             # An unbound form: validating it would check the password, which is what we refuse to do.
             form = self.get_form_class()(request)
             context = {**self.get_context_data(form=form), "throttled_minutes": WINDOW_SECONDS // 60}
@@ -51,13 +38,12 @@ class LoginView(auth_views.LoginView):
     def form_valid(self, form: Any) -> HttpResponse:
         response = super().form_valid(form)
         _throttle_for(self.request).succeeded()
-        with transaction.atomic():
-            audit_record(actor=form.get_user(), action=actions.AUTH_LOGIN, details={"via": "portal"})
+        auth_login_succeeded(user=form.get_user(), via="portal")
         return response
 
     def form_invalid(self, form: Any) -> HttpResponse:
         _throttle_for(self.request).failed()
-        _audit_failed_login(username=str(form.data.get("username", "")), reason="bad credentials")
+        auth_login_failed(username=str(form.data.get("username", "")), via="portal", reason="bad credentials")
         return super().form_invalid(form)
 
 

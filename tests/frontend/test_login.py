@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.conf import settings
 from django.test import Client
+from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
-from frontend.throttle import MAX_FAILURES_PER_USERNAME
+from tenants.login_throttle import MAX_FAILURES_PER_USERNAME, WINDOW_SECONDS
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db
@@ -62,6 +63,21 @@ def test_it_forgets_the_failures_of_a_username_after_a_success(world: World) -> 
     for _ in range(MAX_FAILURES_PER_USERNAME - 1):
         attempt(client, "nlp_member", "wrong")
     assert attempt(client, "nlp_member", "pw-nlp_member") == 302
+
+
+def test_the_api_token_endpoint_counts_failures_with_the_portal(world: World) -> None:
+    api = APIClient()
+    for _ in range(MAX_FAILURES_PER_USERNAME - 1):
+        assert api.post("/api/v1/auth/token/", {"username": "nlp_member", "password": "wrong"}, format="json").status_code == 401
+    assert attempt(Client(), "nlp_member", "wrong") == 200
+    response = api.post("/api/v1/auth/token/", {"username": "nlp_member", "password": "pw-nlp_member"}, format="json")
+    assert response.status_code == 429 and response.json()["error"]["code"] == "throttled"
+    assert response["Retry-After"] == str(WINDOW_SECONDS)
+    throttled = AuditEvent.objects.filter(action="auth.login_failed").order_by("-pk").first()
+    assert throttled is not None and throttled.outcome == "denied"
+    assert throttled.details == {"username": "nlp_member", "via": "api_token", "reason": "throttled"}
+    assert not AuditEvent.objects.filter(action="auth.token_issued").exists()
+    assert attempt(Client(), "nlp_member", "pw-nlp_member") == 429
 
 
 def test_it_keeps_the_session_cookie_from_scripts(world: World) -> None:
