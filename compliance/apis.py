@@ -7,10 +7,9 @@ gets 404 from every endpoint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from django.http import Http404, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer
@@ -21,17 +20,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from audit import actions
 from audit.actions import get_action
-from audit.checkpoints import AuditIntegrityError, checkpoint_publish
+from audit.checkpoints import AuditIntegrityError
 from audit.conf import audit_trusted_keys
-from audit.export import CONTENT_TYPES, OUTPUTS, audit_export, checkpoint_for_export, export_filename
+from audit.export import OUTPUTS
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters, audit_event_list
-from audit.services import audit_record
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
+from compliance.exports import audit_export_response
+from compliance.services import audit_checkpoint_publish
 from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
+
+_T = TypeVar("_T")
 
 
 class AuditUnavailable(ApplicationError):
@@ -41,9 +42,10 @@ class AuditUnavailable(ApplicationError):
     code = "audit_unavailable"
 
 
-def _checkpoint_or_503(publish: Callable[[], AuditCheckpoint]) -> AuditCheckpoint:
+def _checkpoint_or_503(signing: Callable[[], _T]) -> _T:
+    """``signing()``, which needs a checkpoint signed; 503 when none can be."""
     try:
-        return publish()
+        return signing()
     except AuditIntegrityError as error:
         raise AuditUnavailable(f"The audit log failed verification; no checkpoint was signed: {error}") from None
     except ImproperlyConfigured as error:
@@ -143,19 +145,9 @@ class AuditExportApi(APIView):
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         filters, data = _filters(request, self.FilterSerializer)
-        output = data["output"]
-        with transaction.atomic():
-            audit_record(
-                actor=request.user, action=actions.AUDIT_EXPORTED, department_id=data.get("department"),
-                details={"output": output, "scope": filters.scope().to_json()},
-            )
-        checkpoint = _checkpoint_or_503(checkpoint_for_export) if output == "bundle" else None
-        response = StreamingHttpResponse(
-            audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
-        )
-        response["Content-Disposition"] = f'attachment; filename="{export_filename(output)}"'
-        response["Cache-Control"] = "no-store"
-        return response
+        return _checkpoint_or_503(lambda: audit_export_response(
+            actor=request.user, filters=filters, output=data["output"], department_id=data.get("department"),
+        ))
 
 
 @extend_schema_serializer(component_name="AuditCheckpoint")
@@ -186,9 +178,8 @@ class AuditCheckpointPublishApi(APIView):
     def post(self, request: Request) -> Response:
         if not _visible(request).everything:
             raise NotAllowed("Only auditors and platform admins may publish checkpoints.")
-        with transaction.atomic():
-            audit_record(actor=request.user, action=actions.AUDIT_CHECKPOINT_REQUESTED)
-        return Response(self.OutputSerializer(_checkpoint_or_503(checkpoint_publish)).data, status=201)
+        checkpoint = _checkpoint_or_503(lambda: audit_checkpoint_publish(actor=request.user))
+        return Response(self.OutputSerializer(checkpoint).data, status=201)
 
 
 class AuditKeysApi(APIView):

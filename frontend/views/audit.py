@@ -11,7 +11,6 @@ from django.contrib.auth.decorators import login_required
 from django.core.cache import cache
 from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
-from django.db import transaction
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -19,15 +18,14 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from audit import actions
-from audit.checkpoints import AuditIntegrityError, checkpoint_publish
-from audit.export import CONTENT_TYPES, audit_export, checkpoint_for_export, export_filename
+from audit.checkpoints import AuditIntegrityError
 from audit.integrity.errors import VerificationFailure
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters, audit_event_list
-from audit.services import audit_record
 from audit.verification import audit_log_verify
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
+from compliance.exports import audit_export_response
+from compliance.services import audit_checkpoint_publish
 from frontend.forms import AuditFilterForm
 from frontend.http import portal_user
 from tenants.models import Department
@@ -126,26 +124,15 @@ def audit_export_download(request: HttpRequest) -> HttpResponse | StreamingHttpR
     if output not in dict(EXPORT_OUTPUTS) or not form.is_valid():
         messages.error(request, "The export filters are not valid; correct them and try again.")
         return redirect("audit-log")
-    filters = _filters(visibility, form.cleaned_data)
-    with transaction.atomic():
-        audit_record(
-            actor=portal_user(request), action=actions.AUDIT_EXPORTED,
-            department_id=form.cleaned_data["department"].pk if form.cleaned_data.get("department") else None,
-            details={"output": output, "scope": filters.scope().to_json(), "via": "portal"},
+    department = form.cleaned_data.get("department")
+    try:
+        return audit_export_response(
+            actor=portal_user(request), filters=_filters(visibility, form.cleaned_data), output=output,
+            department_id=department.pk if department else None, via="portal",
         )
-    checkpoint = None
-    if output == "bundle":
-        try:
-            checkpoint = checkpoint_for_export()
-        except (AuditIntegrityError, ImproperlyConfigured) as error:
-            messages.error(request, f"No bundle: a checkpoint cannot be signed ({error}).")
-            return redirect("audit-log")
-    response = StreamingHttpResponse(
-        audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
-    )
-    response["Content-Disposition"] = f'attachment; filename="{export_filename(output)}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    except (AuditIntegrityError, ImproperlyConfigured) as error:
+        messages.error(request, f"No bundle: a checkpoint cannot be signed ({error}).")
+        return redirect("audit-log")
 
 
 @require_POST
@@ -154,10 +141,8 @@ def audit_checkpoint(request: HttpRequest) -> HttpResponse:
     """Sign a checkpoint of everything recorded so far (auditors and platform admins)."""
     if not _visibility(request).everything:
         raise PermissionDenied("Only auditors of the whole organisation and platform admins publish checkpoints.")
-    with transaction.atomic():
-        audit_record(actor=portal_user(request), action=actions.AUDIT_CHECKPOINT_REQUESTED, details={"via": "portal"})
     try:
-        checkpoint = checkpoint_publish()
+        checkpoint = audit_checkpoint_publish(actor=portal_user(request), via="portal")
     except (AuditIntegrityError, ImproperlyConfigured) as error:
         messages.error(request, f"No checkpoint published: {error}")
     else:
