@@ -83,10 +83,12 @@ def imports_of(path: Path, known: set[str]) -> list[Import]:
     found: list[Import] = []
     rel = str(path.relative_to(ROOT))
     for node in ast.walk(tree):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = _resolve(module, node, is_package=path.name == "__init__.py")
             # ``from pkg import mod`` imports the module pkg.mod when there is one.
             targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]

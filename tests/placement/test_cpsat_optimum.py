@@ -6,10 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from allocations.placement import Cluster, Placement, Request, make_policy
-from allocations.placement.mig import GEOMETRIES
+from allocations.placement.mig import GEOMETRIES, mig_compute
 from allocations.placement.mig_optimum import mig_optimum
 from allocations.placement.placing import place
-from allocations.placement.policies.amounts import mig_compute
 
 from .builders import mig, mig_node
 

@@ -16,10 +16,10 @@ from pathlib import Path
 from ..cluster import Cluster
 from ..decisions import Placement, Request, RequestKind
 from ..inventory import Node
+from ..mig import mig_compute
 from ..mig_optimum import mig_optimum
 from ..placing import place
 from ..policies import make_policy
-from ..policies.amounts import mig_compute
 from ..workload import Workload
 from .mig_variant import MIG_GEOMETRY, to_mig
 from .trace import load_nodes, load_pods

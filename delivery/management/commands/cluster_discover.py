@@ -4,8 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from clusters.discovery import cluster_discover
 from clusters.models import Cluster
+from delivery.discovery import cluster_discover
 from delivery.drivers import DriverError
 
 
