@@ -3,7 +3,8 @@
 ``acme`` (organisation) → ``nlp`` → ``nlp-speech`` (team), and ``acme`` → ``vision``.
 Personas: ``nlp_member`` (researcher in nlp, member of project nlp-llm), ``nlp_admin``,
 ``vision_member``, ``vision_admin``, ``auditor`` (on acme), ``platform`` (platform admin),
-``nobody`` (no role at all).
+``nobody`` (no role at all). Tests that need one more persona add it with ``World.persona_add``
+(``tests/audit`` adds ``nlp_auditor``, an auditor of nlp's subtree).
 """
 
 from __future__ import annotations
@@ -92,6 +93,13 @@ class World:
         if persona is not None:
             client.force_authenticate(self.users[persona])
         return client
+
+    def persona_add(self, name: str, *, role: str, department: Department) -> User:
+        """One more persona for the tests that need it (user ``name``, password ``pw-<name>``)."""
+        user = make_user(name)
+        Membership.objects.create(user=user, department=department, role=role)
+        self.users[name] = user
+        return user
 
     def window(self, days: int = 7) -> dict[str, str]:
         start = timezone.now() + datetime.timedelta(minutes=1)

@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from rest_framework.test import APIClient
 
 from audit import actions
 from audit.checkpoints import checkpoint_publish
@@ -23,7 +20,8 @@ from audit.integrity.store import CheckpointFolder
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.schema import statements_for
 from audit.services import audit_record
-from tenants.models import Department, Membership, Role
+from tenants.models import Role
+from tests.conftest import World
 
 ORIGIN = "test.gpuportal/audit"
 
@@ -92,45 +90,11 @@ def publish(django_capture_on_commit_callbacks: Any) -> Publish:
     return run
 
 
-@dataclass
-class Org:
-    """``acme`` → ``nlp`` → ``speech``, and ``acme`` → ``vision``, with one user per persona."""
-
-    acme: Department
-    nlp: Department
-    speech: Department
-    vision: Department
-    users: dict[str, Any]
-
-    def client(self, persona: str | None) -> APIClient:
-        client = APIClient()
-        if persona is not None:
-            client.force_authenticate(self.users[persona])
-        return client
-
-
-def org_build() -> Org:
-    acme = Department.objects.create(slug="acme-a", name="ACME")
-    nlp = Department.objects.create(slug="nlp-a", name="NLP", parent=acme)
-    speech = Department.objects.create(slug="speech-a", name="Speech", parent=nlp)
-    vision = Department.objects.create(slug="vision-a", name="Vision", parent=acme)
-    roles = {
-        "auditor": (Role.AUDITOR, acme),
-        "platform": (Role.PLATFORM_ADMIN, acme),
-        "nlp_admin": (Role.DEPARTMENT_ADMIN, nlp),
-        "nlp_auditor": (Role.AUDITOR, nlp),
-        "vision_admin": (Role.DEPARTMENT_ADMIN, vision),
-        "nlp_member": (Role.RESEARCHER, nlp),
-    }
-    users = {name: get_user_model().objects.create_user(username=f"{name}-a", password="pw") for name in [*roles, "nobody"]}
-    for name, (role, department) in roles.items():
-        Membership.objects.create(user=users[name], department=department, role=role)
-    return Org(acme=acme, nlp=nlp, speech=speech, vision=vision, users=users)
-
-
 @pytest.fixture
-def org(db: None) -> Org:
-    return org_build()
+def world(world: World) -> World:
+    """The shared world (``tests.conftest``), plus ``nlp_auditor``: an auditor of nlp's subtree only."""
+    world.persona_add("nlp_auditor", role=Role.AUDITOR, department=world.nlp)
+    return world
 
 
 def connection_is_owner() -> bool:

@@ -14,7 +14,8 @@ from audit.models import AuditEvent
 from audit.services import AuditOutsideTransaction, audit_record
 from kernel.request_context import RequestContext, request_context
 from tenants.models import Department
-from tests.audit.conftest import Org, record, record_many
+from tests.audit.conftest import record, record_many
+from tests.conftest import World
 
 pytestmark = pytest.mark.django_db
 
@@ -38,17 +39,17 @@ def test_it_chains_each_event_to_the_previous_one() -> None:
     assert events[1].payload["department_prev_hash"] == GENESIS_HASH
 
 
-def test_it_records_who_what_where_and_how(org: Org) -> None:
+def test_it_records_who_what_where_and_how(world: World) -> None:
     context = RequestContext(request_id="req-42", source_ip="10.1.2.3", user_agent="curl/8\r\nX-Forged: 1")
     with request_context(context), transaction.atomic():
         event = audit_record(
-            actor=org.users["platform"], action=actions.DEPARTMENT_UPDATED, target=org.nlp,
-            department_id=org.nlp.pk, before={"name": "NLP"}, after={"name": "Language"},
+            actor=world.users["platform"], action=actions.DEPARTMENT_UPDATED, target=world.nlp,
+            department_id=world.nlp.pk, before={"name": "NLP"}, after={"name": "Language"},
         )
     payload = event.payload
-    assert payload["actor_username"] == "platform-a" and payload["actor_id"] == org.users["platform"].pk
+    assert payload["actor_username"] == "platform" and payload["actor_id"] == world.users["platform"].pk
     assert (payload["action"], payload["action_number"]) == ("department.updated", 201)
-    assert (payload["target_type"], payload["target_id"]) == ("tenants.department", str(org.nlp.pk))
+    assert (payload["target_type"], payload["target_id"]) == ("tenants.department", str(world.nlp.pk))
     assert (payload["before"], payload["after"]) == ({"name": "NLP"}, {"name": "Language"})
     assert (payload["request_id"], payload["source_ip"]) == ("req-42", "10.1.2.3")
     assert payload["user_agent"] == "curl/8\\x0d\\x0aX-Forged: 1"
@@ -84,25 +85,25 @@ def test_it_refuses_an_unregistered_action() -> None:
         audit_record(actor=None, action=forged)
 
 
-def test_a_rolled_back_action_leaves_no_event(org: Org) -> None:
+def test_a_rolled_back_action_leaves_no_event(world: World) -> None:
     before = last_seq()
     with pytest.raises(RuntimeError, match="later step failed"), transaction.atomic():
-        department = Department.objects.create(slug="doomed", name="Doomed", parent=org.acme)
-        audit_record(actor=org.users["platform"], action=actions.DEPARTMENT_CREATED, target=department)
+        department = Department.objects.create(slug="doomed", name="Doomed", parent=world.acme)
+        audit_record(actor=world.users["platform"], action=actions.DEPARTMENT_CREATED, target=department)
         raise RuntimeError("a later step failed")
     assert last_seq() == before
     assert not Department.objects.filter(slug="doomed").exists()
     assert record().seq == before + 1  # and the chain goes on without a gap
 
 
-def test_a_failed_audit_write_rolls_the_action_back(org: Org, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_audit_write_rolls_the_action_back(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise DatabaseError("disk full")
 
     monkeypatch.setattr(AuditEvent.objects, "create", refuse)
     with pytest.raises(DatabaseError, match="disk full"), transaction.atomic():
-        department = Department.objects.create(slug="unaudited", name="Unaudited", parent=org.acme)
-        audit_record(actor=org.users["platform"], action=actions.DEPARTMENT_CREATED, target=department)
+        department = Department.objects.create(slug="unaudited", name="Unaudited", parent=world.acme)
+        audit_record(actor=world.users["platform"], action=actions.DEPARTMENT_CREATED, target=department)
     assert not Department.objects.filter(slug="unaudited").exists()
 
 
