@@ -1,6 +1,7 @@
 """Environment parsing that fails loudly.
 
-Every setting comes from an environment variable. A value that cannot be parsed raises
+Every setting comes from an environment variable, read once in ``gpuportal/settings.py`` (code
+reads settings at call time through ``kernel.conf``, never the environment). A value that cannot be parsed raises
 ``ImproperlyConfigured`` naming the variable, so a typo never silently falls back to a default.
 Secrets may also be read from ``<NAME>_FILE`` (the Docker and Kubernetes secrets convention).
 """
@@ -9,11 +10,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
+
+
+@overload
+def env_str(name: str) -> str | None: ...
+@overload
+def env_str(name: str, default: str) -> str: ...
+@overload
+def env_str(name: str, default: None) -> str | None: ...
 
 
 def env_str(name: str, default: str | None = None) -> str | None:
@@ -46,6 +56,16 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
     return value
+
+
+def env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
