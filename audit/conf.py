@@ -1,13 +1,16 @@
-"""The audit log's configuration: a Django setting of the same name wins over the environment.
+"""The audit log's configuration, read from the settings at call time.
+
+The environment and the defaults are read in ``gpuportal/settings.py`` (README's configuration
+table); this module checks and parses what the settings hold.
 
 =====================================  =========================================================
-``GPUPORTAL_AUDIT_ORIGIN``             log name in checkpoints and key names (``gpuportal/audit``)
+``GPUPORTAL_AUDIT_ORIGIN``             log name in checkpoints and key names
 ``GPUPORTAL_AUDIT_SIGNING_KEY``        Ed25519 private key, PEM or base64 seed; or ``..._FILE``.
                                        Required unless DEBUG (then a key is made in VAR_DIR).
 ``GPUPORTAL_AUDIT_TRUSTED_KEYS``       extra verifier keys (earlier keys after a rotation),
                                        comma- or newline-separated; or ``..._FILE``
-``GPUPORTAL_AUDIT_CHECKPOINT_DIR``     external checkpoint folder (``VAR_DIR/audit-checkpoints``)
-``GPUPORTAL_DB_RUNTIME_ROLE``          PostgreSQL role the application runs as; defaults to the
+``GPUPORTAL_AUDIT_CHECKPOINT_DIR``     external checkpoint folder
+``GPUPORTAL_DB_RUNTIME_ROLE``          PostgreSQL role the application runs as; unset: the
                                        user of ``GPUPORTAL_APP_DATABASE_URL``
 ``GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE`` also grant TRUNCATE on non-audit tables (test runs only)
 =====================================  =========================================================
@@ -17,48 +20,36 @@ from __future__ import annotations
 
 import logging
 import os
-from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate, signing_key_parse, verifier_key_parse
 from audit.integrity.store import CheckpointFolder
-from kernel.env import env_bool, env_secret, env_str
+from kernel.conf import setting, setting_bool, setting_optional_str, setting_path, setting_str
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ORIGIN = "gpuportal/audit"
 DEV_KEY_NAME = "audit-signing-key.pem"
 
 
-def _setting(name: str) -> object | None:
-    return getattr(settings, name, None)
-
-
 def audit_origin() -> str:
-    value = _setting("GPUPORTAL_AUDIT_ORIGIN") or env_str("GPUPORTAL_AUDIT_ORIGIN", DEFAULT_ORIGIN)
-    origin = str(value)
+    origin = setting_str("GPUPORTAL_AUDIT_ORIGIN")
     if not origin or any(character.isspace() or character == "+" for character in origin):
         raise ImproperlyConfigured("GPUPORTAL_AUDIT_ORIGIN must be non-empty, without spaces or '+'")
     return origin
 
 
-def _var_dir() -> Path:
-    return Path(str(getattr(settings, "VAR_DIR", Path(settings.BASE_DIR) / "var")))
-
-
 def audit_signing_key() -> SigningKey:
     """The checkpoint signing key. Never stored in the database."""
-    text = _setting("GPUPORTAL_AUDIT_SIGNING_KEY") or env_secret("GPUPORTAL_AUDIT_SIGNING_KEY")
+    text = setting_optional_str("GPUPORTAL_AUDIT_SIGNING_KEY")
     origin = audit_origin()
     if text:
         try:
-            return signing_key_parse(origin, str(text))
+            return signing_key_parse(origin, text)
         except ValueError as error:
             raise ImproperlyConfigured(f"GPUPORTAL_AUDIT_SIGNING_KEY: {error}") from None
-    if not settings.DEBUG:
+    if not setting_bool("DEBUG"):
         raise ImproperlyConfigured(
             "GPUPORTAL_AUDIT_SIGNING_KEY (or GPUPORTAL_AUDIT_SIGNING_KEY_FILE) must be set when GPUPORTAL_DEBUG is "
             "false: audit checkpoints cannot be signed"
@@ -67,7 +58,7 @@ def audit_signing_key() -> SigningKey:
 
 
 def _development_key(origin: str) -> SigningKey:
-    path = _var_dir() / DEV_KEY_NAME
+    path = setting_path("VAR_DIR") / DEV_KEY_NAME
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         key = signing_key_generate(origin)
@@ -81,7 +72,7 @@ def _development_key(origin: str) -> SigningKey:
 def audit_trusted_keys() -> list[VerifierKey]:
     """Keys whose checkpoints are accepted: the current key plus earlier ones after a rotation."""
     keys = [audit_signing_key().verifier]
-    raw = _setting("GPUPORTAL_AUDIT_TRUSTED_KEYS") or env_secret("GPUPORTAL_AUDIT_TRUSTED_KEYS") or ""
+    raw = setting("GPUPORTAL_AUDIT_TRUSTED_KEYS") or ""
     items = raw if isinstance(raw, list | tuple) else str(raw).replace("\n", ",").split(",")
     for item in items:
         if str(item).strip():
@@ -93,16 +84,15 @@ def audit_trusted_keys() -> list[VerifierKey]:
 
 
 def audit_checkpoint_folder() -> CheckpointFolder:
-    value = _setting("GPUPORTAL_AUDIT_CHECKPOINT_DIR") or env_str("GPUPORTAL_AUDIT_CHECKPOINT_DIR")
-    return CheckpointFolder(Path(str(value)) if value else _var_dir() / "audit-checkpoints")
+    return CheckpointFolder(setting_path("GPUPORTAL_AUDIT_CHECKPOINT_DIR"))
 
 
 def audit_runtime_role() -> str | None:
     """The PostgreSQL role the application runs as (granted INSERT and SELECT on the audit tables)."""
-    value = _setting("GPUPORTAL_DB_RUNTIME_ROLE") or env_str("GPUPORTAL_DB_RUNTIME_ROLE")
-    if value:
-        return str(value)
-    url = env_str("GPUPORTAL_APP_DATABASE_URL")
+    role = setting_optional_str("GPUPORTAL_DB_RUNTIME_ROLE")
+    if role:
+        return role
+    url = setting_optional_str("GPUPORTAL_APP_DATABASE_URL")
     if url:
         user = urlparse(url).username
         if not user:
@@ -112,7 +102,4 @@ def audit_runtime_role() -> str | None:
 
 
 def audit_runtime_grant_truncate() -> bool:
-    value = _setting("GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE")
-    if value is not None:
-        return bool(value)
-    return env_bool("GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE", False)
+    return setting_bool("GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE")

@@ -1,71 +1,41 @@
-"""Settings of cluster delivery, read from Django settings first and the environment second.
+"""Settings of cluster delivery, read at call time.
 
-Every name here belongs in the configuration table of the README; the defaults suit production.
+Their defaults and the environment are read in ``gpuportal/settings.py`` (the configuration table of
+the README lists them all); this module names them for callers and checks what settings cannot.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-from kernel.env import env_int, env_secret, env_str
+from kernel.conf import setting_float, setting_int, setting_optional_str, setting_str
 
 PRUNE_DELETE_NAMESPACE = "delete-namespace"
 PRUNE_RETAIN_NAMESPACE = "retain-namespace"
 PRUNE_POLICIES = (PRUNE_DELETE_NAMESPACE, PRUNE_RETAIN_NAMESPACE)
 
 
-def _setting(name: str, default: Any) -> Any:
-    return getattr(settings, name, default)
-
-
-def _float(name: str, default: float) -> float:
-    raw = _setting(name, None)
-    if raw is None:
-        raw = env_str(name)
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except (TypeError, ValueError):
-        raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
-
-
-def _int(name: str, default: int, *, minimum: int = 0) -> int:
-    raw = _setting(name, None)
-    return int(raw) if raw is not None else env_int(name, default, minimum=minimum)
-
-
-def _str(name: str, default: str) -> str:
-    raw = _setting(name, None)
-    if raw is not None:
-        return str(raw)
-    return env_str(name, default) or default
-
-
 def push_max_attempts() -> int:
     """Attempts of one push before its allocation is marked failed."""
-    return _int("GPUPORTAL_PUSH_MAX_ATTEMPTS", 8, minimum=1)
+    return setting_int("GPUPORTAL_PUSH_MAX_ATTEMPTS")
 
 
 def push_backoff_base_seconds() -> float:
-    return _float("GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS", 2.0)
+    return setting_float("GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS")
 
 
 def push_backoff_max_seconds() -> float:
-    return _float("GPUPORTAL_PUSH_BACKOFF_MAX_SECONDS", 300.0)
+    return setting_float("GPUPORTAL_PUSH_BACKOFF_MAX_SECONDS")
 
 
 def push_lease_seconds() -> float:
     """How long a claimed push is left to its worker before another one may take it over.
     Longer than the task time limit, so a slow but live push is not duplicated."""
-    return _float("GPUPORTAL_PUSH_LEASE_SECONDS", 330.0)
+    return setting_float("GPUPORTAL_PUSH_LEASE_SECONDS")
 
 
 def prune_policy() -> str:
-    policy = _str("GPUPORTAL_KUBE_PRUNE_POLICY", PRUNE_DELETE_NAMESPACE)
+    policy = setting_str("GPUPORTAL_KUBE_PRUNE_POLICY")
     if policy not in PRUNE_POLICIES:
         raise ImproperlyConfigured(f"GPUPORTAL_KUBE_PRUNE_POLICY must be one of {', '.join(PRUNE_POLICIES)}, got {policy!r}")
     return policy
@@ -73,30 +43,28 @@ def prune_policy() -> str:
 
 def kube_user_prefix() -> str:
     """Prefix of RoleBinding user names (``oidc:`` when the API server's OIDC users are prefixed)."""
-    return _str("GPUPORTAL_KUBE_USER_PREFIX", "")
+    return setting_str("GPUPORTAL_KUBE_USER_PREFIX")
 
 
 def kube_apply_concurrency() -> int:
-    return _int("GPUPORTAL_KUBE_APPLY_CONCURRENCY", 16, minimum=1)
+    return setting_int("GPUPORTAL_KUBE_APPLY_CONCURRENCY")
 
 
 def kube_request_timeout_seconds() -> float:
-    return _float("GPUPORTAL_KUBE_REQUEST_TIMEOUT_SECONDS", 30.0)
+    return setting_float("GPUPORTAL_KUBE_REQUEST_TIMEOUT_SECONDS")
 
 
 def limitrange_default_cpu() -> str:
-    return _str("GPUPORTAL_LIMITRANGE_DEFAULT_CPU", "100m")
+    return setting_str("GPUPORTAL_LIMITRANGE_DEFAULT_CPU")
 
 
 def limitrange_default_memory() -> str:
-    return _str("GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY", "256Mi")
+    return setting_str("GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY")
 
 
 def kubeconfig_keys() -> list[str]:
     """Keys for kubeconfigs at rest, newest first (comma-separated to rotate); empty: derive from SECRET_KEY."""
-    raw = _setting("GPUPORTAL_KUBECONFIG_KEY", None)
+    raw = setting_optional_str("GPUPORTAL_KUBECONFIG_KEY")
     if raw is None:
-        raw = env_secret("GPUPORTAL_KUBECONFIG_KEY")
-    if not raw:
         return []
-    return [key.strip() for key in str(raw).split(",") if key.strip()]
+    return [key.strip() for key in raw.split(",") if key.strip()]

@@ -1,4 +1,8 @@
-"""Django settings, all taken from the environment (see the configuration table in README.md)."""
+"""Django settings, all taken from the environment (see the configuration table in README.md).
+
+This is the one module that reads ``GPUPORTAL_*`` variables and gives them their defaults; the apps
+read the result at call time through ``kernel.conf`` (their ``conf`` modules), never the environment.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,10 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from kernel.env import env_bool, env_int, env_list, env_secret, env_str
+from kernel.env import env_bool, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")) or "var")
+VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("GPUPORTAL_DEBUG", False)
 
@@ -83,7 +87,7 @@ TEMPLATES = [
     },
 ]
 
-_database_url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuportal.sqlite3'}") or ""
+_database_url = env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'gpuportal.sqlite3'}")
 try:
     _database = dj_database_url.parse(_database_url, conn_max_age=env_int("GPUPORTAL_DB_CONN_MAX_AGE", 60))
 except (ValueError, KeyError) as exc:
@@ -188,10 +192,37 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
 }
 
-# Cluster delivery.
-GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")) or "")
+# Allocations and the demo data.
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
+
+# Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).
+GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")))
+# Key(s) for kubeconfigs at rest, newest first, comma-separated; unset: derived from SECRET_KEY.
+GPUPORTAL_KUBECONFIG_KEY = env_secret("GPUPORTAL_KUBECONFIG_KEY")
+GPUPORTAL_PUSH_MAX_ATTEMPTS = env_int("GPUPORTAL_PUSH_MAX_ATTEMPTS", 8, minimum=1)
+GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS = env_float("GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS", 2.0)
+GPUPORTAL_PUSH_BACKOFF_MAX_SECONDS = env_float("GPUPORTAL_PUSH_BACKOFF_MAX_SECONDS", 300.0)
+# Longer than CELERY_TASK_TIME_LIMIT, so a slow but live push is not taken over and duplicated.
+GPUPORTAL_PUSH_LEASE_SECONDS = env_float("GPUPORTAL_PUSH_LEASE_SECONDS", 330.0)
+GPUPORTAL_KUBE_PRUNE_POLICY = env_str("GPUPORTAL_KUBE_PRUNE_POLICY", "delete-namespace")
+GPUPORTAL_KUBE_USER_PREFIX = env_str("GPUPORTAL_KUBE_USER_PREFIX", "")
+GPUPORTAL_KUBE_APPLY_CONCURRENCY = env_int("GPUPORTAL_KUBE_APPLY_CONCURRENCY", 16, minimum=1)
+GPUPORTAL_KUBE_REQUEST_TIMEOUT_SECONDS = env_float("GPUPORTAL_KUBE_REQUEST_TIMEOUT_SECONDS", 30.0)
+GPUPORTAL_LIMITRANGE_DEFAULT_CPU = env_str("GPUPORTAL_LIMITRANGE_DEFAULT_CPU", "100m")
+GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY = env_str("GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY", "256Mi")
+
+# The audit log (read through audit/conf.py, which checks the origin and parses the keys on use).
+GPUPORTAL_AUDIT_ORIGIN = env_str("GPUPORTAL_AUDIT_ORIGIN", "gpuportal/audit")
+# Required unless DEBUG (then audit/conf.py makes a development key in VAR_DIR).
+GPUPORTAL_AUDIT_SIGNING_KEY = env_secret("GPUPORTAL_AUDIT_SIGNING_KEY")
+GPUPORTAL_AUDIT_TRUSTED_KEYS = env_secret("GPUPORTAL_AUDIT_TRUSTED_KEYS")
+GPUPORTAL_AUDIT_CHECKPOINT_DIR = Path(env_str("GPUPORTAL_AUDIT_CHECKPOINT_DIR", str(VAR_DIR / "audit-checkpoints")))
+# The restricted runtime role's URL, given to `migrate` (run as the owner) so it grants that role.
+GPUPORTAL_APP_DATABASE_URL = env_str("GPUPORTAL_APP_DATABASE_URL")
+# Unset: the user of GPUPORTAL_APP_DATABASE_URL.
+GPUPORTAL_DB_RUNTIME_ROLE = env_str("GPUPORTAL_DB_RUNTIME_ROLE")
+GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE = env_bool("GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE", False)
 
 # Node telemetry (docs/telemetry.md).
 GPUPORTAL_TELEMETRY_REPORT_MAX_BYTES = env_int("GPUPORTAL_TELEMETRY_REPORT_MAX_BYTES", 2 * 1024 * 1024, minimum=1024)
