@@ -11,7 +11,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from audit.admin_base import ReadOnlyAdmin
-from telemetry import services
+from telemetry import node_tokens
 from telemetry.models import NodeReportState, NodeToken, ObservedGpu, ObservedMigInstance
 
 
@@ -19,7 +19,7 @@ from telemetry.models import NodeReportState, NodeToken, ObservedGpu, ObservedMi
 def revoke_tokens(modeladmin: Any, request: HttpRequest, queryset: QuerySet[NodeToken]) -> None:
     assert isinstance(request.user, User)
     for token in queryset.order_by("pk"):
-        services.node_token_revoke(actor=request.user, token_id=token.pk)
+        node_tokens.node_token_revoke(actor=request.user, token_id=token.pk)
     modeladmin.message_user(request, "Revoked.", messages.SUCCESS)
 
 

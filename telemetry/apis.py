@@ -28,7 +28,8 @@ from agent.report import AgentReport, load_schema
 from clusters.models import Node
 from kernel.api.base import actor, filters, paginated, validated
 from kernel.errors import ApplicationError, NotAllowed
-from telemetry import conf, selectors, services
+from telemetry import conf, node_tokens, selectors
+from telemetry.ingest.report import node_report_ingest, report_check
 from telemetry.models import (
     GpuSample,
     NodeReportState,
@@ -158,8 +159,8 @@ class NodeReportApi(APIView):
         report = _check_schema(_parse(_read_body(request)))
         if report["node_name"] != node_name:
             raise NotAllowed(f"The report is for node {report['node_name']}, but was sent for {node_name}.")
-        services.report_check(report=report)
-        outcome = services.node_report_ingest(token=token, node_name=node_name, report=report, received_at=received_at)
+        report_check(report=report)
+        outcome = node_report_ingest(token=token, node_name=node_name, report=report, received_at=received_at)
         return Response(self.Output(outcome).data, status=status.HTTP_200_OK)
 
 
@@ -217,7 +218,7 @@ class NodeTokenListApi(APIView):
     @extend_schema(request=Input, responses={201: NodeTokenIssuedOut})
     def post(self, request: Request) -> Response:
         data = validated(self.Input, request)
-        token, text = services.node_token_issue(
+        token, text = node_tokens.node_token_issue(
             actor=actor(request), cluster_id=data["cluster"], node_name=data["node_name"], description=data["description"]
         )
         body = NodeTokenIssuedOut(token, context={"token": text}).data
@@ -233,7 +234,7 @@ class NodeTokenDetailApi(APIView):
 class NodeTokenRevokeApi(APIView):
     @extend_schema(request=None, responses=NodeTokenOut)
     def post(self, request: Request, token_id: int) -> Response:
-        token = services.node_token_revoke(actor=actor(request), token_id=token_id)
+        token = node_tokens.node_token_revoke(actor=actor(request), token_id=token_id)
         return Response(NodeTokenOut(selectors.node_token_get(user=request.user, token_id=token.pk)).data)
 
 

@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from telemetry import services
+from telemetry import samples, staleness
 
 
 @shared_task
 def telemetry_nodes_mark_stale_task() -> int:
-    return services.nodes_mark_stale()
+    return staleness.nodes_mark_stale()
 
 
 @shared_task
 def telemetry_samples_roll_up_task() -> dict[str, int]:
-    return services.gpu_samples_roll_up()
+    return samples.gpu_samples_roll_up()
 
 
 @shared_task
 def telemetry_samples_trim_task() -> dict[str, int]:
-    return services.gpu_samples_trim()
+    return samples.gpu_samples_trim()

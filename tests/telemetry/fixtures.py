@@ -22,8 +22,8 @@ from agent.nvml_calls import nvml_session
 from agent.report import format_timestamp
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node
-from telemetry import services
 from telemetry.models import NodeToken
+from telemetry.node_tokens import node_token_issue
 from tests.agent.nvml_replay import NvmlReplay, load_recording, write_proc_root
 from tests.conftest import World
 
@@ -91,7 +91,7 @@ def add_node(cluster: Cluster, name: str, *, gpus: int = 1, model: str = A100, l
 @pytest.fixture
 def issue_token(world: World) -> Callable[..., tuple[NodeToken, str]]:
     def issue(node_name: str, cluster: Cluster | None = None) -> tuple[NodeToken, str]:
-        return services.node_token_issue(
+        return node_token_issue(
             actor=world.users["platform"], cluster_id=(cluster or world.cluster).pk, node_name=node_name
         )
 

@@ -12,8 +12,9 @@ import pytest
 from django.utils import timezone
 
 from audit.models import AuditEvent
-from telemetry import services
+from telemetry.ingest.report import node_report_ingest
 from telemetry.models import NodeReportState, ObservedGpu
+from telemetry.node_tokens import node_token_issue
 from tests.conftest import build_world, requires_postgres
 from tests.telemetry.fixtures import add_node, make_report
 from tests.threads import all_at_once
@@ -24,7 +25,7 @@ pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 def ingest_all_at_once(jobs: list[tuple[Any, str, Any]]) -> Counter[str]:
     def ingest(token: Any, node_name: str, report: Any) -> Callable[[], str]:
         def job() -> str:
-            return services.node_report_ingest(
+            return node_report_ingest(
                 token=token, node_name=node_name, report=report, received_at=timezone.now()
             ).reason
 
@@ -38,7 +39,7 @@ def test_first_reports_of_many_nodes_at_once() -> None:
     jobs = []
     for index in range(12):
         node = add_node(world.cluster, f"gpu-h200-{index:02d}", gpus=8, model="NVIDIA-H200", memory_mib=143771)
-        token, _ = services.node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk,
+        token, _ = node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk,
                                              node_name=node.name)  # fmt: skip
         jobs.append((token, node.name, make_report("h200-8gpu-node", node_name=node.name)))
     events_before = AuditEvent.objects.count()
@@ -56,8 +57,8 @@ def test_first_reports_of_many_nodes_at_once() -> None:
 def test_reports_of_one_node_at_once_keep_the_newest() -> None:
     world = build_world()
     node = add_node(world.cluster, "gpu-h200-01", gpus=8, model="NVIDIA-H200", memory_mib=143771)
-    token, _ = services.node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk, node_name=node.name)
-    services.node_report_ingest(
+    token, _ = node_token_issue(actor=world.users["platform"], cluster_id=world.cluster.pk, node_name=node.name)
+    node_report_ingest(
         token=token, node_name=node.name, report=make_report("h200-8gpu-node", node_name=node.name, sequence=1),  # type: ignore[arg-type]
         received_at=timezone.now(),
     )

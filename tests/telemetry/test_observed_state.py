@@ -16,8 +16,10 @@ from audit.models import AuditEvent
 from clusters.models import Gpu, Node
 from delivery.node_configs import mig_config_entries, mig_config_key
 from delivery.selectors import node_plans
-from telemetry import mig, services
+from telemetry import mig
+from telemetry.ingest.report import node_report_ingest
 from telemetry.models import NodeReportState, NodeToken, ObservedGpu
+from telemetry.staleness import nodes_mark_stale
 from tests.conftest import World
 from tests.telemetry.fixtures import add_node, make_report, post_report
 
@@ -326,7 +328,7 @@ def test_well_known_config_names() -> None:
 
 def _ingest(node: Node, token: NodeToken, *, sequence: int, received_at: datetime.datetime, interval: int = 30) -> None:
     report = make_report("h200-8gpu-node", node_name=node.name, sequence=sequence, interval=interval)
-    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=received_at)  # type: ignore[arg-type]
+    node_report_ingest(token=token, node_name=node.name, report=report, received_at=received_at)  # type: ignore[arg-type]
 
 
 def test_a_node_goes_stale_after_three_intervals_and_at_least_90_seconds(
@@ -335,21 +337,21 @@ def test_a_node_goes_stale_after_three_intervals_and_at_least_90_seconds(
     token, _ = issue_token(h200_node.name)
     received = timezone.now() - datetime.timedelta(hours=1)
     _ingest(h200_node, token, sequence=1, received_at=received, interval=10)
-    assert services.nodes_mark_stale(now=received + datetime.timedelta(seconds=89)) == 0  # 3 × 10 s < 90 s
-    assert services.nodes_mark_stale(now=received + datetime.timedelta(seconds=90)) == 1
+    assert nodes_mark_stale(now=received + datetime.timedelta(seconds=89)) == 0  # 3 × 10 s < 90 s
+    assert nodes_mark_stale(now=received + datetime.timedelta(seconds=90)) == 1
     state = NodeReportState.objects.get(node=h200_node)
     assert state.is_stale and state.stale_since == received + datetime.timedelta(seconds=90)
     event = _events("node.reports_stale", h200_node)[0]
     assert event.details["interval_seconds"] == 10
-    assert services.nodes_mark_stale(now=received + datetime.timedelta(hours=1)) == 0  # flagged once
+    assert nodes_mark_stale(now=received + datetime.timedelta(hours=1)) == 0  # flagged once
 
     _ingest(h200_node, token, sequence=2, received_at=received + datetime.timedelta(minutes=5), interval=60)
     state.refresh_from_db()
     assert not state.is_stale and state.stale_since is None
     assert len(_events("node.reports_resumed", h200_node)) == 1
     later = received + datetime.timedelta(minutes=5)
-    assert services.nodes_mark_stale(now=later + datetime.timedelta(seconds=179)) == 0  # 3 × 60 s
-    assert services.nodes_mark_stale(now=later + datetime.timedelta(seconds=180)) == 1
+    assert nodes_mark_stale(now=later + datetime.timedelta(seconds=179)) == 0  # 3 × 60 s
+    assert nodes_mark_stale(now=later + datetime.timedelta(seconds=180)) == 1
 
 
 def test_a_stale_node_accepts_a_report_its_clock_calls_older(world: World, h200_node: Node, issue_token: IssueToken) -> None:

@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 
 from audit.models import AuditEvent
 from clusters.models import Cluster, Gpu
-from telemetry import services
 from telemetry.models import GpuSample, NodeReportState, NodeToken, ObservedGpu, SampleTier
+from telemetry.node_tokens import node_token_revoke
 from tests.conftest import World
 from tests.telemetry.fixtures import A100, add_node, make_report, post_report
 
@@ -124,7 +124,7 @@ def test_a_body_naming_another_node_gets_403(world: World, a100_node: Any, issue
 
 def test_a_revoked_token_gets_403(world: World, a100_node: Any, issue_token: IssueToken, agent: APIClient) -> None:
     row, token = issue_token(NODE)
-    services.node_token_revoke(actor=world.users["platform"], token_id=row.pk)
+    node_token_revoke(actor=world.users["platform"], token_id=row.pk)
     response = post_report(agent, NODE, make_report("a100-80gb-mig", node_name=NODE), token)
     assert response.status_code == 403
     assert "revoked" in response.json()["error"]["message"]

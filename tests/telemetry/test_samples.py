@@ -11,8 +11,9 @@ from django.test import override_settings
 from django.utils import timezone
 
 from clusters.models import Node
-from telemetry import services
+from telemetry.ingest.report import node_report_ingest
 from telemetry.models import GpuSample, NodeToken, ObservedGpu, SampleTier
+from telemetry.samples import gpu_samples_roll_up, gpu_samples_trim
 from tests.conftest import World
 from tests.telemetry.fixtures import add_node, make_report
 
@@ -30,7 +31,7 @@ def gpu(world: World, issue_token: IssueToken) -> ObservedGpu:
     node: Node = add_node(world.cluster, "gpu-h100-01", model="NVIDIA-H100-80GB-HBM3", memory_mib=81559)
     token, _ = issue_token(node.name)
     report: Any = make_report("h100-80gb-no-mig", node_name=node.name)
-    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
+    node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
     GpuSample.objects.all().delete()
     return ObservedGpu.objects.get(node=node)
 
@@ -48,7 +49,7 @@ def test_a_report_stores_one_raw_sample_per_gpu(world: World, issue_token: Issue
     node = add_node(world.cluster, "gpu-h200-01", gpus=8, model="NVIDIA-H200", memory_mib=143771)
     token, _ = issue_token(node.name)
     report: Any = make_report("h200-8gpu-node", node_name=node.name)
-    services.node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
+    node_report_ingest(token=token, node_name=node.name, report=report, received_at=timezone.now())
     samples = GpuSample.objects.filter(tier=SampleTier.RAW, gpu__node=node).select_related("gpu")
     assert samples.count() == 8
     by_index = {sample.gpu.index: sample for sample in samples}
@@ -64,7 +65,7 @@ def test_the_tiers_hold_the_mean_of_their_bucket(gpu: ObservedGpu) -> None:
     raw(gpu, at(10, 5, 0), 60, memory=400)
     raw(gpu, at(9, 59, 59), 99, memory=0)
 
-    written = services.gpu_samples_roll_up(now=at(10, 12))
+    written = gpu_samples_roll_up(now=at(10, 12))
     assert written == {"5m": 3, "1h": 1}
     assert tier(gpu, SampleTier.FIVE_MINUTES) == [
         (at(9, 55), 1, 99.0, 0.0),
@@ -73,17 +74,17 @@ def test_the_tiers_hold_the_mean_of_their_bucket(gpu: ObservedGpu) -> None:
     ]
     assert tier(gpu, SampleTier.HOUR) == [(at(9, 0), 1, 99.0, 0.0)]  # the 10:00 hour has not ended
 
-    services.gpu_samples_roll_up(now=at(11, 1))
+    gpu_samples_roll_up(now=at(11, 1))
     assert tier(gpu, SampleTier.HOUR) == [(at(9, 0), 1, 99.0, 0.0), (at(10, 0), 4, 30.0, 250.0)]
 
 
 def test_rolling_up_again_is_idempotent_and_takes_late_samples(gpu: ObservedGpu) -> None:
     raw(gpu, at(10, 1), 10)
-    services.gpu_samples_roll_up(now=at(10, 12))
-    services.gpu_samples_roll_up(now=at(10, 12))
+    gpu_samples_roll_up(now=at(10, 12))
+    gpu_samples_roll_up(now=at(10, 12))
     assert tier(gpu, SampleTier.FIVE_MINUTES) == [(at(10, 0), 1, 10.0, 1000.0)]
     raw(gpu, at(10, 3), 30)  # delivered late, after its bucket was computed
-    services.gpu_samples_roll_up(now=at(10, 16))
+    gpu_samples_roll_up(now=at(10, 16))
     assert tier(gpu, SampleTier.FIVE_MINUTES) == [(at(10, 0), 2, 20.0, 1000.0)]
 
 
@@ -91,46 +92,46 @@ def test_samples_are_trimmed_by_tier_retention(gpu: ObservedGpu) -> None:
     start = at(0, 0)
     for hour in range(0, 48, 6):
         raw(gpu, start + datetime.timedelta(hours=hour), hour)
-    services.gpu_samples_roll_up(now=start + datetime.timedelta(hours=47))
+    gpu_samples_roll_up(now=start + datetime.timedelta(hours=47))
     five = GpuSample.objects.filter(tier=SampleTier.FIVE_MINUTES).count()
     hours = GpuSample.objects.filter(tier=SampleTier.HOUR).count()
     assert five > 0 and hours > 0
 
-    deleted = services.gpu_samples_trim(now=start + datetime.timedelta(hours=47))
+    deleted = gpu_samples_trim(now=start + datetime.timedelta(hours=47))
     assert deleted["raw"] == 4  # older than 24 h: 00:00, 06:00, 12:00 and 18:00 of the first day
     assert deleted["5m"] == 0 and deleted["1h"] == 0
     assert GpuSample.objects.filter(tier=SampleTier.RAW).count() == 4
 
     # the tiers were computed from the raw samples still within retention: those of the second day
-    deleted = services.gpu_samples_trim(now=start + datetime.timedelta(days=31))
+    deleted = gpu_samples_trim(now=start + datetime.timedelta(days=31))
     assert deleted["5m"] == 0 and GpuSample.objects.filter(tier=SampleTier.FIVE_MINUTES).count() == five
-    deleted = services.gpu_samples_trim(now=start + datetime.timedelta(days=32))
+    deleted = gpu_samples_trim(now=start + datetime.timedelta(days=32))
     assert deleted["5m"] == five and deleted["1h"] == 0
-    assert services.gpu_samples_trim(now=start + datetime.timedelta(days=366))["1h"] == 0
-    assert services.gpu_samples_trim(now=start + datetime.timedelta(days=367))["1h"] == hours
+    assert gpu_samples_trim(now=start + datetime.timedelta(days=366))["1h"] == 0
+    assert gpu_samples_trim(now=start + datetime.timedelta(days=367))["1h"] == hours
 
 
 def test_raw_samples_are_kept_until_the_tiers_have_them(gpu: ObservedGpu) -> None:
     raw(gpu, at(0, 1), 5)
-    services.gpu_samples_roll_up(now=at(0, 2))  # neither bucket has ended: the marks stay at midnight
-    services.gpu_samples_trim(now=at(0, 2) + datetime.timedelta(days=2))
+    gpu_samples_roll_up(now=at(0, 2))  # neither bucket has ended: the marks stay at midnight
+    gpu_samples_trim(now=at(0, 2) + datetime.timedelta(days=2))
     assert GpuSample.objects.filter(tier=SampleTier.RAW).count() == 1
 
 
 @override_settings(GPUPORTAL_TELEMETRY_RAW_RETENTION_HOURS=1, GPUPORTAL_TELEMETRY_5M_RETENTION_DAYS=1)
 def test_retention_comes_from_settings(gpu: ObservedGpu) -> None:
     raw(gpu, at(8, 40), 5)
-    services.gpu_samples_roll_up(now=at(9, 30))
-    assert services.gpu_samples_trim(now=at(9, 30))["raw"] == 0
-    assert services.gpu_samples_trim(now=at(9, 50))["raw"] == 1
-    assert services.gpu_samples_trim(now=at(8, 39) + datetime.timedelta(days=1))["5m"] == 0
-    assert services.gpu_samples_trim(now=at(8, 41) + datetime.timedelta(days=1))["5m"] == 1
+    gpu_samples_roll_up(now=at(9, 30))
+    assert gpu_samples_trim(now=at(9, 30))["raw"] == 0
+    assert gpu_samples_trim(now=at(9, 50))["raw"] == 1
+    assert gpu_samples_trim(now=at(8, 39) + datetime.timedelta(days=1))["5m"] == 0
+    assert gpu_samples_trim(now=at(8, 41) + datetime.timedelta(days=1))["5m"] == 1
 
 
 def test_the_samples_endpoint_serves_each_tier(world: World, gpu: ObservedGpu) -> None:
     raw(gpu, at(10, 1), 10)
     raw(gpu, at(10, 2), 30)
-    services.gpu_samples_roll_up(now=at(11, 0))
+    gpu_samples_roll_up(now=at(11, 0))
     client = world.client("nlp_member")
     window = {"since": "2026-11-30T00:00:00Z", "until": "2026-12-01T00:00:00Z"}
     url = f"/api/v1/telemetry/gpus/{gpu.pk}/samples/"

@@ -1,0 +1,1 @@
+"""The node agent's report, stored: ``report.node_report_ingest``."""
