@@ -20,9 +20,8 @@ from clusters.selectors import cluster_list
 from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
 from kernel.api.pagination import Pagination
 from kernel.errors import TransitionNotAllowed
+from kernel.limits import TEXT_LIMIT
 from tenants.selectors import department_list, project_list
-
-TEXT_LIMIT = 2000
 
 
 class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from kernel.limits import TEXT_LIMIT
 from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Project
 
 # A Kubernetes extended resource name: a DNS-1123 subdomain prefix, '/', a name of at most 63 characters.
@@ -161,7 +162,7 @@ class Allocation(models.Model):
     )
     starts_at = models.DateTimeField()
     ends_at = models.DateTimeField()
-    justification = models.TextField(max_length=2000)
+    justification = models.TextField(max_length=TEXT_LIMIT)
     state = models.CharField(max_length=16, choices=AllocationState.choices, default=AllocationState.PENDING)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requested_allocations"
@@ -169,7 +170,7 @@ class Allocation(models.Model):
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_allocations"
     )
-    decision_comment = models.TextField(blank=True, max_length=2000)
+    decision_comment = models.TextField(blank=True, max_length=TEXT_LIMIT)
     decided_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True, max_length=4000)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -38,8 +38,6 @@ from tenants.access import access_for, department_ancestor_ids, department_paren
 from tenants.models import Department, Project
 from tenants.selectors import project_is_member
 
-MAX_TEXT = 2000
-
 
 def _snapshot(allocation: Allocation) -> dict[str, Any]:
     return {

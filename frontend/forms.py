@@ -18,9 +18,9 @@ from audit.models import Outcome
 from clusters.models import Cluster
 from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects
+from kernel.limits import TEXT_LIMIT
 from tenants.models import Department, Project
 
-TEXT_LIMIT = 2000
 DATETIME_INPUT_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 

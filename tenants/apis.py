@@ -12,6 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
+from kernel.limits import TEXT_LIMIT
 from tenants import selectors, services
 from tenants.models import Department, Membership, Project
 
@@ -65,7 +66,7 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
     slug = serializers.CharField(max_length=63)
     name = serializers.CharField(max_length=200)
     department = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user))
-    description = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    description = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True, default="")
     members = serializers.SlugRelatedField[Any](
         slug_field="username", many=True, required=False, default=list, queryset=get_user_model().objects.all()
     )

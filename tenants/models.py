@@ -6,6 +6,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from kernel.limits import TEXT_LIMIT
+
 # RFC 1123 label, as Kubernetes requires for namespace names.
 NAMESPACE_SLUG_VALIDATOR = RegexValidator(
     regex=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$",
@@ -62,7 +64,7 @@ class Project(models.Model):
     name = models.CharField(max_length=200)
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
-    description = models.TextField(blank=True, max_length=2000)
+    description = models.TextField(blank=True, max_length=TEXT_LIMIT)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

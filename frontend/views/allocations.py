@@ -28,6 +28,7 @@ from frontend.selectors import (
 )
 from frontend.timeline import allocation_timeline
 from kernel.errors import ApplicationError
+from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
 
 # Service field names that the form calls differently.
@@ -138,7 +139,7 @@ def allocation_release_view(request: HttpRequest, allocation_id: int) -> HttpRes
     user = portal_user(request)
     allocation = allocation_get(user=user, allocation_id=allocation_id)
     try:
-        released = allocation_release(actor=user, allocation_id=allocation.pk, comment=request.POST.get("comment", "")[:2000])
+        released = allocation_release(actor=user, allocation_id=allocation.pk, comment=request.POST.get("comment", "")[:TEXT_LIMIT])
     except ApplicationError as error:
         messages.error(request, error.message)
     else:
