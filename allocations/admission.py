@@ -80,7 +80,7 @@ def quota_checks(
     checks: list[QuotaCheck] = []
     for quota in quotas.order_by("department_id", "flavor_id"):
         subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
-        requested = Decimal(quantity) if quota.flavor_id else Decimal(quantity) * flavor.gpu_equivalents
+        requested = Decimal(quantity) if quota.flavor_id else flavor.gpu_equivalents_for(quantity)
         in_use = department_usage(department_ids=subtree, flavor=flavor if quota.flavor_id else None)
         checks.append(
             QuotaCheck(

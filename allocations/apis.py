@@ -200,7 +200,7 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
 
     def get_gpu_equivalents(self, allocation: Allocation) -> str:
-        return format((allocation.flavor.gpu_equivalents * allocation.quantity).normalize(), "f")
+        return format(allocation.flavor.gpu_equivalents_for(allocation.quantity).normalize(), "f")
 
     @extend_schema_field(ReservationOut(many=True))
     def get_placement(self, allocation: Allocation) -> list[dict[str, Any]]:

@@ -63,6 +63,11 @@ class Flavor(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def gpu_equivalents_for(self, quantity: int) -> Decimal:
+        """What ``quantity`` units of this flavor weigh in GPU-equivalents (the database's side of
+        the same sum is ``allocations.admission``'s aggregate)."""
+        return self.gpu_equivalents * quantity
+
     def clean(self) -> None:
         """The combinations the real components accept (see gpu-sharing-formats.md)."""
         errors: dict[str, str] = {}

@@ -7,7 +7,6 @@ enqueued with ``transaction.on_commit`` so a rolled-back decision never reaches 
 from __future__ import annotations
 
 import datetime
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -167,7 +166,7 @@ def allocation_request(
         action=actions.ALLOCATION_REQUESTED,
         allocation=allocation,
         before=None,
-        details={"justification": justification, "gpu_equivalents": str(flavor.gpu_equivalents * quantity)},
+        details={"justification": justification, "gpu_equivalents": str(flavor.gpu_equivalents_for(quantity))},
     )
     return allocation
 
@@ -411,7 +410,3 @@ def allocation_retry(*, actor: User, allocation_id: int) -> Allocation:
         )
     _enqueue_provision(allocation.pk)
     return allocation
-
-
-def gpu_equivalents(*, flavor: Flavor, quantity: int) -> Decimal:
-    return flavor.gpu_equivalents * quantity

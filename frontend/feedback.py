@@ -111,7 +111,7 @@ def request_feedback(
     """Everything that can be said about a request from the fields filled in so far."""
     if flavor is None or quantity is None or quantity < 1:
         return RequestFeedback(flavor=flavor, quantity=quantity)
-    equivalents = flavor.gpu_equivalents * quantity
+    equivalents = flavor.gpu_equivalents_for(quantity)
     quota: list[QuotaLine] = []
     if project is not None and priority_class is not None:
         quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class)

@@ -57,7 +57,7 @@ def sync(allocation: Allocation) -> SyncStatus:
 
 @register.filter
 def gpu_eq(allocation: Allocation) -> Decimal:
-    return allocation.flavor.gpu_equivalents * allocation.quantity
+    return allocation.flavor.gpu_equivalents_for(allocation.quantity)
 
 
 @register.filter
