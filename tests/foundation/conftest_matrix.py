@@ -1,0 +1,119 @@
+"""The scene the role matrix and the query budgets run against: the shared ``world`` plus one object
+of every kind the API serves, spread over the departments so that a leak shows.
+
+Import the fixtures into a test module with
+``from tests.foundation.conftest_matrix import audit_keys_fixture, scene_fixture  # noqa: F401``.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.utils import timezone
+
+from allocations import services
+from allocations.models import Allocation, Flavor, Quota
+from audit.checkpoints import checkpoint_publish
+from audit.integrity.keys import signing_key_generate
+from audit.models import AuditCheckpoint
+from clusters.models import ClusterDrift, Gpu, Node
+from telemetry.models import GpuSample, NodeReportState, NodeToken, ObservedGpu, SampleTier
+from tenants.models import Project
+from tests.conftest import World
+
+AUDIT_ORIGIN = "test.gpuportal/matrix"
+
+
+@dataclass
+class Scene:
+    world: World
+    pending: Allocation  # nlp (project nlp-llm), pending
+    failed: Allocation  # nlp, granted then failed to provision: the one retry applies to
+    speech: Allocation  # nlp-speech (a team under nlp), pending
+    vision: Allocation  # vision (project vision-seg), granted
+    quota: Quota  # nlp's quota of a100 units
+    node: Node  # h100-0, where vision's allocation runs: its observed GPU shows vision's process
+    observed: ObservedGpu
+    token: NodeToken  # for node h100-0
+    token_text: str
+    drift: ClusterDrift
+    checkpoint: AuditCheckpoint
+
+
+def request(world: World, *, persona: str, project: Project, flavor: Flavor, quantity: int = 1) -> Allocation:
+    start = timezone.now()
+    return services.allocation_request(
+        actor=world.users[persona], project=project, flavor=flavor, quantity=quantity, priority_class=world.standard,
+        starts_at=start, ends_at=start + datetime.timedelta(days=2), justification="role matrix",
+    )
+
+
+def granted(world: World, *, persona: str, admin: str, project: Project, flavor: Flavor, quantity: int = 1) -> Allocation:
+    allocation = request(world, persona=persona, project=project, flavor=flavor, quantity=quantity)
+    return services.allocation_approve(actor=world.users[admin], allocation_id=allocation.pk, comment="ok")
+
+
+def failed(world: World) -> Allocation:
+    allocation = granted(world, persona="nlp_member", admin="nlp_admin", project=world.llm, flavor=world.a100)
+    services.allocation_provision_start(allocation_id=allocation.pk)
+    return services.allocation_provision_failed(allocation_id=allocation.pk, reason="cluster unreachable")
+
+
+def observe(node: Node, *, index: int = 0, pod_uid: str = "pod-of-vision") -> ObservedGpu:
+    """What an agent would have reported about one GPU of ``node``, with one process on it."""
+    now = timezone.now()
+    gpu = Gpu.objects.get(node=node, index=index)
+    NodeReportState.objects.update_or_create(
+        node=node, defaults={"received_at": now, "collected_at": now, "stale_at": now + datetime.timedelta(minutes=5)}
+    )
+    observed = ObservedGpu.objects.create(
+        node=node, uuid=f"GPU-{node.pk}-{index}", gpu=gpu, index=index, name=gpu.model, first_seen_at=now, last_seen_at=now, gpu_percent=40, memory_percent=20,
+        processes=[{"pid": 4242, "used_memory_bytes": 1 << 30, "gpu_instance_id": None, "compute_instance_id": None,
+                    "mig_uuid": None, "pod_uid": pod_uid, "container_id": "containerd://abc"}],
+    )
+    GpuSample.objects.create(
+        gpu=observed, tier=SampleTier.FIVE_MINUTES, at=now - datetime.timedelta(minutes=10), gpu_percent=40.0
+    )
+    return observed
+
+
+def scene_build(world: World) -> Scene:
+    node = Node.objects.get(cluster=world.cluster, name="h100-0")
+    issued = world.client("platform").post(
+        "/api/v1/node-tokens/", {"cluster": world.cluster.pk, "node_name": node.name}, format="json"
+    ).json()
+    return Scene(
+        world=world,
+        pending=request(world, persona="nlp_member", project=world.llm, flavor=world.a100),
+        failed=failed(world),
+        speech=request(world, persona="speech_member", project=world.speech_project, flavor=world.a100),
+        vision=granted(world, persona="vision_member", admin="vision_admin", project=world.seg, flavor=world.h100),
+        quota=Quota.objects.get(department=world.nlp, flavor=world.a100),
+        node=node,
+        observed=observe(node),
+        token=NodeToken.objects.get(pk=issued["id"]),
+        token_text=issued["token"],
+        drift=ClusterDrift.objects.create(
+            cluster=world.cluster, kind="ResourceQuota", namespace="vision-seg", name="gpu", change="changed"
+        ),
+        checkpoint=checkpoint_publish(),
+    )
+
+
+@pytest.fixture(name="audit_keys")
+def audit_keys_fixture(settings: Any, tmp_path: Path) -> None:
+    """A signing key and a checkpoint folder, so checkpoints can be published and exported."""
+    settings.GPUPORTAL_AUDIT_ORIGIN = AUDIT_ORIGIN
+    settings.GPUPORTAL_AUDIT_SIGNING_KEY = signing_key_generate(AUDIT_ORIGIN).private_pem()
+    settings.GPUPORTAL_AUDIT_CHECKPOINT_DIR = str(tmp_path / "checkpoints")
+
+
+@pytest.fixture(name="scene")
+def scene_fixture(world: World, audit_keys: None) -> Scene:
+    cache.clear()  # the login throttle counts in the cache
+    return scene_build(world)
