@@ -11,10 +11,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
-from allocations.admission import department_usage
+from allocations.admission import usage_by_department_and_flavor
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from allocations.states import HOLDING_STATES
 from tenants.access import access_for, department_parent_map, department_subtree_ids
+from tenants.selectors import project_is_member
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -100,6 +101,14 @@ def allocation_get(*, user: AbstractBaseUser | AnonymousUser, allocation_id: int
         raise Http404("No such allocation.") from None
 
 
+def allocation_may_change(*, user: AbstractBaseUser | AnonymousUser, allocation: Allocation) -> bool:
+    """Whether ``user`` may release or renew ``allocation``: its requester, a member of its project
+    or an admin of its department (whether its state allows the change is asked separately)."""
+    if access_for(user).can_administer_department(allocation.project.department_id):
+        return True
+    return allocation.requested_by_id == user.pk or project_is_member(project=allocation.project, user=user)
+
+
 def flavor_list(*, user: AbstractBaseUser | AnonymousUser, active_only: bool = False) -> QuerySet[Flavor]:
     if not access_for(user).has_any_role:
         return Flavor.objects.none()
@@ -157,10 +166,21 @@ def quota_get(*, user: AbstractBaseUser | AnonymousUser, quota_id: int) -> Quota
 
 
 def quota_usages(*, quotas: list[Quota]) -> list[QuotaUsage]:
-    """Current use of each quota (its department's whole subtree)."""
+    """Current use of each quota (its department's whole subtree): two queries, however many quotas."""
+    if not quotas:
+        return []
     parents = department_parent_map()
+    subtrees = {quota.pk: department_subtree_ids(root_ids=[quota.department_id], parents=parents) for quota in quotas}
+    held = usage_by_department_and_flavor(department_ids=frozenset().union(*subtrees.values()))
     usages = []
     for quota in quotas:
-        subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
-        usages.append(QuotaUsage(quota=quota, in_use=department_usage(department_ids=subtree, flavor=quota.flavor)))
+        subtree = subtrees[quota.pk]
+        if quota.flavor_id is not None:
+            units = sum(units for (department, flavor), (units, _) in held.items()
+                        if department in subtree and flavor == quota.flavor_id)
+            in_use = Decimal(units)
+        else:
+            in_use = sum((equivalents for (department, _), (_, equivalents) in held.items() if department in subtree),
+                         Decimal(0))
+        usages.append(QuotaUsage(quota=quota, in_use=in_use))
     return usages

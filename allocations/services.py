@@ -18,6 +18,7 @@ from allocations import admission
 from allocations.booking import reservations
 from allocations.booking.preview import candidate_clusters
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.selectors import allocation_may_change
 from allocations.states import HOLDING_STATES, can_transition
 from audit import actions
 from audit.actions import AuditAction
@@ -268,10 +269,7 @@ def allocation_reject(*, actor: User, allocation_id: int, comment: str) -> Alloc
 
 
 def _require_owner_or_admin(*, actor: User, allocation: Allocation) -> None:
-    access = access_for(actor)
-    if access.can_administer_department(allocation.project.department_id):
-        return
-    if allocation.requested_by_id == actor.pk or project_is_member(project=allocation.project, user=actor):
+    if allocation_may_change(user=actor, allocation=allocation):
         return
     raise NotAllowed("Only the project's members or the department's admins may change this allocation.")
 

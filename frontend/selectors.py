@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
 
 from allocations.models import Allocation, AllocationState
-from allocations.selectors import allocation_list, quota_list, quota_usages
+from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, ClusterPush, Gpu, PushState
 from clusters.selectors import cluster_list
@@ -40,9 +40,7 @@ def allocation_changeable(*, user: User, allocation: Allocation) -> bool:
     of its project or an admin of its department (the services enforce the same)."""
     if allocation.state not in (AllocationState.PENDING, *HOLDING_STATES):
         return False
-    if access_for(user).can_administer_department(allocation.project.department_id):
-        return True
-    return allocation.requested_by_id == user.pk or allocation.project.members.filter(pk=user.pk or 0).exists()
+    return allocation_may_change(user=user, allocation=allocation)
 
 
 def pending_for_decision(*, user: User) -> QuerySet[Allocation]:
