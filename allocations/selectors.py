@@ -11,7 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
-from allocations.admission import usage_by_department_and_flavor
+from allocations.admission import department_usage
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from allocations.states import HOLDING_STATES
 from tenants.access import access_for, department_parent_map, department_subtree_ids
@@ -166,21 +166,10 @@ def quota_get(*, user: AbstractBaseUser | AnonymousUser, quota_id: int) -> Quota
 
 
 def quota_usages(*, quotas: list[Quota]) -> list[QuotaUsage]:
-    """Current use of each quota (its department's whole subtree): two queries, however many quotas."""
-    if not quotas:
-        return []
+    """Current use of each quota (its department's whole subtree)."""
     parents = department_parent_map()
-    subtrees = {quota.pk: department_subtree_ids(root_ids=[quota.department_id], parents=parents) for quota in quotas}
-    held = usage_by_department_and_flavor(department_ids=frozenset().union(*subtrees.values()))
     usages = []
     for quota in quotas:
-        subtree = subtrees[quota.pk]
-        if quota.flavor_id is not None:
-            units = sum(units for (department, flavor), (units, _) in held.items()
-                        if department in subtree and flavor == quota.flavor_id)
-            in_use = Decimal(units)
-        else:
-            in_use = sum((equivalents for (department, _), (_, equivalents) in held.items() if department in subtree),
-                         Decimal(0))
-        usages.append(QuotaUsage(quota=quota, in_use=in_use))
+        subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
+        usages.append(QuotaUsage(quota=quota, in_use=department_usage(department_ids=subtree, flavor=quota.flavor)))
     return usages
