@@ -20,21 +20,36 @@ from tenants.selectors import project_is_member
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
 
+    from clusters.models import Cluster
+
+
+def live_reservations_on(*, cluster: Cluster | None = None, node_ids: Iterable[int] | None = None) -> QuerySet[Reservation]:
+    """The live reservations (not released: the GPU units booked now) on ``cluster`` and on the
+    nodes ``node_ids``; every live reservation when neither is given. Unordered."""
+    rows = Reservation.objects.filter(released_at__isnull=True)
+    if cluster is not None:
+        rows = rows.filter(node__cluster=cluster)
+    if node_ids is not None:
+        rows = rows.filter(node_id__in=list(node_ids))
+    return rows
+
 
 def live_reservations_prefetch() -> Prefetch[Any]:
     """The allocation's live reservations, with their nodes, as ``allocation.live_reservations``."""
     return Prefetch(
         "reservations",
-        queryset=Reservation.objects.filter(released_at__isnull=True).select_related("node").order_by("unit"),
+        queryset=live_reservations_on().select_related("node").order_by("unit"),
         to_attr="live_reservations",
     )
 
 
 def live_reservations(allocation: Allocation) -> list[Reservation]:
+    """The allocation's live reservations with their nodes, by unit (prefetched by
+    :func:`allocation_list`, else read now)."""
     prefetched: list[Reservation] | None = getattr(allocation, "live_reservations", None)
     if prefetched is not None:
         return prefetched
-    return list(allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit"))
+    return list(live_reservations_on().filter(allocation=allocation).select_related("node").order_by("unit"))
 
 
 class LiveUnits(TypedDict):

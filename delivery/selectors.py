@@ -6,8 +6,8 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation, SharingMode
-from allocations.selectors import holding_with_live_units
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
+from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import HOLDING_STATES
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
@@ -144,9 +144,7 @@ def booked_gpu_layouts(
     """Per node id: the MIG instances live reservations book on each GPU (index → profile →
     count), and the GPUs booked whole or shared (not carved)."""
     out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
-    rows = Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
-    if node_ids is not None:
-        rows = rows.filter(node_id__in=list(node_ids))
+    rows = live_reservations_on(cluster=cluster, node_ids=node_ids)
     for node_id, indices, profile in rows.values_list("node_id", "gpu_indices", "mig_profile"):
         carved, uncarved = out[node_id]
         for index in indices:

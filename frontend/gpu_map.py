@@ -23,7 +23,7 @@ from decimal import Decimal
 
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
-from allocations.selectors import holding_with_live_units, unplaced_labels
+from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from clusters.models import Cluster, Node
 
 # Colour-blind-friendly hues dark enough for white text and a 3:1 contrast against the light GPU box.
@@ -206,7 +206,7 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
         rows[node.pk] = row
         cells.update({(node.pk, cell.index): cell for cell in row})
     reservations = list(
-        Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
+        live_reservations_on(cluster=cluster)
         .select_related("allocation__flavor", "allocation__project__department")
         .order_by("allocation_id", "unit", "pk")
     )

@@ -39,7 +39,7 @@ from allocations.booking.view import (
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import make_policy
 from allocations.placement.mig import geometry_for_model
-from allocations.selectors import holding_with_live_units, unplaced_labels
+from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -217,7 +217,7 @@ def defrag_plan(*, cluster: Cluster, now: datetime.datetime | None = None, movab
     ids = set(movable_allocation_ids(cluster=cluster, now=moment) if movable_ids is None else movable_ids)
     nodes = node_rows(cluster)
     live = list(
-        Reservation.objects.filter(node__cluster=cluster, released_at__isnull=True)
+        live_reservations_on(cluster=cluster)
         .select_related("allocation__flavor", "node")
         .order_by("pk")
     )

@@ -22,7 +22,6 @@ from allocations.booking.view import (
     PlacementView,
     UnitShape,
     gpu_label,
-    live_reservations,
     node_rows,
     placement_view,
     unit_shape,
@@ -30,7 +29,7 @@ from allocations.booking.view import (
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy
 from allocations.placement.placing import place
-from allocations.selectors import holding_with_live_units
+from allocations.selectors import holding_with_live_units, live_reservations, live_reservations_on
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -139,7 +138,7 @@ def placement_attempt(
     shape = unit_shape(flavor)
     nodes = node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes
     if reservations is None:
-        reservations = live_reservations(node_ids=[row.node.pk for row in nodes])
+        reservations = list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
     view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations)
     attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
     if not view.offered:
@@ -277,7 +276,7 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
 
 def reservations_release(*, allocation: Allocation, reason: str) -> int:
     """Free every live reservation of ``allocation`` (rows are kept, marked released)."""
-    return Reservation.objects.filter(allocation=allocation, released_at__isnull=True).update(
+    return live_reservations_on().filter(allocation=allocation).update(
         released_at=timezone.now(), release_reason=reason
     )
 
@@ -322,7 +321,7 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
 
 def reservations_where(*, allocation: Allocation) -> dict[str, list[str]]:
     """Node name → the GPUs the allocation's live reservations hold (``gpu3``, ``gpu2@4`` for MIG)."""
-    rows = allocation.reservations.filter(released_at__isnull=True).select_related("node").order_by("unit")
+    rows = live_reservations(allocation)
     return bookings_where(
         [Booking(row.node, tuple(row.gpu_indices), row.gpu_milli, row.mig_profile or None, row.mig_start, row.policy)
          for row in rows]

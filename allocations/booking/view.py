@@ -31,6 +31,7 @@ from allocations.placement import Gpu as EngineGpu
 from allocations.placement import MigSlice, Request
 from allocations.placement import Node as EngineNode
 from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
+from allocations.selectors import live_reservations_on
 from clusters.models import Cluster, Gpu, Node, NodeSharing
 
 GPU_MILLI = 1000
@@ -132,10 +133,6 @@ def _usage(reservations: Iterable[Reservation]) -> tuple[dict[tuple[int, int], G
     return per_gpu, cpu, memory
 
 
-def live_reservations(*, node_ids: Iterable[int]) -> list[Reservation]:
-    return list(Reservation.objects.filter(node_id__in=list(node_ids), released_at__isnull=True).order_by("pk"))
-
-
 def _capacity(value: int) -> int:
     return int(value) if value > 0 else UNKNOWN_CAPACITY
 
@@ -222,7 +219,7 @@ def placement_view(
     ]
     node_ids = {row.node.pk for row in offering + pinned}
     if reservations is None:
-        reservations = live_reservations(node_ids=node_ids)
+        reservations = list(live_reservations_on(node_ids=node_ids).order_by("pk"))
     per_gpu, cpu, memory = _usage(row for row in reservations if row.node_id in node_ids)
     engine_nodes = []
     for row in offering:
