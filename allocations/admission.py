@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.db.models import DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
@@ -64,6 +65,21 @@ def department_usage(*, department_ids: frozenset[int], flavor: Flavor | None) -
         return Decimal(total)
     total = queryset.aggregate(total=Sum(_GPU_EQ))["total"]
     return Decimal(total or 0)
+
+
+def department_usages(*, scopes: list[tuple[frozenset[int], int | None]]) -> list[Decimal]:
+    """What :func:`department_usage` returns for each (department ids, flavor id or None), in one query."""
+    if not scopes:
+        return []
+    totals: dict[str, Any] = {}
+    for index, (department_ids, flavor_id) in enumerate(scopes):
+        where = Q(project__department_id__in=department_ids)
+        if flavor_id is not None:
+            totals[f"u{index}"] = Coalesce(Sum("quantity", filter=where & Q(flavor_id=flavor_id)), 0)
+        else:
+            totals[f"u{index}"] = Sum(_GPU_EQ, filter=where)
+    found = holding_allocations().aggregate(**totals)
+    return [Decimal(found[f"u{index}"] or 0) for index in range(len(scopes))]
 
 
 def quota_checks(
