@@ -34,8 +34,8 @@ from kernel.errors import (
     QuotaExceeded,
     TransitionNotAllowed,
 )
-from tenants.access import access_for, department_ancestor_ids, department_parent_map
-from tenants.models import Department, Project
+from tenants.access import access_for, department_chain
+from tenants.models import Project
 from tenants.selectors import project_is_member
 
 
@@ -177,14 +177,6 @@ def _require_decider(*, actor: User, allocation: Allocation) -> None:
         raise NotAllowed("Only an admin of the allocation's department may decide on it.")
 
 
-def _department_chain(department_id: int) -> tuple[list[Department], dict[int, int | None]]:
-    """The department and its ancestors, row-locked in primary-key order."""
-    parents = department_parent_map()
-    chain_ids = department_ancestor_ids(department_id=department_id, parents=parents)
-    locked = {d.pk: d for d in Department.objects.select_for_update().filter(pk__in=chain_ids).order_by("pk")}
-    return [locked[pk] for pk in chain_ids], parents
-
-
 def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
     """The clusters to try, row-locked in primary-key order."""
     candidates = candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster)
@@ -208,7 +200,7 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     _require_decider(actor=actor, allocation=allocation)
     before = _snapshot(allocation)
     _move(allocation, AllocationState.APPROVED)
-    chain, parents = _department_chain(allocation.project.department_id)
+    chain, parents = department_chain(department_id=allocation.project.department_id, lock=True)
     checks = admission.quota_admit(
         chain=chain,
         parents=parents,

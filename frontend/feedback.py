@@ -16,8 +16,8 @@ from allocations.admission import quota_checks
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Flavor, PriorityClass
 from clusters.models import Cluster
-from tenants.access import department_ancestor_ids, department_parent_map
-from tenants.models import Department, Project
+from tenants.access import department_chain
+from tenants.models import Project
 
 
 @dataclass(frozen=True)
@@ -72,15 +72,8 @@ class RequestFeedback:
         return self.quota_checked and self.clusters_checked
 
 
-def _department_chain(department_id: int) -> tuple[list[Department], dict[int, int | None]]:
-    parents = department_parent_map()
-    chain_ids = department_ancestor_ids(department_id=department_id, parents=parents)
-    by_id = Department.objects.in_bulk(chain_ids)
-    return [by_id[pk] for pk in chain_ids if pk in by_id], parents
-
-
 def _quota_lines(*, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass) -> list[QuotaLine]:
-    chain, parents = _department_chain(project.department_id)
+    chain, parents = department_chain(department_id=project.department_id)
     checks = quota_checks(
         chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=priority_class.oversubscription_factor
     )

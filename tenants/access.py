@@ -49,6 +49,18 @@ def department_parent_map() -> dict[int, int | None]:
     return dict(Department.objects.values_list("id", "parent_id"))
 
 
+def department_chain(*, department_id: int, lock: bool = False) -> tuple[list[Department], dict[int, int | None]]:
+    """The department and its ancestors, nearest first, and the parent map they were read from;
+    ``lock`` row-locks them in primary-key order (call it inside a transaction)."""
+    parents = department_parent_map()
+    chain_ids = department_ancestor_ids(department_id=department_id, parents=parents)
+    rows = Department.objects.filter(pk__in=chain_ids).order_by("pk")
+    if lock:
+        rows = rows.select_for_update()
+    by_id = {department.pk: department for department in rows}
+    return [by_id[pk] for pk in chain_ids if pk in by_id], parents
+
+
 @dataclass(frozen=True)
 class Access:
     """What one user may do. Department sets already include subtrees."""
