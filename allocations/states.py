@@ -18,7 +18,6 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
 
 # States whose allocations hold quota and capacity (and appear in the cluster's ResourceQuota).
 HOLDING_STATES: frozenset[str] = frozenset({S.APPROVED, S.PROVISIONING, S.ACTIVE, S.FAILED})
-TERMINAL_STATES: frozenset[str] = frozenset(state for state, targets in ALLOWED_TRANSITIONS.items() if not targets)
 
 
 def can_transition(current: str, target: str) -> bool:

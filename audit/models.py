@@ -23,14 +23,6 @@ class Outcome(models.TextChoices):
     FAILURE = "failure", "Failure"
 
 
-class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
-    def order_by(self, *field_names: Any) -> AuditEventQuerySet:
-        """Ordering by ``id`` (the first model's key) means ``seq``; kept until callers say ``seq``."""
-        renamed = [{"id": "seq", "-id": "-seq"}.get(name, name) if isinstance(name, str) else name
-                   for name in field_names]
-        return super().order_by(*renamed)
-
-
 class AuditEvent(models.Model):
     seq = models.BigIntegerField(primary_key=True)
     occurred_at = models.DateTimeField()
@@ -45,8 +37,6 @@ class AuditEvent(models.Model):
     request_id = models.CharField(max_length=64, blank=True)
     hash = models.CharField(max_length=64)
     record = models.TextField()
-
-    objects = AuditEventQuerySet.as_manager()
 
     class Meta:
         managed = False

@@ -90,10 +90,6 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
     return states
 
 
-def project_state_on_cluster(*, cluster: Cluster, project: Project) -> ProjectState:
-    return project_states_on_cluster(cluster=cluster, project_ids=[project.pk])[0]
-
-
 def priority_class_specs() -> list[PriorityClassSpec]:
     return [
         PriorityClassSpec(name=pc.name, value=pc.value, preemption_policy=pc.preemption_policy, description=pc.description)

@@ -20,10 +20,6 @@ def portal_user(request: HttpRequest) -> User:
     return user
 
 
-def is_htmx(request: HttpRequest) -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
 def form_add_service_error(
     form: forms.Form, error: ApplicationError, *, field_map: Mapping[str, str] | None = None
 ) -> None:

@@ -20,7 +20,6 @@ from .inventory import MigSlice
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
-FULL_MASK = (1 << MEMORY_SLICES) - 1
 
 
 @dataclass(frozen=True)

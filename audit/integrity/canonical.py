@@ -21,15 +21,6 @@ RECORD_VERSION = 1
 GENESIS_HASH = "0" * 64
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # fixed width, so string order is time order
 
-RECORD_FIELDS = frozenset(
-    {
-        "v", "seq", "prev_hash", "occurred_at", "nonce",
-        "actor_id", "actor_username", "action", "action_number", "target_type", "target_id",
-        "department_id", "department_seq", "department_prev_hash",
-        "outcome", "before", "after", "details", "request_id", "source_ip", "user_agent",
-    }
-)
-
 
 def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")

@@ -6,8 +6,6 @@ events; live verification replays everything from genesis. Both check every link
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from audit.integrity.canonical import GENESIS_HASH, EventFacts
 from audit.integrity.chain import link_check, record_parse_or_fail, sequence_failure
 from audit.integrity.checkpoint import ZERO_HASH
@@ -74,8 +72,4 @@ class ReplayState:
             department_id=event.department_id, size=expected, hash=event.hash_hex
         )
         self.heads_changed = True
-
-
-def frontier_from_hex(values: Sequence[str]) -> list[bytes]:
-    return [bytes.fromhex(value) for value in values]
 

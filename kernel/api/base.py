@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Model, QuerySet
+from django.db.models import QuerySet
 from rest_framework import serializers
 from rest_framework.exceptions import PermissionDenied
 from rest_framework.request import Request
@@ -56,13 +56,3 @@ def filters(serializer: type[serializers.Serializer[Any]], request: Request) -> 
     instance = serializer(data=request.query_params)
     instance.is_valid(raise_exception=True)
     return {key: value for key, value in instance.validated_data.items() if value is not None}
-
-
-class Ref(serializers.Serializer):  # type: ignore[type-arg]
-    """A compact reference to another object."""
-
-    id = serializers.IntegerField()
-    name = serializers.SerializerMethodField()
-
-    def get_name(self, obj: Model) -> str:
-        return str(obj)

@@ -31,11 +31,6 @@ def node_free(cluster: Cluster, rows: IntArray) -> FloatArray:
     return out
 
 
-def node_capacity(cluster: Cluster, rows: IntArray) -> FloatArray:
-    out: FloatArray = cluster.gpu_present[rows].sum(axis=1) * float(GPU_MILLI)
-    return out
-
-
 
 
 def per_gpu_demand(request: Request) -> float:
