@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from allocations.models import Allocation, Flavor, Quota
 from allocations.states import HOLDING_STATES
 from kernel.errors import QuotaExceeded
+from kernel.reads import SharedReads
 from tenants.access import department_subtree_ids
 from tenants.models import Department
 
@@ -82,6 +83,11 @@ def department_usages(*, scopes: list[tuple[frozenset[int], int | None]]) -> lis
     return [Decimal(found[f"u{index}"] or 0) for index in range(len(scopes))]
 
 
+def _chain_quotas(*, chain: list[Department], flavor: Flavor) -> list[Quota]:
+    quotas = Quota.objects.filter(Q(flavor=flavor) | Q(flavor__isnull=True), department__in=chain)
+    return list(quotas.order_by("department_id", "flavor_id"))
+
+
 def quota_checks(
     *,
     chain: list[Department],
@@ -89,15 +95,21 @@ def quota_checks(
     flavor: Flavor,
     quantity: int,
     factor: Decimal,
+    reads: SharedReads | None = None,
 ) -> list[QuotaCheck]:
-    """Every quota on the department chain that applies to this flavor, with its numbers."""
-    quotas = Quota.objects.filter(Q(flavor=flavor) | Q(flavor__isnull=True), department__in=chain)
+    """Every quota on the department chain that applies to this flavor, with its numbers. ``reads``
+    shares the quota and usage reads among the checks of many requests (one page's previews)."""
+    reads = reads if reads is not None else SharedReads()
+    quotas = reads.once(("quotas", tuple(department.pk for department in chain), flavor.pk), _chain_quotas,
+                        chain=chain, flavor=flavor)
     by_department = {department.pk: department for department in chain}
     checks: list[QuotaCheck] = []
-    for quota in quotas.order_by("department_id", "flavor_id"):
+    for quota in quotas:
         subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
         requested = Decimal(quantity) if quota.flavor_id else flavor.gpu_equivalents_for(quantity)
-        in_use = department_usage(department_ids=subtree, flavor=flavor if quota.flavor_id else None)
+        counted = flavor if quota.flavor_id else None
+        in_use = reads.once(("usage", subtree, counted.pk if counted else None), department_usage,
+                            department_ids=subtree, flavor=counted)
         checks.append(
             QuotaCheck(
                 department=by_department[quota.department_id].slug,

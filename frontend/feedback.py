@@ -16,6 +16,7 @@ from allocations.admission import quota_checks
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Flavor, PriorityClass
 from clusters.models import Cluster
+from kernel.reads import SharedReads
 from tenants.access import department_chain
 from tenants.models import Project
 
@@ -72,10 +73,14 @@ class RequestFeedback:
         return self.quota_checked and self.clusters_checked
 
 
-def _quota_lines(*, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass) -> list[QuotaLine]:
-    chain, parents = department_chain(department_id=project.department_id)
+def _quota_lines(
+    *, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass, reads: SharedReads
+) -> list[QuotaLine]:
+    chain, parents = reads.once(("department chain", project.department_id), department_chain,
+                                department_id=project.department_id)
     checks = quota_checks(
-        chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=priority_class.oversubscription_factor
+        chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=priority_class.oversubscription_factor,
+        reads=reads,
     )
     return [
         QuotaLine(
@@ -89,8 +94,8 @@ def _quota_lines(*, project: Project, flavor: Flavor, quantity: int, priority_cl
     ]
 
 
-def _cluster_lines(*, flavor: Flavor, quantity: int, cluster: Cluster | None) -> list[ClusterLine]:
-    return placement_preview(flavor=flavor, quantity=quantity, cluster=cluster, free_limit=FREE_COUNT_LIMIT)
+def _cluster_lines(*, flavor: Flavor, quantity: int, cluster: Cluster | None, reads: SharedReads) -> list[ClusterLine]:
+    return placement_preview(flavor=flavor, quantity=quantity, cluster=cluster, free_limit=FREE_COUNT_LIMIT, reads=reads)
 
 
 def request_feedback(
@@ -100,15 +105,19 @@ def request_feedback(
     quantity: int | None,
     priority_class: PriorityClass | None,
     cluster: Cluster | None,
+    reads: SharedReads | None = None,
 ) -> RequestFeedback:
-    """Everything that can be said about a request from the fields filled in so far."""
+    """Everything that can be said about a request from the fields filled in so far. A page that
+    gives feedback on many requests passes one ``reads``, so that their shared reads run once."""
     if flavor is None or quantity is None or quantity < 1:
         return RequestFeedback(flavor=flavor, quantity=quantity)
+    reads = reads if reads is not None else SharedReads()
     equivalents = flavor.gpu_equivalents_for(quantity)
     quota: list[QuotaLine] = []
     if project is not None and priority_class is not None:
-        quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class)
-    clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster)
+        quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
+                             reads=reads)
+    clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster, reads=reads)
     first_fit = next((line for line in clusters if line.fits), None)
     where = [f"cluster {first_fit.cluster}: {first_fit.where_label}"] if first_fit else []
     return RequestFeedback(

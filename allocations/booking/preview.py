@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from allocations.booking.reservations import placement_attempt, placement_workload
-from allocations.models import Flavor
+from allocations.booking.view import NodeRow, node_rows
+from allocations.models import Flavor, Reservation
 from allocations.placement import Policy, default_policy
-from allocations.selectors import holding_with_live_units
+from allocations.selectors import holding_with_live_units, live_reservations_on
 from clusters.models import Cluster
+from kernel.reads import SharedReads
 
 
 @dataclass(frozen=True)
@@ -66,11 +68,24 @@ def _not_yet_booked(clusters: list[Cluster]) -> dict[int, int]:
     return dict(Counter(cluster_id for cluster_id in legacy if cluster_id is not None))
 
 
+def _candidates(*, flavor: Flavor, cluster: Cluster | None) -> list[Cluster]:
+    return list(candidate_clusters(flavor=flavor, cluster=cluster))
+
+
+def _live_on(nodes: list[NodeRow]) -> list[Reservation]:
+    return list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
+
+
 def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, free_limit: int,
-                 pending_adoption: int) -> ClusterFit:
+                 pending_adoption: int, reads: SharedReads) -> ClusterFit:
     # One attempt answers both questions: units are placed one by one, so its first ``quantity``
     # bookings are the request's, and it goes on (up to the limit) to count what else is free.
-    attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy)
+    # The nodes and reservations are what placement_attempt reads itself when not given them.
+    model = flavor.gpu_model
+    nodes = reads.once(("nodes", cluster.pk, model), node_rows, cluster, gpu_model=model)
+    reservations = reads.once(("live reservations", cluster.pk, model), _live_on, nodes)
+    attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy,
+                                nodes=nodes, reservations=reservations)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity
     return ClusterFit(
@@ -89,18 +104,23 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
 
 
 def placement_preview(
-    *, flavor: Flavor, quantity: int, cluster: Cluster | None = None, free_limit: int = 32
+    *, flavor: Flavor, quantity: int, cluster: Cluster | None = None, free_limit: int = 32,
+    reads: SharedReads | None = None,
 ) -> list[ClusterFit]:
     """Per candidate cluster: would ``quantity`` units of ``flavor`` fit now, where, and if not, why.
     Free units are counted by placing units one after another up to ``free_limit`` (or the
-    request's quantity, if larger)."""
-    candidates = list(candidate_clusters(flavor=flavor, cluster=cluster))
+    request's quantity, if larger). ``reads`` shares the database reads among the previews of
+    many requests (one page's), so that each distinct read runs once."""
+    reads = reads if reads is not None else SharedReads()
+    candidates = reads.once(("candidates", flavor.gpu_model, cluster.pk if cluster else None), _candidates,
+                            flavor=flavor, cluster=cluster)
     if not candidates:
         return []
-    workload = placement_workload(include=flavor)
-    waiting = _not_yet_booked(candidates)
+    workload = reads.once(("workload", flavor.pk), placement_workload, include=flavor)
+    waiting = reads.once(("not yet booked", tuple(candidate.pk for candidate in candidates)), _not_yet_booked,
+                         candidates)
     return [
         _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=default_policy(workload),
-                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0))
+                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), reads=reads)
         for candidate in candidates
     ]

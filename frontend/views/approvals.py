@@ -19,6 +19,7 @@ from frontend.forms import DecisionForm
 from frontend.http import portal_user
 from frontend.selectors import holding_by_project, pending_for_decision, quota_bars
 from kernel.errors import ApplicationError
+from kernel.reads import SharedReads
 from tenants.access import Access, access_for
 from tenants.selectors import department_list
 
@@ -37,12 +38,13 @@ def _require_admin(access: Access) -> None:
 
 
 def _queue(user: User) -> list[QueueRow]:
+    reads = SharedReads()  # the requests' previews share their reads: none runs once per request
     return [
         QueueRow(
             allocation=allocation,
             feedback=request_feedback(
                 project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
-                priority_class=allocation.priority_class, cluster=allocation.cluster,
+                priority_class=allocation.priority_class, cluster=allocation.cluster, reads=reads,
             ),
         )
         for allocation in pending_for_decision(user=user)[:QUEUE_LIMIT]
