@@ -102,12 +102,12 @@ def seed(nodes: int) -> dict[str, Any]:
 
 
 def booked_milli() -> int:
-    from allocations.booking.defrag import _used_milli
-    from allocations.models import Reservation
+    from allocations.booking.defrag import reservation_used_milli
+    from allocations.selectors import live_reservations_on
 
     total = 0
-    for row in Reservation.objects.filter(released_at__isnull=True).select_related("allocation__flavor"):
-        total += _used_milli(row, model=row.allocation.flavor.gpu_model, memory_mib=81920) * len(row.gpu_indices)
+    for row in live_reservations_on().select_related("allocation__flavor"):
+        total += reservation_used_milli(row, model=row.allocation.flavor.gpu_model, memory_mib=81920) * len(row.gpu_indices)
     return total
 
 

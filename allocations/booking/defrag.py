@@ -77,7 +77,9 @@ class Fragmentation:
         }
 
 
-def _used_milli(row: Reservation, *, model: str, memory_mib: int) -> int:
+def reservation_used_milli(row: Reservation, *, model: str, memory_mib: int) -> int:
+    """The compute the reservation takes of each of its GPUs (``model`` with ``memory_mib``), in
+    thousandths of a GPU: its share, or its MIG profile's compute slices out of seven."""
     if not row.mig_profile:
         return row.gpu_milli
     geometry = geometry_for_model(model, memory_mib)
@@ -93,7 +95,7 @@ def cluster_fragmentation(*, nodes: list[NodeRow], reservations: list[Reservatio
         for index in row.gpu_indices:
             gpu = gpus.get((row.node_id, int(index)))
             if gpu is not None:
-                used[(row.node_id, int(index))] += _used_milli(row, model=gpu.model, memory_mib=gpu.memory_mib)
+                used[(row.node_id, int(index))] += reservation_used_milli(row, model=gpu.model, memory_mib=gpu.memory_mib)
     partly = [min(used[key], GPU_MILLI) for key in gpus if 0 < used[key] < GPU_MILLI]
     return Fragmentation(
         gpus=len(gpus),
