@@ -17,10 +17,9 @@ from clusters.models import Node
 from clusters.selectors import node_list
 from delivery.node_configs import MIG_CONFIG_KEY_PREFIX, RenderError, mig_config_entries, mig_config_key
 from delivery.selectors import node_plans
-from kernel.errors import NotAllowed
 from telemetry import mig, tokens
 from telemetry.models import GpuSample, NodeToken, ObservedGpu, ObservedMigInstance
-from tenants.access import access_for
+from tenants.access import require_platform_admin
 
 _UNUSED_HASH = tokens.secret_hash("no-such-token")
 
@@ -44,8 +43,7 @@ def node_token_list(
     *, user: AbstractBaseUser | AnonymousUser, cluster_id: int | None = None, node_name: str | None = None,
     active: bool | None = None,
 ) -> QuerySet[NodeToken]:  # fmt: skip
-    if not access_for(user).is_platform_admin:
-        raise NotAllowed("Only platform admins may see node tokens.")
+    require_platform_admin(user, to="see node tokens")
     queryset = NodeToken.objects.select_related("cluster", "created_by", "revoked_by")
     if cluster_id is not None:
         queryset = queryset.filter(cluster_id=cluster_id)
