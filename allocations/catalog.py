@@ -111,7 +111,8 @@ def quota_set(
 @transaction.atomic
 def quota_delete(*, actor: User, quota_id: int) -> None:
     require_platform_admin(actor, to="change the catalogue")
-    quota = Quota.objects.select_for_update().select_related("flavor").get(pk=quota_id)
+    # of=("self",): PostgreSQL refuses FOR UPDATE on the nullable side of the outer join to the flavor.
+    quota = Quota.objects.select_for_update(of=("self",)).select_related("flavor").get(pk=quota_id)
     audit_record(
         actor=actor,
         action=actions.QUOTA_DELETED,
