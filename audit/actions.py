@@ -44,6 +44,8 @@ AUTH_LOGIN = register(100, "auth.login", "A user logged in")
 AUTH_LOGIN_FAILED = register(101, "auth.login_failed", "A login attempt failed")
 AUTH_LOGOUT = register(102, "auth.logout", "A user logged out")
 AUTH_TOKEN_ISSUED = register(103, "auth.token_issued", "An API token was issued")
+AUTH_LOCKED_OUT = register(104, "auth.locked_out", "Sign-in was locked for a username or address after repeated failures")
+AUTH_UNLOCKED = register(105, "auth.unlocked", "A sign-in lock was lifted by an administrator")
 AUTH_DENIED = register(110, "auth.denied", "An action was refused for lack of permission")
 
 # 2xx tenants

@@ -11,7 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from kernel.env import env_bool, env_float, env_int, env_list, env_secret, env_str
+from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -133,12 +133,21 @@ X_FRAME_OPTIONS = "DENY"
 if env_bool("GPUPORTAL_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
-# A shared cache keeps login throttling consistent across web workers.
-_cache_url = env_str("GPUPORTAL_CACHE_URL")
-if _cache_url is not None:
-    if not _cache_url.startswith(("redis://", "rediss://")):
-        raise ImproperlyConfigured("GPUPORTAL_CACHE_URL must be a redis:// or rediss:// URL")
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": _cache_url}}
+# A shared cache (Redis) keeps the sign-in lockout's counts and locks the same in every web worker;
+# unset: a per-process memory cache, enough for the embedded default and the tests.
+CACHES = {"default": env_cache("GPUPORTAL_CACHE_URL")}
+
+# Sign-in lockout (tenants/signin_lockout.py, docs/security.md): every way of presenting a password.
+GPUPORTAL_SIGNIN_FAILURES_PER_USERNAME = env_int("GPUPORTAL_SIGNIN_FAILURES_PER_USERNAME", 5, minimum=1)
+GPUPORTAL_SIGNIN_FAILURES_PER_ADDRESS = env_int("GPUPORTAL_SIGNIN_FAILURES_PER_ADDRESS", 30, minimum=1)
+GPUPORTAL_SIGNIN_WINDOW_SECONDS = env_int("GPUPORTAL_SIGNIN_WINDOW_SECONDS", 15 * 60, minimum=1)
+GPUPORTAL_SIGNIN_LOCK_SECONDS = env_int("GPUPORTAL_SIGNIN_LOCK_SECONDS", 15 * 60, minimum=1)
+# Reverse proxies in front of the portal that append to X-Forwarded-For; 0: X-Forwarded-For is ignored.
+GPUPORTAL_TRUSTED_PROXIES = env_int("GPUPORTAL_TRUSTED_PROXIES", 0, minimum=0)
+AUTHENTICATION_BACKENDS = [
+    "tenants.signin.LockoutGateBackend",  # first: refuses a locked username or address before any password check
+    "django.contrib.auth.backends.ModelBackend",
+]
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 

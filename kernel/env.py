@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -87,3 +87,19 @@ def env_secret(name: str) -> str | None:
             raise ImproperlyConfigured(f"{name}_FILE points to {file_name!r}, which is not a readable file")
         return path.read_text().strip()
     return env_str(name)
+
+
+def env_cache(name: str) -> dict[str, Any]:
+    """Django's default cache from ``name``: a ``redis://`` or ``rediss://`` URL gives Redis, shared by
+    every process (with short socket timeouts, so an unreachable Redis fails a request quickly
+    instead of holding it); unset gives a per-process memory cache (the embedded default)."""
+    url = env_str(name)
+    if url is None:
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "gpuportal"}
+    if not url.startswith(("redis://", "rediss://")):
+        raise ImproperlyConfigured(f"{name} must be a redis:// or rediss:// URL")
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url,
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 from django.http import HttpRequest, HttpResponse
 
+from kernel.client_address import client_address
+
 _REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
@@ -50,7 +52,7 @@ def _context_from_request(request: HttpRequest) -> RequestContext:
     request_id = supplied if _REQUEST_ID_PATTERN.match(supplied) else uuid.uuid4().hex
     return RequestContext(
         request_id=request_id,
-        source_ip=request.META.get("REMOTE_ADDR") or None,
+        source_ip=client_address(request),  # REMOTE_ADDR, or through GPUPORTAL_TRUSTED_PROXIES proxies
         user_agent=request.headers.get("User-Agent", "")[:512],
     )
 

@@ -5,6 +5,7 @@ from django.contrib import admin
 from audit import actions
 from audit.admin_base import AuditedAdmin
 from tenants.models import Department, Membership, Project
+from tenants.signin import AdminSigninForm
 
 
 @admin.register(Department)
@@ -35,3 +36,6 @@ class ProjectAdmin(AuditedAdmin):
     filter_horizontal = ["members"]
     audit_created = actions.PROJECT_CREATED
     audit_updated = actions.PROJECT_UPDATED
+
+# The admin site's login checks passwords under the sign-in lockout, like the portal's and the API's.
+admin.site.login_form = AdminSigninForm

@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import Token
 from audit import actions
 from audit.models import AuditEvent, Outcome
 from audit.services import audit_record
-from tenants.login_throttle import USERNAME_MAX_LENGTH
+from tenants.signin_lockout import USERNAME_MAX_LENGTH
 
 
 @transaction.atomic

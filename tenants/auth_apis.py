@@ -1,8 +1,10 @@
-"""``POST /api/v1/auth/token/``: username and password in, an API token out. Throttled and audited."""
+"""``POST /api/v1/auth/token/``: username and password in, an API token out, under the sign-in lockout
+and audited. ``POST /api/v1/auth/unlock/``: a platform admin lifts a sign-in lock."""
 
 from __future__ import annotations
 
-from django.contrib.auth import authenticate
+from typing import Any
+
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import Throttled
@@ -11,9 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kernel.api.base import actor, validated
 from kernel.errors import ApplicationError
-from tenants.auth import auth_login_failed, auth_token_issue
-from tenants.login_throttle import WINDOW_SECONDS, LoginThrottle
+from tenants.access import require_platform_admin
+from tenants.auth import auth_token_issue
+from tenants.signin import signin_authenticate
+from tenants.signin_lockout import USERNAME_MAX_LENGTH, signin_lock_lift
 
 
 class InvalidCredentials(ApplicationError):
@@ -22,7 +27,7 @@ class InvalidCredentials(ApplicationError):
 
 
 class TokenIn(serializers.Serializer):  # type: ignore[type-arg]
-    username = serializers.CharField(max_length=150)
+    username = serializers.CharField(max_length=USERNAME_MAX_LENGTH)
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
 
 
@@ -31,24 +36,46 @@ class TokenOut(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class TokenObtainApi(APIView):
-    """Throttled like the portal's login form, by the same counts (``tenants.login_throttle``)."""
+    """A locked username or address gets 429 ``throttled`` with ``Retry-After``, the right password too."""
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
     @extend_schema(request=TokenIn, responses=TokenOut, auth=[])
     def post(self, request: Request) -> Response:
-        data = TokenIn(data=request.data)
-        data.is_valid(raise_exception=True)
-        username = data.validated_data["username"]
-        throttle = LoginThrottle.for_attempt(username=username, address=request.META.get("REMOTE_ADDR"))
-        if throttle.blocked():
-            auth_login_failed(username=username, via="api_token", reason="throttled")
-            raise Throttled(wait=WINDOW_SECONDS)
-        user = authenticate(request._request, username=username, password=data.validated_data["password"])
-        if user is None or not user.is_active:
-            throttle.failed()
-            auth_login_failed(username=username, via="api_token")
+        data = validated(TokenIn, request)
+        outcome = signin_authenticate(request._request, username=data["username"], password=data["password"],
+                                      via="api_token")
+        if outcome.lock is not None:
+            raise Throttled(wait=outcome.lock.retry_after)
+        if outcome.user is None:
             raise InvalidCredentials("Unable to log in with the given username and password.")
-        throttle.succeeded()
-        return Response({"token": auth_token_issue(user=user).key})
+        return Response({"token": auth_token_issue(user=outcome.user).key})
+
+
+class UnlockIn(serializers.Serializer):  # type: ignore[type-arg]
+    username = serializers.CharField(max_length=USERNAME_MAX_LENGTH, required=False)
+    address = serializers.IPAddressField(required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if ("username" in attrs) == ("address" in attrs):
+            raise serializers.ValidationError("Give either a username or an address.")
+        return attrs
+
+
+class UnlockOut(serializers.Serializer):  # type: ignore[type-arg]
+    username = serializers.CharField(required=False)
+    address = serializers.CharField(required=False)
+    was_locked = serializers.BooleanField()
+
+
+class SigninUnlockApi(APIView):
+    """Platform admins only (403 for everyone else): lift the lock on a username or an address, audited
+    ``auth.unlocked``. Answers whether a lock was in force."""
+
+    @extend_schema(request=UnlockIn, responses=UnlockOut)
+    def post(self, request: Request) -> Response:
+        require_platform_admin(request.user, to="lift sign-in locks")
+        data = validated(UnlockIn, request)
+        was_locked = signin_lock_lift(actor=actor(request), via="api", **data)
+        return Response({**data, "was_locked": was_locked})

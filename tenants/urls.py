@@ -5,10 +5,11 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from tenants import apis
-from tenants.auth_apis import TokenObtainApi
+from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
+    path("auth/unlock/", SigninUnlockApi.as_view(), name="api-auth-unlock"),
     path("me/", apis.MeApi.as_view(), name="api-me"),
     path("departments/", apis.DepartmentListApi.as_view(), name="api-departments"),
     path("departments/<int:department_id>/", apis.DepartmentDetailApi.as_view(), name="api-department"),

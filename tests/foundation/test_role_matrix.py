@@ -76,6 +76,7 @@ AUDIT_READ = codes(        404,      200,     404,     404,     200,    200,    
 AUDIT_PUBLISH = codes(     404,      403,     404,     404,     403,    201,     201,   404,  401)
 NODE_REPORT = codes(       403,      403,     403,     403,     403,    403,     403,   403,  401)
 SIGN_IN = SIGNED_IN
+UNLOCK_SIGN_IN = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -144,6 +145,7 @@ def renew_body(scene: Scene, persona: str | None) -> dict[str, Any]:
 ROWS = [
     # tenants
     Row("api-token", "post", SIGN_IN, body=sign_in),
+    Row("api-auth-unlock", "post", UNLOCK_SIGN_IN, body=lambda s, p: {"username": "nlp_member"}),
     Row("api-me", "get", SIGNED_IN),
     Row("api-departments", "get", SIGNED_IN),
     Row("api-departments", "post", PLATFORM_CREATES, body=lambda s, p: {"slug": "robotics", "name": "Robotics"}),
