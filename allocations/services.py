@@ -92,6 +92,14 @@ def _lock(allocation_id: int) -> Allocation:
 
 
 def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime, field: str = "ends_at") -> None:
+    """The end after the start, the allocation no longer than the longest allowed, and the start no
+    further ahead than ``GPUPORTAL_MAX_START_AHEAD_DAYS``: a grant holds its GPUs and quota from
+    approval on, so a far start would hold them for longer than any allocation may last."""
+    ahead = datetime.timedelta(days=settings.GPUPORTAL_MAX_START_AHEAD_DAYS)
+    if starts_at - timezone.now() > ahead:
+        raise FieldError(
+            "starts_at", f"An allocation may start at most {settings.GPUPORTAL_MAX_START_AHEAD_DAYS} days ahead."
+        )
     if ends_at <= starts_at:
         raise FieldError(field, "The end must be after the start.")
     longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)

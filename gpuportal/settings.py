@@ -203,6 +203,8 @@ CELERY_BEAT_SCHEDULE = {
 
 # Allocations and the demo data.
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
+# How far ahead a request may start: a grant holds its GPUs and quota from approval on.
+GPUPORTAL_MAX_START_AHEAD_DAYS = env_int("GPUPORTAL_MAX_START_AHEAD_DAYS", 90, minimum=1)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
 
 # Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).
