@@ -285,6 +285,13 @@ class ObservedGpuDetailOut(ObservedGpuOut):
             "temperature_celsius", "power_usage_milliwatts", "power_limit_milliwatts",
             "ecc_errors", "processes", "unsupported", "errors", "mig_instances",
         ]  # fmt: skip
+        extra_kwargs = {
+            "processes": {
+                "help_text": "The processes on the GPU (pids, pod UIDs, containers); null when the agent reported none, "
+                "or when the GPU is held by a department outside your reach (or by none, unless you read every "
+                "department)."
+            },
+        }
 
 
 class ReportStateOut(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -1,25 +1,30 @@
 """Reads: node tokens, what the agents observed, samples, and the planned MIG layout of a node.
 
 Observed state follows the inventory's visibility (``clusters.selectors.node_list``: everyone
-with a role); node tokens are for platform admins only.
+with a role), except what tells whose work runs where: the processes on a GPU (pids, pod UIDs,
+containers) are shown only to those who read every department holding the GPU now (its live
+reservations), and on a GPU no allocation holds, only to those who read every department (platform
+admins, an auditor of the root). Node tokens are for platform admins only.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
+from allocations.selectors import live_reservations_on
 from clusters.models import Node
-from clusters.selectors import node_list
+from clusters.selectors import node_list, sees_every_department
 from delivery.node_configs import MIG_CONFIG_KEY_PREFIX, RenderError, mig_config_entries, mig_config_key
 from delivery.selectors import node_plans
 from telemetry import mig, tokens
 from telemetry.models import GpuSample, NodeToken, ObservedGpu, ObservedMigInstance
-from tenants.access import require_platform_admin
+from tenants.access import access_for, require_platform_admin
 
 _UNUSED_HASH = tokens.secret_hash("no-such-token")
 
@@ -124,9 +129,31 @@ def telemetry_node_get(*, user: AbstractBaseUser | AnonymousUser, node_id: int) 
         Prefetch("telemetry_gpus", queryset=gpus, to_attr="observed_gpus")
     )
     try:
-        return queryset.get(pk=node_id)
+        node = queryset.get(pk=node_id)
     except Node.DoesNotExist:
         raise Http404("No such node.") from None
+    _hide_others_processes(user=user, node=node)
+    return node
+
+
+def _hide_others_processes(*, user: AbstractBaseUser | AnonymousUser, node: Node) -> None:
+    """Blank (``None``) the processes of the node's observed GPUs that ``user`` may not see: a GPU
+    held by a department outside the user's reach, or held by nobody (then only for those who read
+    every department). The rows are read-only copies for the response; nothing is saved."""
+    if sees_every_department(user=user):
+        return
+    readable = access_for(user).readable
+    index_of = {gpu.pk: gpu.index for gpu in node.gpus.all()}  # the inventory's GPUs, prefetched by node_list
+    holders: dict[int, set[int]] = defaultdict(set)
+    booked = live_reservations_on(node_ids=[node.pk]).values_list("gpu_indices", "allocation__project__department_id")
+    for indices, department_id in booked:
+        for index in indices:
+            holders[index].add(department_id)
+    for observed in getattr(node, "observed_gpus", []):
+        index = index_of.get(observed.gpu_id) if observed.gpu_id is not None else None
+        held_by = holders.get(index, set()) if index is not None else set()
+        if not held_by or not held_by <= readable:
+            observed.processes = None
 
 
 def observed_gpu_get(*, user: AbstractBaseUser | AnonymousUser, gpu_id: int) -> ObservedGpu:

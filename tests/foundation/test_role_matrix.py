@@ -183,9 +183,8 @@ ROWS = [
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),
     Row("api-cluster", "get", ANY_ROLE, kwargs=cluster),
     Row("api-cluster-kubeconfig", "put", PLATFORM_PUTS, kwargs=cluster, body=lambda s, p: {"kubeconfig": KUBECONFIG}),
-    # Known, tracked by the hardening work: drift records name every department's namespaces.
+    # Drift and pushes: every role may ask; each sees only its departments' rows (LISTINGS below).
     Row("api-cluster-drift", "get", ANY_ROLE, kwargs=cluster),
-    # Known, tracked by the hardening work: every role lists every department's pushes.
     Row("api-cluster-pushes", "get", ANY_ROLE, kwargs=cluster),
     Row("api-nodes", "get", SIGNED_IN),
     Row("api-node", "get", ANY_ROLE, kwargs=lambda s: {"node_id": s.node.pk}),
@@ -206,7 +205,7 @@ ROWS = [
     Row("api-node-token", "get", NODE_TOKENS, kwargs=lambda s: {"token_id": s.token.pk}),
     Row("api-node-token-revoke", "post", NODE_TOKENS, kwargs=lambda s: {"token_id": s.token.pk}),
     Row("api-telemetry-nodes", "get", SIGNED_IN),
-    # Known, tracked by the hardening work: a node's GPUs show the processes (pods) of every department.
+    # Every role sees the node; the processes (pods) on its GPUs only within reach (test_a_node_shows_...).
     Row("api-telemetry-node", "get", ANY_ROLE, kwargs=lambda s: {"node_id": s.node.pk}),
     Row("api-telemetry-gpu-samples", "get", ANY_ROLE, kwargs=lambda s: {"gpu_id": s.observed.pk}),
 ]
@@ -350,10 +349,14 @@ LISTINGS = [
         "vision_admin": {"vision"}, "auditor": {"nlp", "nlp-speech", "vision", "-"},
         "platform": {"nlp", "nlp-speech", "vision", "-"}, "nobody": 404,
     }),
-    # Known, tracked by the hardening work: every role lists every department's pushes.
+    # Pushes of the cluster-wide objects ("-") only for those who read every department.
     Listing("api-cluster-pushes", lambda s, item: slug_or_dash(item["project"]), {
-        "nlp_member": PUSHED, "nlp_admin": PUSHED, "speech_member": PUSHED, "vision_member": PUSHED,
-        "vision_admin": PUSHED, "auditor": PUSHED, "platform": PUSHED, "nobody": 404,
+        "nlp_member": {"nlp-llm"}, "nlp_admin": {"nlp-llm"}, "speech_member": set(), "vision_member": {"vision-seg"},
+        "vision_admin": {"vision-seg"}, "auditor": PUSHED, "platform": PUSHED, "nobody": 404,
+    }, kwargs=cluster),
+    Listing("api-cluster-drift", lambda s, item: f"{item['namespace']}/{item['name']}", {
+        "nlp_member": set(), "nlp_admin": set(), "speech_member": set(), "vision_member": {"vision-seg/gpu"},
+        "vision_admin": {"vision-seg/gpu"}, "auditor": {"vision-seg/gpu"}, "platform": {"vision-seg/gpu"}, "nobody": 404,
     }, kwargs=cluster),
     Listing("api-node-tokens", lambda s, item: item["node_name"], {
         "nlp_member": 403, "nlp_admin": 403, "speech_member": 403, "vision_member": 403, "vision_admin": 403,
@@ -381,11 +384,17 @@ def test_lists_show_only_the_rows_within_reach(scene: Scene, listing: Listing) -
     assert seen == listing.visible
 
 
-def test_a_node_shows_the_processes_of_every_department(scene: Scene) -> None:
-    """Known, tracked by the hardening work: a researcher of nlp sees the pod of vision's allocation."""
-    body = scene.world.client("nlp_member").get(reverse("api-telemetry-node", kwargs={"node_id": scene.node.pk})).json()
-    pods = {process["pod_uid"] for gpu in body["gpus"] for process in gpu["processes"] or []}
-    assert pods == {"pod-of-vision"}
+def test_a_node_shows_the_processes_only_of_departments_within_reach(scene: Scene) -> None:
+    """The pod on the GPU vision's allocation holds: vision's people, the auditor of the root and
+    platform admins see it; nlp's and speech's do not (the node itself they all see)."""
+    url = reverse("api-telemetry-node", kwargs={"node_id": scene.node.pk})
+    seen = {}
+    for persona in ("nlp_member", "nlp_admin", "speech_member", "vision_member", "vision_admin", "auditor", "platform"):
+        body = scene.world.client(persona).get(url).json()
+        seen[persona] = {process["pod_uid"] for gpu in body["gpus"] for process in gpu["processes"] or []}
+    vision = {"pod-of-vision"}
+    assert seen == {"nlp_member": set(), "nlp_admin": set(), "speech_member": set(), "vision_member": vision,
+                    "vision_admin": vision, "auditor": vision, "platform": vision}
 
 
 def test_only_a_nodes_own_token_reports(scene: Scene) -> None:
