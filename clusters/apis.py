@@ -18,13 +18,21 @@ from kernel.api.base import actor, filters, paginated, validated
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     node_count = serializers.IntegerField(read_only=True)
     has_kubeconfig = serializers.BooleanField(read_only=True)
+    missing_prerequisite = serializers.SerializerMethodField(
+        help_text="What the cluster lacks that the portal does not create (the GPU operator's namespace), and what is "
+        "withheld until it exists; empty when nothing is missing."
+    )
 
     class Meta:
         model = Cluster
         fields = [
             "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano",
-            "gpu_operator_namespace", "last_sync_at", "last_sync_error", "last_drift_at", "created_at",
+            "gpu_operator_namespace", "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at",
+            "created_at",
         ]
+
+    def get_missing_prerequisite(self, obj: Cluster) -> str:
+        return selectors.cluster_missing_prerequisite(obj)
 
 
 class ClusterIn(serializers.Serializer):  # type: ignore[type-arg]

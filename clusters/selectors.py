@@ -20,6 +20,9 @@ from tenants.access import access_for
 from tenants.models import Department, Project
 
 HAMI_RESOURCE = "nvidia.com/gpu"
+MISSING_PREREQUISITE = "Missing prerequisite: "
+"""How ``Cluster.last_sync_error`` starts when the cluster lacks something the portal does not
+create (the GPU operator's namespace): kept until a cluster-wide push finds it there."""
 
 
 def cluster_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Cluster]:
@@ -34,6 +37,12 @@ def cluster_get(*, user: AbstractBaseUser | AnonymousUser, cluster_id: int) -> C
         return cluster_list(user=user).get(pk=cluster_id)
     except Cluster.DoesNotExist:
         raise Http404("No such cluster.") from None
+
+
+def cluster_missing_prerequisite(cluster: Cluster) -> str:
+    """What the cluster lacks for the portal to deliver everything, in words, or ""."""
+    error = cluster.last_sync_error
+    return error if error.startswith(MISSING_PREREQUISITE) else ""
 
 
 def node_list(*, user: AbstractBaseUser | AnonymousUser, cluster_id: int | None = None) -> QuerySet[Node]:

@@ -7,9 +7,11 @@ recorded on the cluster and in the audit log, in a transaction of its own.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Case, F, TextField, Value, When
 from django.utils import timezone
 
 from audit import actions
@@ -18,8 +20,9 @@ from audit.services import audit_record
 from clusters import conf
 from clusters.models import Cluster, ClusterDrift
 from clusters.outbox import push_enqueue
+from clusters.selectors import MISSING_PREREQUISITE
 from delivery import selectors
-from delivery.drivers import ApplyResult, DriverError, PermanentDriverError, Plan, Scope, driver_for
+from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
 from tenants.access import require_platform_admin
@@ -46,6 +49,56 @@ def cluster_scope(*, cluster: Cluster) -> Scope:
     except RenderError as error:
         raise _render_failure(cluster, error) from None
     return Scope(namespace=None, objects=objects)
+
+
+def _is_node_config(*, kind: str, namespace: str, cluster: Cluster) -> bool:
+    """The per-node GPU configurations: the ConfigMaps in the GPU operator's namespace and the
+    node labels that select their keys."""
+    return kind == "Node" or (kind == "ConfigMap" and namespace == cluster.gpu_operator_namespace)
+
+
+def missing_prerequisite(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) -> str:
+    """Why the node configurations of the cluster-wide ``scope`` cannot be pushed now, or "".
+
+    They go into the GPU operator's namespace, which the operator creates and owns: the portal
+    never creates it (it would have to own it, and what the portal owns it prunes), so a cluster
+    without it is told, not repaired. Only a Kubernetes cluster can lack it, and only matters when
+    there are configurations to put there: one read of the Namespace.
+    """
+    from delivery.drivers.kubernetes import KINDS, KubernetesDriver
+
+    namespace = cluster.gpu_operator_namespace
+    wanted = any(obj["kind"] == "ConfigMap" and obj["metadata"].get("namespace") == namespace for obj in scope.objects)
+    if not wanted or not isinstance(driver, KubernetesDriver):
+        return ""
+    driver.reads += 1
+    status, _ = driver.rest.checked(
+        "GET", KINDS["Namespace"].path(name=namespace), what=f"read Namespace {namespace}", allow=(404,)
+    )
+    if status != 404:
+        return ""
+    return (
+        f"{MISSING_PREREQUISITE}namespace {namespace} does not exist on cluster {cluster.name}. Install the GPU "
+        f"operator (it creates the namespace), or create it, or set the cluster's GPU operator namespace to the "
+        f"one the operator runs in. Until then the device-plugin and MIG-manager configurations (and the node "
+        f"labels that select them) are withheld; everything else is pushed."
+    )
+
+
+def _without_node_configs(scope: Scope, *, cluster: Cluster) -> Scope:
+    """The scope with its node configurations withheld (their namespace is missing). Nodes and
+    the GPU operator's namespace are never pruned, so withholding deletes nothing."""
+    kept = [
+        obj for obj in scope.objects
+        if not _is_node_config(kind=obj["kind"], namespace=obj["metadata"].get("namespace", ""), cluster=cluster)
+    ]  # fmt: skip
+    return Scope(namespace=scope.namespace, objects=kept)
+
+
+def _shared_scope(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) -> tuple[Scope, str]:
+    """The cluster-wide scope as it can be pushed now, and the missing prerequisite ("" if none)."""
+    missing = missing_prerequisite(cluster=cluster, driver=driver, scope=scope)
+    return (_without_node_configs(scope, cluster=cluster), missing) if missing else (scope, "")
 
 
 def _render_failure(cluster: Cluster, error: RenderError) -> DriverError:
@@ -88,14 +141,25 @@ def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
 
 
 def cluster_sync_shared(*, cluster_id: int) -> ApplyResult:
-    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date."""
+    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date. A
+    missing GPU operator namespace withholds the node configs and is reported on the cluster
+    (``missing_prerequisite``); the push itself succeeds with the rest."""
     cluster = Cluster.objects.get(pk=cluster_id)
     try:
-        scope = cluster_scope(cluster=cluster)
+        driver = driver_for(cluster)
     except DriverError as error:
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
-    return _push(cluster, [scope], project=None)
+    try:
+        scope, missing = _shared_scope(cluster=cluster, driver=driver, scope=cluster_scope(cluster=cluster))
+        result = driver.apply(driver.plan([scope]))
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    finally:
+        driver.close()
+    _record_push(cluster=cluster, project=None, error="", result=result, missing=missing)
+    return result
 
 
 def cluster_plan(*, cluster_id: int) -> Plan:
@@ -103,7 +167,8 @@ def cluster_plan(*, cluster_id: int) -> Plan:
     cluster = Cluster.objects.get(pk=cluster_id)
     driver = driver_for(cluster)
     try:
-        return driver.plan(cluster_desired_scopes(cluster=cluster))
+        shared, *projects = cluster_desired_scopes(cluster=cluster)
+        return driver.plan([_shared_scope(cluster=cluster, driver=driver, scope=shared)[0], *projects])
     finally:
         driver.close()
 
@@ -121,8 +186,9 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
     try:
-        scopes = cluster_desired_scopes(cluster=cluster)
-        plan = driver.plan(scopes)
+        shared, *projects = cluster_desired_scopes(cluster=cluster)
+        shared, missing = _shared_scope(cluster=cluster, driver=driver, scope=shared)
+        plan = driver.plan([shared, *projects])
         if plan.is_empty:
             result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
         else:
@@ -133,8 +199,13 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
     finally:
         driver.close()
     if repair_drift:
-        _record_drift(cluster=cluster, plan=plan)
-    _record_push(cluster=cluster, project=None, error="", result=result)
+        withheld = cluster.last_sync_error.startswith(MISSING_PREREQUISITE)  # delivered now, not changed by hand
+        drifted = [
+            change for change in plan.changes
+            if not (withheld and _is_node_config(kind=change.kind, namespace=change.namespace, cluster=cluster))
+        ]  # fmt: skip
+        _record_drift(cluster=cluster, plan=Plan(changes=drifted, unchanged=plan.unchanged))
+    _record_push(cluster=cluster, project=None, error="", result=result, missing=missing)
     return plan, result
 
 
@@ -170,10 +241,22 @@ def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
 
 
 @transaction.atomic
-def _record_push(*, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None) -> None:
-    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=error[:4000])
-    if result is not None and result.applied == 0 and result.pruned == 0:
+def _record_push(
+    *, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None, missing: str = ""
+) -> None:
+    """The outcome on the cluster (``last_sync_error``) and in the audit log. ``missing``: the
+    prerequisite a cluster-wide push that pushed everything else found missing; it stays on the
+    cluster until a cluster-wide push finds it there (a project's push does not clear it) and is
+    audited (``cluster.push_failed``) when first reported, not again at every push."""
+    sync_error: Any = error[:4000] or missing
+    if project is not None and not error:
+        kept = When(last_sync_error__startswith=MISSING_PREREQUISITE, then=F("last_sync_error"))
+        sync_error = Case(kept, default=Value(""), output_field=TextField())
+    newly_missing = bool(missing) and missing != cluster.last_sync_error
+    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=sync_error)
+    if not newly_missing and result is not None and result.applied == 0 and result.pruned == 0:
         return  # nothing changed on the cluster: nothing to record
+    error = error or (missing if newly_missing else "")
     audit_record(
         actor=None,
         action=actions.CLUSTER_PUSH_FAILED if error else actions.CLUSTER_PUSHED,

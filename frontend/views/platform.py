@@ -12,7 +12,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from allocations.booking.defrag import defrag_apply, defrag_plan
 from allocations.selectors import flavor_list, priority_class_list
-from clusters.selectors import cluster_drift_list, cluster_get, cluster_push_list, node_list
+from clusters.selectors import (
+    cluster_drift_list,
+    cluster_get,
+    cluster_missing_prerequisite,
+    cluster_push_list,
+    node_list,
+)
 from frontend.gpu_map import gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
@@ -44,6 +50,7 @@ def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
     context = {
         "title": f"Cluster {cluster.name}",
         "cluster": cluster,
+        "missing_prerequisite": cluster_missing_prerequisite(cluster),
         "nodes": node_list(user=user, cluster_id=cluster.pk),
         "map": gpu_map(cluster=cluster),
         "pushes": cluster_push_list(user=user, cluster_id=cluster.pk)[:RECENT],
