@@ -50,7 +50,8 @@ _MAX_INT = 2**31 - 1
 
 
 def report_check(*, report: AgentReport) -> None:
-    """What the schema cannot say: UUIDs and indexes are unique among a report's GPUs."""
+    """What the schema cannot say: UUIDs and indexes are unique among a report's GPUs, and MIG
+    device slots among a GPU's MIG devices."""
     seen_uuids: set[str] = set()
     seen_indexes: set[int] = set()
     for position, gpu in enumerate(report["gpus"]):
@@ -58,6 +59,12 @@ def report_check(*, report: AgentReport) -> None:
             pointer = f"/gpus/{position}/index"
             raise FieldError(pointer, f"GPU index {gpu['index']} appears twice in the report ({pointer}).")
         seen_indexes.add(gpu["index"])
+        seen_slots: set[int] = set()
+        for slot_position, instance in enumerate(gpu["mig_instances"]):
+            if instance["index"] in seen_slots:
+                pointer = f"/gpus/{position}/mig_instances/{slot_position}/index"
+                raise FieldError(pointer, f"MIG device slot {instance['index']} appears twice on one GPU ({pointer}).")
+            seen_slots.add(instance["index"])
         uuid = gpu["uuid"]
         if uuid is not None:
             if uuid in seen_uuids:
