@@ -17,11 +17,17 @@ from allocations import catalog, selectors, services
 from allocations.booking.preview import placement_preview
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, SharingMode
 from clusters.selectors import cluster_list
-from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
+from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.pagination import Pagination
-from kernel.errors import TransitionNotAllowed
+from kernel.errors import NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
-from tenants.selectors import department_list, project_list
+from tenants.access import access_for, require_platform_admin
+from tenants.selectors import department_list, project_is_member, project_list
+
+# Every write checks the caller's permission before it reads the body (the services check again):
+# a body names its target first when the permission depends on it, and an invisible target reads as
+# an unknown one (400 naming the field, as before).
+CATALOGUE = "change the catalogue"
 
 
 class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -62,6 +68,7 @@ class FlavorListApi(APIView):
 
     @extend_schema(request=FlavorIn, responses={201: FlavorOut})
     def post(self, request: Request) -> Response:
+        require_platform_admin(actor(request), to=CATALOGUE)
         flavor = catalog.flavor_create(actor=actor(request), **validated(FlavorIn, request))
         return Response(FlavorOut(flavor).data, status=status.HTTP_201_CREATED)
 
@@ -74,9 +81,9 @@ class FlavorDetailApi(APIView):
     @extend_schema(request=FlavorIn(partial=True), responses=FlavorOut)
     def patch(self, request: Request, flavor_id: int) -> Response:
         selectors.flavor_get(user=request.user, flavor_id=flavor_id)
-        data = FlavorIn(data=request.data, partial=True, context={"request": request})
-        data.is_valid(raise_exception=True)
-        flavor = catalog.flavor_update(actor=actor(request), flavor_id=flavor_id, **data.validated_data)
+        require_platform_admin(actor(request), to=CATALOGUE)
+        data = validated(FlavorIn, request, partial=True)
+        flavor = catalog.flavor_update(actor=actor(request), flavor_id=flavor_id, **data)
         return Response(FlavorOut(flavor).data)
 
 
@@ -104,6 +111,7 @@ class PriorityClassListApi(APIView):
 
     @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut})
     def post(self, request: Request) -> Response:
+        require_platform_admin(actor(request), to=CATALOGUE)
         created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
         return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
 
@@ -140,7 +148,7 @@ class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
 
 class QuotaListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        department = serializers.IntegerField(required=False, min_value=1)
+        department = IdField(required=False)
 
     @extend_schema(parameters=[Filter], responses=QuotaOut(many=True))
     def get(self, request: Request) -> Response:
@@ -152,6 +160,8 @@ class QuotaListApi(APIView):
 
     @extend_schema(request=QuotaIn, responses={201: QuotaOut})
     def post(self, request: Request) -> Response:
+        target(QuotaIn, request, "department")
+        require_platform_admin(actor(request), to=CATALOGUE)
         quota = catalog.quota_set(actor=actor(request), **validated(QuotaIn, request))
         return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data, status=status.HTTP_201_CREATED)
 
@@ -233,10 +243,10 @@ class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
 class AllocationListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         state = serializers.MultipleChoiceField(choices=AllocationState.choices, required=False)
-        project = serializers.IntegerField(required=False, min_value=1)
-        department = serializers.IntegerField(required=False, min_value=1)
-        flavor = serializers.IntegerField(required=False, min_value=1)
-        cluster = serializers.IntegerField(required=False, min_value=1)
+        project = IdField(required=False)
+        department = IdField(required=False)
+        flavor = IdField(required=False)
+        cluster = IdField(required=False)
         mine = serializers.BooleanField(required=False, default=False)
 
     @extend_schema(
@@ -267,7 +277,11 @@ class AllocationListApi(APIView):
 
     @extend_schema(request=AllocationIn, responses={201: AllocationOut})
     def post(self, request: Request) -> Response:
-        allocation = services.allocation_request(actor=actor(request), **validated(AllocationIn, request))
+        user = actor(request)
+        project = target(AllocationIn, request, "project")
+        if not (project_is_member(project=project, user=user) or access_for(user).can_administer_department(project.department_id)):
+            raise NotAllowed(f"You are not a member of project {project.slug}.")
+        allocation = services.allocation_request(actor=user, **validated(AllocationIn, request))
         return Response(AllocationOut(allocation).data, status=status.HTTP_201_CREATED)
 
 
@@ -286,10 +300,21 @@ class RenewIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class _AllocationActionApi(APIView):
-    """POST /allocations/{id}/<action>/: the allocation must be visible first (404 otherwise)."""
+    """POST /allocations/{id}/<action>/: the allocation must be visible first (404 otherwise), then
+    the caller must hold the role the action needs (403), and only then is the body read."""
 
-    def _visible(self, request: Request, allocation_id: int) -> None:
-        selectors.allocation_get(user=request.user, allocation_id=allocation_id)
+    def _visible(self, request: Request, allocation_id: int) -> Allocation:
+        return selectors.allocation_get(user=request.user, allocation_id=allocation_id)
+
+    def _decider(self, request: Request, allocation_id: int) -> None:
+        allocation = self._visible(request, allocation_id)
+        if not access_for(request.user).can_administer_department(allocation.project.department_id):
+            raise NotAllowed("Only an admin of the allocation's department may decide on it.")
+
+    def _changer(self, request: Request, allocation_id: int) -> None:
+        allocation = self._visible(request, allocation_id)
+        if not selectors.allocation_may_change(user=request.user, allocation=allocation):
+            raise NotAllowed("Only the project's members or the department's admins may change this allocation.")
 
     def _respond(self, allocation: Allocation) -> Response:
         fresh = Allocation.objects.select_related(
@@ -301,7 +326,7 @@ class _AllocationActionApi(APIView):
 class AllocationApproveApi(_AllocationActionApi):
     @extend_schema(request=DecisionIn, responses=AllocationOut)
     def post(self, request: Request, allocation_id: int) -> Response:
-        self._visible(request, allocation_id)
+        self._decider(request, allocation_id)
         data = validated(DecisionIn, request)
         return self._respond(services.allocation_approve(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
@@ -309,7 +334,7 @@ class AllocationApproveApi(_AllocationActionApi):
 class AllocationRejectApi(_AllocationActionApi):
     @extend_schema(request=DecisionIn, responses=AllocationOut)
     def post(self, request: Request, allocation_id: int) -> Response:
-        self._visible(request, allocation_id)
+        self._decider(request, allocation_id)
         data = validated(DecisionIn, request)
         return self._respond(services.allocation_reject(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
@@ -317,7 +342,7 @@ class AllocationRejectApi(_AllocationActionApi):
 class AllocationReleaseApi(_AllocationActionApi):
     @extend_schema(request=DecisionIn, responses=AllocationOut)
     def post(self, request: Request, allocation_id: int) -> Response:
-        self._visible(request, allocation_id)
+        self._changer(request, allocation_id)
         data = validated(DecisionIn, request)
         return self._respond(services.allocation_release(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
 
@@ -325,7 +350,7 @@ class AllocationReleaseApi(_AllocationActionApi):
 class AllocationRenewApi(_AllocationActionApi):
     @extend_schema(request=RenewIn, responses=AllocationOut)
     def post(self, request: Request, allocation_id: int) -> Response:
-        self._visible(request, allocation_id)
+        self._changer(request, allocation_id)
         data = validated(RenewIn, request)
         if data["ends_at"] <= timezone.now():
             raise serializers.ValidationError({"ends_at": ["The new end must be in the future."]})

@@ -12,7 +12,8 @@ from rest_framework.views import APIView
 
 from clusters import credentials, inventory, selectors
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
-from kernel.api.base import actor, filters, paginated, validated
+from kernel.api.base import IdField, actor, filters, paginated, validated
+from tenants.access import require_platform_admin
 
 
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -48,6 +49,7 @@ class ClusterListApi(APIView):
 
     @extend_schema(request=ClusterIn, responses={201: ClusterOut})
     def post(self, request: Request) -> Response:
+        require_platform_admin(actor(request), to="register clusters")  # before the body is read
         cluster = inventory.cluster_create(actor=actor(request), **validated(ClusterIn, request))
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster.pk)).data, status=status.HTTP_201_CREATED)
 
@@ -75,7 +77,7 @@ class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class NodeListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        cluster = serializers.IntegerField(required=False, min_value=1)
+        cluster = IdField(required=False)
 
     @extend_schema(parameters=[Filter], responses=NodeOut(many=True))
     def get(self, request: Request) -> Response:
@@ -99,6 +101,7 @@ class ClusterKubeconfigApi(APIView):
     @extend_schema(request=Input, responses={204: None})
     def put(self, request: Request, cluster_id: int) -> Response:
         selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        require_platform_admin(actor(request), to="change a cluster's credentials")  # before the body is read
         credentials.cluster_kubeconfig_set(actor=actor(request), cluster_id=cluster_id, **validated(self.Input, request))
         return Response(status=status.HTTP_204_NO_CONTENT)
 

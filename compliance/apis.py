@@ -29,6 +29,7 @@ from audit.selectors import AuditFilters, audit_event_list
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
 from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
+from kernel.api.base import IdField
 from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
 
@@ -55,7 +56,7 @@ def _checkpoint_or_503(signing: Callable[[], _T]) -> _T:
 class FilterSerializer(serializers.Serializer[Any]):
     start = serializers.DateTimeField(required=False, help_text="events at or after this time")
     end = serializers.DateTimeField(required=False, help_text="events before this time")
-    department = serializers.IntegerField(required=False, min_value=1, help_text="a department and its subtree")
+    department = IdField(required=False, help_text="a department and its subtree")
     actor = serializers.CharField(required=False, max_length=150, help_text="username of the actor")
     action = serializers.CharField(required=False, max_length=64, help_text="action code, e.g. allocation.approved")
 

@@ -151,13 +151,16 @@ AUTHENTICATION_BACKENDS = [
 
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
+# JSON bodies nested deeper than this are refused with a 400 (kernel/api/parsers.py).
+GPUPORTAL_API_JSON_MAX_DEPTH = env_int("GPUPORTAL_API_JSON_MAX_DEPTH", 64, minimum=1)
+
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["kernel.api.parsers.JSONParser"],  # DRF's, with the nesting depth bounded
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "kernel.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "kernel.api.pagination.Pagination",

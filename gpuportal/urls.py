@@ -11,3 +11,9 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("", include("frontend.urls")),
 ]
+
+# Under /api/ errors are the JSON envelope (kernel.api.errors); every other path keeps Django's pages.
+handler400 = "kernel.api.errors.api_bad_request"
+handler403 = "kernel.api.errors.api_permission_denied"
+handler404 = "kernel.api.errors.api_not_found"
+handler500 = "kernel.api.errors.api_server_error"

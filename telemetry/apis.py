@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from agent.report import AgentReport, load_schema
 from clusters.models import Node
-from kernel.api.base import actor, filters, paginated, validated
+from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.errors import ApplicationError, NotAllowed
 from telemetry import conf, node_tokens, selectors
 from telemetry.ingest.report import node_report_ingest, report_check
@@ -39,6 +39,7 @@ from telemetry.models import (
     SampleTier,
 )
 from telemetry.schema_check import Validator
+from tenants.access import require_platform_admin
 
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 MAX_REPORTED_ERRORS = 20
@@ -196,13 +197,13 @@ class NodeTokenIssuedOut(NodeTokenOut):
 
 class NodeTokenListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        cluster = serializers.IntegerField(required=False, min_value=1)
+        cluster = IdField(required=False)
         node_name = serializers.CharField(required=False, max_length=253)
         active = serializers.BooleanField(required=False, allow_null=True, default=None)
 
     @extend_schema_serializer(component_name="NodeTokenIssue")
     class Input(serializers.Serializer):  # type: ignore[type-arg]
-        cluster = serializers.IntegerField(min_value=1)
+        cluster = IdField()
         node_name = serializers.CharField(max_length=253)
         description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
@@ -217,6 +218,7 @@ class NodeTokenListApi(APIView):
 
     @extend_schema(request=Input, responses={201: NodeTokenIssuedOut})
     def post(self, request: Request) -> Response:
+        require_platform_admin(actor(request), to="issue node tokens")  # before the body is read
         data = validated(self.Input, request)
         token, text = node_tokens.node_token_issue(
             actor=actor(request), cluster_id=data["cluster"], node_name=data["node_name"], description=data["description"]
@@ -342,7 +344,7 @@ class TelemetryNodeDetailOut(TelemetryNodeOut):
 
 class TelemetryNodeListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        cluster = serializers.IntegerField(required=False, min_value=1)
+        cluster = IdField(required=False)
         stale = serializers.BooleanField(required=False, allow_null=True, default=None)
         mig_mismatch = serializers.BooleanField(required=False, allow_null=True, default=None)
 

@@ -11,9 +11,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from kernel.api.base import ScopedRelatedField, actor, filters, paginated, validated
+from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
+from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants import selectors, services
+from tenants.access import access_for, require_platform_admin
 from tenants.models import Department, Membership, Project
 
 
@@ -43,7 +45,9 @@ class DepartmentListApi(APIView):
 
     @extend_schema(request=DepartmentIn, responses={201: DepartmentOut})
     def post(self, request: Request) -> Response:
-        department = services.department_create(actor=actor(request), **validated(DepartmentIn, request))
+        user = actor(request)
+        require_platform_admin(user, to="create departments")  # before the body is read (and again in the service)
+        department = services.department_create(actor=user, **validated(DepartmentIn, request))
         return Response(DepartmentOut(department).data, status=status.HTTP_201_CREATED)
 
 
@@ -74,7 +78,7 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
 
 class ProjectListApi(APIView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        department = serializers.IntegerField(required=False, min_value=1)
+        department = IdField(required=False)
 
     @extend_schema(parameters=[Filter], responses=ProjectOut(many=True))
     def get(self, request: Request) -> Response:
@@ -84,7 +88,13 @@ class ProjectListApi(APIView):
 
     @extend_schema(request=ProjectIn, responses={201: ProjectOut})
     def post(self, request: Request) -> Response:
-        project = services.project_create(actor=actor(request), **validated(ProjectIn, request))
+        user = actor(request)
+        # The department first (an invisible one reads as unknown), then the permission (and again in the
+        # service), and only then the rest of the body: members are looked up for department admins only.
+        department = target(ProjectIn, request, "department")
+        if not access_for(user).can_administer_department(department.pk):
+            raise NotAllowed("You may create projects only in departments you administer.")
+        project = services.project_create(actor=user, **validated(ProjectIn, request))
         return Response(ProjectOut(project).data, status=status.HTTP_201_CREATED)
 
 

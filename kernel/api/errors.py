@@ -1,18 +1,33 @@
-"""One place that turns every error into ``{"error": {"code", "message", "fields"}}``."""
+"""One place that turns every error into ``{"error": {"code", "message", "fields"}, "request_id"}``.
+
+``exception_handler`` is DRF's: every error a view raises. The ``api_*`` views are Django's error
+handlers (``gpuportal/urls.py``): under ``/api/`` they answer the same envelope for what never
+reaches a DRF view's handler (an unknown URL, an unhandled exception: a 500), and hand every other
+path to Django's own HTML pages. The request id is the one in the ``X-Request-ID`` header
+(``kernel.request_context``): the caller quotes it, the operator finds it in the log.
+"""
 
 from __future__ import annotations
 
+import logging
+import sys
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.http import Http404
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from kernel.api.parsers import JsonTooDeep
 from kernel.errors import ApplicationError
+from kernel.request_context import current_request_context
+
+logger = logging.getLogger("gpuportal.api")
+API_PREFIX = "/api/"
 
 
 def _flatten(detail: Any) -> dict[str, list[str]]:
@@ -43,6 +58,13 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    response = _response(exc, context)
+    if response is not None and isinstance(response.data, dict) and "error" in response.data:
+        response.data["request_id"] = current_request_context().request_id
+    return response
+
+
+def _response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         extra = {"details": exc.details} if exc.details else {}
         return Response(error_body(exc.code, exc.message, exc.fields, **extra), status=exc.status)
@@ -59,7 +81,8 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         return None
     if isinstance(exc, exceptions.ParseError):
         fields = {"body": [str(exc.detail)]}
-        response.data = error_body("parse_error", "The request body is not valid JSON.", fields)
+        message = str(exc.detail) if isinstance(exc, JsonTooDeep) else "The request body is not valid JSON."
+        response.data = error_body("parse_error", message, fields)
     elif isinstance(exc, exceptions.ValidationError):
         fields = _flatten(exc.detail)
         response.data = error_body("invalid", _summary(fields), fields)
@@ -73,3 +96,49 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 def _summary(fields: dict[str, list[str]]) -> str:
     names = ", ".join(sorted(fields))
     return f"Invalid input in: {names}." if names else "Invalid input."
+
+
+# ------------------------------------------------------------------ Django's handlers (urls.py)
+
+
+def _is_api(request: HttpRequest) -> bool:
+    return request.path_info.startswith(API_PREFIX)
+
+
+def _json(code: str, message: str, status_code: int, request_id: str | None = None) -> JsonResponse:
+    request_id = request_id or current_request_context().request_id
+    return JsonResponse({**error_body(code, message), "request_id": request_id}, status=status_code)
+
+
+def api_server_error(request: HttpRequest, template_name: str = defaults.ERROR_500_TEMPLATE_NAME) -> HttpResponse:
+    """An unhandled exception (Django logs its traceback on ``django.request`` right after)."""
+    if not _is_api(request):
+        return defaults.server_error(request, template_name)
+    request_id = current_request_context().request_id
+    error = sys.exc_info()[1]
+    logger.error(
+        "Server error on %s %s, request id %s: %s", request.method, request.path, request_id,
+        repr(error) if error is not None else "unknown",
+    )
+    message = f"The server failed to handle this request. Quote request id {request_id} to the operator."
+    return _json("server_error", message, 500, request_id)
+
+
+def api_not_found(request: HttpRequest, exception: Exception, template_name: str = defaults.ERROR_404_TEMPLATE_NAME) -> HttpResponse:
+    if not _is_api(request):
+        return defaults.page_not_found(request, exception, template_name)
+    return _json("not_found", "No API endpoint at this URL.", 404)
+
+
+def api_bad_request(request: HttpRequest, exception: Exception, template_name: str = defaults.ERROR_400_TEMPLATE_NAME) -> HttpResponse:
+    if not _is_api(request):
+        return defaults.bad_request(request, exception, template_name)
+    return _json("bad_request", "The request was refused as malformed.", 400)
+
+
+def api_permission_denied(
+    request: HttpRequest, exception: Exception, template_name: str = defaults.ERROR_403_TEMPLATE_NAME
+) -> HttpResponse:
+    if not _is_api(request):
+        return defaults.permission_denied(request, exception, template_name)
+    return _json("permission_denied", "You do not have permission to perform this action.", 403)
