@@ -92,6 +92,10 @@ CLUSTER_DISCOVERED = register(532, "cluster.discovered", "A cluster's nodes were
 # 6xx the audit log itself
 AUDIT_EXPORTED = register(600, "audit.exported", "Audit events were exported")
 AUDIT_CHECKPOINT_REQUESTED = register(601, "audit.checkpoint_requested", "A checkpoint was published on demand")
+AUDIT_QUARANTINED = register(
+    602, "audit.quarantined", "Rows that no checkpoint covered were moved out of the chain into quarantine"
+)
+AUDIT_REANCHORED = register(603, "audit.reanchored", "The chain resumed on the last event before a quarantine")
 
 # 7xx node telemetry: node tokens and what the GPU node agents report
 NODE_TOKEN_ISSUED = register(700, "node_token.issued", "A node agent token was issued")

@@ -3,8 +3,9 @@
 A checkpoint resumes from the previous one (its compact range and department heads, both checked
 against the previous signed roots), replays and checks the events added since, signs the new size,
 roots and head with the key from the configuration, stores the checkpoint in the database and,
-once committed, writes it to the external checkpoint folder. It refuses to sign anything it cannot
-verify, and refuses to run when the external folder is ahead of the database (a rollback).
+once committed, writes it to the external checkpoint folder with its proof file (its compact range
+and the subtrees that extend the previous checkpoint's tree to it). It refuses to sign anything it
+cannot verify, and refuses to run when the external folder is ahead of the database (a rollback).
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from audit.integrity.chain import record_parse_or_fail
 from audit.integrity.checkpoint import ZERO_HASH, Checkpoint, checkpoint_sign, checkpoint_verify, note_hash
 from audit.integrity.departments import DepartmentHead, heads_from_json, heads_to_json
 from audit.integrity.errors import VerificationFailure
-from audit.integrity.merkle import CompactRange
+from audit.integrity.merkle import CompactRange, subtrees_covering
 from audit.integrity.replay import ReplayState
-from audit.integrity.store import CheckpointFolder
+from audit.integrity.store import CheckpointFolder, CheckpointProof
 from audit.models import AuditCheckpoint, AuditEvent
+from audit.proofs import gap_nodes
 from audit.services import audit_time_format, chain_lock
 
 CHECKPOINT_LOCK_ID = 0x6770_7561_7564_0002
@@ -69,8 +71,11 @@ def checkpoint_heads(checkpoint: AuditCheckpoint) -> dict[int, DepartmentHead]:
 @dataclass
 class _NodeWriter:
     pending: list[tuple[int, int, str]]
+    wanted: dict[tuple[int, int], bytes | None]  # the extension's subtrees, (level, index), filled as they complete
 
     def __call__(self, level: int, position: int, hash_: bytes) -> None:
+        if (level, position) in self.wanted:
+            self.wanted[(level, position)] = hash_
         if level % NODE_LEVEL_STEP == 0:
             self.pending.append((level, position, hash_.hex()))
             if len(self.pending) >= NODE_BATCH:
@@ -85,7 +90,7 @@ class _NodeWriter:
             self.pending = []
 
 
-def _resume(latest: AuditCheckpoint | None) -> tuple[ReplayState, Checkpoint | None]:
+def checkpoint_resume(latest: AuditCheckpoint | None) -> tuple[ReplayState, Checkpoint | None]:
     if latest is None:
         return ReplayState.empty(), None
     signed = checkpoint_verify(latest.note, audit_trusted_keys())
@@ -94,6 +99,7 @@ def _resume(latest: AuditCheckpoint | None) -> tuple[ReplayState, Checkpoint | N
         raise VerificationFailure("altered", f"the stored state of {signed.describe()} does not match its signed root")
     heads = checkpoint_heads(latest)
     state = ReplayState(compact=compact, last=None, heads=heads)
+    state.quarantines, state.quarantine_head = signed.quarantines, signed.quarantine_head
     if len(heads) != signed.departments_size or state.departments_root() != signed.departments_root:
         raise VerificationFailure("altered", f"the stored department heads of {signed.describe()} do not match it")
     if signed.size:
@@ -102,7 +108,7 @@ def _resume(latest: AuditCheckpoint | None) -> tuple[ReplayState, Checkpoint | N
             raise VerificationFailure(
                 "truncated", f"event seq {signed.size}, the head of {signed.describe()}, is gone", seq=signed.size
             )
-        state.last = record_parse_or_fail(row.encode("ascii"), expected_seq=signed.size)
+        state.last = record_parse_or_fail(row.encode("ascii", "replace"), expected_seq=signed.size)
         if state.last.hash != signed.head:
             raise VerificationFailure(
                 "altered", f"seq {signed.size} no longer matches the head of {signed.describe()}", seq=signed.size
@@ -127,14 +133,26 @@ def _store_check(folder: CheckpointFolder, latest: AuditCheckpoint | None) -> No
         raise VerificationFailure("split-view", f"the external checkpoint #{newest} differs from the database's")
 
 
+def checkpoint_proof(row: AuditCheckpoint, previous_size: int) -> CheckpointProof:
+    """The proof file of a stored checkpoint, from its compact range and the stored subtrees."""
+    return CheckpointProof(
+        number=row.number, size=row.size, previous_size=previous_size,
+        frontier=tuple(bytes.fromhex(value) for value in json.loads(row.frontier)),
+        extension=tuple(gap_nodes(previous_size, row.size)),
+    )
+
+
 def checkpoint_backfill(folder: CheckpointFolder | None = None) -> int:
-    """Write to the external folder the checkpoints it misses (after a failed write). Returns the count."""
+    """Write to the external folder the checkpoints it misses (after a failed write), with their
+    proof files. Returns the count."""
     folder = folder or audit_checkpoint_folder()
     numbers = folder.numbers()
     newest = numbers[-1] if numbers else 0
+    previous_size = AuditCheckpoint.objects.filter(number=newest).values_list("size", flat=True).first() or 0
     written = 0
-    for number, note in AuditCheckpoint.objects.filter(number__gt=newest).order_by("number").values_list("number", "note"):
-        folder.write(number, note)
+    for row in AuditCheckpoint.objects.filter(number__gt=newest).order_by("number").iterator(chunk_size=100):
+        folder.write(row.number, row.note, checkpoint_proof(row, previous_size))
+        previous_size = row.size
         written += 1
     return written
 
@@ -148,27 +166,31 @@ def checkpoint_publish() -> AuditCheckpoint:
             chain_lock(connection, CHECKPOINT_LOCK_ID)
             latest = AuditCheckpoint.objects.order_by("-number").first()
             _store_check(folder, latest)
-            row, checkpoint = _next_checkpoint(latest)
+            row, checkpoint, proof = _next_checkpoint(latest)
             row.note = note = checkpoint_sign(checkpoint, key)
             row.save(force_insert=True)
-            transaction.on_commit(lambda: folder.write(checkpoint.number, note))
+            transaction.on_commit(lambda: folder.write(checkpoint.number, note, proof))
     except VerificationFailure as failure:
         raise AuditIntegrityError(failure) from None
     return row
 
 
-def _next_checkpoint(latest: AuditCheckpoint | None) -> tuple[AuditCheckpoint, Checkpoint]:
-    state, previous = _resume(latest)
+def _next_checkpoint(latest: AuditCheckpoint | None) -> tuple[AuditCheckpoint, Checkpoint, CheckpointProof]:
+    state, previous = checkpoint_resume(latest)
     upto = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
     if upto < state.size:
         raise VerificationFailure(
             "truncated", f"the log has {upto} events but the previous checkpoint covers {state.size}", seq=upto + 1
         )
-    nodes = _NodeWriter(pending=[])
+    previous_size = state.size
+    extension = list(subtrees_covering(previous_size, upto))
+    nodes = _NodeWriter(pending=[], wanted=dict.fromkeys(extension))
     for seq, stored_hash, record in events_after(after=state.size, upto=upto):
-        event = state.append(record.encode("ascii"), sink=nodes)
+        event = state.append(record.encode("ascii", "replace"), sink=nodes)  # not ASCII: not a record of ours
         if event.hash_hex != stored_hash:
             raise VerificationFailure("altered", f"the stored hash of seq {seq} does not match its record", seq=seq)
+        if (0, seq - 1) in nodes.wanted:
+            nodes.wanted[(0, seq - 1)] = event.hash
     nodes.flush()
     times = [audit_time_format(timezone.now())]
     times += [previous.time] if previous else []
@@ -178,11 +200,21 @@ def _next_checkpoint(latest: AuditCheckpoint | None) -> tuple[AuditCheckpoint, C
         departments_size=len(state.heads), departments_root=state.departments_root(),
         number=previous.number + 1 if previous else 1,
         previous=note_hash(latest.note) if latest is not None else ZERO_HASH,
-        time=max(times),
+        time=max(times), quarantines=state.quarantines, quarantine_head=state.quarantine_head,
+    )
+    proof = CheckpointProof(
+        number=checkpoint.number, size=checkpoint.size, previous_size=previous_size,
+        frontier=tuple(state.compact.frontier),
+        extension=tuple((level, _completed(nodes.wanted[(level, index)])) for level, index in extension),
     )
     row = AuditCheckpoint(
         number=checkpoint.number, size=checkpoint.size, root=checkpoint.root.hex(), created_at=timezone.now(),
         note="", frontier=json.dumps([value.hex() for value in state.compact.frontier]),
         departments=json.dumps(heads_to_json(state.heads)) if state.heads_changed or latest is None else "",
     )
-    return row, checkpoint
+    return row, checkpoint, proof
+
+
+def _completed(hash_: bytes | None) -> bytes:
+    assert hash_ is not None, "every subtree of the extension completes while the new events are replayed"
+    return hash_

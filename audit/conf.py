@@ -10,6 +10,10 @@ table); this module checks and parses what the settings hold.
 ``GPUPORTAL_AUDIT_TRUSTED_KEYS``       extra verifier keys (earlier keys after a rotation),
                                        comma- or newline-separated; or ``..._FILE``
 ``GPUPORTAL_AUDIT_CHECKPOINT_DIR``     external checkpoint folder
+``GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS``
+                                       the checkpoint heartbeat in seconds (the beat schedule's
+                                       interval, default 60): events newer than the latest
+                                       checkpoint are committed to nowhere for about this long
 ``GPUPORTAL_DB_RUNTIME_ROLE``          PostgreSQL role the application runs as; unset: the
                                        user of ``GPUPORTAL_APP_DATABASE_URL``
 ``GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE`` also grant TRUNCATE on non-audit tables (test runs only)
@@ -26,7 +30,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate, signing_key_parse, verifier_key_parse
 from audit.integrity.store import CheckpointFolder
-from kernel.conf import setting, setting_bool, setting_optional_str, setting_path, setting_str
+from kernel.conf import setting, setting_bool, setting_int, setting_optional_str, setting_path, setting_str
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +89,16 @@ def audit_trusted_keys() -> list[VerifierKey]:
 
 def audit_checkpoint_folder() -> CheckpointFolder:
     return CheckpointFolder(setting_path("GPUPORTAL_AUDIT_CHECKPOINT_DIR"))
+
+
+def audit_checkpoint_interval_seconds() -> int:
+    """The heartbeat: beat publishes a checkpoint this often. Events newer than the latest
+    checkpoint are committed to nowhere yet, so the database owner could remove them without a trace
+    for at most about this long (plus one publishing run)."""
+    seconds = setting_int("GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS")
+    if seconds < 1:
+        raise ImproperlyConfigured("GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS must be at least 1")
+    return seconds
 
 
 def audit_runtime_role() -> str | None:

@@ -19,9 +19,10 @@ from django.db import connection
 from django.utils import timezone
 
 from audit.checkpoints import checkpoint_heads, checkpoint_publish
-from audit.integrity.bundle import context_line, departments_line, end_line, header_line, nodes_line
+from audit.integrity.bundle import context_line, departments_line, end_line, header_line, nodes_line, quarantine_line
 from audit.integrity.canonical import leaf_hash
 from audit.integrity.departments import heads_proof
+from audit.integrity.quarantine import QUARANTINE_ACTION
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.proofs import gap_nodes
 from audit.selectors import AuditFilters, audit_seq_bounds
@@ -141,7 +142,7 @@ def _record_blocks(selection: _Selection) -> Iterator[bytes]:
         yield from _copied_records(selection)
         return
     for rows in _rows(selection):
-        yield ("\n".join(record for _, record in rows) + "\n").encode("ascii")
+        yield ("\n".join(record for _, record in rows) + "\n").encode("utf-8")  # as stored (records are ASCII)
 
 
 def audit_export_jsonl(*, filters: AuditFilters, upto: int | None = None) -> Iterator[bytes]:
@@ -211,14 +212,34 @@ def _bundle_selection(filters: AuditFilters, upto: int) -> _Selection:
                       context=frozenset(context))
 
 
-def _bundle_rows(selection: _Selection) -> Generator[bytes, None, tuple[int, int, int]]:
+def _disclosed(upto: int) -> dict[int, str]:
+    """The ``audit.quarantined`` events up to ``upto``, which every bundle reveals."""
+    return dict(
+        AuditEvent.objects.filter(action=QUARANTINE_ACTION, seq__lte=upto).order_by("seq").values_list("seq", "record")
+    )
+
+
+def _gap_lines(start: int, end: int, disclosed: dict[int, str]) -> list[bytes]:
+    """Proof nodes covering leaves ``[start, end)``, with the quarantine events among them revealed."""
+    lines: list[bytes] = []
+    for seq in sorted(seq for seq in disclosed if start < seq <= end):
+        if seq - 1 > start:
+            lines.append(nodes_line(start, gap_nodes(start, seq - 1)))
+        lines.append(quarantine_line(disclosed[seq].encode("ascii")))
+        start = seq
+    if end > start:
+        lines.append(nodes_line(start, gap_nodes(start, end)))
+    return lines
+
+
+def _bundle_rows(selection: _Selection, disclosed: dict[int, str]) -> Generator[bytes, None, tuple[int, int, int]]:
     """Revealed events (and context) with proof nodes for the gaps; returns (position, events, context)."""
     position, events, context = 0, 0, 0
     for rows in _rows(selection):
         lines: list[bytes] = []
         for seq, record in rows:
             if seq - 1 > position:
-                lines.append(nodes_line(position, gap_nodes(position, seq - 1)))
+                lines.extend(_gap_lines(position, seq - 1, disclosed))
             if seq in selection.context:
                 lines.append(context_line(record.encode("ascii")))
                 context += 1
@@ -230,14 +251,14 @@ def _bundle_rows(selection: _Selection) -> Generator[bytes, None, tuple[int, int
     return position, events, context
 
 
-def _bundle_range(selection: _Selection) -> Generator[bytes, None, tuple[int, int, int]]:
+def _bundle_range(selection: _Selection, disclosed: dict[int, str]) -> Generator[bytes, None, tuple[int, int, int]]:
     """The same for a contiguous range (no department, actor or action filter), whose only context
     events are its two ends: the middle is streamed like a JSON Lines export."""
     low, high, ends = selection.low, selection.high, selection.context
     if high < low:
         return 0, 0, 0
     if low > 1:
-        yield nodes_line(0, gap_nodes(0, low - 1)) + b"\n"
+        yield b"\n".join(_gap_lines(0, low - 1, disclosed)) + b"\n"
     records = dict(AuditEvent.objects.filter(seq__in=sorted(ends)).values_list("seq", "record"))
     first = low + 1 if low in ends else low
     last = high - 1 if high in ends and high != low else high
@@ -260,11 +281,10 @@ def audit_export_bundle(*, filters: AuditFilters, checkpoint: AuditCheckpoint) -
         head.append(departments_line(heads_proof(checkpoint_heads(checkpoint), scope.departments)))
     yield b"\n".join(head) + b"\n"
     contiguous = selection.department_ids is None and selection.actors is None and selection.actions is None
-    body = _bundle_range(selection) if contiguous else _bundle_rows(selection)
+    disclosed = _disclosed(upto)
+    body = _bundle_range(selection, disclosed) if contiguous else _bundle_rows(selection, disclosed)
     position, events, context = yield from body
-    tail: list[bytes] = []
-    if position < upto:
-        tail.append(nodes_line(position, gap_nodes(position, upto)))
+    tail = _gap_lines(position, upto, disclosed)
     tail.append(end_line(events=events, context=context))
     yield b"\n".join(tail) + b"\n"
 

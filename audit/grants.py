@@ -2,8 +2,10 @@
 
 The owner role (the one that runs ``migrate``) owns every table. The runtime role (the one the
 application connects as) gets SELECT, INSERT, UPDATE and DELETE on the ordinary tables, but only
-SELECT and INSERT on the audit tables, and it may not own, alter or disable anything. Applied after
-every ``migrate`` (``post_migrate``) and by ``manage.py audit_grants``; idempotent.
+SELECT and INSERT on the audit tables, nothing at all on the quarantine tables (what a recovery
+moved out of the chain: only the owner reads or writes them), and it may not own, alter or disable
+anything. Applied after every ``migrate`` (``post_migrate``) and by ``manage.py audit_grants``;
+idempotent.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from audit.conf import audit_runtime_grant_truncate, audit_runtime_role
-from audit.schema import AUDIT_TABLES
+from audit.schema import AUDIT_TABLES, QUARANTINE_TABLES
 
 
 def _quote(connection: BaseDatabaseWrapper, name: str) -> str:
@@ -54,6 +56,7 @@ def runtime_grants_apply(*, using: str = DEFAULT_DB_ALIAS, role: str | None = No
     quoted = _quote(connection, role)
     ordinary = "SELECT, INSERT, UPDATE, DELETE" + (", TRUNCATE" if audit_runtime_grant_truncate() else "")
     audit_tables = ", ".join(AUDIT_TABLES)
+    quarantine_tables = ", ".join(QUARANTINE_TABLES)
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_schema()")
         schema = _quote(connection, cursor.fetchone()[0])
@@ -66,6 +69,8 @@ def runtime_grants_apply(*, using: str = DEFAULT_DB_ALIAS, role: str | None = No
             f"REVOKE ALL ON {audit_tables} FROM {quoted}",
             f"REVOKE ALL ON {audit_tables} FROM PUBLIC",
             f"GRANT SELECT, INSERT ON {audit_tables} TO {quoted}",
+            f"REVOKE ALL ON {quarantine_tables} FROM {quoted}",
+            f"REVOKE ALL ON {quarantine_tables} FROM PUBLIC",
         ):
             cursor.execute(statement)
     return role

@@ -7,6 +7,7 @@ the log.
 
 ``AuditEvent.record`` holds the canonical serialisation that is hashed, exported and verified; the
 other columns are copies of its fields for filtering (``audit_verify`` checks that they agree).
+``AuditQuarantine`` and ``AuditQuarantinedEvent`` keep what a recovery moved out of the chain.
 """
 
 from __future__ import annotations
@@ -120,3 +121,60 @@ class AuditMerkleNode(models.Model):
 
     def __str__(self) -> str:
         return f"level {self.level} subtree {self.position}"
+
+
+class AuditQuarantine(models.Model):
+    """One recovery (``manage.py audit_recover``): rows ``from_seq..to_seq`` that no checkpoint
+    covered were moved out of the chain, because the first of them did not verify. Written by the
+    owner only; the application's role has no privilege on this table."""
+
+    id = models.BigIntegerField(primary_key=True)
+    created_at = models.DateTimeField()
+    from_seq = models.BigIntegerField()
+    to_seq = models.BigIntegerField()
+    event_count = models.BigIntegerField()
+    digest = models.CharField(max_length=64)  # audit.integrity.quarantine.quarantine_digest of the rows
+    checkpoint_number = models.BigIntegerField()  # the latest checkpoint then (0: none), which covers none of them
+    checkpoint_size = models.BigIntegerField()
+    anchor_hash = models.CharField(max_length=64)  # hash of seq from_seq - 1, on which the chain resumed
+    failure_kind = models.CharField(max_length=32)
+    failure_seq = models.BigIntegerField(null=True, blank=True)
+    failure_message = models.TextField()
+    reason = models.TextField()
+    operator = models.CharField(max_length=150)
+
+    class Meta:
+        managed = False
+        db_table = "audit_quarantine"
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"quarantine #{self.id} (seqs {self.from_seq}..{self.to_seq})"
+
+
+class AuditQuarantinedEvent(models.Model):
+    """A row moved out of ``audit_event`` by a quarantine, every column as it was."""
+
+    pk = models.CompositePrimaryKey("quarantine_id", "seq")
+    quarantine_id = models.BigIntegerField()
+    seq = models.BigIntegerField()
+    occurred_at = models.DateTimeField()
+    actor_id = models.BigIntegerField(null=True, blank=True)
+    actor_username = models.CharField(max_length=150, blank=True)
+    action = models.CharField(max_length=64)
+    target_type = models.CharField(max_length=64, blank=True)
+    target_id = models.CharField(max_length=64, blank=True)
+    department_id = models.BigIntegerField(null=True, blank=True)
+    department_seq = models.BigIntegerField(null=True, blank=True)
+    outcome = models.CharField(max_length=16)
+    request_id = models.CharField(max_length=64, blank=True)
+    hash = models.CharField(max_length=64)
+    record = models.TextField()
+
+    class Meta:
+        managed = False
+        db_table = "audit_quarantined_event"
+        ordering = ["quarantine_id", "seq"]
+
+    def __str__(self) -> str:
+        return f"quarantine #{self.quarantine_id} seq {self.seq}"

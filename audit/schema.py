@@ -8,6 +8,10 @@ carries its own statements, never by editing these in place.
 
 A BEFORE INSERT trigger also refuses any event whose ``seq`` or ``department_seq`` is not the next
 number, so the database itself keeps both sequences gapless.
+
+The quarantine tables (``QUARANTINE_TABLES``, migration 0003) hold rows moved out of the chain by
+``manage.py audit_recover`` (``audit.recovery``), as they were. They are append-only too, and the
+application's role has no privilege on them at all: only the owner reads or writes them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 AUDIT_TABLES = ("audit_event", "audit_checkpoint", "audit_merkle_node")
+QUARANTINE_TABLES = ("audit_quarantine", "audit_quarantined_event")
 
 _APPEND_ONLY_MESSAGE = "audit tables are append-only"
 
@@ -207,11 +212,101 @@ SQLITE_DROP_TRIGGERS = [
     "DROP TRIGGER IF EXISTS audit_checkpoint_next_only",
 ]
 
+_QUARANTINE_COLUMNS = """
+        id bigint PRIMARY KEY CHECK (id > 0),
+        created_at {time} NOT NULL,
+        from_seq bigint NOT NULL CHECK (from_seq > 0),
+        to_seq bigint NOT NULL,
+        event_count bigint NOT NULL CHECK (event_count > 0),
+        digest char(64) NOT NULL,
+        checkpoint_number bigint NOT NULL CHECK (checkpoint_number >= 0),
+        checkpoint_size bigint NOT NULL CHECK (checkpoint_size >= 0),
+        anchor_hash char(64) NOT NULL,
+        failure_kind varchar(32) NOT NULL,
+        failure_seq bigint NULL,
+        failure_message text NOT NULL,
+        reason text NOT NULL,
+        operator varchar(150) NOT NULL,
+        CONSTRAINT audit_quarantine_range CHECK (to_seq - from_seq + 1 = event_count AND from_seq > checkpoint_size)
+"""
+
+_QUARANTINED_EVENT_COLUMNS = """
+        quarantine_id bigint NOT NULL REFERENCES audit_quarantine (id),
+        seq bigint NOT NULL,
+        occurred_at {time} NOT NULL,
+        actor_id bigint NULL,
+        actor_username varchar(150) NOT NULL,
+        action varchar(64) NOT NULL,
+        target_type varchar(64) NOT NULL,
+        target_id varchar(64) NOT NULL,
+        department_id bigint NULL,
+        department_seq bigint NULL,
+        outcome varchar(16) NOT NULL,
+        request_id varchar(64) NOT NULL,
+        hash char(64) NOT NULL,
+        record text NOT NULL,
+        PRIMARY KEY (quarantine_id, seq)
+"""
+
+POSTGRESQL_QUARANTINE = [
+    f"CREATE TABLE audit_quarantine ({_QUARANTINE_COLUMNS.format(time='timestamptz')})",
+    f"CREATE TABLE audit_quarantined_event ({_QUARANTINED_EVENT_COLUMNS.format(time='timestamptz')})",
+    # A function of their own, so that dropping the event tables' protection leaves this one in place.
+    f"""
+    CREATE FUNCTION audit_quarantine_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        RAISE EXCEPTION '{_APPEND_ONLY_MESSAGE}: % on % refused', TG_OP, TG_TABLE_NAME
+            USING ERRCODE = 'insufficient_privilege';
+    END
+    $$
+    """,
+    *[
+        statement
+        for table in QUARANTINE_TABLES
+        for statement in (
+            f"CREATE TRIGGER {table}_no_update_delete BEFORE UPDATE OR DELETE ON {table} "
+            "FOR EACH ROW EXECUTE FUNCTION audit_quarantine_refuse_change()",
+            f"CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table} "
+            "FOR EACH STATEMENT EXECUTE FUNCTION audit_quarantine_refuse_change()",
+            f"REVOKE ALL ON {table} FROM PUBLIC",
+        )
+    ],
+]
+
+POSTGRESQL_QUARANTINE_DROP = [
+    "DROP TABLE IF EXISTS audit_quarantined_event, audit_quarantine",
+    "DROP FUNCTION IF EXISTS audit_quarantine_refuse_change()",
+]
+
+SQLITE_QUARANTINE = [
+    f"CREATE TABLE audit_quarantine ({_QUARANTINE_COLUMNS.format(time='datetime')})",
+    f"CREATE TABLE audit_quarantined_event ({_QUARANTINED_EVENT_COLUMNS.format(time='datetime')})",
+    *[
+        f"CREATE TRIGGER {table}_no_{operation.lower()} BEFORE {operation} ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{_APPEND_ONLY_MESSAGE}: {operation} on {table} refused'); END"
+        for table in QUARANTINE_TABLES
+        for operation in ("UPDATE", "DELETE")
+    ],
+]
+
+SQLITE_QUARANTINE_DROP = [f"DROP TABLE IF EXISTS {table}" for table in reversed(QUARANTINE_TABLES)]
+
+# What ``audit.recovery`` switches off, inside its transaction, to move rows out of audit_event.
+POSTGRESQL_EVENT_DELETE_OFF = ["ALTER TABLE audit_event DISABLE TRIGGER audit_event_no_update_delete"]
+POSTGRESQL_EVENT_DELETE_ON = ["ALTER TABLE audit_event ENABLE TRIGGER audit_event_no_update_delete"]
+SQLITE_EVENT_DELETE_OFF = ["DROP TRIGGER audit_event_no_delete"]
+SQLITE_EVENT_DELETE_ON = [statement for statement in SQLITE_TRIGGERS if statement.startswith(
+    "CREATE TRIGGER audit_event_no_delete ")]
+
 STATEMENTS = {
     "postgresql": {"tables": POSTGRESQL_TABLES, "drop": POSTGRESQL_DROP, "triggers": POSTGRESQL_TRIGGERS,
-                   "drop_triggers": POSTGRESQL_DROP_TRIGGERS},
+                   "drop_triggers": POSTGRESQL_DROP_TRIGGERS, "quarantine": POSTGRESQL_QUARANTINE,
+                   "quarantine_drop": POSTGRESQL_QUARANTINE_DROP, "event_delete_off": POSTGRESQL_EVENT_DELETE_OFF,
+                   "event_delete_on": POSTGRESQL_EVENT_DELETE_ON},
     "sqlite": {"tables": SQLITE_TABLES, "drop": SQLITE_DROP, "triggers": SQLITE_TRIGGERS,
-               "drop_triggers": SQLITE_DROP_TRIGGERS},
+               "drop_triggers": SQLITE_DROP_TRIGGERS, "quarantine": SQLITE_QUARANTINE,
+               "quarantine_drop": SQLITE_QUARANTINE_DROP, "event_delete_off": SQLITE_EVENT_DELETE_OFF,
+               "event_delete_on": SQLITE_EVENT_DELETE_ON},
 }
 
 

@@ -4,8 +4,10 @@
 
 BUNDLE is a file (``-`` for standard input). A key is a file holding a PEM Ed25519 public key or a
 verifier key string ``name+keyid+base64``, or that string itself. ``--checkpoints`` is a copy of the
-external checkpoint folder: its chain is checked and the bundle's checkpoint must be in it and,
-unless ``--allow-stale``, be its latest.
+external checkpoint folder: its chain is checked (with the proof files, each tree an extension of
+the previous one) and the bundle's checkpoint must be in it and, unless ``--allow-stale``, be its
+latest. When the bundle's events fork from the store's checkpoints, the first diverging sequence
+number is named, or the range the store's hashes bound. Quarantines of the log are reported.
 
 Exit status: 0 verified, 1 verification failed (the first defect is printed with its kind and
 sequence number), 2 bad usage.
@@ -43,7 +45,8 @@ def verify_bundle_file(
 ) -> BundleReport:
     store = None
     if checkpoints is not None:
-        store = checkpoint_chain_verify(CheckpointFolder(checkpoints).notes(), keys)
+        folder = CheckpointFolder(checkpoints)
+        store = checkpoint_chain_verify(folder.notes(), keys, proofs=folder.proof)
     verifier = BundleVerifier(keys, store=store, allow_stale=allow_stale)
     if bundle == "-":
         return verifier.verify(_lines(sys.stdin.buffer))

@@ -1,8 +1,10 @@
-"""The one way an audit export is served over HTTP, for the API and the portal alike: the export is
-audited first (in its own transaction), a bundle gets a signed checkpoint, then the events stream."""
+"""The one way an audit export is served, over HTTP for the API and the portal alike and to a file
+or standard output for ``manage.py audit_export``: the export is audited first (in its own
+transaction, ``audit_export_record``), a bundle gets a signed checkpoint, then the events stream."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -17,15 +19,31 @@ from audit.services import audit_record
 
 
 @transaction.atomic
-def _export_record(
-    *, actor: AbstractBaseUser | AnonymousUser, filters: AuditFilters, output: str, department_id: int | None,
-    via: str | None = None,
+def audit_export_record(
+    *, actor: AbstractBaseUser | AnonymousUser | None, filters: AuditFilters, output: str, department_id: int | None,
+    via: str | None = None, extra: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """The audit event of an export: its output, its scope, and ``via`` when given ("portal")."""
+    """The audit event of an export: its output, its scope, ``via`` when given ("portal", "cli")
+    and what else the caller knows (the command line's destination and operating-system user)."""
     details: dict[str, Any] = {"output": output, "scope": filters.scope().to_json()}
     if via is not None:
         details["via"] = via
+    details.update(extra or {})
     return audit_record(actor=actor, action=actions.AUDIT_EXPORTED, department_id=department_id, details=details)
+
+
+def audit_export_stream(
+    *, actor: AbstractBaseUser | AnonymousUser | None, filters: AuditFilters, output: str, department_id: int | None,
+    via: str | None = None, extra: dict[str, Any] | None = None,
+) -> Iterator[bytes]:
+    """Record the export, sign a checkpoint for a bundle, and return the stream of its bytes.
+    ``AuditIntegrityError`` and ``ImproperlyConfigured`` propagate (no checkpoint can be signed);
+    the export's event stays recorded."""
+    audit_export_record(
+        actor=actor, filters=filters, output=output, department_id=department_id, via=via, extra=extra
+    )
+    checkpoint = checkpoint_for_export() if output == "bundle" else None
+    return audit_export(filters=filters, output=output, checkpoint=checkpoint)
 
 
 def audit_export_response(
@@ -39,11 +57,8 @@ def audit_export_response(
     (no signing key or checkpoint folder) propagates, for the caller to answer in its own way; the
     export's event stays recorded.
     """
-    _export_record(actor=actor, filters=filters, output=output, department_id=department_id, via=via)
-    checkpoint = checkpoint_for_export() if output == "bundle" else None
-    response = StreamingHttpResponse(
-        audit_export(filters=filters, output=output, checkpoint=checkpoint), content_type=CONTENT_TYPES[output]
-    )
+    stream = audit_export_stream(actor=actor, filters=filters, output=output, department_id=department_id, via=via)
+    response = StreamingHttpResponse(stream, content_type=CONTENT_TYPES[output])
     response["Content-Disposition"] = f'attachment; filename="{export_filename(output)}"'
     response["Cache-Control"] = "no-store"
     return response

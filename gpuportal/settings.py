@@ -194,9 +194,14 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 # A broker outage must not hold a request for long: the outbox re-dispatches what was not handed over.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
+# The audit checkpoint heartbeat (docs/audit.md): events newer than the latest checkpoint can be
+# removed by the database owner without a trace for at most about this long.
+GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
-    "audit-checkpoint-publish": {"task": "audit.tasks.audit_checkpoint_publish_task", "schedule": 60.0},
+    "audit-checkpoint-publish": {
+        "task": "audit.tasks.audit_checkpoint_publish_task", "schedule": float(GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS),
+    },
     "clusters-pushes-dispatch": {"task": "delivery.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
     "clusters-drift-check": {"task": "delivery.tasks.clusters_drift_check_task", "schedule": 300.0},
     "telemetry-nodes-mark-stale": {"task": "telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},

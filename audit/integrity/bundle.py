@@ -7,6 +7,7 @@ other lines are objects whose first key is ``"@"``::
     {"@":"departments","items":[{"entry":{...}} | {"node":[level,"hex"]}, ...]}   department scopes only
     {"@":"nodes","nodes":[[start,level,"hex"], ...]}  subtrees covering events that are not exported
     {"@":"context","record":"<record>"}             a boundary event just outside the range
+    {"@":"quarantine","record":"<record>"}          an audit.quarantined event outside the scope
     <record>                                        an exported event
     {"@":"end","events":N,"context":M}
 
@@ -15,7 +16,9 @@ the verifier rebuilds the signed root from the revealed events and the subtree h
 multi-leaf inclusion proof). Completeness comes from the chains: within the range the revealed
 events of each department (or, without a department filter, of the whole log) must be consecutive,
 start at the first event or at a boundary event dated before the range, and end at the head the
-checkpoint commits to or at a boundary event dated at or after its end.
+checkpoint commits to or at a boundary event dated at or after its end. Every ``audit.quarantined``
+event up to the checkpoint is revealed, as an exported event or a quarantine line, and the
+checkpoint counts them, so no bundle can leave a quarantine out.
 """
 
 from __future__ import annotations
@@ -126,6 +129,10 @@ def nodes_line(start: int, nodes: list[tuple[int, bytes]]) -> bytes:
 
 def context_line(record: bytes) -> bytes:
     return canonical_json({"@": "context", "record": record.decode("ascii")})
+
+
+def quarantine_line(record: bytes) -> bytes:
+    return canonical_json({"@": "quarantine", "record": record.decode("ascii")})
 
 
 def end_line(*, events: int, context: int) -> bytes:

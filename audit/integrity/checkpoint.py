@@ -11,11 +11,16 @@ lines, and the signature follows C2SP ``signed-note``::
     number 77
     previous <base64 SHA-256 of checkpoint 76's full signed text>
     time 2026-11-29T17:55:00.123456Z
+    quarantines 1 <base64 hash of the latest audit.quarantined event>    only after a quarantine
 
     — gpuportal/audit <base64(key id || signature)>
 
 ``number`` counts checkpoints without gaps (one a minute, even when nothing changed) and
-``previous`` chains them, so a deleted, replayed or forked checkpoint shows.
+``previous`` chains them, so a deleted, replayed or forked checkpoint shows. The ``quarantines``
+line appears once the log holds an ``audit.quarantined`` event (``audit.integrity.quarantine``):
+it commits every later checkpoint to how many quarantines the log has recorded, so a bundle cannot
+leave one out. Checkpoints without it (every checkpoint before the first quarantine) are
+byte-for-byte what they were.
 """
 
 from __future__ import annotations
@@ -58,9 +63,11 @@ class Checkpoint:
     number: int
     previous: bytes
     time: str
+    quarantines: int = 0  # audit.quarantined events in the first ``size`` events
+    quarantine_head: bytes = ZERO_HASH  # hash of the latest of them
 
     def body(self) -> str:
-        return (
+        body = (
             f"{self.origin}\n{self.size}\n{_b64(self.root)}\n"
             f"head {_b64(self.head)}\n"
             f"departments {self.departments_size} {_b64(self.departments_root)}\n"
@@ -68,6 +75,9 @@ class Checkpoint:
             f"previous {_b64(self.previous)}\n"
             f"time {self.time}\n"
         )
+        if self.quarantines:
+            body += f"quarantines {self.quarantines} {_b64(self.quarantine_head)}\n"
+        return body
 
     def describe(self) -> str:
         return f"checkpoint #{self.number} (size {self.size}, {self.time})"
@@ -86,8 +96,14 @@ def note_hash(note: str) -> bytes:
 
 def _parse_body(body: str) -> Checkpoint:
     lines = body.split("\n")
-    if len(lines) != 9 or lines[-1] != "":
-        raise VerificationFailure("malformed", "checkpoint body does not have the expected eight lines")
+    if len(lines) not in (9, 10) or lines[-1] != "":
+        raise VerificationFailure("malformed", "checkpoint body does not have the expected eight (or nine) lines")
+    quarantines, quarantine_head = 0, ZERO_HASH
+    if len(lines) == 10:
+        count, _, head_text = lines[8].removeprefix("quarantines ").partition(" ")
+        if not lines[8].startswith("quarantines ") or not count.isdigit() or int(count) < 1:
+            raise VerificationFailure("malformed", f"checkpoint line {lines[8]!r} should be 'quarantines N HASH'")
+        quarantines, quarantine_head = int(count), _unb64(head_text, "quarantine head")
     origin, size_text, root_text = lines[0], lines[1], lines[2]
     extensions: dict[str, str] = {}
     for line, name in zip(lines[3:8], ("head", "departments", "number", "previous", "time"), strict=True):
@@ -108,6 +124,8 @@ def _parse_body(body: str) -> Checkpoint:
         number=int(extensions["number"]),
         previous=_unb64(extensions["previous"], "previous"),
         time=extensions["time"],
+        quarantines=quarantines,
+        quarantine_head=quarantine_head,
     )
 
 

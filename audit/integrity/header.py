@@ -35,19 +35,23 @@ def header_read(lines: BundleLines, keys: Iterable[VerifierKey]) -> tuple[Checkp
     return checkpoint_verify(note, keys), scope, note
 
 
-def store_check(store: ChainSummary | None, checkpoint: Checkpoint, note: str, *, allow_stale: bool) -> None:
+def store_check(
+    store: ChainSummary | None, checkpoint: Checkpoint, note: str, *, allow_stale: bool
+) -> VerificationFailure | None:
     """The bundle's checkpoint against the external store's chain: no split view, no rollback and,
-    unless *allow_stale*, the latest."""
+    unless *allow_stale*, the latest. A split view (a checkpoint of the store's number or size with
+    other contents) is returned rather than raised, for the walk to say first where the bundle's
+    events part from the store's checkpoints; the others are raised."""
     if store is None or store.latest is None:
-        return
+        return None
     known = store.notes_by_number.get(checkpoint.number)
     if known is not None and known != note_hash(note):
-        raise VerificationFailure(
+        return VerificationFailure(
             "split-view", f"the bundle's checkpoint #{checkpoint.number} differs from the store's #{checkpoint.number}"
         )
     same_size = store.roots_by_size.get(checkpoint.size)
     if same_size is not None and same_size[0] != checkpoint.root:
-        raise VerificationFailure(
+        return VerificationFailure(
             "split-view",
             f"the bundle's {checkpoint.describe()} and the store's checkpoint #{same_size[1]} both cover "
             f"{checkpoint.size} events but have different roots",
@@ -65,6 +69,7 @@ def store_check(store: ChainSummary | None, checkpoint: Checkpoint, note: str, *
             "rollback",
             f"the bundle's {checkpoint.describe()} covers fewer events than the store's {latest.describe()}",
         )
+    return None
 
 
 def departments_read(lines: BundleLines, checkpoint: Checkpoint, wanted: tuple[int, ...]) -> dict[int, DepartmentHead]:

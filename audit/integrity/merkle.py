@@ -69,6 +69,14 @@ class CompactRange:
     def frontier(self) -> list[bytes]:
         return list(self._hashes)
 
+    def subtrees(self) -> list[tuple[int, int, bytes]]:
+        """The frontier as ``(start leaf, level, hash)``, left to right."""
+        items, start = [], 0
+        for level, hash_ in zip(self._levels, self._hashes, strict=True):
+            items.append((start, level, hash_))
+            start += 1 << level
+        return items
+
     def append_leaf(self, hash_: bytes, sink: NodeSink | None = None) -> None:
         """``append_subtree(0, hash_)``, specialised: it runs once per event in every verification."""
         levels, hashes = self._levels, self._hashes

@@ -12,6 +12,7 @@ from audit.integrity.checkpoint import ZERO_HASH
 from audit.integrity.departments import DepartmentHead, departments_root
 from audit.integrity.errors import VerificationFailure
 from audit.integrity.merkle import CompactRange, NodeSink
+from audit.integrity.quarantine import QUARANTINE_ACTION
 
 
 class ReplayState:
@@ -21,6 +22,8 @@ class ReplayState:
         self.before_last: EventFacts | None = None
         self.heads = heads
         self.heads_changed = False
+        self.quarantines = 0  # audit.quarantined events so far, and the hash of the latest
+        self.quarantine_head = ZERO_HASH
 
     @classmethod
     def empty(cls) -> ReplayState:
@@ -45,6 +48,9 @@ class ReplayState:
         link_check(event=event, previous=self.last, before_previous=self.before_last)
         if event.department_id is not None:
             self._department_step(event)
+        if event.action == QUARANTINE_ACTION:
+            self.quarantines += 1
+            self.quarantine_head = event.hash
         self.compact.append_leaf(event.hash, sink)
         self.before_last, self.last = self.last, event
         return event

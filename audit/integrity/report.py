@@ -1,5 +1,5 @@
-"""What a successful bundle verification reports: the checkpoint, the scope, the counts and
-what completeness the scope proves."""
+"""What a successful bundle verification reports: the checkpoint, the scope, the counts, what
+completeness the scope proves, and every quarantine of the log up to the checkpoint."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ class BundleReport:
     context: int = 0
     completeness: str = ""
     notes: list[str] = field(default_factory=list)
+    quarantines: list[str] = field(default_factory=list)  # one line per audit.quarantined event
 
     def summary(self) -> str:
         lines = [
@@ -24,4 +25,5 @@ class BundleReport:
             f"  {self.completeness}",
         ]
         lines.extend(f"  {note}" for note in self.notes)
+        lines.extend(f"  QUARANTINE: {line}" for line in self.quarantines)
         return "\n".join(lines)

@@ -30,8 +30,8 @@ class BundleVerifier:
     def verify(self, raw_lines: Iterable[bytes]) -> BundleReport:
         lines = BundleLines(raw_lines)
         checkpoint, scope, note = header_read(lines, self.keys)
-        store_check(self.store, checkpoint, note, allow_stale=self.allow_stale)
-        run = EventWalk(checkpoint=checkpoint, scope=scope, lines=lines, store=self.store)
+        conflict = store_check(self.store, checkpoint, note, allow_stale=self.allow_stale)
+        run = EventWalk(checkpoint=checkpoint, scope=scope, lines=lines, store=self.store, conflict=conflict)
         if scope.departments is not None:
             run.heads = departments_read(lines, checkpoint, scope.departments)
         return run.walk()

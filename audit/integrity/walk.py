@@ -1,5 +1,6 @@
 """The event lines of a bundle in one pass: every event's place and links, the proof nodes, the
-prefixes the store's checkpoints sign, the scope, and the completeness the scope claims."""
+prefixes the store's checkpoints sign (``audit.integrity.fork``), the scope, the completeness the
+scope claims, and the quarantines the checkpoint counts (``audit.integrity.quarantine``)."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from audit.integrity.chain import department_link_check, link_check, record_pars
 from audit.integrity.checkpoint import Checkpoint
 from audit.integrity.departments import DepartmentHead
 from audit.integrity.errors import VerificationFailure
+from audit.integrity.fork import ForkWatch
 from audit.integrity.lines import BundleLines
 from audit.integrity.merkle import CompactRange
+from audit.integrity.quarantine import QUARANTINE_ACTION, quarantine_describe
 from audit.integrity.report import BundleReport
 from audit.integrity.store import ChainSummary
 
@@ -32,21 +35,27 @@ class DepartmentRun:
 class EventWalk:
     """One pass over the event lines of a bundle."""
 
-    def __init__(self, *, checkpoint: Checkpoint, scope: Scope, lines: BundleLines, store: ChainSummary | None) -> None:
+    def __init__(
+        self, *, checkpoint: Checkpoint, scope: Scope, lines: BundleLines, store: ChainSummary | None,
+        conflict: VerificationFailure | None = None,
+    ) -> None:
         self.checkpoint = checkpoint
         self.scope = scope
         self.lines = lines
         self.heads: dict[int, DepartmentHead] = {}
         self.compact = CompactRange()
-        self.last: EventFacts | None = None
+        self.last: EventFacts | None = None  # the latest revealed leaf (for the links)
+        self.scoped_last: EventFacts | None = None  # the latest exported or context event (for completeness)
         self.before_last: EventFacts | None = None
         self.hidden_since_last = False
         self.first_global: tuple[EventFacts, bool] | None = None
         self.last_is_context = False
         self.runs: dict[int, DepartmentRun] = {}
         self.report = BundleReport(checkpoint=checkpoint, scope=scope)
-        self.prefix_roots = dict(store.roots_by_size) if store is not None else {}
-        self.prefix_roots[checkpoint.size] = (checkpoint.root, checkpoint.number)
+        self.fork = ForkWatch(store=store, checkpoint=checkpoint) if store is not None and store.roots_by_size else None
+        self.prefix_roots = store.roots_by_size if store is not None else {}
+        self.conflict = conflict  # the bundle's checkpoint disagrees with the store's: raised after the events
+        self.quarantines: list[tuple[EventFacts, bytes]] = []
         self.ended: dict[str, Any] | None = None
         self._unfiltered = scope == Scope()
         self._complete = scope.proves_completeness
@@ -64,6 +73,10 @@ class EventWalk:
                 self._meta(line)
             else:
                 self._event(line, context=False)
+        if self.conflict is not None:
+            conflict = self.conflict
+            where = self.fork.agreement() if self.fork is not None else ""
+            raise VerificationFailure(conflict.kind, f"{conflict.message}; {where}", seq=conflict.seq)
         self._finish()
         return self.report
 
@@ -80,6 +93,11 @@ class EventWalk:
             if not isinstance(record, str):
                 raise VerificationFailure("malformed", f"line {self.lines.number}: a context line without a record")
             self._event(record.encode("ascii", "replace"), context=True)
+        elif kind == "quarantine":
+            record = meta.get("record")
+            if not isinstance(record, str):
+                raise VerificationFailure("malformed", f"line {self.lines.number}: a quarantine line without a record")
+            self._event(record.encode("ascii", "replace"), context=False, disclosed=True)
         elif kind == "end":
             self.ended = meta
         else:
@@ -105,16 +123,21 @@ class EventWalk:
                     raise VerificationFailure(
                         "malformed", f"a proof node reaches beyond {self.checkpoint.describe()}", seq=self.position + 1
                     )
-                self.compact.append_subtree(level, bytes.fromhex(hash_hex))
-                self._prefix_check()
+                start = self.position
+                hash_ = bytes.fromhex(hash_hex)
+                self.compact.append_subtree(level, hash_)
+                if self.fork is not None:
+                    self.fork.observe(start, level, hash_)
+                    self.fork.check(self.compact)
         except (TypeError, ValueError) as error:
             raise VerificationFailure(
                 "malformed", f"line {self.lines.number}: bad proof nodes ({error})", seq=self.position + 1
             ) from None
         self.hidden_since_last = True
 
-    def _event(self, data: bytes, *, context: bool) -> None:
-        """One revealed event: its place, its links, its scope. Runs once per exported event."""
+    def _event(self, data: bytes, *, context: bool, disclosed: bool = False) -> None:
+        """One revealed event: its place, its links, its scope. Runs once per exported event.
+        ``disclosed``: an ``audit.quarantined`` event outside the scope, revealed by every bundle."""
         compact = self.compact
         expected = compact.size + 1
         event = record_parse_or_fail(data, expected_seq=expected)
@@ -134,34 +157,42 @@ class EventWalk:
         adjacent = last if last is not None and last.seq == expected - 1 else None
         if adjacent is not None or expected == 1:
             link_check(event=event, previous=adjacent, before_previous=self.before_last if adjacent else None)
-        if context or not self._unfiltered:
-            self._scope_check(event, context)
-        if self._complete:
-            if self._global:
-                self._global_step(event, context)
-            else:
-                self._department_step(event, context)
+        if event.action == QUARANTINE_ACTION:
+            self.quarantines.append((event, data))
+        if disclosed:
+            self._disclosed_check(event)
+        else:
+            if context or not self._unfiltered:
+                self._scope_check(event, context)
+            if self._complete:
+                if self._global:
+                    self._global_step(event, context)
+                else:
+                    self._department_step(event, context)
         compact.append_leaf(event.hash)
-        if expected in self.prefix_roots:
-            self._prefix_check()
-        self.before_last = adjacent
-        self.last, self.last_is_context = event, context
+        if self.fork is not None:
+            self.fork.observe(expected - 1, 0, event.hash)
+            if expected in self.prefix_roots:
+                self.fork.check(compact)
+        self.before_last, self.last = adjacent, event
+        if disclosed:
+            return  # neither exported nor context: the scope's completeness ignores it
+        self.scoped_last, self.last_is_context = event, context
         self.hidden_since_last = False
         if context:
             self.report.context += 1
         else:
             self.report.events += 1
 
-    def _prefix_check(self) -> None:
-        known = self.prefix_roots.get(self.position)
-        if known is not None and self.compact.root() != known[0]:
-            if self.position == self.checkpoint.size:
-                return  # reported by _finish, with the event named where possible
+    def _disclosed_check(self, event: EventFacts) -> None:
+        if event.action != QUARANTINE_ACTION:
             raise VerificationFailure(
-                "rewritten",
-                f"the first {self.position} events do not reproduce the root of checkpoint #{known[1]}: the log was "
-                "rewritten after that checkpoint was published",
-                seq=self.position,
+                "scope", f"seq {event.seq} is disclosed as a quarantine but is a {event.action!r} event", seq=event.seq
+            )
+        if self.scope.matches(event):
+            raise VerificationFailure(
+                "scope", f"seq {event.seq} matches the export's filters but is only disclosed, not exported",
+                seq=event.seq,
             )
 
     def _scope_check(self, event: EventFacts, context: bool) -> None:
@@ -197,14 +228,15 @@ class EventWalk:
                 )
             return
         if self.hidden_since_last:
-            assert self.last is not None
+            assert self.scoped_last is not None
             raise VerificationFailure(
                 "incomplete",
-                f"seqs {self.last.seq + 1}..{event.seq - 1} are hidden behind proof nodes inside the range: "
+                f"seqs {self.scoped_last.seq + 1}..{event.seq - 1} are hidden behind proof nodes inside the range: "
                 "events were dropped from the export",
-                seq=self.last.seq + 1,
+                seq=self.scoped_last.seq + 1,
             )
-        if self.last is not None and self.last_is_context and not self._before_range(self.last):
+        last = self.scoped_last
+        if last is not None and self.last_is_context and not self._before_range(last):
             raise VerificationFailure("scope", f"seq {event.seq} follows the closing context event", seq=event.seq)
 
     def _department_step(self, event: EventFacts, context: bool) -> None:
@@ -270,6 +302,7 @@ class EventWalk:
                 f"the events and proof nodes do not reproduce the root of {checkpoint.describe()}: an event or a "
                 "proof node was altered",
             )
+        self._quarantines_check()
         self.report.completeness = self._completeness()
         if self.ended is None:
             raise VerificationFailure("malformed", "the bundle has no end line: it was cut short")
@@ -286,8 +319,20 @@ class EventWalk:
             self._department_completeness(department_id)
         return f"complete: no event of {scope.describe()} is missing"
 
+    def _quarantines_check(self) -> None:
+        """Every quarantine the checkpoint counts must be in the bundle, and is reported."""
+        checkpoint, found = self.checkpoint, self.quarantines
+        latest = found[-1][0].hash if found else None
+        if len(found) != checkpoint.quarantines or (found and latest != checkpoint.quarantine_head):
+            raise VerificationFailure(
+                "quarantine-hidden",
+                f"{checkpoint.describe()} counts {checkpoint.quarantines} quarantines of the log but the bundle "
+                f"reveals {len(found)}: a quarantine was left out of the export",
+            )
+        self.report.quarantines = [quarantine_describe(data) for _, data in found]
+
     def _global_completeness(self) -> str:
-        scope, last = self.scope, self.last
+        scope, last = self.scope, self.scoped_last
         if last is None:
             if self.checkpoint.size:
                 raise VerificationFailure("incomplete", "the bundle reveals no event, so nothing bounds the range")

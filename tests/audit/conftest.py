@@ -1,8 +1,10 @@
 """Fixtures for the audit log tests: a signing key and an external checkpoint folder per test,
-and helpers that write events the way services do (inside a transaction)."""
+helpers that write events the way services do (inside a transaction), and one that appends a row
+past ``audit_record``, as any code on the application's database connection could."""
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,6 +17,7 @@ from django.db import connection, transaction
 
 from audit import actions
 from audit.checkpoints import checkpoint_publish
+from audit.integrity.canonical import canonical_json, leaf_hash
 from audit.integrity.keys import SigningKey, VerifierKey, signing_key_generate
 from audit.integrity.store import CheckpointFolder
 from audit.models import AuditCheckpoint, AuditEvent
@@ -149,3 +152,39 @@ def protection_dropped() -> Iterator[None]:
 def tamper(sql: str, params: list[Any] | None = None) -> None:
     with protection_dropped(), connection.cursor() as cursor:
         cursor.execute(sql, params or [])
+
+
+COLUMNS = ("seq, occurred_at, actor_id, actor_username, action, target_type, target_id, department_id, department_seq, "
+           "outcome, request_id, hash, record")
+
+
+def next_record(**changes: Any) -> tuple[int, str]:
+    """A record for the next seq, made like audit_record makes one, with ``changes`` applied."""
+    last = AuditEvent.objects.order_by("-seq").first()
+    assert last is not None
+    fields = json.loads(last.record)
+    fields.update(seq=last.seq + 1, prev_hash=last.hash, department_id=None, department_seq=None,
+                  department_prev_hash=None, action="node.updated", details={"bypassed": "audit_record"})
+    fields.update(changes)
+    return last.seq + 1, canonical_json(fields).decode("ascii")
+
+
+def wrong_prev() -> tuple[str, str]:
+    """A record whose prev_hash is not its predecessor's hash (its own hash is right)."""
+    _, text = next_record(prev_hash="f" * 64)
+    return text, leaf_hash(text.encode()).hex()
+
+
+def append_past_audit_record(make: Callable[[], tuple[str, str]] = wrong_prev) -> int:
+    """INSERT a row the way any code on the application's connection can: the triggers only check
+    that its seq is the next number. Returns its seq."""
+    text, hash_ = make()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COALESCE(max(seq), 0) + 1 FROM audit_event")
+        seq = int(cursor.fetchone()[0])
+        cursor.execute(
+            f"INSERT INTO audit_event ({COLUMNS}) VALUES (%s, CURRENT_TIMESTAMP, NULL, '', 'node.updated', '', '', "  # noqa: S608
+            "NULL, NULL, 'success', '', %s, %s)",
+            [seq, hash_, text],
+        )
+    return seq

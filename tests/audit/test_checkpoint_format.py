@@ -146,3 +146,18 @@ def test_the_folder_writes_once(tmp_path: Path, key: SigningKey) -> None:
     assert folder.numbers() == [1]
     assert (tmp_path / "latest").read_text() == note
     assert path.stat().st_mode & 0o222 == 0
+
+
+def test_a_checkpoint_after_a_quarantine_counts_them_and_older_ones_are_unchanged(key: SigningKey) -> None:
+    plain = make(1, 5)
+    assert "quarantines" not in plain.body() and len(plain.body().split("\n")) == 9  # byte-for-byte as before
+    counted = dataclasses.replace(plain, quarantines=2, quarantine_head=b"\x07" * 32)
+    note = checkpoint_sign(counted, key)
+    assert "\nquarantines 2 BwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwcHBwc=\n\n" in note
+    assert checkpoint_verify(note, [key.verifier]) == counted
+    import base64
+
+    body = plain.body() + "quarantines x\n"  # validly signed, but not a count and a hash
+    signature = base64.b64encode(key.key_id + key.sign(body.encode())).decode()
+    with pytest.raises(VerificationFailure, match="should be 'quarantines N HASH'"):
+        checkpoint_verify(f"{body}\n\u2014 {key.name} {signature}\n", [key.verifier])

@@ -136,3 +136,72 @@ def test_the_beat_task_and_the_command_publish(capsys: Any, publish: Publish) ->
     assert AuditCheckpoint.objects.filter(number=number).exists()
     call_command("audit_checkpoint")
     assert f"checkpoint #{number + 1}:" in capsys.readouterr().out
+
+
+def test_the_heartbeat_interval_is_a_setting_that_reaches_the_beat_schedule(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    program = (
+        "import django; django.setup(); from gpuportal.celery import app; "
+        "print(app.conf.beat_schedule['audit-checkpoint-publish']['schedule'])"
+    )
+    environment = {**os.environ, "DJANGO_SETTINGS_MODULE": "gpuportal.settings", "GPUPORTAL_VAR_DIR": str(tmp_path)}
+
+    def schedule(value: str | None) -> subprocess.CompletedProcess[str]:
+        env = {**environment, "GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS": value or ""}
+        return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=False, env=env,
+                              cwd=Path(__file__).resolve().parents[2])
+
+    assert schedule("15").stdout.strip() == "15.0"
+    assert schedule(None).stdout.strip() == "60.0"
+    refused = schedule("0")
+    assert refused.returncode != 0 and "GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS must be at least 1" in refused.stderr
+
+
+def test_live_verification_warns_when_the_heartbeat_stopped(settings: Any, publish: Publish, monkeypatch: Any) -> None:
+    import datetime
+
+    from audit.conf import audit_checkpoint_interval_seconds
+    from audit.verification import audit_log_verify
+
+    settings.GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS = 30
+    assert audit_checkpoint_interval_seconds() == 30
+    record()
+    publish()
+    assert not [warning for warning in audit_log_verify().warnings if "heartbeat" in warning]
+    later = timezone_now() + datetime.timedelta(seconds=61)
+    monkeypatch.setattr("audit.verification.timezone.now", lambda: later)
+    record()
+    (warning,) = [warning for warning in audit_log_verify().warnings if "heartbeat" in warning]
+    assert "more than twice the heartbeat interval (30 s)" in warning and "The 1 events since" in warning
+
+
+def timezone_now() -> Any:
+    from django.utils import timezone
+
+    return timezone.now()
+
+
+def test_every_checkpoint_in_the_folder_has_a_proof_of_consistency(
+    verifier_key: VerifierKey, folder: CheckpointFolder, publish: Publish
+) -> None:
+    record_many([None, 1])
+    publish()
+    record_many([2, 2, None])
+    publish()
+    publish()  # a heartbeat: an empty extension
+    summary = checkpoint_chain_verify(folder.notes(), [verifier_key], from_genesis=False, proofs=folder.proof)
+    assert summary.consistent == summary.count - 1 == 2
+    numbers = folder.numbers()
+    assert all(folder.proof_path_for(number).stat().st_mode & 0o222 == 0 for number in numbers)  # read-only
+    written = [folder.proof(number) for number in numbers]
+    assert written[-1] is not None and written[-1].extension == ()  # the heartbeat added nothing
+    for number in numbers:  # lost writes: backfill writes both files again, the same
+        folder.proof_path_for(number).unlink()
+        folder.path_for(number).unlink()
+    assert checkpoint_backfill(folder) == len(numbers)
+    assert [folder.proof(number) for number in numbers] == written
+    assert checkpoint_chain_verify(folder.notes(), [verifier_key], from_genesis=False, proofs=folder.proof).consistent == 2

@@ -111,3 +111,21 @@ def test_the_application_role_may_not_insert_out_of_sequence(runtime: Any) -> No
         "'success', '', repeat('0', 64), '{}')",
     )
     assert "is not the next number" in message
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "SELECT count(*) FROM audit_quarantine",
+        "SELECT count(*) FROM audit_quarantined_event",
+        "INSERT INTO audit_quarantine (id, created_at, from_seq, to_seq, event_count, digest, checkpoint_number, "
+        "checkpoint_size, anchor_hash, failure_kind, failure_message, reason, operator) VALUES (99, now(), 5, 5, 1, "
+        "repeat('0', 64), 0, 0, repeat('0', 64), 'x', 'x', 'x', 'x')",
+        "DELETE FROM audit_quarantined_event",
+        "TRUNCATE audit_quarantine",
+        "DROP TABLE audit_quarantined_event",
+    ],
+)
+def test_the_application_role_may_not_touch_the_quarantine(runtime: Any, statement: str) -> None:
+    message = refused(runtime, statement)
+    assert "permission denied" in message or "must be owner" in message, message

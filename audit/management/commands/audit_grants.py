@@ -21,4 +21,7 @@ class Command(BaseCommand):
         if role is None:
             self.stdout.write("no runtime role configured, or not PostgreSQL: nothing to grant")
         else:
-            self.stdout.write(f"granted {role}: INSERT and SELECT on the audit tables, read/write elsewhere")
+            self.stdout.write(
+                f"granted {role}: INSERT and SELECT on the audit tables, nothing on the quarantine tables, read/write "
+                "elsewhere"
+            )

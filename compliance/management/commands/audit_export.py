@@ -1,17 +1,26 @@
-"""``manage.py audit_export``: stream an export (JSON Lines, CSV or a verifiable bundle)."""
+"""``manage.py audit_export``: stream an export (JSON Lines, CSV or a verifiable bundle).
+
+Like a download from the API or the portal, every run is itself audited first: an
+``audit.exported`` event with the output, the filters, ``"via": "cli"``, where it was written and
+the operating-system user who ran it (the command has no portal user).
+"""
 
 from __future__ import annotations
 
 import datetime
+import getpass
 import sys
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils.dateparse import parse_datetime
 
 from audit.actions import get_action
-from audit.export import OUTPUTS, audit_export
+from audit.checkpoints import AuditIntegrityError
+from audit.export import OUTPUTS
 from compliance.access import AuditVisibility, audit_filters_for
+from compliance.exports import audit_export_stream
 
 
 def _moment(value: str | None, name: str) -> datetime.datetime | None:
@@ -23,8 +32,18 @@ def _moment(value: str | None, name: str) -> datetime.datetime | None:
     return moment
 
 
+def _os_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "unknown"
+
+
 class Command(BaseCommand):
-    help = "Export audit events. Operators only: this command is not limited by any portal role."
+    help = (
+        "Export audit events. Operators only: this command is not limited by any portal role. Every run is recorded "
+        "as an audit.exported event."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--output", choices=OUTPUTS, default="bundle")
@@ -46,7 +65,18 @@ class Command(BaseCommand):
             department_id=options["department"], time_from=_moment(options["start"], "start"),
             time_to=_moment(options["end"], "end"), actor=options["actor"], action=options["action"],
         )
-        chunks = audit_export(filters=filters, output=options["output"])
+        try:
+            chunks = audit_export_stream(
+                actor=None, filters=filters, output=options["output"], department_id=options["department"], via="cli",
+                extra={"destination": options["out"] or "stdout", "os_user": _os_user()},
+            )
+        except AuditIntegrityError as error:  # the export stays recorded, as from the API
+            raise CommandError(
+                f"no checkpoint can be signed, so no bundle: {error} (manage.py audit_recover diagnoses it)",
+                returncode=1,
+            ) from None
+        except ImproperlyConfigured as error:
+            raise CommandError(f"audit checkpoints cannot be signed: {error}", returncode=1) from None
         if options["out"]:
             with open(options["out"], "wb") as handle:
                 for chunk in chunks:
