@@ -14,6 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kernel.api.base import actor, validated
+from kernel.api.openapi import errors
 from kernel.errors import ApplicationError
 from tenants.access import require_platform_admin
 from tenants.auth import auth_token_issue
@@ -41,7 +42,7 @@ class TokenObtainApi(APIView):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=TokenIn, responses=TokenOut, auth=[])
+    @extend_schema(request=TokenIn, responses={200: TokenOut, **errors(400, 401, 429)}, auth=[])
     def post(self, request: Request) -> Response:
         data = validated(TokenIn, request)
         outcome = signin_authenticate(request._request, username=data["username"], password=data["password"],
@@ -73,7 +74,7 @@ class SigninUnlockApi(APIView):
     """Platform admins only (403 for everyone else): lift the lock on a username or an address, audited
     ``auth.unlocked``. Answers whether a lock was in force."""
 
-    @extend_schema(request=UnlockIn, responses=UnlockOut)
+    @extend_schema(request=UnlockIn, responses={200: UnlockOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         require_platform_admin(request.user, to="lift sign-in locks")
         data = validated(UnlockIn, request)
