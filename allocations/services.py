@@ -2,6 +2,11 @@
 
 Every service runs in one transaction that also writes its audit event; cluster pushes are
 enqueued with ``transaction.on_commit`` so a rolled-back decision never reaches a cluster.
+
+Locks follow the global order of :mod:`kernel.locks`: the allocation, its department chain, the
+candidate clusters, and the audit chain lock last. So the outbox rows of a push (which refer to the
+cluster and the project) are written before the audit event, and the services a deadlock can hit
+(deciding, releasing, expiring, provisioning) run again when PostgreSQL picks them as its victim.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from kernel.errors import (
     QuotaExceeded,
     TransitionNotAllowed,
 )
+from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for, department_chain
 from tenants.models import Project
 from tenants.selectors import project_is_member
@@ -60,8 +66,9 @@ def _audit(
     before: dict[str, Any] | None,
     details: dict[str, Any] | None = None,
     outcome: str = Outcome.SUCCESS,
+    after: dict[str, Any] | None = None,
 ) -> None:
-    after = _snapshot(allocation)
+    after = after if after is not None else _snapshot(allocation)
     changed_before = {key: value for key, value in (before or {}).items() if after.get(key) != value}
     changed_after = {key: after[key] for key in changed_before} if before is not None else after
     audit_record(
@@ -202,7 +209,7 @@ def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") ->
         raise
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> Allocation:
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)
@@ -224,6 +231,7 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     allocation.decided_at = timezone.now()
     allocation.decision_comment = comment
     allocation.save()
+    _enqueue_provision(allocation.pk)  # before the event: the outbox rows' key checks wait before the chain lock
     _audit(
         actor=actor,
         action=actions.ALLOCATION_APPROVED,
@@ -235,7 +243,6 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
             "placement": placed.where(),
         },
     )
-    _enqueue_provision(allocation.pk)
     return allocation
 
 
@@ -274,7 +281,7 @@ def _require_owner_or_admin(*, actor: User, allocation: Allocation) -> None:
     raise NotAllowed("Only the project's members or the department's admins may change this allocation.")
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def allocation_release(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:
     """End an allocation early; a pending one is withdrawn (cancelled) instead."""
     allocation = _lock(allocation_id)
@@ -289,9 +296,9 @@ def allocation_release(*, actor: User, allocation_id: int, comment: str = "") ->
         action = actions.ALLOCATION_RELEASED
     allocation.save()
     reservations.reservations_release(allocation=allocation, reason="released")
-    _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
-    if was_holding:
+    if was_holding:  # before the event: the outbox rows' key checks wait before the chain lock
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
+    _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
     return allocation
 
 
@@ -333,7 +340,7 @@ def allocations_expire(*, now: datetime.datetime | None = None) -> int:
     return expired
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
     allocation = _lock(allocation_id)
     if allocation.ends_at > now or not can_transition(allocation.state, AllocationState.EXPIRED):
@@ -343,13 +350,13 @@ def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
     allocation.state = AllocationState.EXPIRED
     allocation.save()
     reservations.reservations_release(allocation=allocation, reason="expired")
-    _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
-    if was_holding:
+    if was_holding:  # before the event, as in allocation_release
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
+    _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
     return True
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def allocation_provision_start(*, allocation_id: int) -> Allocation | None:
     """Claim an approved (or failed, on retry) allocation for provisioning; None when nothing to do."""
     allocation = _lock(allocation_id)
@@ -364,19 +371,30 @@ def allocation_provision_start(*, allocation_id: int) -> Allocation | None:
     return allocation
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def allocation_provision_succeeded(*, allocation_id: int) -> Allocation:
+    """The push landed: a provisioning allocation becomes active. One whose push landed before its
+    own worker claimed it (approved, or failed and retried) passes through provisioning in the same
+    write, with both events: updating the row twice in one transaction would make PostgreSQL check
+    its foreign keys again, and wait for their rows, while this transaction holds the chain lock."""
     allocation = _lock(allocation_id)
+    before = _snapshot(allocation)
+    passes_through = allocation.state in (AllocationState.APPROVED, AllocationState.FAILED)
+    if passes_through:
+        _move(allocation, AllocationState.PROVISIONING)
+        allocation.failure_reason = ""
     if allocation.state != AllocationState.PROVISIONING:
         return allocation
-    before = _snapshot(allocation)
+    provisioning = _snapshot(allocation)
     _move(allocation, AllocationState.ACTIVE)
     allocation.save()
-    _audit(actor=None, action=actions.ALLOCATION_ACTIVATED, allocation=allocation, before=before)
+    if passes_through:
+        _audit(actor=None, action=actions.ALLOCATION_PROVISIONING, allocation=allocation, before=before, after=provisioning)
+    _audit(actor=None, action=actions.ALLOCATION_ACTIVATED, allocation=allocation, before=provisioning)
     return allocation
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def allocation_provision_failed(*, allocation_id: int, reason: str) -> Allocation:
     allocation = _lock(allocation_id)
     if allocation.state != AllocationState.PROVISIONING:

@@ -6,6 +6,10 @@ Each event gets the next ``seq`` and its department's next ``department_seq``, t
 previous events (globally and in its department), and a time never earlier than its predecessor's,
 all assigned under one lock (a transaction-scoped advisory lock on PostgreSQL; SQLite's write
 transaction on SQLite), so concurrent writers can neither fork nor gap the chain.
+
+That lock is the last of the global lock order (:mod:`kernel.locks`): before taking it,
+``audit_record`` runs the foreign-key checks PostgreSQL would otherwise run at COMMIT, so that their
+waits for other transactions' row locks come before the chain lock, never while holding it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from audit.actions import AuditAction, get_action
 from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, canonical_json, leaf_hash, record_fields
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
+from kernel.locks import deferred_checks_run
 from kernel.request_context import current_request_context
 
 CHAIN_LOCK_ID = 0x6770_7561_7564_0001  # pg_advisory_xact_lock key of the event chain
@@ -113,6 +118,7 @@ def audit_record(
         "source_ip": context.source_ip, "user_agent": escape_text(context.user_agent, limit=512),
     }
 
+    deferred_checks_run(connection)  # the commit's foreign-key waits, before the chain lock (kernel.locks)
     chain_lock(connection)
     last, department_last = _chain_heads(connection, department_id)
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)

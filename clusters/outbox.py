@@ -5,15 +5,21 @@ commits, hands it to the delivery worker. If the broker is down at that moment t
 waits: ``pushes_dispatch`` (Celery beat) hands every due row to a worker again. The worker's side
 (claim, push, record the outcome) lives in :mod:`delivery.outbox`, above allocations; this module
 knows the delivery task only by its name, so nothing here imports upward.
+
+With in-process tasks (the embedded default) there is no beat: :class:`PushSweeper`, started by the
+WSGI entry point, runs ``pushes_dispatch`` every ``SWEEP_SECONDS`` on a thread of the serving
+process, so a push whose lease ran out (the process died mid-push) or whose worker gave it back
+(an unexpected error) is delivered again without anyone asking for a sync.
 """
 
 from __future__ import annotations
 
 import datetime
 import logging
+import threading
 
 from celery import current_app
-from django.db import transaction
+from django.db import connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -68,3 +74,59 @@ def pushes_dispatch(*, now: datetime.datetime | None = None) -> int:
     for push_id in pushes_due(now=now):
         dispatched += push_dispatch(push_id=push_id)
     return dispatched
+
+
+SWEEP_SECONDS = 15.0
+"""How often the in-process sweeper runs: as often as beat's ``clusters-pushes-dispatch``."""
+
+
+class PushSweeper:
+    """``pushes_dispatch`` every ``interval`` seconds on a daemon thread, for in-process tasks
+    (where dispatching a push delivers it on the calling thread). A failed sweep is logged and the
+    next one runs as usual; the thread closes its database connections after each sweep."""
+
+    def __init__(self, *, interval: float = SWEEP_SECONDS) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="gpuportal-push-sweeper", daemon=True)
+
+    def start(self) -> PushSweeper:
+        self._thread.start()
+        return self
+
+    def stop(self, *, timeout: float | None = None) -> None:
+        self._stop.set()
+        self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+    def sweep(self) -> int:
+        try:
+            return pushes_dispatch()
+        except Exception:  # the next sweep tries again
+            log.exception("the in-process push sweep failed")
+            return 0
+        finally:
+            connections.close_all()  # this thread's connections only
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sweep()
+
+
+_sweeper: PushSweeper | None = None
+_sweeper_guard = threading.Lock()
+
+
+def pushes_sweeper_start() -> PushSweeper | None:
+    """Start this process's sweeper when tasks run in-process (no broker, hence no beat); once per
+    process. With a broker, beat dispatches due pushes and this does nothing."""
+    global _sweeper
+    if not current_app.conf.task_always_eager:
+        return None
+    with _sweeper_guard:
+        if _sweeper is None or not _sweeper.running:
+            _sweeper = PushSweeper().start()
+        return _sweeper

@@ -10,8 +10,14 @@ with a lease, pushes outside any transaction, and records the outcome:
 * failure: the row is due again after an exponential backoff (capped); after the last attempt,
   or at once for a permanent error, it is failed and its allocation too, with the reason.
 
-A worker killed mid-push leaves its lease to expire; the row is then dispatched again. Pushes
-are idempotent, so a duplicate delivery is harmless.
+A worker killed mid-push leaves its lease to expire; the row is then dispatched again (by beat,
+or by the in-process sweeper of ``clusters.outbox`` when tasks run in-process). A worker that
+survives an unexpected error gives its lease back at once. Pushes are idempotent, so a duplicate
+delivery is harmless.
+
+Recording the outcome follows the global lock order of :mod:`kernel.locks`: the push rows, then
+their allocations (primary-key order), then the cluster (KEY SHARE), and the audit chain lock
+last; PostgreSQL's deadlock victims run again (``kernel.transactions.retry_on_deadlock``).
 """
 
 from __future__ import annotations
@@ -24,15 +30,18 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from allocations.models import Allocation
 from allocations.services import (
     allocation_provision_failed,
     allocation_provision_start,
     allocation_provision_succeeded,
 )
 from clusters import conf
-from clusters.models import ClusterPush, PushState
+from clusters.models import Cluster, ClusterPush, PushState
 from delivery.drivers import DriverError, PermanentDriverError
 from delivery.services import cluster_sync_project, cluster_sync_shared
+from kernel.locks import rows_key_share
+from kernel.transactions import retry_on_deadlock
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,26 @@ def push_deliver(*, push_id: int, ignore_schedule: bool = False) -> float | None
     push = _claim(push_id, ignore_schedule=ignore_schedule)
     if push is None:
         return None
+    try:
+        return _deliver(push)
+    except BaseException:
+        _lease_give_back(push)  # an error that is not the driver's: due after the backoff, not the lease
+        raise
+
+
+def _lease_give_back(push: ClusterPush) -> None:
+    """The worker failed unexpectedly (a deadlock retried in vain, the database gone): the push is
+    due again after the usual backoff, rather than when its lease runs out."""
+    delay = datetime.timedelta(seconds=push_backoff_seconds(push.attempts))
+    try:
+        ClusterPush.objects.filter(pk=push.pk, state=PushState.PENDING, claimed_until=push.claimed_until).update(
+            claimed_until=None, available_at=timezone.now() + delay
+        )
+    except Exception:  # the database is what failed: the lease runs out by itself
+        log.warning("could not give back the lease of push %s", push.pk, exc_info=True)
+
+
+def _deliver(push: ClusterPush) -> float | None:
     started = timezone.now()
     if push.allocation_id is not None:
         allocation = allocation_provision_start(allocation_id=push.allocation_id)
@@ -80,10 +109,14 @@ def push_deliver(*, push_id: int, ignore_schedule: bool = False) -> float | None
     return None
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
     """This push and the older pending ones for the same scope are done: the state they asked
-    for was read after they were committed, and has now been applied."""
+    for was read after they were committed, and has now been applied.
+
+    Every lock comes before the first audit event (kernel.locks): the push rows (SKIP LOCKED),
+    their allocations in primary-key order, the cluster FOR KEY SHARE; then each allocation is
+    written once (``allocation_provision_succeeded`` passes an approved one through provisioning)."""
     now = timezone.now()
     covered = list(
         ClusterPush.objects.select_for_update(skip_locked=True)
@@ -92,17 +125,20 @@ def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
         .filter(Q(pk=push.pk) | Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
         .order_by("pk")
     )
+    allocation_ids = sorted({done.allocation_id for done in covered if done.allocation_id is not None})
+    list(Allocation.objects.select_for_update(of=("self",)).filter(pk__in=allocation_ids).order_by("pk").values_list("pk"))
+    rows_key_share(transaction.get_connection(), Cluster, [push.cluster_id])
     for done in covered:
         done.state = PushState.DONE
         done.completed_at = now
         done.claimed_until = None
         done.last_error = ""
         done.save(update_fields=["state", "completed_at", "claimed_until", "last_error"])
-        if done.allocation_id is not None and allocation_provision_start(allocation_id=done.allocation_id) is not None:
-            allocation_provision_succeeded(allocation_id=done.allocation_id)
+    for allocation_id in allocation_ids:
+        allocation_provision_succeeded(allocation_id=allocation_id)
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def _failed(push: ClusterPush, error: DriverError) -> float | None:
     reason = str(error) or error.__class__.__name__
     final = isinstance(error, PermanentDriverError) or push.attempts >= conf.push_max_attempts()
@@ -114,7 +150,7 @@ def _failed(push: ClusterPush, error: DriverError) -> float | None:
         assert delay is not None
         fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
     ClusterPush.objects.filter(pk=push.pk).update(**fields)
-    if final and push.allocation_id is not None:
+    if final and push.allocation_id is not None:  # lock order: the push row (above), then its allocation
         allocation_provision_failed(allocation_id=push.allocation_id, reason=reason)
     log.warning("push %s (attempt %s) failed%s: %s", push.pk, push.attempts, "" if delay is None else f", retry in {delay:.1f}s", reason)
     return delay

@@ -1,7 +1,9 @@
 """Pushing desired state to clusters and repairing drift.
 
 A push happens outside any transaction (it is I/O on another system); its outcome is then
-recorded on the cluster and in the audit log, in a transaction of its own.
+recorded on the cluster and in the audit log, in a transaction of its own: the cluster row first,
+the audit chain lock last (the global order of :mod:`kernel.locks`), run again if PostgreSQL picks
+it as a deadlock's victim.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from delivery import selectors
 from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
+from kernel.transactions import retry_on_deadlock
 from tenants.access import require_platform_admin
 from tenants.models import Project
 
@@ -212,7 +215,7 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
 DRIFT_KINDS = {"create": "missing", "update": "changed", "delete": "unexpected"}
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
     """Differences in scopes with no push pending were made by hand (an object edited, deleted,
     or left behind): record each, and the repair, in one audit event."""
@@ -240,7 +243,7 @@ def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
     )
 
 
-@transaction.atomic
+@retry_on_deadlock()
 def _record_push(
     *, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None, missing: str = ""
 ) -> None:

@@ -6,3 +6,8 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 application = get_wsgi_application()
+
+# In-process tasks (no broker, hence no beat): this process re-dispatches due pushes itself.
+from clusters.outbox import pushes_sweeper_start  # noqa: E402 - needs the apps loaded above
+
+pushes_sweeper_start()

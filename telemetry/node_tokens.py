@@ -48,7 +48,7 @@ def node_token_issue(*, actor: User, cluster_id: int, node_name: str, descriptio
 def node_token_revoke(*, actor: User, token_id: int) -> NodeToken:
     """Revoke a token; revoking a revoked token changes nothing."""
     require_platform_admin(actor, to="revoke node tokens")
-    token = NodeToken.objects.select_for_update().select_related("cluster").filter(pk=token_id).first()
+    token = NodeToken.objects.select_for_update(of=("self",)).select_related("cluster").filter(pk=token_id).first()
     if token is None:
         raise Http404("No such node token.")
     if token.revoked_at is not None:
