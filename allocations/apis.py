@@ -15,13 +15,22 @@ from rest_framework.views import APIView
 
 from allocations import catalog, selectors, services
 from allocations.booking.preview import placement_preview
-from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, SharingMode
+from allocations.models import (
+    EXTENDED_RESOURCE_VALIDATOR,
+    Allocation,
+    AllocationState,
+    Flavor,
+    PriorityClass,
+    SharingMode,
+)
 from clusters.selectors import cluster_list
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
+from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.errors import NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for, require_platform_admin
+from tenants.models import NAMESPACE_SLUG_VALIDATOR
 from tenants.selectors import department_list, project_is_member, project_list
 
 # Every write checks the caller's permission before it reads the body (the services check again):
@@ -41,32 +50,34 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
     display_name = serializers.CharField(max_length=200)
     gpu_model = serializers.CharField(max_length=100)
     sharing_mode = serializers.ChoiceField(choices=SharingMode.choices)
-    resource_name = serializers.CharField(max_length=253)
+    resource_name = serializers.CharField(max_length=253, validators=[EXTENDED_RESOURCE_VALIDATOR])
     mig_profile = serializers.CharField(max_length=32, required=False, allow_blank=True, default="")
     replicas = serializers.IntegerField(required=False, allow_null=True, default=None, min_value=2, max_value=1000)
     memory_mib = serializers.IntegerField(min_value=1, max_value=10_000_000)
     compute_percent = serializers.IntegerField(min_value=1, max_value=100)
-    gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=4, min_value=0, max_value=1)
+    gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=4, min_value=Decimal("0.0001"), max_value=1)
     cpu_millicores_per_unit = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=8000)
     memory_mib_per_unit = serializers.IntegerField(min_value=0, max_value=100_000_000, required=False, default=65536)
     is_active = serializers.BooleanField(required=False, default=True)
 
 
 class FlavorListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         active = serializers.BooleanField(required=False, default=False)
 
-    @extend_schema(parameters=[Filter], responses=FlavorOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: FlavorOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         queryset = selectors.flavor_list(user=request.user, active_only=params.get("active", False))
         return paginated(view=self, request=request, queryset=queryset, serializer=FlavorOut)
 
-    @extend_schema(request=FlavorIn, responses={201: FlavorOut})
+    @extend_schema(request=FlavorIn, responses={201: FlavorOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         require_platform_admin(actor(request), to=CATALOGUE)
         flavor = catalog.flavor_create(actor=actor(request), **validated(FlavorIn, request))
@@ -74,11 +85,11 @@ class FlavorListApi(APIView):
 
 
 class FlavorDetailApi(APIView):
-    @extend_schema(responses=FlavorOut)
+    @extend_schema(responses={200: FlavorOut, **errors(401, 404)})
     def get(self, request: Request, flavor_id: int) -> Response:
         return Response(FlavorOut(selectors.flavor_get(user=request.user, flavor_id=flavor_id)).data)
 
-    @extend_schema(request=FlavorIn(partial=True), responses=FlavorOut)
+    @extend_schema(request=FlavorIn(partial=True), responses={200: FlavorOut, **errors(400, 401, 403, 404)})
     def patch(self, request: Request, flavor_id: int) -> Response:
         selectors.flavor_get(user=request.user, flavor_id=flavor_id)
         require_platform_admin(actor(request), to=CATALOGUE)
@@ -94,7 +105,7 @@ class PriorityClassOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
     value = serializers.IntegerField(min_value=-2147483648, max_value=1000000000)
     preemption_policy = serializers.ChoiceField(choices=["PreemptLowerPriority", "Never"], default="PreemptLowerPriority")
     oversubscription_factor = serializers.DecimalField(
@@ -104,12 +115,14 @@ class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class PriorityClassListApi(APIView):
-    @extend_schema(responses=PriorityClassOut(many=True))
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: PriorityClassOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
         queryset = selectors.priority_class_list(user=request.user)
         return paginated(view=self, request=request, queryset=queryset, serializer=PriorityClassOut)
 
-    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut})
+    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         require_platform_admin(actor(request), to=CATALOGUE)
         created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
@@ -117,7 +130,7 @@ class PriorityClassListApi(APIView):
 
 
 class PriorityClassDetailApi(APIView):
-    @extend_schema(responses=PriorityClassOut)
+    @extend_schema(responses={200: PriorityClassOut, **errors(401, 404)})
     def get(self, request: Request, priority_class_id: int) -> Response:
         found = selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
         return Response(PriorityClassOut(found).data)
@@ -147,10 +160,12 @@ class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class QuotaListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         department = IdField(required=False)
 
-    @extend_schema(parameters=[Filter], responses=QuotaOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: QuotaOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
@@ -158,7 +173,7 @@ class QuotaListApi(APIView):
         page = paginator.paginate_queryset(quotas, request, view=self) or []
         return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
 
-    @extend_schema(request=QuotaIn, responses={201: QuotaOut})
+    @extend_schema(request=QuotaIn, responses={201: QuotaOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         target(QuotaIn, request, "department")
         require_platform_admin(actor(request), to=CATALOGUE)
@@ -167,12 +182,12 @@ class QuotaListApi(APIView):
 
 
 class QuotaDetailApi(APIView):
-    @extend_schema(responses=QuotaOut)
+    @extend_schema(responses={200: QuotaOut, **errors(401, 404)})
     def get(self, request: Request, quota_id: int) -> Response:
         quota = selectors.quota_get(user=request.user, quota_id=quota_id)
         return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(responses={204: None, **errors(401, 403, 404)})
     def delete(self, request: Request, quota_id: int) -> Response:
         selectors.quota_get(user=request.user, quota_id=quota_id)
         catalog.quota_delete(actor=actor(request), quota_id=quota_id)
@@ -241,6 +256,8 @@ class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class AllocationListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         state = serializers.MultipleChoiceField(choices=AllocationState.choices, required=False)
         project = IdField(required=False)
@@ -258,7 +275,7 @@ class AllocationListApi(APIView):
             OpenApiParameter("cluster", int),
             OpenApiParameter("mine", bool),
         ],
-        responses=AllocationOut(many=True),
+        responses={200: AllocationOut(many=True), **errors(400, 401, 404)},
     )
     def get(self, request: Request) -> Response:
         data = self.Filter(data={**request.query_params.dict(), "state": request.query_params.getlist("state")})
@@ -275,7 +292,7 @@ class AllocationListApi(APIView):
         )
         return paginated(view=self, request=request, queryset=queryset, serializer=AllocationOut)
 
-    @extend_schema(request=AllocationIn, responses={201: AllocationOut})
+    @extend_schema(request=AllocationIn, responses={201: AllocationOut, **errors(400, 401, 403, 409)})
     def post(self, request: Request) -> Response:
         user = actor(request)
         project = target(AllocationIn, request, "project")
@@ -286,7 +303,7 @@ class AllocationListApi(APIView):
 
 
 class AllocationDetailApi(APIView):
-    @extend_schema(responses=AllocationOut)
+    @extend_schema(responses={200: AllocationOut, **errors(401, 404)})
     def get(self, request: Request, allocation_id: int) -> Response:
         return Response(AllocationOut(selectors.allocation_get(user=request.user, allocation_id=allocation_id)).data)
 
@@ -297,6 +314,9 @@ class DecisionIn(serializers.Serializer):  # type: ignore[type-arg]
 
 class RenewIn(serializers.Serializer):  # type: ignore[type-arg]
     ends_at = serializers.DateTimeField()
+
+
+DECISION_RESPONSES = {200: AllocationOut, **errors(400, 401, 403, 404, 409)}
 
 
 class _AllocationActionApi(APIView):
@@ -324,7 +344,7 @@ class _AllocationActionApi(APIView):
 
 
 class AllocationApproveApi(_AllocationActionApi):
-    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    @extend_schema(request=DecisionIn, responses=DECISION_RESPONSES)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._decider(request, allocation_id)
         data = validated(DecisionIn, request)
@@ -332,7 +352,7 @@ class AllocationApproveApi(_AllocationActionApi):
 
 
 class AllocationRejectApi(_AllocationActionApi):
-    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    @extend_schema(request=DecisionIn, responses=DECISION_RESPONSES)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._decider(request, allocation_id)
         data = validated(DecisionIn, request)
@@ -340,7 +360,7 @@ class AllocationRejectApi(_AllocationActionApi):
 
 
 class AllocationReleaseApi(_AllocationActionApi):
-    @extend_schema(request=DecisionIn, responses=AllocationOut)
+    @extend_schema(request=DecisionIn, responses=DECISION_RESPONSES)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._changer(request, allocation_id)
         data = validated(DecisionIn, request)
@@ -348,7 +368,7 @@ class AllocationReleaseApi(_AllocationActionApi):
 
 
 class AllocationRenewApi(_AllocationActionApi):
-    @extend_schema(request=RenewIn, responses=AllocationOut)
+    @extend_schema(request=RenewIn, responses=DECISION_RESPONSES)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._changer(request, allocation_id)
         data = validated(RenewIn, request)
@@ -358,7 +378,7 @@ class AllocationRenewApi(_AllocationActionApi):
 
 
 class AllocationRetryApi(_AllocationActionApi):
-    @extend_schema(request=None, responses=AllocationOut)
+    @extend_schema(request=None, responses=DECISION_RESPONSES)
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
         return self._respond(services.allocation_retry(actor=actor(request), allocation_id=allocation_id))
@@ -388,7 +408,7 @@ class AllocationPlacementPreviewApi(APIView):
     """GET /allocations/{id}/placement-preview/: whether a pending allocation fits now, where, or why not.
     Read without locks: approval decides again."""
 
-    @extend_schema(responses=PlacementPreviewOut)
+    @extend_schema(responses={200: PlacementPreviewOut, **errors(401, 404, 409)})
     def get(self, request: Request, allocation_id: int) -> Response:
         allocation = selectors.allocation_get(user=request.user, allocation_id=allocation_id)
         if allocation.state != AllocationState.PENDING:

@@ -13,7 +13,10 @@ from rest_framework.views import APIView
 from clusters import credentials, inventory, selectors
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
 from kernel.api.base import IdField, actor, filters, paginated, validated
+from kernel.api.openapi import errors
+from kernel.api.pagination import Pagination
 from tenants.access import require_platform_admin
+from tenants.models import NAMESPACE_SLUG_VALIDATOR
 
 
 class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -37,17 +40,19 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class ClusterIn(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=63)
+    name = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
     display_name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
     driver = serializers.ChoiceField(choices=ClusterDriverKind.choices, default=ClusterDriverKind.MANIFESTS)
 
 
 class ClusterListApi(APIView):
-    @extend_schema(responses=ClusterOut(many=True))
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: ClusterOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
         return paginated(view=self, request=request, queryset=selectors.cluster_list(user=request.user), serializer=ClusterOut)
 
-    @extend_schema(request=ClusterIn, responses={201: ClusterOut})
+    @extend_schema(request=ClusterIn, responses={201: ClusterOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         require_platform_admin(actor(request), to="register clusters")  # before the body is read
         cluster = inventory.cluster_create(actor=actor(request), **validated(ClusterIn, request))
@@ -55,7 +60,7 @@ class ClusterListApi(APIView):
 
 
 class ClusterDetailApi(APIView):
-    @extend_schema(responses=ClusterOut)
+    @extend_schema(responses={200: ClusterOut, **errors(401, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
 
@@ -76,10 +81,12 @@ class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class NodeListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
 
-    @extend_schema(parameters=[Filter], responses=NodeOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: NodeOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         queryset = selectors.node_list(user=request.user, cluster_id=params.get("cluster"))
@@ -87,7 +94,7 @@ class NodeListApi(APIView):
 
 
 class NodeDetailApi(APIView):
-    @extend_schema(responses=NodeOut)
+    @extend_schema(responses={200: NodeOut, **errors(401, 404)})
     def get(self, request: Request, node_id: int) -> Response:
         return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)
 
@@ -98,7 +105,7 @@ class ClusterKubeconfigApi(APIView):
     class Input(serializers.Serializer):  # type: ignore[type-arg]
         kubeconfig = serializers.CharField(max_length=256 * 1024, trim_whitespace=False)
 
-    @extend_schema(request=Input, responses={204: None})
+    @extend_schema(request=Input, responses={204: None, **errors(400, 401, 403, 404)})
     def put(self, request: Request, cluster_id: int) -> Response:
         selectors.cluster_get(user=request.user, cluster_id=cluster_id)
         require_platform_admin(actor(request), to="change a cluster's credentials")  # before the body is read
@@ -113,14 +120,16 @@ class ClusterDriftOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class ClusterDriftListApi(APIView):
-    @extend_schema(responses=ClusterDriftOut(many=True))
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: ClusterDriftOut(many=True), **errors(401, 403, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
         queryset = selectors.cluster_drift_list(user=request.user, cluster_id=cluster_id)
         return paginated(view=self, request=request, queryset=queryset, serializer=ClusterDriftOut)
 
 
 class ClusterPushOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
+    project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True, allow_null=True)  # none: cluster-wide
 
     class Meta:
         model = ClusterPush
@@ -128,7 +137,9 @@ class ClusterPushOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class ClusterPushListApi(APIView):
-    @extend_schema(responses=ClusterPushOut(many=True))
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: ClusterPushOut(many=True), **errors(401, 403, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
         queryset = selectors.cluster_push_list(user=request.user, cluster_id=cluster_id)
         return paginated(view=self, request=request, queryset=queryset, serializer=ClusterPushOut)

@@ -30,6 +30,7 @@ from compliance.access import AuditVisibility, audit_filters_for, audit_visibili
 from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
 from kernel.api.base import IdField
+from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
 
@@ -93,6 +94,8 @@ def _filters(request: Request, serializer_class: type[FilterSerializer] = Filter
 
 
 class AuditEventListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     @extend_schema_serializer(component_name="AuditEvent")
     class OutputSerializer(serializers.Serializer[AuditEvent]):
         seq = serializers.IntegerField()
@@ -114,7 +117,7 @@ class AuditEventListApi(APIView):
         prev_hash = serializers.CharField()
         hash = serializers.CharField()
 
-    @extend_schema(parameters=[FilterSerializer], responses=OutputSerializer(many=True))
+    @extend_schema(parameters=[FilterSerializer], responses={200: OutputSerializer(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         filters, _ = _filters(request)
         paginator = Pagination()
@@ -142,7 +145,8 @@ class AuditExportApi(APIView):
     @extend_schema(
         parameters=[FilterSerializer],
         responses={(200, "application/x-ndjson"): OpenApiResponse(OpenApiTypes.STR, description="JSON Lines or bundle"),
-                   (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV")},
+                   (200, "text/csv"): OpenApiResponse(OpenApiTypes.STR, description="CSV"),
+                   **errors(400, 401, 404, 503)},
     )
     def get(self, request: Request) -> StreamingHttpResponse:
         filters, data = _filters(request, self.FilterSerializer)
@@ -163,7 +167,7 @@ class _CheckpointOutput(serializers.Serializer[AuditCheckpoint]):
 class AuditCheckpointLatestApi(APIView):
     OutputSerializer = _CheckpointOutput
 
-    @extend_schema(responses=_CheckpointOutput)
+    @extend_schema(responses={200: _CheckpointOutput, **errors(401, 404)})
     def get(self, request: Request) -> Response:
         _visible(request)
         latest = AuditCheckpoint.objects.order_by("-number").first()
@@ -175,7 +179,7 @@ class AuditCheckpointLatestApi(APIView):
 class AuditCheckpointPublishApi(APIView):
     OutputSerializer = _CheckpointOutput
 
-    @extend_schema(request=None, responses={201: _CheckpointOutput})
+    @extend_schema(request=None, responses={201: _CheckpointOutput, **errors(401, 403, 404, 503)})
     def post(self, request: Request) -> Response:
         if not _visible(request).everything:
             raise NotAllowed("Only auditors and platform admins may publish checkpoints.")
@@ -191,7 +195,7 @@ class AuditKeysApi(APIView):
     class OutputSerializer(serializers.Serializer[Any]):
         keys = serializers.ListField(child=serializers.CharField())
 
-    @extend_schema(responses=OutputSerializer)
+    @extend_schema(responses={200: OutputSerializer, **errors(401, 404)})
     def get(self, request: Request) -> Response:
         _visible(request)
         return Response({"keys": [key.vkey() for key in audit_trusted_keys()]})

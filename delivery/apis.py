@@ -15,6 +15,7 @@ from delivery import services
 from delivery.discovery import cluster_discover
 from delivery.drivers import DriverError
 from kernel.api.base import actor
+from kernel.api.openapi import errors
 from kernel.errors import ApplicationError, Conflict
 
 
@@ -49,7 +50,7 @@ class ClusterSyncApi(APIView):
     class Output(serializers.Serializer):  # type: ignore[type-arg]
         queued = serializers.IntegerField()
 
-    @extend_schema(request=None, responses={202: Output})
+    @extend_schema(request=None, responses={202: Output, **errors(401, 403, 404)})
     def post(self, request: Request, cluster_id: int) -> Response:
         selectors.cluster_get(user=request.user, cluster_id=cluster_id)
         queued = services.cluster_sync_request(actor=actor(request), cluster_id=cluster_id)
@@ -57,7 +58,7 @@ class ClusterSyncApi(APIView):
 
 
 class ClusterDiscoverApi(APIView):
-    @extend_schema(request=None, responses=NodeOut(many=True))
+    @extend_schema(request=None, responses={200: NodeOut(many=True), **errors(401, 403, 404, 409, 502)})
     def post(self, request: Request, cluster_id: int) -> Response:
         cluster = selectors.cluster_get(user=request.user, cluster_id=cluster_id)
         try:

@@ -15,7 +15,6 @@ from typing import Any
 from django.contrib.auth.models import AnonymousUser
 from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import exceptions, serializers, status
 from rest_framework.authentication import BaseAuthentication
@@ -27,6 +26,8 @@ from rest_framework.views import APIView
 from agent.report import AgentReport, load_schema
 from clusters.models import Node
 from kernel.api.base import IdField, actor, filters, paginated, validated
+from kernel.api.openapi import errors
+from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
 from telemetry import conf, node_tokens, selectors
 from telemetry.ingest.report import node_report_ingest, report_check
@@ -38,6 +39,7 @@ from telemetry.models import (
     ObservedMigInstance,
     SampleTier,
 )
+from telemetry.report_openapi import report_request_schema
 from telemetry.schema_check import Validator
 from tenants.access import require_platform_admin
 
@@ -150,7 +152,10 @@ class NodeReportApi(APIView):
         reason = serializers.CharField()
         stale_at = serializers.DateTimeField(allow_null=True)
 
-    @extend_schema(request=OpenApiTypes.OBJECT, responses=Output)
+    @extend_schema(
+        request={"application/json": report_request_schema()},
+        responses={200: Output, **errors(400, 401, 403, 404, 413, 415)},
+    )
     def post(self, request: Request, node_name: str) -> Response:
         received_at = timezone.now()
         token = request.auth
@@ -171,7 +176,7 @@ class NodeReportApi(APIView):
 class NodeTokenOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     cluster = serializers.SlugRelatedField[Any](slug_field="name", read_only=True)
     created_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
-    revoked_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True)
+    revoked_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True, allow_null=True)
     active = serializers.BooleanField(source="is_active", read_only=True)
 
     class Meta:
@@ -196,6 +201,8 @@ class NodeTokenIssuedOut(NodeTokenOut):
 
 
 class NodeTokenListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
         node_name = serializers.CharField(required=False, max_length=253)
@@ -207,7 +214,7 @@ class NodeTokenListApi(APIView):
         node_name = serializers.CharField(max_length=253)
         description = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
 
-    @extend_schema(parameters=[Filter], responses=NodeTokenOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: NodeTokenOut(many=True), **errors(400, 401, 403, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         queryset = selectors.node_token_list(
@@ -216,7 +223,7 @@ class NodeTokenListApi(APIView):
         )  # fmt: skip
         return paginated(view=self, request=request, queryset=queryset, serializer=NodeTokenOut)
 
-    @extend_schema(request=Input, responses={201: NodeTokenIssuedOut})
+    @extend_schema(request=Input, responses={201: NodeTokenIssuedOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         require_platform_admin(actor(request), to="issue node tokens")  # before the body is read
         data = validated(self.Input, request)
@@ -228,13 +235,13 @@ class NodeTokenListApi(APIView):
 
 
 class NodeTokenDetailApi(APIView):
-    @extend_schema(responses=NodeTokenOut)
+    @extend_schema(responses={200: NodeTokenOut, **errors(401, 403, 404)})
     def get(self, request: Request, token_id: int) -> Response:
         return Response(NodeTokenOut(selectors.node_token_get(user=request.user, token_id=token_id)).data)
 
 
 class NodeTokenRevokeApi(APIView):
-    @extend_schema(request=None, responses=NodeTokenOut)
+    @extend_schema(request=None, responses={200: NodeTokenOut, **errors(401, 403, 404)})
     def post(self, request: Request, token_id: int) -> Response:
         token = node_tokens.node_token_revoke(actor=actor(request), token_id=token_id)
         return Response(NodeTokenOut(selectors.node_token_get(user=request.user, token_id=token.pk)).data)
@@ -343,12 +350,14 @@ class TelemetryNodeDetailOut(TelemetryNodeOut):
 
 
 class TelemetryNodeListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
         stale = serializers.BooleanField(required=False, allow_null=True, default=None)
         mig_mismatch = serializers.BooleanField(required=False, allow_null=True, default=None)
 
-    @extend_schema(parameters=[Filter], responses=TelemetryNodeOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: TelemetryNodeOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         now = timezone.now()
@@ -363,7 +372,7 @@ class TelemetryNodeListApi(APIView):
 
 
 class TelemetryNodeDetailApi(APIView):
-    @extend_schema(responses=TelemetryNodeDetailOut)
+    @extend_schema(responses={200: TelemetryNodeDetailOut, **errors(401, 404)})
     def get(self, request: Request, node_id: int) -> Response:
         node = selectors.telemetry_node_get(user=request.user, node_id=node_id)
         return Response(TelemetryNodeDetailOut(node, context={"request": request, "now": timezone.now()}).data)
@@ -379,12 +388,14 @@ _TIERS = {"raw": SampleTier.RAW, "5m": SampleTier.FIVE_MINUTES, "1h": SampleTier
 
 
 class GpuSampleListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         tier = serializers.ChoiceField(choices=list(_TIERS), required=False, default="5m")
         since = serializers.DateTimeField(required=False)
         until = serializers.DateTimeField(required=False)
 
-    @extend_schema(parameters=[Filter], responses=GpuSampleOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: GpuSampleOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request, gpu_id: int) -> Response:
         params = filters(self.Filter, request)
         gpu = selectors.observed_gpu_get(user=request.user, gpu_id=gpu_id)

@@ -12,11 +12,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
+from kernel.api.openapi import errors
+from kernel.api.pagination import Pagination
 from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants import selectors, services
 from tenants.access import access_for, require_platform_admin
-from tenants.models import Department, Membership, Project
+from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Membership, Project
 
 
 class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -30,7 +32,7 @@ class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
-    slug = serializers.CharField(max_length=63)
+    slug = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
     name = serializers.CharField(max_length=200)
     parent = ScopedRelatedField(  # type: ignore[assignment]  # shadows Field.parent
         scope=lambda user: selectors.department_list(user=user), allow_null=True, required=False, default=None
@@ -38,12 +40,14 @@ class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class DepartmentListApi(APIView):
-    @extend_schema(responses=DepartmentOut(many=True))
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: DepartmentOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
         queryset = selectors.department_list(user=request.user).select_related("parent")
         return paginated(view=self, request=request, queryset=queryset, serializer=DepartmentOut)
 
-    @extend_schema(request=DepartmentIn, responses={201: DepartmentOut})
+    @extend_schema(request=DepartmentIn, responses={201: DepartmentOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         user = actor(request)
         require_platform_admin(user, to="create departments")  # before the body is read (and again in the service)
@@ -52,7 +56,7 @@ class DepartmentListApi(APIView):
 
 
 class DepartmentDetailApi(APIView):
-    @extend_schema(responses=DepartmentOut)
+    @extend_schema(responses={200: DepartmentOut, **errors(401, 404)})
     def get(self, request: Request, department_id: int) -> Response:
         return Response(DepartmentOut(selectors.department_get(user=request.user, department_id=department_id)).data)
 
@@ -67,7 +71,7 @@ class ProjectOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
-    slug = serializers.CharField(max_length=63)
+    slug = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
     name = serializers.CharField(max_length=200)
     department = ScopedRelatedField(scope=lambda user: selectors.department_list(user=user))
     description = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True, default="")
@@ -77,16 +81,18 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ProjectListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         department = IdField(required=False)
 
-    @extend_schema(parameters=[Filter], responses=ProjectOut(many=True))
+    @extend_schema(parameters=[Filter], responses={200: ProjectOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         queryset = selectors.project_list(user=request.user, department_id=params.get("department")).prefetch_related("members")
         return paginated(view=self, request=request, queryset=queryset, serializer=ProjectOut)
 
-    @extend_schema(request=ProjectIn, responses={201: ProjectOut})
+    @extend_schema(request=ProjectIn, responses={201: ProjectOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
         user = actor(request)
         # The department first (an invisible one reads as unknown), then the permission (and again in the
@@ -99,7 +105,7 @@ class ProjectListApi(APIView):
 
 
 class ProjectDetailApi(APIView):
-    @extend_schema(responses=ProjectOut)
+    @extend_schema(responses={200: ProjectOut, **errors(401, 404)})
     def get(self, request: Request, project_id: int) -> Response:
         return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project_id)).data)
 
@@ -119,7 +125,7 @@ class MeOut(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class MeApi(APIView):
-    @extend_schema(responses=MeOut)
+    @extend_schema(responses={200: MeOut, **errors(401)})
     def get(self, request: Request) -> Response:
         user = actor(request)
         memberships = Membership.objects.filter(user=user).select_related("department")
