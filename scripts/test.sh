@@ -32,3 +32,11 @@ echo "== audit tamper tests, as the database owner"
 # Playing an attacker who drops the append-only triggers needs the owner's connection, which the
 # run above (as the application role) cannot use; the signed checkpoints must still catch it.
 GPUPORTAL_TESTS_AS_OWNER=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/audit
+
+echo "== API fuzzing: schemathesis against gunicorn, as the application role"
+# Every operation of the OpenAPI schema, as several identities, on a database of its own next to
+# the suite's (docs/security.md, "Fuzzing"); fails on any 5xx or answer the schema does not
+# describe. GPUPORTAL_FUZZ=0 skips it.
+if [ "${GPUPORTAL_FUZZ:-1}" != 0 ]; then
+  scripts/fuzz.sh
+fi

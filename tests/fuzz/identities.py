@@ -1,0 +1,108 @@
+"""The fuzz step's data: the demo organisation plus an outsider, an API token for each identity,
+a node token for the node agent's report, and a few allocations so that ids in paths exist.
+
+Run by ``tests/fuzz/run.py`` as the database owner after ``manage.py seed_demo``
+(``python -m tests.fuzz.identities``); prints one JSON object: ``{"users": {identity: token},
+"node": {"name", "token"}}``. Safe to run again (tokens and the outsider are reused).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+from typing import Any
+
+# Identity → demo user; "outsider" has an account and no role anywhere.
+USERS: dict[str, str] = {
+    "researcher": "alice",
+    "department-admin": "bob",
+    "auditor": "carol",
+    "platform-admin": "admin",
+    "outsider": "outsider",
+}
+NODE_NAME = "a100-node-1"
+
+
+def prepare() -> dict[str, Any]:
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+    from rest_framework.authtoken.models import Token
+
+    from allocations.models import Allocation, Flavor, PriorityClass
+    from allocations.services import allocation_approve, allocation_request
+    from clusters.models import Cluster
+    from telemetry.node_tokens import node_token_issue
+    from tenants.models import Project
+
+    User.objects.get_or_create(username="outsider", defaults={"email": "outsider@example.org"})
+    tokens = {
+        identity: Token.objects.get_or_create(user=User.objects.get(username=username))[0].key
+        for identity, username in USERS.items()
+    }
+    admin = User.objects.get(username="admin")
+    _, node_token = node_token_issue(
+        actor=admin, cluster_id=Cluster.objects.get(name="demo").pk, node_name=NODE_NAME, description="fuzz step"
+    )
+    if not Allocation.objects.exists():
+        # One pending and one granted allocation of each researcher's department.
+        standard = PriorityClass.objects.get(name="gpu-standard")
+        ends_at = timezone.now() + datetime.timedelta(days=30)
+        for requester, decider, project, flavor in (
+            ("alice", "bob", "nlp-llm", "a100-80gb"),
+            ("dave", "erin", "vision-seg", "h100-80gb"),
+        ):
+            for approve in (False, True):
+                allocation = allocation_request(
+                    actor=User.objects.get(username=requester), project=Project.objects.get(slug=project),
+                    flavor=Flavor.objects.get(name=flavor), quantity=1, priority_class=standard, starts_at=None,
+                    ends_at=ends_at, justification="fuzz step seed",
+                )
+                if approve:
+                    allocation_approve(actor=User.objects.get(username=decider), allocation_id=allocation.pk)
+    _first_report(NODE_NAME, node_token)
+    return {"users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids()}
+
+
+def _first_report(node_name: str, token_text: str) -> None:
+    """One report as the agent sends it (a recorded A100 node), so observed GPUs and samples exist."""
+    from django.utils import timezone
+
+    from telemetry.ingest.report import node_report_ingest
+    from telemetry.selectors import node_token_find
+    from tests.telemetry.fixtures import make_report
+
+    now = timezone.now()
+    token = node_token_find(text=token_text)
+    assert token is not None
+    report = make_report("a100-80gb-mig", node_name=node_name, started=now - datetime.timedelta(hours=1), collected=now)
+    node_report_ingest(token=token, node_name=node_name, report=report, received_at=now)  # type: ignore[arg-type]
+
+
+def _ids() -> dict[str, list[int]]:
+    """The primary keys of what exists, by the name of the parameters and fields that take them."""
+    from allocations.models import Allocation, Flavor, PriorityClass, Quota
+    from clusters.models import Cluster, Node
+    from telemetry.models import NodeToken, ObservedGpu
+    from tenants.models import Department, Project
+
+    models: dict[str, Any] = {
+        "allocation": Allocation, "cluster": Cluster, "department": Department, "flavor": Flavor,
+        "gpu": ObservedGpu, "node": Node, "priority_class": PriorityClass, "project": Project, "quota": Quota,
+        "token": NodeToken,
+    }  # fmt: skip
+    return {name: sorted(model.objects.values_list("pk", flat=True)) for name, model in models.items()}
+
+
+def main() -> None:
+    import django
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
+    django.setup()
+    json.dump(prepare(), sys.stdout)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
