@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from agent.report import AgentReport, load_schema
 from clusters.models import Node
-from kernel.api.base import IdField, actor, filters, paginated, validated
+from kernel.api.base import IdField, actor, filters, paginated, refuse_hostile_text, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
@@ -163,6 +163,9 @@ class NodeReportApi(APIView):
         if token.node_name != node_name:
             raise NotAllowed(f"This token is for node {token.node_name}, not {node_name}.")
         report = _check_schema(_parse(_read_body(request)))
+        # The report parses its own body, so the API-wide refusal of NUL bytes runs here: PostgreSQL
+        # cannot store them in text or jsonb.
+        refuse_hostile_text(report)
         if report["node_name"] != node_name:
             raise NotAllowed(f"The report is for node {report['node_name']}, but was sent for {node_name}.")
         report_check(report=report)

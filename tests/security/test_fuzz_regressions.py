@@ -32,3 +32,19 @@ def test_a_report_naming_one_mig_slot_twice_on_a_gpu_is_a_400_naming_it(
 
     devices[1]["index"] = max(device["index"] for device in devices) + 1
     assert post_report(agent, NODE, report, token).status_code == 200
+
+
+def test_a_report_with_a_nul_byte_in_a_string_is_a_400_and_stores_nothing(
+    world: World, issue_token: IssueToken, agent: APIClient  # noqa: F811 (fixtures)
+) -> None:
+    """Was a 500 on PostgreSQL (a DataError storing the NUL in text or jsonb); on SQLite it was stored."""
+    add_node(world.cluster, NODE)
+    _, token = issue_token(NODE)
+    report = make_report("a100-80gb-mig", node_name=NODE)
+    report["gpus"][0]["name"] = "NVIDIA A100\u0000"
+
+    response = post_report(agent, NODE, report, token)
+
+    assert response.status_code == 400, response.content
+    assert "gpus" in response.json()["error"]["fields"]
+    assert not NodeReportState.objects.filter(sequence=1).exists()
