@@ -65,20 +65,12 @@ def missing_prerequisite(*, cluster: Cluster, driver: ClusterDriver, scope: Scop
 
     They go into the GPU operator's namespace, which the operator creates and owns: the portal
     never creates it (it would have to own it, and what the portal owns it prunes), so a cluster
-    without it is told, not repaired. Only a Kubernetes cluster can lack it, and only matters when
-    there are configurations to put there: one read of the Namespace.
+    without it is told, not repaired. It only matters when there are configurations to put there:
+    then one read of the Namespace (a manifests folder never lacks it).
     """
-    from delivery.drivers.kubernetes import KINDS, KubernetesDriver
-
     namespace = cluster.gpu_operator_namespace
     wanted = any(obj["kind"] == "ConfigMap" and obj["metadata"].get("namespace") == namespace for obj in scope.objects)
-    if not wanted or not isinstance(driver, KubernetesDriver):
-        return ""
-    driver.reads += 1
-    status, _ = driver.rest.checked(
-        "GET", KINDS["Namespace"].path(name=namespace), what=f"read Namespace {namespace}", allow=(404,)
-    )
-    if status != 404:
+    if not wanted or driver.namespace_exists(namespace):
         return ""
     return (
         f"{MISSING_PREREQUISITE}namespace {namespace} does not exist on cluster {cluster.name}. Install the GPU "

@@ -86,4 +86,9 @@ class ClusterDriver(Protocol):
         """The cluster's Node objects (discovery)."""
         ...
 
+    def namespace_exists(self, name: str) -> bool:
+        """Whether the namespace ``name`` exists on the cluster (a prerequisite the portal does
+        not create, such as the GPU operator's)."""
+        ...
+
     def close(self) -> None: ...

@@ -200,6 +200,11 @@ class KubernetesDriver:
     def read_nodes(self) -> list[dict[str, Any]]:
         return self._list("Node", selector=None)
 
+    def namespace_exists(self, name: str) -> bool:
+        self.reads += 1
+        status, _ = self.rest.checked("GET", KINDS["Namespace"].path(name=name), what=f"read Namespace {name}", allow=(404,))
+        return bool(status != 404)
+
     def _live(self, scopes: list[Scope]) -> dict[Key, dict[str, Any]]:
         """Every live object the plan needs, read with as few requests as the scopes allow."""
         live: dict[Key, dict[str, Any]] = {}
