@@ -111,6 +111,14 @@ class PriorityClass(models.Model):
         max_digits=5, decimal_places=2, default=Decimal("1.00"), validators=[MinValueValidator(Decimal("1.00"))]
     )
     description = models.CharField(max_length=500, blank=True)
+    notice_minutes = models.PositiveIntegerField(
+        default=15,
+        validators=[MaxValueValidator(10080)],
+        help_text="How long a grant of this class keeps running after it is chosen for reclaim.",
+    )
+    preemptible = models.BooleanField(
+        default=False, help_text="Grants of this class are reclaimed without notice (a notice of 0 minutes)."
+    )
 
     class Meta:
         ordering = ["-value", "name"]
@@ -118,6 +126,11 @@ class PriorityClass(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def notice(self) -> int:
+        """Minutes of notice a reclaimed grant of this class gets (0 when preemptible)."""
+        return 0 if self.preemptible else int(self.notice_minutes)
 
 
 class Quota(models.Model):
@@ -128,6 +141,14 @@ class Quota(models.Model):
     flavor = models.ForeignKey(Flavor, null=True, blank=True, on_delete=models.PROTECT, related_name="quotas")
     guaranteed = models.DecimalField(max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))])
     limit = models.DecimalField(max_digits=10, decimal_places=4, validators=[MinValueValidator(Decimal("0"))])
+    lending_limit = models.DecimalField(
+        max_digits=10,
+        decimal_places=4,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="How much of its unused guarantee the department lends to its siblings (empty: all of it).",
+    )
 
     class Meta:
         ordering = ["department__slug", "flavor__name"]
@@ -137,6 +158,10 @@ class Quota(models.Model):
                 fields=["department"], condition=models.Q(flavor__isnull=True), name="quota_unique_department_total"
             ),
             models.CheckConstraint(condition=models.Q(guaranteed__lte=models.F("limit")), name="quota_guaranteed_le_limit"),
+            models.CheckConstraint(
+                condition=models.Q(lending_limit__isnull=True) | models.Q(lending_limit__lte=models.F("guaranteed")),
+                name="quota_lending_le_guaranteed",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -145,6 +170,7 @@ class Quota(models.Model):
 
 class AllocationState(models.TextChoices):
     PENDING = "pending", "Pending approval"
+    SCHEDULED = "scheduled", "Scheduled"
     APPROVED = "approved", "Approved"
     PROVISIONING = "provisioning", "Provisioning"
     ACTIVE = "active", "Active"
@@ -153,6 +179,8 @@ class AllocationState(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     RELEASED = "released", "Released"
     EXPIRED = "expired", "Expired"
+    RECLAIMING = "reclaiming", "Reclaiming"
+    RECLAIMED = "reclaimed", "Reclaimed"
 
 
 class Allocation(models.Model):
@@ -178,6 +206,15 @@ class Allocation(models.Model):
     decision_comment = models.TextField(blank=True, max_length=TEXT_LIMIT)
     decided_at = models.DateTimeField(null=True, blank=True)
     failure_reason = models.TextField(blank=True, max_length=4000)
+    original_ends_at = models.DateTimeField(
+        null=True, blank=True, help_text="The end when the grant was approved: self-service renewal is measured from it."
+    )
+    reclaim_deadline = models.DateTimeField(null=True, blank=True)
+    reclaim_reason = models.TextField(blank=True, max_length=4000)
+    reclaimed_for = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reclaimed_grants",
+        help_text="The request whose admission reclaims this grant.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -187,6 +224,8 @@ class Allocation(models.Model):
             models.Index(fields=["state", "ends_at"]),
             models.Index(fields=["project", "state"]),
             models.Index(fields=["flavor", "state"]),
+            models.Index(fields=["state", "starts_at"]),
+            models.Index(fields=["state", "reclaim_deadline"]),
         ]
         constraints = [
             models.CheckConstraint(condition=models.Q(ends_at__gt=models.F("starts_at")), name="allocation_ends_after_start"),
@@ -238,3 +277,53 @@ class Reservation(models.Model):
     def __str__(self) -> str:
         where = f"{self.node_id}:{self.gpu_indices}"
         return f"#{self.allocation_id}/{self.unit} @ {where}" + (" (released)" if self.released_at else "")
+
+
+class ChangeKind(models.TextChoices):
+    RENEW = "renew", "Renewal"
+    RESIZE = "resize", "Resize"
+
+
+class ChangeState(models.TextChoices):
+    PENDING = "pending", "Pending approval"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+class AllocationChange(models.Model):
+    """A change to a grant that needs a department admin: a renewal beyond the self-service
+    window, or more units. Applied (re-admitted) when approved; the allocation keeps its current
+    terms until then."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="changes")
+    kind = models.CharField(max_length=16, choices=ChangeKind.choices)
+    state = models.CharField(max_length=16, choices=ChangeState.choices, default=ChangeState.PENDING)
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="The new end (renewals).")
+    quantity = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10000)], help_text="The new quantity (resizes)."
+    )
+    justification = models.TextField(blank=True, max_length=TEXT_LIMIT)
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requested_changes")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="decided_changes"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_comment = models.TextField(blank=True, max_length=TEXT_LIMIT)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation"], condition=models.Q(state="pending"), name="allocation_change_one_pending",
+            ),
+            models.CheckConstraint(
+                condition=(models.Q(kind="renew", ends_at__isnull=False, quantity__isnull=True)
+                           | models.Q(kind="resize", quantity__isnull=False, ends_at__isnull=True)),
+                name="allocation_change_kind_fields",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"change #{self.pk} of #{self.allocation_id}: {self.kind} ({self.state})"

@@ -19,22 +19,31 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
-from allocations import admission
 from allocations.booking import reservations
 from allocations.booking.preview import candidate_clusters
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.quotas.planning import Decision, admission_decide
+from allocations.reclaims import reclaims_start, victims_lock
 from allocations.selectors import allocation_may_change
-from allocations.states import HOLDING_STATES, can_transition
+from allocations.states import FINAL_STATES, HOLDING_STATES, can_transition
+from allocations.transitions import (
+    allocation_audit,
+    allocation_lock,
+    allocation_move,
+    allocation_snapshot,
+    project_sync_enqueue,
+    provision_enqueue,
+)
 from audit import actions
-from audit.actions import AuditAction
 from audit.models import Outcome
 from audit.services import audit_record
 from clusters.models import Cluster
-from clusters.outbox import push_enqueue
 from kernel.errors import (
     ApplicationError,
     CapacityExceeded,
+    Conflict,
     FieldError,
+    FourEyes,
     NotAllowed,
     QuotaExceeded,
     TransitionNotAllowed,
@@ -44,58 +53,12 @@ from tenants.access import access_for, department_chain
 from tenants.models import Project
 from tenants.selectors import project_is_member
 
-
-def _snapshot(allocation: Allocation) -> dict[str, Any]:
-    return {
-        "state": allocation.state,
-        "quantity": allocation.quantity,
-        "flavor": allocation.flavor.name,
-        "project": allocation.project.slug,
-        "priority_class": allocation.priority_class.name,
-        "cluster": allocation.cluster.name if allocation.cluster else None,
-        "starts_at": allocation.starts_at.isoformat(),
-        "ends_at": allocation.ends_at.isoformat(),
-    }
-
-
-def _audit(
-    *,
-    actor: User | None,
-    action: AuditAction,
-    allocation: Allocation,
-    before: dict[str, Any] | None,
-    details: dict[str, Any] | None = None,
-    outcome: str = Outcome.SUCCESS,
-    after: dict[str, Any] | None = None,
-) -> None:
-    after = after if after is not None else _snapshot(allocation)
-    changed_before = {key: value for key, value in (before or {}).items() if after.get(key) != value}
-    changed_after = {key: after[key] for key in changed_before} if before is not None else after
-    audit_record(
-        actor=actor,
-        action=action,
-        target=allocation,
-        department_id=allocation.project.department_id,
-        before=changed_before,
-        after=changed_after,
-        details=details,
-        outcome=outcome,
-    )
-
-
-def _move(allocation: Allocation, target: str) -> None:
-    if not can_transition(allocation.state, target):
-        raise TransitionNotAllowed(
-            f"Allocation #{allocation.pk} is {allocation.state}; it cannot become {target}.",
-            details={"state": allocation.state, "target": target},
-        )
-    allocation.state = target
-
-
-def _lock(allocation_id: int) -> Allocation:
-    return Allocation.objects.select_for_update(of=("self",)).select_related(
-        "project", "flavor", "priority_class", "cluster"
-    ).get(pk=allocation_id)
+_snapshot = allocation_snapshot
+_audit = allocation_audit
+_move = allocation_move
+_lock = allocation_lock
+_enqueue_provision = provision_enqueue
+_enqueue_project_sync = project_sync_enqueue
 
 
 def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime, field: str = "ends_at") -> None:
@@ -112,23 +75,6 @@ def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime
     longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
     if ends_at - starts_at > longest:
         raise FieldError(field, f"An allocation may last at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days.")
-
-
-def _enqueue_provision(allocation_id: int) -> None:
-    """Outbox rows in this transaction: the allocation's project, then the cluster-wide objects
-    (its MIG layout, priority classes); a worker picks them up once the transaction commits."""
-    allocation = Allocation.objects.only("project_id", "cluster_id").get(pk=allocation_id)
-    if allocation.cluster_id is None:
-        return
-    push_enqueue(cluster_id=allocation.cluster_id, project_id=allocation.project_id, allocation_id=allocation_id)
-    push_enqueue(cluster_id=allocation.cluster_id, project_id=None)
-
-
-def _enqueue_project_sync(*, project_id: int, cluster_id: int | None) -> None:
-    if cluster_id is None:
-        return
-    push_enqueue(cluster_id=cluster_id, project_id=project_id)
-    push_enqueue(cluster_id=cluster_id, project_id=None)
 
 
 @transaction.atomic
@@ -190,6 +136,11 @@ def allocation_request(
 def _require_decider(*, actor: User, allocation: Allocation) -> None:
     if not access_for(actor).can_administer_department(allocation.project.department_id):
         raise NotAllowed("Only an admin of the allocation's department may decide on it.")
+    if settings.GPUPORTAL_FOUR_EYES and allocation.requested_by_id == actor.pk:
+        raise FourEyes(
+            "Nobody decides on their own request: another admin of the department must.",
+            details={"requested_by": actor.get_username()},
+        )
 
 
 def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
@@ -199,8 +150,9 @@ def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
 
 
 def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:
-    """Approve within quota and capacity. A refusal by admission is itself audited (as denied),
-    in a transaction of its own once the approval's has rolled back."""
+    """Approve within quota and capacity, reclaiming what the request may take when it needs it
+    (``docs/quotas.md``). A refusal by admission is itself audited (as denied), in a transaction of
+    its own once the approval's has rolled back."""
     reservations.placement_engine_warm()
     try:
         return _allocation_approve(actor=actor, allocation_id=allocation_id, comment=comment)
@@ -209,40 +161,71 @@ def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") ->
         raise
 
 
+VICTIM_LOCK_TRIES = 3
+
+
+def _decide_and_lock_victims(*, allocation: Allocation, clusters: list[Cluster]) -> tuple[Decision, dict[int, Allocation]]:
+    """Plan the admission, then lock its victims (SKIP LOCKED); plan again without those another
+    transaction holds or that stopped holding, a few times."""
+    untakeable: set[int] = set()
+    for _ in range(VICTIM_LOCK_TRIES):
+        decision = admission_decide(allocation=allocation, clusters=clusters, untakeable=untakeable)
+        if decision.refusal is not None:
+            raise decision.refusal
+        wanted = {victim.allocation_id for victim in decision.victims}
+        rows = victims_lock(ids=wanted) if wanted else {}
+        if len(rows) == len(wanted):
+            return decision, rows
+        untakeable |= wanted - set(rows)
+    raise Conflict(
+        f"Allocation #{allocation.pk}: the grants it must reclaim are being changed right now; try again.",
+        details={"busy": sorted(untakeable)},
+    )
+
+
 @retry_on_deadlock()
 def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> Allocation:
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)
     before = _snapshot(allocation)
-    _move(allocation, AllocationState.APPROVED)
-    chain, parents = department_chain(department_id=allocation.project.department_id, lock=True)
-    checks = admission.quota_admit(
-        chain=chain,
-        parents=parents,
-        flavor=allocation.flavor,
-        quantity=allocation.quantity,
-        factor=allocation.priority_class.oversubscription_factor,
+    if not can_transition(allocation.state, AllocationState.APPROVED):
+        _move(allocation, AllocationState.APPROVED)  # raises, naming the state
+    department_chain(department_id=allocation.project.department_id, lock=True)
+    clusters = _candidate_clusters(allocation=allocation)
+    workload = reservations.placement_workload(include=allocation.flavor)
+    for cluster in clusters:
+        reservations.reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
+    decision, victim_rows = _decide_and_lock_victims(allocation=allocation, clusters=clusters)
+    attempt = decision.attempt
+    assert attempt is not None  # admitted
+    reservations.reservations_store(allocation=allocation, attempt=attempt)
+    now = timezone.now()
+    waiting, victim_events = reclaims_start(
+        actor=actor, requester=allocation, victims=decision.victims, rows=victim_rows, now=now
     )
-    placed = reservations.reservations_reserve(
-        allocation=allocation, clusters=_candidate_clusters(allocation=allocation), actor=actor
-    )
-    allocation.cluster = placed.cluster
+    later = allocation.starts_at > now or waiting
+    _move(allocation, AllocationState.SCHEDULED if later else AllocationState.APPROVED)
+    allocation.cluster = attempt.cluster
     allocation.decided_by = actor
-    allocation.decided_at = timezone.now()
+    allocation.decided_at = now
     allocation.decision_comment = comment
+    allocation.original_ends_at = allocation.ends_at
     allocation.save()
-    _enqueue_provision(allocation.pk)  # before the event: the outbox rows' key checks wait before the chain lock
-    _audit(
-        actor=actor,
-        action=actions.ALLOCATION_APPROVED,
-        allocation=allocation,
-        before=before,
-        details={
-            "comment": comment,
-            "quota_checks": [check.as_details() for check in checks],
-            "placement": placed.where(),
-        },
-    )
+    if not later:
+        _enqueue_provision(allocation.pk)  # before the events: the outbox rows' key checks wait before the chain lock
+    for write in victim_events:
+        write()
+    details: dict[str, Any] = {
+        "comment": comment,
+        "requested_by": allocation.requested_by.get_username(),
+        "quota_checks": decision.checks,
+        "placement": attempt.where(),
+    }
+    if decision.victims:
+        details["reclaimed"] = [victim.as_details() for victim in decision.victims]
+    if later:
+        details["starts"] = "after its victims' notice" if waiting else allocation.starts_at.isoformat()
+    _audit(actor=actor, action=actions.ALLOCATION_APPROVED, allocation=allocation, before=before, details=details)
     return allocation
 
 
@@ -329,7 +312,7 @@ def allocations_expire(*, now: datetime.datetime | None = None) -> int:
     moment = now or timezone.now()
     due = list(
         Allocation.objects.filter(ends_at__lte=moment)
-        .exclude(state__in=[AllocationState.REJECTED, AllocationState.CANCELLED, AllocationState.RELEASED, AllocationState.EXPIRED])
+        .exclude(state__in=FINAL_STATES)
         .order_by("pk")
         .values_list("pk", flat=True)
     )

@@ -5,9 +5,23 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from allocations.reclaims import allocations_reclaim_due
+from allocations.scheduling import allocations_start_due
 from allocations.services import allocations_expire
 
 
 @shared_task
 def allocations_expire_task() -> int:
     return allocations_expire()
+
+
+@shared_task
+def allocations_timeline_task() -> dict[str, int]:
+    """What the clock moves: grants that ended expire, reclaims whose notice ran out finish (freeing
+    the capacity they held), then scheduled grants whose start came (and whose victims are gone)
+    are provisioned. In this order, so that a start finds the room that was freed for it."""
+    return {
+        "expired": allocations_expire(),
+        "reclaimed": allocations_reclaim_due(),
+        "started": allocations_start_due(),
+    }

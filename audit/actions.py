@@ -63,6 +63,7 @@ QUOTA_SET = register(310, "quota.set", "A quota was created or changed")
 QUOTA_DELETED = register(311, "quota.deleted", "A quota was removed")
 PRIORITY_CLASS_CREATED = register(320, "priority_class.created", "A priority class was created")
 PRIORITY_CLASS_UPDATED = register(321, "priority_class.updated", "A priority class was changed")
+PRIORITY_CLASS_DELETED = register(322, "priority_class.deleted", "A priority class was removed")
 
 # 4xx allocations
 ALLOCATION_REQUESTED = register(400, "allocation.requested", "An allocation was requested")
@@ -78,12 +79,24 @@ ALLOCATION_RENEWED = register(409, "allocation.renewed", "An allocation's end wa
 ALLOCATION_ADMISSION_DENIED = register(410, "allocation.admission_denied", "Approval was refused by admission")
 ALLOCATION_PLACED = register(411, "allocation.placed", "Units granted before GPU placement were booked on GPUs")
 ALLOCATION_MOVED = register(412, "allocation.moved", "A defragmentation plan moved an allocation's units to other GPUs")
+ALLOCATION_SCHEDULED = register(413, "allocation.scheduled", "An approved allocation holds its booking until its start")
+ALLOCATION_STARTED = register(414, "allocation.started", "A scheduled allocation reached its start and is provisioned")
+ALLOCATION_RECLAIMING = register(
+    415, "allocation.reclaiming", "An allocation was chosen to make room for another request and runs until its notice ends"
+)
+ALLOCATION_RECLAIMED = register(416, "allocation.reclaimed", "A reclaimed allocation's capacity and quota were released")
+ALLOCATION_RESIZED = register(417, "allocation.resized", "An allocation's quantity was changed")
+ALLOCATION_CHANGE_REQUESTED = register(420, "allocation.change_requested", "A change to a grant was requested for approval")
+ALLOCATION_CHANGE_APPROVED = register(421, "allocation.change_approved", "A change to a grant was approved and applied")
+ALLOCATION_CHANGE_REJECTED = register(422, "allocation.change_rejected", "A change to a grant was rejected")
+ALLOCATION_CHANGE_CANCELLED = register(423, "allocation.change_cancelled", "A pending change to a grant was withdrawn")
 
 # 5xx clusters and inventory
 CLUSTER_CREATED = register(500, "cluster.created", "A cluster was registered")
 CLUSTER_UPDATED = register(501, "cluster.updated", "A cluster was changed")
 CLUSTER_PUSHED = register(510, "cluster.pushed", "Desired state was pushed to a cluster")
 CLUSTER_PUSH_FAILED = register(511, "cluster.push_failed", "A push to a cluster failed")
+CLUSTER_PODS_EVICTED = register(512, "cluster.pods_evicted", "Pods beyond a lowered GPU quota were evicted")
 NODE_UPDATED = register(520, "node.updated", "A node's inventory changed")
 CLUSTER_DRIFT_REPAIRED = register(530, "cluster.drift_repaired", "Objects changed by hand on a cluster were re-applied")
 CLUSTER_KUBECONFIG_SET = register(531, "cluster.kubeconfig_set", "A cluster's kubeconfig was replaced")

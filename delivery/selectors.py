@@ -8,7 +8,7 @@ from typing import Any
 
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
 from allocations.selectors import holding_with_live_units, live_reservations_on
-from allocations.states import HOLDING_STATES
+from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
 from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
@@ -52,7 +52,7 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
     projects = list(Project.objects.filter(pk__in=ids).select_related("department").order_by("pk"))
     grants: dict[int, list[GrantedUnits]] = defaultdict(list)
     holding = (
-        Allocation.objects.filter(cluster=cluster, project_id__in=ids, state__in=HOLDING_STATES)
+        Allocation.objects.filter(cluster=cluster, project_id__in=ids, state__in=ON_CLUSTER_STATES)
         .select_related("flavor", "priority_class")
         .order_by("pk")
     )
@@ -101,7 +101,7 @@ def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
     granted: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     department_ids: dict[str, int] = {}
     for department_id, slug, resource, quantity in Allocation.objects.filter(
-        cluster=cluster, state__in=HOLDING_STATES
+        cluster=cluster, state__in=ON_CLUSTER_STATES
     ).values_list("project__department_id", "project__department__slug", "flavor__resource_name", "quantity"):
         granted[slug][resource] += quantity
         department_ids[slug] = department_id
@@ -137,10 +137,12 @@ def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
 def booked_gpu_layouts(
     *, cluster: Cluster, node_ids: Iterable[int] | None = None
 ) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
-    """Per node id: the MIG instances live reservations book on each GPU (index → profile →
+    """Per node id: the MIG instances live reservations of grants on the cluster book on each GPU (index → profile →
     count), and the GPUs booked whole or shared (not carved)."""
     out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
-    rows = live_reservations_on(cluster=cluster, node_ids=node_ids)
+    # A scheduled grant's units are carved when it starts, not before (its booking may share a GPU
+    # with a grant that ends before it starts).
+    rows = live_reservations_on(cluster=cluster, node_ids=node_ids).filter(allocation__state__in=ON_CLUSTER_STATES)
     for node_id, indices, profile in rows.values_list("node_id", "gpu_indices", "mig_profile"):
         carved, uncarved = out[node_id]
         for index in indices:

@@ -199,6 +199,8 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS", 60, minimum=1)
 CELERY_BEAT_SCHEDULE = {
     "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
+    # Reclaims whose notice ran out, then scheduled grants whose start came (docs/quotas.md).
+    "allocations-timeline": {"task": "allocations.tasks.allocations_timeline_task", "schedule": 30.0},
     "audit-checkpoint-publish": {
         "task": "audit.tasks.audit_checkpoint_publish_task", "schedule": float(GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS),
     },
@@ -213,6 +215,10 @@ CELERY_BEAT_SCHEDULE = {
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
 # How far ahead a request may start: a grant holds its GPUs and quota from approval on.
 GPUPORTAL_MAX_START_AHEAD_DAYS = env_int("GPUPORTAL_MAX_START_AHEAD_DAYS", 90, minimum=1)
+# Four-eyes: nobody decides on their own request or change, platform admins included (docs/quotas.md).
+GPUPORTAL_FOUR_EYES = env_bool("GPUPORTAL_FOUR_EYES", True)
+# Renewing up to this many days past a grant's original end is self-service; further needs approval.
+GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
 
 # Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).

@@ -7,7 +7,10 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 application = get_wsgi_application()
 
-# In-process tasks (no broker, hence no beat): this process re-dispatches due pushes itself.
+# In-process tasks (no broker, hence no beat): this process re-dispatches due pushes itself and
+# runs the allocation timeline (expiry, reclaims, scheduled starts).
 from clusters.outbox import pushes_sweeper_start  # noqa: E402 - needs the apps loaded above
+from gpuportal.clock import clock_start  # noqa: E402
 
 pushes_sweeper_start()
+clock_start()

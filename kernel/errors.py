@@ -35,6 +35,12 @@ class NotAllowed(ApplicationError):
     code = "permission_denied"
 
 
+class FourEyes(NotAllowed):
+    """Nobody decides on their own request (``GPUPORTAL_FOUR_EYES``)."""
+
+    code = "four_eyes"
+
+
 class Conflict(ApplicationError):
     status = 409
     code = "conflict"

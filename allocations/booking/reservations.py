@@ -236,7 +236,8 @@ def reservations_store(*, allocation: Allocation, attempt: Attempt, first_unit: 
     return Reservation.objects.bulk_create(rows)
 
 
-def _refusal(*, flavor: Flavor, quantity: int, attempts: list[Attempt]) -> CapacityExceeded:
+def placement_refusal(*, flavor: Flavor, quantity: int, attempts: list[Attempt]) -> CapacityExceeded:
+    """Why none of ``attempts`` placed every unit (the fullest attempt speaks)."""
     if not attempts:
         return CapacityExceeded(
             f"No active cluster has {flavor.gpu_model} GPUs.",
@@ -271,7 +272,7 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
             reservations_store(allocation=allocation, attempt=attempt)
             return attempt
         attempts.append(attempt)
-    raise _refusal(flavor=allocation.flavor, quantity=allocation.quantity, attempts=attempts)
+    raise placement_refusal(flavor=allocation.flavor, quantity=allocation.quantity, attempts=attempts)
 
 
 def reservations_release(*, allocation: Allocation, reason: str) -> int:

@@ -1,0 +1,299 @@
+"""Admission as the database sees it: the quota tree, the grants whose intervals overlap the
+request's, and the GPUs, read into :mod:`allocations.quotas.algebra`.
+
+Time-aware: only holding allocations whose ``[starts_at, ends_at)`` overlaps the request's count,
+for quota and for GPUs alike; a booking that ends before another starts does not conflict.
+Grants already being reclaimed *for this request* count for nothing (they are promised to it).
+
+Read-only: the preview calls it without locks; approval calls it under its locks (see
+``allocations.services``) and acts on the plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
+from allocations.booking.view import NodeRow, node_rows
+from allocations.models import Allocation, Flavor, PreemptionPolicy, Quota, Reservation
+from allocations.placement import default_policy
+from allocations.quotas import algebra
+from allocations.selectors import live_reservations_on
+from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
+from clusters.models import Cluster
+from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
+from tenants.models import Department
+
+
+def _plain(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+@dataclass(frozen=True)
+class VictimInfo:
+    """A grant the request would take, as people read it."""
+
+    allocation_id: int
+    project: str
+    department: str
+    flavor: str
+    quantity: int
+    priority_class: str
+    state: str
+    why: str  # borrowed, oversubscribed, lower-priority
+    notice_minutes: int
+
+    def as_details(self) -> dict[str, Any]:
+        return {
+            "allocation": self.allocation_id, "project": self.project, "department": self.department,
+            "flavor": self.flavor, "quantity": self.quantity, "priority_class": self.priority_class,
+            "state": self.state, "why": self.why, "notice_minutes": self.notice_minutes,
+        }
+
+
+@dataclass
+class Decision:
+    """What admitting the request now would do."""
+
+    plan: algebra.Plan
+    checks: list[dict[str, str | None]]
+    victims: list[VictimInfo] = field(default_factory=list)
+    attempt: Attempt | None = None  # where its units go (admitted only)
+    refusal: ApplicationError | None = None
+
+    @property
+    def admitted(self) -> bool:
+        return self.refusal is None
+
+
+@dataclass
+class _Room:
+    """The GPUs of the candidate clusters during the request's interval, read once."""
+
+    allocation: Allocation
+    clusters: list[Cluster]
+    nodes: dict[int, list[NodeRow]] = field(default_factory=dict)
+    rows: dict[int, list[Reservation]] = field(default_factory=dict)
+    tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
+
+    def read(self, *, promised: set[int]) -> None:
+        flavor = self.allocation.flavor
+        start, end = self.allocation.starts_at, self.allocation.ends_at
+        for cluster in self.clusters:
+            nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
+            self.nodes[cluster.pk] = nodes
+            self.rows[cluster.pk] = [
+                row for row in live_reservations_on(node_ids=[node.node.pk for node in nodes])
+                .filter(allocation__starts_at__lt=end, allocation__ends_at__gt=start)
+                .exclude(allocation_id=self.allocation.pk)
+                .order_by("pk")
+                if row.allocation_id not in promised
+            ]
+
+    def attempts(self, victims: frozenset[int]) -> list[Attempt]:
+        if victims not in self.tried:
+            workload = placement_workload(include=self.allocation.flavor)
+            found: list[Attempt] = []
+            for cluster in self.clusters:
+                attempt = placement_attempt(
+                    cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
+                    policy=default_policy(workload), nodes=self.nodes[cluster.pk],
+                    reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
+                )
+                found.append(attempt)
+                if attempt.complete:
+                    break
+            self.tried[victims] = found
+        return self.tried[victims]
+
+    def fits(self, victims: frozenset[int]) -> bool:
+        if frozenset() in self.tried and self.tried[frozenset()][-1].complete:
+            return True  # taking grants away only frees GPUs
+        attempts = self.attempts(victims)
+        return bool(attempts) and attempts[-1].complete
+
+    def placed(self, victims: frozenset[int]) -> Attempt | None:
+        attempts = self.attempts(victims)
+        if attempts and attempts[-1].complete:
+            return attempts[-1]
+        if victims and self.fits(frozenset()):
+            return self.attempts(frozenset())[-1]
+        return None
+
+    def on_clusters(self) -> set[int]:
+        return {row.allocation_id for rows in self.rows.values() for row in rows}
+
+
+def quota_tree(*, parents: dict[int, int | None] | None = None) -> algebra.Tree:
+    parents = parents if parents is not None else department_parent_map()
+    limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {
+        (department_id, flavor_id): algebra.Limit(department_id, flavor_id, guaranteed, limit, lending)
+        for department_id, flavor_id, guaranteed, limit, lending in Quota.objects.values_list(
+            "department_id", "flavor_id", "guaranteed", "limit", "lending_limit"
+        )
+    }
+    return algebra.Tree(parents=parents, limits=limits)
+
+
+def grant_amounts(*, flavor_id: int, quantity: int, gpu_equivalents: Decimal) -> dict[algebra.Scope, Decimal]:
+    return {flavor_id: Decimal(quantity), None: (gpu_equivalents * quantity).quantize(Decimal("0.0001"))}
+
+
+def overlapping_grants(
+    *, allocation: Allocation, department_ids: Iterable[int], untakeable: Iterable[int] = ()
+) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]], set[int]]:
+    """The holding grants of these departments whose intervals overlap the allocation's, as the
+    algebra sees them; their rows by id (for people); and the ids promised to this allocation."""
+    blocked = set(untakeable)
+    rows = (
+        Allocation.objects.filter(
+            state__in=HOLDING_STATES, starts_at__lt=allocation.ends_at, ends_at__gt=allocation.starts_at,
+            project__department_id__in=list(department_ids),
+        )
+        .exclude(pk=allocation.pk)
+        .values(
+            "pk", "project__department_id", "project__department__slug", "project__slug", "flavor_id", "flavor__name",
+            "flavor__gpu_equivalents", "quantity", "priority_class__value", "priority_class__name",
+            "priority_class__notice_minutes", "priority_class__preemptible", "state", "cluster_id", "reclaimed_for_id",
+        )
+        .order_by("pk")
+    )
+    grants: list[algebra.Grant] = []
+    info: dict[int, dict[str, Any]] = {}
+    promised: set[int] = set()
+    for row in rows:
+        if row["reclaimed_for_id"] == allocation.pk:
+            promised.add(row["pk"])
+            continue
+        info[row["pk"]] = dict(row)
+        grants.append(
+            algebra.Grant(
+                allocation_id=row["pk"],
+                department_id=row["project__department_id"],
+                amounts=grant_amounts(flavor_id=row["flavor_id"], quantity=row["quantity"],
+                                      gpu_equivalents=row["flavor__gpu_equivalents"]),
+                priority=row["priority_class__value"],
+                age=row["pk"],
+                takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked,
+            )
+        )
+    return grants, info, promised
+
+
+def _capacity_candidates(
+    *, tree: algebra.Tree, grants: list[algebra.Grant], ask: algebra.Ask, on_clusters: set[int]
+) -> dict[int, str]:
+    """Grants whose GPUs the request may take for room: those that oversubscribe (for a request that
+    does not, or of higher priority), those that borrow (for a request within its guarantee), and
+    lower-priority grants of its own subtree (for a class that preempts)."""
+    local = [grant for grant in grants if grant.allocation_id in on_clusters and grant.takeable]
+    out: dict[int, str] = {}
+    over = algebra.grants_beyond(tree, grants, line="limit")
+    for grant in local:
+        if grant.allocation_id in over and (ask.factor <= 1 or ask.priority > grant.priority):
+            out[grant.allocation_id] = "oversubscribed"
+    if algebra.within_guarantee(tree, grants, ask):
+        borrowing = algebra.grants_beyond(tree, grants, line="guaranteed")
+        for grant in local:
+            if grant.allocation_id in borrowing:
+                out.setdefault(grant.allocation_id, "borrowed")
+    if ask.preempts_lower:
+        subtree = tree.subtree(ask.department_id)
+        for grant in local:
+            if grant.department_id in subtree and grant.priority < ask.priority:
+                out.setdefault(grant.allocation_id, "lower-priority")
+    return out
+
+
+def _quota_refusal(*, check: algebra.Check, names: dict[int, str], flavor: Flavor) -> QuotaExceeded:
+    what = f"{flavor.name} units" if check.scope is not None else "GPU-equivalents"
+    department = names.get(check.department_id, str(check.department_id))
+    return QuotaExceeded(
+        f"Quota exceeded for {what} in department {department}: requested {_plain(check.requested)}, "
+        f"held {_plain(check.holds)}, limit {_plain(check.effective_limit)}; nothing it may reclaim frees enough.",
+        details=_check_details(check, names=names, flavor=flavor),
+    )
+
+
+def _check_details(check: algebra.Check, *, names: dict[int, str], flavor: Flavor) -> dict[str, str | None]:
+    return {
+        "department": names.get(check.department_id, str(check.department_id)),
+        "flavor": flavor.name if check.scope is not None else None,
+        "requested": _plain(check.requested),
+        "in_use": _plain(check.holds),
+        "limit": _plain(check.limit),
+        "effective_limit": _plain(check.effective_limit),
+    }
+
+
+def admission_decide(
+    *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = ()
+) -> Decision:
+    """Would the allocation be admitted now, taking which grants, and where would its units go.
+    ``untakeable``: grants that may not be chosen (another transaction holds them)."""
+    flavor = allocation.flavor
+    parents = department_parent_map()
+    department_id = allocation.project.department_id
+    chain = department_ancestor_ids(department_id=department_id, parents=parents)
+    tree = quota_tree(parents=parents)
+    names = dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug"))
+    ask = algebra.Ask(
+        department_id=department_id,
+        amounts=grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents),
+        priority=allocation.priority_class.value,
+        factor=allocation.priority_class.oversubscription_factor,
+        preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+    )
+    refusal: ApplicationError
+    if not any((department, scope) in tree.limits for department in chain for scope in ask.amounts):
+        refusal = QuotaExceeded(
+            f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
+            details={"department": names[department_id], "flavor": flavor.name,
+                     "requested": str(allocation.quantity), "limit": "0"},
+        )
+        return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
+    tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
+    grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable)
+    room = _Room(allocation=allocation, clusters=clusters)
+    room.read(promised=promised)
+    capacity = None
+    if room.clusters and not room.fits(frozenset()):
+        capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
+    plan = algebra.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
+                        capacity_candidates=capacity)
+    checks = [_check_details(check, names=names, flavor=flavor) for check in plan.checks]
+    if not plan.admitted:
+        failing = plan.failing
+        if failing:
+            refusal = _quota_refusal(check=failing[0], names=names, flavor=flavor)
+        else:
+            refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(frozenset()))
+        return Decision(plan=plan, checks=checks, refusal=refusal)
+    victims = frozenset(victim.allocation_id for victim in plan.victims)
+    attempt = room.placed(victims)
+    if attempt is None:  # the algebra was told the request fits: it cannot happen, but never book nothing
+        refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(victims))
+        return Decision(plan=plan, checks=checks, refusal=refusal)
+    people = [
+        VictimInfo(
+            allocation_id=victim.allocation_id,
+            project=info[victim.allocation_id]["project__slug"],
+            department=info[victim.allocation_id]["project__department__slug"],
+            flavor=info[victim.allocation_id]["flavor__name"],
+            quantity=info[victim.allocation_id]["quantity"],
+            priority_class=info[victim.allocation_id]["priority_class__name"],
+            state=info[victim.allocation_id]["state"],
+            why=victim.why,
+            notice_minutes=0 if info[victim.allocation_id]["priority_class__preemptible"]
+            else int(info[victim.allocation_id]["priority_class__notice_minutes"]),
+        )
+        for victim in plan.victims
+    ]
+    return Decision(plan=plan, checks=checks, victims=people, attempt=attempt)
+
+
+__all__ = ["CapacityExceeded", "Decision", "VictimInfo", "admission_decide", "quota_tree"]
