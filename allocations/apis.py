@@ -14,7 +14,6 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from allocations import catalog, selectors, services
-from allocations.booking.preview import placement_preview
 from allocations.models import (
     EXTENDED_RESOURCE_VALIDATOR,
     Allocation,
@@ -27,7 +26,7 @@ from clusters.selectors import cluster_list
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
-from kernel.errors import NotAllowed, TransitionNotAllowed
+from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
@@ -382,41 +381,3 @@ class AllocationRetryApi(_AllocationActionApi):
     def post(self, request: Request, allocation_id: int) -> Response:
         self._visible(request, allocation_id)
         return self._respond(services.allocation_retry(actor=actor(request), allocation_id=allocation_id))
-
-
-class ClusterFitOut(serializers.Serializer):  # type: ignore[type-arg]
-    cluster = serializers.CharField()
-    fits = serializers.BooleanField()
-    requested = serializers.IntegerField(help_text="Units asked for.")
-    placed = serializers.IntegerField(help_text="Units that would find a place now.")
-    free = serializers.IntegerField(help_text="Units of the flavor that would fit now, one after another.")
-    free_is_lower_bound = serializers.BooleanField(help_text="The count stopped at its limit: at least `free`.")
-    reason = serializers.CharField(help_text="Why the next unit finds no place; empty when it fits.")
-    kind = serializers.CharField(help_text="whole-gpus, gpu-share, mig-slice, cpu-or-memory, no-such-model, not-offered")
-    where = serializers.DictField(child=serializers.ListField(child=serializers.CharField()),
-                                  help_text="Node → GPUs the units would take now (gpu3; gpu2@4 for a MIG instance).")
-    pending_adoption = serializers.IntegerField(help_text="Allocations here granted before GPU placement, booked first.")
-
-
-class PlacementPreviewOut(serializers.Serializer):  # type: ignore[type-arg]
-    allocation = serializers.IntegerField()
-    fits = serializers.BooleanField(help_text="Whether approving now would find room on some cluster.")
-    clusters = ClusterFitOut(many=True, help_text="The clusters approval would try, in its order.")
-
-
-class AllocationPlacementPreviewApi(APIView):
-    """GET /allocations/{id}/placement-preview/: whether a pending allocation fits now, where, or why not.
-    Read without locks: approval decides again."""
-
-    @extend_schema(responses={200: PlacementPreviewOut, **errors(401, 404, 409)})
-    def get(self, request: Request, allocation_id: int) -> Response:
-        allocation = selectors.allocation_get(user=request.user, allocation_id=allocation_id)
-        if allocation.state != AllocationState.PENDING:
-            raise TransitionNotAllowed(
-                f"Allocation #{allocation.pk} is {allocation.state}; only a pending allocation has a preview "
-                "(a granted one shows its placement).",
-                details={"state": allocation.state},
-            )
-        fits = placement_preview(flavor=allocation.flavor, quantity=allocation.quantity, cluster=allocation.cluster)
-        body = {"allocation": allocation.pk, "fits": any(fit.fits for fit in fits), "clusters": fits}
-        return Response(PlacementPreviewOut(body).data)

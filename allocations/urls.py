@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis
+from allocations import apis, preview_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
@@ -24,6 +24,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocations/<int:allocation_id>/release/", apis.AllocationReleaseApi.as_view(), name="api-allocation-release"),
     path("allocations/<int:allocation_id>/renew/", apis.AllocationRenewApi.as_view(), name="api-allocation-renew"),
     path("allocations/<int:allocation_id>/retry/", apis.AllocationRetryApi.as_view(), name="api-allocation-retry"),
-    path("allocations/<int:allocation_id>/placement-preview/", apis.AllocationPlacementPreviewApi.as_view(),
+    path("allocations/<int:allocation_id>/placement-preview/", preview_apis.AllocationPlacementPreviewApi.as_view(),
          name="api-allocation-placement-preview"),
 ]

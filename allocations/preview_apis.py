@@ -1,0 +1,115 @@
+"""GET /allocations/{id}/placement-preview/: what approving a pending request would do now: where
+its units would go, which grants it would reclaim (and why, with their notice), or why it would be
+refused. Read without locks: approval decides again under its locks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from allocations import selectors
+from allocations.booking.preview import candidate_clusters, placement_preview
+from allocations.models import Allocation, AllocationState
+from allocations.quotas.planning import admission_decide
+from kernel.api.openapi import errors
+from kernel.errors import TransitionNotAllowed
+
+
+class ClusterFitOut(serializers.Serializer):  # type: ignore[type-arg]
+    cluster = serializers.CharField()
+    fits = serializers.BooleanField()
+    requested = serializers.IntegerField(help_text="Units asked for.")
+    placed = serializers.IntegerField(help_text="Units that would find a place now.")
+    free = serializers.IntegerField(help_text="Units of the flavor that would fit now, one after another.")
+    free_is_lower_bound = serializers.BooleanField(help_text="The count stopped at its limit: at least `free`.")
+    reason = serializers.CharField(help_text="Why the next unit finds no place; empty when it fits.")
+    kind = serializers.CharField(help_text="whole-gpus, gpu-share, mig-slice, cpu-or-memory, no-such-model, not-offered")
+    where = serializers.DictField(child=serializers.ListField(child=serializers.CharField()),
+                                  help_text="Node → GPUs the units would take now (gpu3; gpu2@4 for a MIG instance).")
+    pending_adoption = serializers.IntegerField(help_text="Allocations here granted before GPU placement, booked first.")
+
+
+class ReclaimOut(serializers.Serializer):  # type: ignore[type-arg]
+    allocation = serializers.IntegerField(help_text="The grant approval would reclaim.")
+    project = serializers.CharField()
+    department = serializers.CharField()
+    flavor = serializers.CharField()
+    quantity = serializers.IntegerField()
+    priority_class = serializers.CharField()
+    state = serializers.CharField()
+    why = serializers.ChoiceField(choices=["borrowed", "oversubscribed", "lower-priority"])
+    notice_minutes = serializers.IntegerField(help_text="How long it keeps running after approval (0: at once).")
+
+
+class QuotaCheckOut(serializers.Serializer):  # type: ignore[type-arg]
+    department = serializers.CharField()
+    flavor = serializers.CharField(allow_null=True, help_text="Null: the department's GPU-equivalents.")
+    requested = serializers.CharField()
+    in_use = serializers.CharField(help_text="What the department holds over the request's interval.")
+    limit = serializers.CharField()
+    effective_limit = serializers.CharField(help_text="The limit times the priority class's oversubscription factor.")
+
+
+class RefusalOut(serializers.Serializer):  # type: ignore[type-arg]
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class PlacementPreviewOut(serializers.Serializer):  # type: ignore[type-arg]
+    allocation = serializers.IntegerField()
+    fits = serializers.BooleanField(help_text="Whether the units would find room now without reclaiming anything.")
+    admitted = serializers.BooleanField(help_text="Whether approving now would succeed (reclaiming `reclaim`).")
+    starts = serializers.ChoiceField(
+        choices=["now", "at-start", "after-notice"], allow_null=True,
+        help_text="When an approval now would reach the cluster: now, at its start, or once its victims' notice ends.",
+    )
+    reclaim = ReclaimOut(many=True, help_text="The grants approval would reclaim, in the order they are taken.")
+    quota_checks = QuotaCheckOut(many=True, help_text="Every quota on the department chain that applies, after reclaim.")
+    refusal = RefusalOut(allow_null=True, help_text="Why approval would be refused now; null when it would succeed.")
+    clusters = ClusterFitOut(many=True, help_text="The clusters approval would try, in its order.")
+
+
+class AllocationPlacementPreviewApi(APIView):
+    """GET /allocations/{id}/placement-preview/: whether a pending allocation fits now, where, or why not.
+    Read without locks: approval decides again."""
+
+    @extend_schema(responses={200: PlacementPreviewOut, **errors(401, 404, 409)})
+    def get(self, request: Request, allocation_id: int) -> Response:
+        allocation = selectors.allocation_get(user=request.user, allocation_id=allocation_id)
+        if allocation.state != AllocationState.PENDING:
+            raise TransitionNotAllowed(
+                f"Allocation #{allocation.pk} is {allocation.state}; only a pending allocation has a preview "
+                "(a granted one shows its placement).",
+                details={"state": allocation.state},
+            )
+        fits = placement_preview(flavor=allocation.flavor, quantity=allocation.quantity, cluster=allocation.cluster)
+        body: dict[str, Any] = {"allocation": allocation.pk, "fits": any(fit.fits for fit in fits), "clusters": fits}
+        body.update(admission_preview(allocation_id=allocation.pk))
+        return Response(PlacementPreviewOut(body).data)
+
+
+def admission_preview(*, allocation_id: int) -> dict[str, Any]:
+    """The admission part of the preview (a selector's work: read-only, no locks)."""
+    allocation = Allocation.objects.select_related("project", "flavor", "priority_class", "cluster").get(
+        pk=allocation_id
+    )
+    clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
+    decision = admission_decide(allocation=allocation, clusters=clusters)
+    refusal = decision.refusal
+    starts = None
+    if refusal is None:
+        waits = any(victim.notice_minutes > 0 and victim.state != AllocationState.SCHEDULED for victim in decision.victims)
+        starts = "after-notice" if waits else ("at-start" if allocation.starts_at > timezone.now() else "now")
+    return {
+        "admitted": refusal is None,
+        "starts": starts,
+        "reclaim": [victim.as_details() for victim in decision.victims],
+        "quota_checks": decision.checks,
+        "refusal": {"code": refusal.code, "message": refusal.message} if refusal is not None else None,
+    }
