@@ -1,0 +1,92 @@
+"""The headline promise, end to end through the services: a department within its guarantee takes
+back what a sibling borrowed, with notice, and starts once the notice ran out."""
+
+from __future__ import annotations
+
+import datetime
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from allocations import services
+from allocations.models import Allocation, AllocationState, PriorityClass, Quota
+from allocations.reclaims import allocations_reclaim_due
+from allocations.scheduling import allocations_start_due
+from audit.models import AuditEvent
+from kernel.errors import FourEyes, QuotaExceeded
+from tests.conftest import World
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _quotas(world: World) -> None:
+    Quota.objects.all().delete()
+    Quota.objects.create(department=world.acme, flavor=None, guaranteed=Decimal("0"), limit=Decimal("14"))
+    Quota.objects.create(department=world.nlp, flavor=None, guaranteed=Decimal("4"), limit=Decimal("10"))
+    Quota.objects.create(department=world.vision, flavor=None, guaranteed=Decimal("8"), limit=Decimal("12"))
+
+
+def ask(world: World, persona: str, project: str, quantity: int, *, priority: PriorityClass | None = None,
+        starts_in: datetime.timedelta = datetime.timedelta(0)) -> Allocation:
+    start = timezone.now() + starts_in
+    return services.allocation_request(
+        actor=world.users[persona], project=getattr(world, project), flavor=world.a100, quantity=quantity,
+        priority_class=priority or world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=1),
+        justification="experiment",
+    )
+
+
+def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrowed(world: World) -> None:
+    _quotas(world)
+    kept = services.allocation_approve(actor=world.users["vision_admin"], allocation_id=ask(world, "vision_member", "seg", 8).pk)
+    borrowed = services.allocation_approve(
+        actor=world.users["vision_admin"], allocation_id=ask(world, "vision_member", "seg", 4).pk
+    )
+    request = ask(world, "nlp_member", "llm", 3)
+
+    approved = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request.pk)
+
+    borrowed.refresh_from_db()
+    kept.refresh_from_db()
+    assert borrowed.state == AllocationState.RECLAIMING
+    assert borrowed.reclaimed_for_id == request.pk and borrowed.reclaim_deadline is not None
+    assert "borrowed capacity" in borrowed.reclaim_reason
+    assert kept.state != AllocationState.RECLAIMING
+    assert approved.state == AllocationState.SCHEDULED  # waits for the notice
+    assert allocations_start_due() == 0
+
+    later = timezone.now() + datetime.timedelta(minutes=16)
+    assert allocations_reclaim_due(now=later) == 1
+    assert allocations_start_due(now=later) == 1
+    borrowed.refresh_from_db()
+    approved.refresh_from_db()
+    assert borrowed.state == AllocationState.RECLAIMED
+    assert approved.state in (AllocationState.APPROVED, AllocationState.PROVISIONING, AllocationState.ACTIVE)
+    assert AuditEvent.objects.filter(action="allocation.reclaimed", target_id=str(borrowed.pk)).exists()
+
+
+def test_a_request_beyond_its_guarantee_reclaims_nothing(world: World) -> None:
+    _quotas(world)
+    for quantity in (8, 4):
+        services.allocation_approve(
+            actor=world.users["vision_admin"], allocation_id=ask(world, "vision_member", "seg", quantity).pk
+        )
+    with pytest.raises(QuotaExceeded):
+        services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=ask(world, "nlp_member", "llm", 5).pk)
+    assert not Allocation.objects.filter(state=AllocationState.RECLAIMING).exists()
+
+
+def test_bookings_that_do_not_overlap_do_not_conflict(world: World) -> None:
+    _quotas(world)
+    services.allocation_approve(actor=world.users["vision_admin"], allocation_id=ask(world, "vision_member", "seg", 12).pk)
+    later = ask(world, "vision_member", "seg", 12, starts_in=datetime.timedelta(days=2))
+    scheduled = services.allocation_approve(actor=world.users["vision_admin"], allocation_id=later.pk)
+    assert scheduled.state == AllocationState.SCHEDULED
+    assert allocations_start_due() == 0
+
+
+def test_nobody_approves_their_own_request(world: World) -> None:
+    own = ask(world, "nlp_admin", "llm", 1)
+    with pytest.raises(FourEyes):
+        services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=own.pk)
