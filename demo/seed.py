@@ -68,11 +68,12 @@ DEMO_NODES: list[tuple[str, str, str, int | None]] = [
 
 PRIORITY_CLASSES: list[dict[str, Any]] = [
     {"name": "gpu-production", "value": 100000, "preemption_policy": "PreemptLowerPriority",
-     "oversubscription_factor": Decimal("1.00"), "description": "Guaranteed, within quota"},
+     "oversubscription_factor": Decimal("1.00"), "description": "Guaranteed, within quota", "notice_minutes": 60},
     {"name": "gpu-standard", "value": 10000, "preemption_policy": "PreemptLowerPriority",
      "oversubscription_factor": Decimal("1.00"), "description": "Default for research work"},
     {"name": "gpu-preemptible", "value": 1000, "preemption_policy": "Never",
-     "oversubscription_factor": Decimal("1.50"), "description": "May exceed quota by 50 %; preempted first"},
+     "oversubscription_factor": Decimal("1.50"), "description": "May exceed quota by 50 %; preempted first",
+     "preemptible": True},
 ]
 
 # department, flavor name (None: GPU-equivalents), guaranteed, limit
@@ -86,7 +87,7 @@ QUOTAS: list[tuple[str, str | None, str, str]] = [
     ("vision", "h100-timeslice-2", "2", "4"),
     ("vision", "h100-vgpu-10gb", "5", "10"),
     ("vision", None, "8", "12"),
-    ("acme", None, "24", "32"),
+    ("acme", None, "0", "16"),
 ]
 
 
