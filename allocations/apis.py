@@ -221,7 +221,13 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
             "id", "project", "project_id", "department", "flavor", "flavor_id", "quantity", "gpu_equivalents",
             "priority_class", "cluster", "state", "starts_at", "ends_at", "justification", "requested_by",
             "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at", "placement",
+            "original_ends_at", "reclaim_deadline", "reclaim_reason", "reclaimed_for",
         ]
+        extra_kwargs = {
+            "reclaim_deadline": {"help_text": "Reclaiming: when its notice ends and its capacity is released."},
+            "reclaim_reason": {"help_text": "Reclaiming or reclaimed: which request took it, and why."},
+            "reclaimed_for": {"help_text": "Reclaiming or reclaimed: the id of the request it made room for."},
+        }
 
     def get_gpu_equivalents(self, allocation: Allocation) -> str:
         return format(allocation.flavor.gpu_equivalents_for(allocation.quantity).normalize(), "f")
