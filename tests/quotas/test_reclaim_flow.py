@@ -90,3 +90,42 @@ def test_nobody_approves_their_own_request(world: World) -> None:
     own = ask(world, "nlp_admin", "llm", 1)
     with pytest.raises(FourEyes):
         services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=own.pk)
+
+
+def test_gpus_that_a_sibling_borrowed_are_reclaimed_when_the_cluster_is_full(world: World) -> None:
+    Quota.objects.all().delete()
+    Quota.objects.create(department=world.acme, flavor=None, guaranteed=Decimal("0"), limit=Decimal("100"))
+    Quota.objects.create(department=world.nlp, flavor=None, guaranteed=Decimal("8"), limit=Decimal("16"))
+    Quota.objects.create(department=world.vision, flavor=None, guaranteed=Decimal("8"), limit=Decimal("16"))
+    vision = world.users["vision_admin"]
+    kept = services.allocation_approve(actor=vision, allocation_id=ask(world, "vision_member", "seg", 8).pk)
+    small = services.allocation_approve(actor=vision, allocation_id=ask(world, "vision_member", "seg", 3).pk)
+    large = services.allocation_approve(actor=vision, allocation_id=ask(world, "vision_member", "seg", 5).pk)
+    request = ask(world, "nlp_member", "llm", 4)  # the 16 A100s are all booked; nlp is within its guarantee
+
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request.pk)
+
+    states = {row.pk: row.state for row in Allocation.objects.filter(pk__in=[kept.pk, small.pk, large.pk])}
+    assert states == {kept.pk: states[kept.pk], small.pk: states[small.pk], large.pk: AllocationState.RECLAIMING}
+    assert states[kept.pk] != AllocationState.RECLAIMING and states[small.pk] != AllocationState.RECLAIMING
+    event = AuditEvent.objects.get(action="allocation.approved", target_id=str(request.pk))
+    assert [(item["allocation"], item["why"]) for item in event.details["reclaimed"]] == [(large.pk, "borrowed")]
+
+
+def test_a_preemptible_victim_is_reclaimed_at_once_and_the_request_provisions_now(world: World) -> None:
+    _quotas(world)
+    world.preemptible.preemptible = True
+    world.preemptible.save()
+    vision = world.users["vision_admin"]
+    services.allocation_approve(actor=vision, allocation_id=ask(world, "vision_member", "seg", 8).pk)
+    cheap = services.allocation_approve(
+        actor=vision, allocation_id=ask(world, "vision_member", "seg", 4, priority=world.preemptible).pk
+    )
+    approved = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=ask(world, "nlp_member", "llm", 3).pk)
+
+    cheap.refresh_from_db()
+    assert cheap.state == AllocationState.RECLAIMED
+    assert not cheap.reservations.filter(released_at__isnull=True).exists()
+    assert approved.state != AllocationState.SCHEDULED
+    actions = list(AuditEvent.objects.filter(target_id=str(cheap.pk)).order_by("seq").values_list("action", flat=True))
+    assert actions[-2:] == ["allocation.reclaiming", "allocation.reclaimed"]
