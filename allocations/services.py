@@ -63,8 +63,8 @@ _enqueue_project_sync = project_sync_enqueue
 
 def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime, field: str = "ends_at") -> None:
     """The end after the start, the allocation no longer than the longest allowed, and the start no
-    further ahead than ``GPUPORTAL_MAX_START_AHEAD_DAYS``: a grant holds its GPUs and quota from
-    approval on, so a far start would hold them for longer than any allocation may last."""
+    further ahead than ``GPUPORTAL_MAX_START_AHEAD_DAYS`` (a grant is booked, ``scheduled``, from
+    approval to its start: admission over its interval, docs/quotas.md)."""
     ahead = datetime.timedelta(days=settings.GPUPORTAL_MAX_START_AHEAD_DAYS)
     if starts_at - timezone.now() > ahead:
         raise FieldError(

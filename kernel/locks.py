@@ -6,7 +6,9 @@ rows are locked in primary-key order:
 1. the outbox rows of cluster pushes a delivery worker claims or records (``clusters.ClusterPush``:
    only the worker locks rows that exist, with SKIP LOCKED where it takes several; the services
    below insert new ones, which nobody else can lock yet);
-2. allocations;
+2. allocations (one exception: approval locks the grants it reclaims *after* the department chain
+   and the clusters, and only with SKIP LOCKED, so it never waits for them; a grant it could not
+   lock is left out and the plan made again without it — see ``allocations.reclaims``);
 3. departments: the department chain, nearest first but locked in primary-key order (admission,
    quota changes), then quota and flavor rows (the catalogue);
 4. clusters: FOR UPDATE by whoever books or moves GPUs on them or changes their credentials, FOR
