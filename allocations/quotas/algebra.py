@@ -166,9 +166,11 @@ class Tree:
 class _Holdings:
     """What every department uses directly, per scope, with some grants taken away."""
 
-    def __init__(self, tree: Tree, grants: Iterable[Grant]) -> None:
+    def __init__(self, tree: Tree, grants: Iterable[Grant], totals: Mapping[tuple[int, Scope], Decimal] | None = None):
         self.tree = tree
         self.own: dict[tuple[int, Scope], Decimal] = defaultdict(lambda: ZERO)
+        for key, amount in (totals or {}).items():
+            self.own[key] += amount
         for grant in grants:
             for scope, amount in grant.amounts.items():
                 self.own[(grant.department_id, scope)] += amount
@@ -215,6 +217,12 @@ def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
                 )
             )
     return checks
+
+
+def checks_from_totals(tree: Tree, totals: Mapping[tuple[int, Scope], Decimal], ask: Ask) -> list[Check]:
+    """The checks of ``ask`` from what each department's own projects use per scope (no grant
+    detail): enough when nothing needs taking, which is most approvals."""
+    return _checks(tree, _Holdings(tree, (), totals), ask)
 
 
 def _ranked_beyond(

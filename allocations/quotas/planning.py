@@ -11,15 +11,18 @@ Read-only: the preview calls it without locks; approval calls it under its locks
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Sum
+
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
 from allocations.booking.view import NodeRow, node_rows
 from allocations.models import Allocation, Flavor, PreemptionPolicy, Quota, Reservation
-from allocations.placement import default_policy
+from allocations.placement import Workload, default_policy
 from allocations.quotas import algebra
 from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
@@ -72,36 +75,41 @@ class Decision:
 
 @dataclass
 class _Room:
-    """The GPUs of the candidate clusters during the request's interval, read once."""
+    """The GPUs of the candidate clusters during the request's interval, each cluster read once,
+    when first needed."""
 
     allocation: Allocation
     clusters: list[Cluster]
+    promised: set[int] = field(default_factory=set)
     nodes: dict[int, list[NodeRow]] = field(default_factory=dict)
     rows: dict[int, list[Reservation]] = field(default_factory=dict)
     tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
+    workload: Workload | None = None
 
-    def read(self, *, promised: set[int]) -> None:
-        flavor = self.allocation.flavor
+    def read(self, cluster: Cluster) -> None:
+        if cluster.pk in self.nodes:
+            return
         start, end = self.allocation.starts_at, self.allocation.ends_at
-        for cluster in self.clusters:
-            nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
-            self.nodes[cluster.pk] = nodes
-            self.rows[cluster.pk] = [
-                row for row in live_reservations_on(node_ids=[node.node.pk for node in nodes])
-                .filter(allocation__starts_at__lt=end, allocation__ends_at__gt=start)
-                .exclude(allocation_id=self.allocation.pk)
-                .order_by("pk")
-                if row.allocation_id not in promised
-            ]
+        nodes = node_rows(cluster, gpu_model=self.allocation.flavor.gpu_model)
+        self.nodes[cluster.pk] = nodes
+        self.rows[cluster.pk] = [
+            row for row in live_reservations_on(node_ids=[node.node.pk for node in nodes])
+            .filter(allocation__starts_at__lt=end, allocation__ends_at__gt=start)
+            .exclude(allocation_id=self.allocation.pk)
+            .order_by("pk")
+            if row.allocation_id not in self.promised
+        ]
 
     def attempts(self, victims: frozenset[int]) -> list[Attempt]:
         if victims not in self.tried:
-            workload = placement_workload(include=self.allocation.flavor)
+            if self.workload is None:
+                self.workload = placement_workload(include=self.allocation.flavor)
             found: list[Attempt] = []
             for cluster in self.clusters:
+                self.read(cluster)
                 attempt = placement_attempt(
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
-                    policy=default_policy(workload), nodes=self.nodes[cluster.pk],
+                    policy=default_policy(self.workload), nodes=self.nodes[cluster.pk],
                     reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
                 )
                 found.append(attempt)
@@ -125,6 +133,8 @@ class _Room:
         return None
 
     def on_clusters(self) -> set[int]:
+        for cluster in self.clusters:
+            self.read(cluster)
         return {row.allocation_id for rows in self.rows.values() for row in rows}
 
 
@@ -143,6 +153,36 @@ def grant_amounts(*, flavor_id: int, quantity: int, gpu_equivalents: Decimal) ->
     return {flavor_id: Decimal(quantity), None: (gpu_equivalents * quantity).quantize(Decimal("0.0001"))}
 
 
+def _overlapping(*, allocation: Allocation, department_ids: Iterable[int]) -> Any:
+    return Allocation.objects.filter(
+        state__in=HOLDING_STATES, starts_at__lt=allocation.ends_at, ends_at__gt=allocation.starts_at,
+        project__department_id__in=list(department_ids),
+    ).exclude(pk=allocation.pk)
+
+
+def department_totals(
+    *, allocation: Allocation, department_ids: Iterable[int]
+) -> tuple[dict[tuple[int, algebra.Scope], Decimal], set[int]]:
+    """What each department's own projects hold per scope over the allocation's interval (grants
+    promised to it left out), in one grouped query; and whether any grant is promised to it."""
+    rows = (
+        _overlapping(allocation=allocation, department_ids=department_ids)
+        .values("project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id")
+        .annotate(units=Sum("quantity"))
+        .order_by()
+    )
+    totals: dict[tuple[int, algebra.Scope], Decimal] = defaultdict(Decimal)
+    promised: set[int] = set()
+    for row in rows:
+        if row["reclaimed_for_id"] == allocation.pk:
+            promised.add(row["project__department_id"])
+            continue
+        department, units = row["project__department_id"], Decimal(row["units"])
+        totals[(department, row["flavor_id"])] += units
+        totals[(department, None)] += (row["flavor__gpu_equivalents"] * units).quantize(Decimal("0.0001"))
+    return dict(totals), promised
+
+
 def overlapping_grants(
     *, allocation: Allocation, department_ids: Iterable[int], untakeable: Iterable[int] = ()
 ) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]], set[int]]:
@@ -150,11 +190,7 @@ def overlapping_grants(
     algebra sees them; their rows by id (for people); and the ids promised to this allocation."""
     blocked = set(untakeable)
     rows = (
-        Allocation.objects.filter(
-            state__in=HOLDING_STATES, starts_at__lt=allocation.ends_at, ends_at__gt=allocation.starts_at,
-            project__department_id__in=list(department_ids),
-        )
-        .exclude(pk=allocation.pk)
+        _overlapping(allocation=allocation, department_ids=department_ids)
         .values(
             "pk", "project__department_id", "project__department__slug", "project__slug", "flavor_id", "flavor__name",
             "flavor__gpu_equivalents", "quantity", "priority_class__value", "priority_class__name",
@@ -257,9 +293,18 @@ def admission_decide(
         )
         return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
+    totals, promised_anywhere = department_totals(allocation=allocation, department_ids=tree_ids)
+    quick = algebra.checks_from_totals(tree, totals, ask)
+    if not promised_anywhere and all(check.fits for check in quick):
+        # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
+        # something has to be taken.
+        room = _Room(allocation=allocation, clusters=clusters)
+        if room.clusters and room.fits(frozenset()):
+            attempt = room.placed(frozenset())
+            checks = [_check_details(check, names=names, flavor=flavor) for check in quick]
+            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=checks, attempt=attempt)
     grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable)
-    room = _Room(allocation=allocation, clusters=clusters)
-    room.read(promised=promised)
+    room = _Room(allocation=allocation, clusters=clusters, promised=promised)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
