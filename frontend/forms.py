@@ -17,7 +17,7 @@ from audit.actions import all_actions
 from audit.models import Outcome
 from clusters.models import Cluster
 from clusters.selectors import cluster_list
-from frontend.selectors import requestable_projects
+from frontend.selectors import requestable_projects, servable_flavor_ids
 from kernel.limits import TEXT_LIMIT
 from tenants.models import Department, Project
 
@@ -69,7 +69,10 @@ class ClusterChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
 
 class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
     project = ProjectChoiceField(queryset=Project.objects.none(), empty_label="Choose a project")
-    flavor = FlavorChoiceField(queryset=Flavor.objects.none(), empty_label="Choose a GPU flavor")
+    flavor = FlavorChoiceField(
+        queryset=Flavor.objects.none(), empty_label="Choose a GPU flavor",
+        error_messages={"invalid_choice": "Choose one of the flavors offered: no active cluster can serve the one chosen."},
+    )
     quantity = forms.IntegerField(min_value=1, max_value=10000, initial=1, help_text="Units of the flavor.")
     priority_class = PriorityClassChoiceField(queryset=PriorityClass.objects.none(), empty_label=None)
     cluster = ClusterChoiceField(
@@ -85,10 +88,16 @@ class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
         max_length=TEXT_LIMIT, widget=forms.Textarea(attrs={"rows": 3}),
         help_text="What the GPUs are for; your department admin reads this.",
     )
+    confirm = forms.BooleanField(
+        required=False, label="I understand what approval would do",
+        help_text="Asked when approval would reclaim others' grants, or could not be granted as things stand.",
+    )
 
-    def __init__(self, *args: Any, user: User, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, user: User, servable_only: bool = True, **kwargs: Any) -> None:
+        """``servable_only``: offer only the flavors some active cluster can serve (the form);
+        the live feedback accepts every active flavor, to say why one cannot be served."""
         super().__init__(*args, **kwargs)
-        self._fields_of(user)
+        self._fields_of(user, servable_only=servable_only)
         duration = self.fields["duration_days"]
         assert isinstance(duration, forms.IntegerField)
         longest = settings.GPUPORTAL_MAX_ALLOCATION_DAYS
@@ -98,10 +107,13 @@ class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
         duration.help_text = f"At most {longest} days; renew later if you need more."
         self.describe_fields()
 
-    def _fields_of(self, user: User) -> None:
+    def _fields_of(self, user: User, *, servable_only: bool) -> None:
+        flavors = flavor_list(user=user, active_only=True)
+        if servable_only:
+            flavors = flavors.filter(pk__in=servable_flavor_ids(flavors=list(flavors)))
         querysets: dict[str, Any] = {
             "project": requestable_projects(user=user),
-            "flavor": flavor_list(user=user, active_only=True),
+            "flavor": flavors,
             "priority_class": priority_class_list(user=user),
             "cluster": cluster_list(user=user).filter(is_active=True),
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -9,12 +11,15 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Q, QuerySet
 
-from allocations.models import Allocation, AllocationState
+from allocations.admission import department_usages
+from allocations.booking.view import node_offers, unit_shape
+from allocations.models import Allocation, AllocationState, Flavor, Quota
+from allocations.placement.mig import geometry_for_model
 from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
-from clusters.models import Cluster, ClusterPush, Gpu, PushState
+from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from clusters.selectors import cluster_list
-from tenants.access import access_for
+from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Membership, Project
 from tenants.selectors import project_list
 
@@ -28,6 +33,51 @@ def requestable_projects(*, user: User) -> QuerySet[Project]:
     if access.is_platform_admin:
         return projects
     return projects.filter(Q(members__pk=user.pk) | Q(department_id__in=access.administered)).distinct()
+
+
+def _pinned_offers(node: Node, profile: str) -> bool:
+    """Whether a node's pinned MIG layout has instances of ``profile``."""
+    return any(profile in (entry.get("mig-devices") or {}) for entry in node.mig_layout or [])
+
+
+def servable_flavor_ids(*, flavors: Iterable[Flavor]) -> set[int]:
+    """The flavors that some active cluster can serve: a schedulable node configured to offer the
+    flavor's unit (``allocations.booking.view.node_offers``; a pinned MIG layout offers its
+    profiles) with a GPU of its model (for a MIG flavor, a MIG-capable GPU whose geometry has the
+    profile). Two queries, whatever the number of flavors, clusters and nodes."""
+    nodes = list(
+        Node.objects.filter(cluster__is_active=True, is_schedulable=True)
+        .select_related("cluster").defer("labels")
+    )
+    gpus: dict[int, set[tuple[str, int, bool]]] = defaultdict(set)
+    for node_id, model, memory, capable in (
+        Gpu.objects.filter(node__in=[node.pk for node in nodes])
+        .values_list("node_id", "model", "memory_mib", "mig_capable").distinct()
+    ):
+        gpus[node_id].add((model, memory, capable))
+    servable: set[int] = set()
+    for flavor in flavors:
+        shape = unit_shape(flavor)
+        for node in nodes:
+            models = [(memory, capable) for model, memory, capable in gpus[node.pk] if model == flavor.gpu_model]
+            if not models:
+                continue
+            if shape.mig_profile is not None:
+                carvable = any(
+                    capable and (geometry := geometry_for_model(flavor.gpu_model, memory)) is not None
+                    and shape.mig_profile in geometry.by_name
+                    for memory, capable in models
+                )
+                pinned = node.sharing == NodeSharing.MIG and bool(node.mig_layout)
+                offered = _pinned_offers(node, shape.mig_profile) if pinned else node_offers(
+                    node=node, shape=shape, cluster=node.cluster)
+                if carvable and offered:
+                    servable.add(flavor.pk)
+                    break
+            elif node_offers(node=node, shape=shape, cluster=node.cluster):
+                servable.add(flavor.pk)
+                break
+    return servable
 
 
 def dashboard_allocations(*, user: User) -> QuerySet[Allocation]:
@@ -100,6 +150,93 @@ def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[Q
         )
         for usage in quota_usages(quotas=list(quotas))
     ]
+
+
+@dataclass(frozen=True)
+class PromiseRow:
+    """One quota's promises and how they are kept now: what the department holds (its whole
+    subtree, scheduled bookings included), the part beyond its guarantee (borrowed: reclaimable
+    for a sibling within its own guarantee) and the part of its unused guarantee that others
+    borrow (lent)."""
+
+    department: str
+    flavor: str  # a flavor name, or "GPU-equivalents"
+    unit: str
+    guaranteed: Decimal
+    limit: Decimal
+    lending_limit: Decimal | None  # None: lends all of its unused guarantee
+    in_use: Decimal
+    borrowed: Decimal
+    lent: Decimal
+
+    @property
+    def within_guarantee(self) -> Decimal:
+        return min(self.in_use, self.guaranteed)
+
+    @property
+    def unused_guarantee(self) -> Decimal:
+        return max(self.guaranteed - self.in_use, Decimal(0))
+
+
+def _lendable(guaranteed: Decimal, lending_limit: Decimal | None, in_use: Decimal) -> Decimal:
+    unused = max(guaranteed - in_use, Decimal(0))
+    return unused if lending_limit is None else min(unused, lending_limit)
+
+
+def department_promises(*, user: User, department_ids: list[int]) -> list[PromiseRow]:
+    """Per quota of these departments: guaranteed, limit, lending limit, held, borrowed and lent.
+
+    Borrowed is what the department holds beyond its guarantee. Lent is an attribution: under the
+    parent's quota in the same scope, what the siblings hold beyond their guarantees (and the
+    parent's own projects hold) is shared among the siblings that lend, in proportion to what each
+    lends (its unused guarantee, at most its lending limit); nothing is lent where the parent has
+    no quota in that scope. Four queries, however many quotas and departments."""
+    quotas = list(quota_list(user=user).filter(department_id__in=department_ids))
+    if not quotas:
+        return []
+    parents = department_parent_map()
+    children: dict[int | None, list[int]] = defaultdict(list)
+    for department_id, parent_id in parents.items():
+        children[parent_id].append(department_id)
+    around = {quota.department_id for quota in quotas}
+    for quota in quotas:
+        parent = parents.get(quota.department_id)
+        if parent is not None:
+            around |= {parent, *children[parent]}
+    scopes = sorted({quota.flavor_id or 0 for quota in quotas})
+    numbers: dict[tuple[int, int | None], tuple[Decimal, Decimal | None]] = {
+        (department_id, flavor_id): (guaranteed, lending)
+        for department_id, flavor_id, guaranteed, lending in Quota.objects.filter(department_id__in=around)
+        .values_list("department_id", "flavor_id", "guaranteed", "lending_limit")
+    }
+    keys = [(department_id, scope) for department_id in sorted(around) for scope in scopes]
+    used = dict(zip(keys, department_usages(scopes=[
+        (department_subtree_ids(root_ids=[department_id], parents=parents), scope or None) for department_id, scope in keys
+    ]), strict=True))
+    rows: list[PromiseRow] = []
+    for quota in quotas:
+        scope = quota.flavor_id or 0
+        in_use = used[(quota.department_id, scope)]
+        lent = Decimal(0)
+        parent = parents.get(quota.department_id)
+        if parent is not None and (parent, quota.flavor_id) in numbers:
+            siblings = children[parent]
+            terms = {sibling: numbers.get((sibling, quota.flavor_id), (Decimal(0), None)) for sibling in siblings}
+            held = {sibling: used[(sibling, scope)] for sibling in siblings}
+            own_projects = max(used[(parent, scope)] - sum(held.values(), Decimal(0)), Decimal(0))
+            borrowing = own_projects + sum((max(held[s] - terms[s][0], Decimal(0)) for s in siblings), Decimal(0))
+            pool = sum((_lendable(terms[s][0], terms[s][1], held[s]) for s in siblings), Decimal(0))
+            mine = _lendable(quota.guaranteed, quota.lending_limit, in_use)
+            if pool > 0:
+                lent = (mine * min(Decimal(1), borrowing / pool)).quantize(Decimal("0.0001"))
+        rows.append(PromiseRow(
+            department=quota.department.slug,
+            flavor=quota.flavor.name if quota.flavor else "GPU-equivalents",
+            unit="units" if quota.flavor else "GPU-eq.",
+            guaranteed=quota.guaranteed, limit=quota.limit, lending_limit=quota.lending_limit,
+            in_use=in_use, borrowed=max(in_use - quota.guaranteed, Decimal(0)), lent=lent,
+        ))
+    return rows
 
 
 def membership_department_ids(*, user: User) -> list[int]:

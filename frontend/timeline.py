@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from allocations.models import Allocation, AllocationState
 from audit.actions import get_action
 from audit.models import AuditEvent
+from tenants.access import access_for
 
 _NOTE_KEYS = ("comment", "reason", "message", "justification")
+_STATE_LABELS = dict(AllocationState.choices)
 
 
 @dataclass(frozen=True)
@@ -21,6 +26,50 @@ class TimelineEntry:
     outcome: str
     change: str
     note: str
+    state: str = ""  # the state the event moved the allocation to (empty: none)
+    extra: tuple[str, ...] = ()  # what else the event says, one line each
+
+    @property
+    def state_label(self) -> str:
+        return _STATE_LABELS.get(self.state, self.state)
+
+
+def _when(value: object) -> str:
+    """An ISO timestamp as the portal writes times (UTC, to the minute); anything else as is."""
+    try:
+        moment = datetime.datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(datetime.UTC)
+    return f"{moment:%Y-%m-%d %H:%M} UTC"
+
+
+def _victim(victim: Any) -> str:
+    if not isinstance(victim, dict):
+        return str(victim)
+    return (f"#{victim.get('allocation')} ({victim.get('quantity')} × {victim.get('flavor')} of {victim.get('project')}, "
+            f"department {victim.get('department')}: {victim.get('why')}, {victim.get('notice_minutes')} min notice)")
+
+
+def _extra(details: dict[str, Any]) -> tuple[str, ...]:
+    """The quota promises' details of an event, in words: the grants an approval reclaimed, when a
+    scheduled grant starts, a reclaim's deadline, the terms a change asks for."""
+    lines: list[str] = []
+    if isinstance(details.get("reclaimed"), list) and details["reclaimed"]:
+        lines.append("Reclaims " + "; ".join(_victim(victim) for victim in details["reclaimed"]))
+    if details.get("starts"):
+        lines.append(f"Starts {_when(details['starts'])}" if "T" in str(details["starts"]) else f"Starts {details['starts']}")
+    if details.get("deadline"):
+        notice = details.get("notice_minutes")
+        lines.append(f"Runs until {_when(details['deadline'])}" + (f" ({notice} minutes' notice)" if notice else ""))
+    if details.get("ends_at"):
+        lines.append(f"New end: {_when(details['ends_at'])}")
+    if details.get("quantity"):
+        lines.append(f"New quantity: {details['quantity']}")
+    if details.get("change"):
+        lines.append(f"Change #{details['change']}")
+    return tuple(lines)
 
 
 def _describe(code: str) -> str:
@@ -46,6 +95,8 @@ def _entry(event: AuditEvent) -> TimelineEntry:
         outcome=event.outcome,
         change="; ".join(changes),
         note=note,
+        state=str(after["state"]) if "state" in before and "state" in after else "",
+        extra=_extra(details),
     )
 
 
@@ -81,3 +132,55 @@ def sync_status(allocation: Allocation) -> SyncStatus:
         return SyncStatus(f"in sync on {cluster.name}", "ok")
     return SyncStatus(f"removed from {cluster.name}" if synced else f"removal pending on {cluster.name}",
                       "ok" if synced else "busy")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """What the allocation page says about a grant that is scheduled, being reclaimed or reclaimed."""
+
+    text: str
+    request_id: int | None = None  # the request it is reclaimed for, when the viewer may open it
+    waiting_on: tuple[tuple[int, bool], ...] = ()  # (id, readable) of the grants a scheduled one waits for
+
+
+def _utc(moment: datetime.datetime | None) -> str:
+    return f"{moment.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC" if moment is not None else "—"
+
+
+def allocation_standing(
+    *, user: AbstractBaseUser | AnonymousUser, allocation: Allocation, timeline: list[TimelineEntry]
+) -> Standing | None:
+    """Why a grant is going, and until when; or when a scheduled grant starts. One query for a
+    scheduled grant (the grants it reclaims) and for a reclaimed one (its request's department);
+    none otherwise. Call after ``allocation_get``."""
+    access = access_for(user)
+    state = allocation.state
+    if state in (AllocationState.RECLAIMING, AllocationState.RECLAIMED):
+        reason = allocation.reclaim_reason or (
+            f"Reclaimed for request #{allocation.reclaimed_for_id}." if allocation.reclaimed_for_id else "Reclaimed."
+        )
+        readable = False
+        if allocation.reclaimed_for_id is not None:
+            department = (Allocation.objects.filter(pk=allocation.reclaimed_for_id)
+                          .values_list("project__department_id", flat=True).first())
+            readable = department is not None and access.can_read_department(department)
+        target = allocation.reclaimed_for_id if readable else None
+        if state == AllocationState.RECLAIMING:
+            return Standing(f"{reason} Runs until {_utc(allocation.reclaim_deadline)}.", request_id=target)
+        released = next((entry.occurred_at for entry in reversed(timeline) if entry.action == "allocation.reclaimed"),
+                        allocation.reclaim_deadline)
+        return Standing(f"Its capacity was released at {_utc(released)}. {reason}", request_id=target)
+    if state != AllocationState.SCHEDULED:
+        return None
+    victims = list(
+        Allocation.objects.filter(reclaimed_for=allocation, state=AllocationState.RECLAIMING)
+        .order_by("pk").values_list("pk", "reclaim_deadline", "project__department_id")
+    )
+    if not victims:
+        return Standing(f"Starts at {_utc(allocation.starts_at)}.")
+    last = max((deadline for _, deadline, _ in victims if deadline is not None), default=None)
+    text = (f"Starts once the grants it reclaims have run out their notice "
+            f"({', '.join(f'#{pk}' for pk, _, _ in victims)}), by {_utc(last)}")
+    if last is None or allocation.starts_at > last:
+        text += f", and not before its start at {_utc(allocation.starts_at)}"
+    return Standing(f"{text}.", waiting_on=tuple((pk, access.can_read_department(dept)) for pk, _, dept in victims))

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations.booking.reservations import reservations_where
+from allocations.models import Allocation, AllocationState
 from allocations.selectors import allocation_get
 from allocations.services import allocation_release, allocation_renew, allocation_request
 from frontend.feedback import request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm
 from frontend.http import form_add_service_error, portal_user
+from frontend.outlook import AdmissionOutlook, admission_outlook, request_outlook
 from frontend.selectors import (
     allocation_changeable,
     allocation_pushes,
@@ -26,7 +32,7 @@ from frontend.selectors import (
     pending_for_decision,
     quota_bars,
 )
-from frontend.timeline import allocation_timeline
+from frontend.timeline import allocation_standing, allocation_timeline
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -53,16 +59,59 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     return render(request, "frontend/dashboard.html", context)
 
 
-def _feedback_for(form: AllocationRequestForm) -> Any:
-    """Feedback from whichever fields parse, even while others are still wrong or empty."""
+def _parsed(form: AllocationRequestForm, names: tuple[str, ...]) -> dict[str, Any]:
+    """The fields that parse, even while others are still wrong or empty (None for the rest)."""
     values: dict[str, Any] = {}
-    for name in ("project", "flavor", "quantity", "priority_class", "cluster"):
+    for name in names:
         field = form.fields[name]
         try:
             values[name] = field.clean(field.widget.value_from_datadict(form.data, form.files, form.add_prefix(name)))
         except forms.ValidationError:  # a field that does not parse yet simply gives no feedback
             values[name] = None
-    return request_feedback(**values)
+    return values
+
+
+def _feedback_for(form: AllocationRequestForm) -> Any:
+    """Feedback from whichever fields parse, even while others are still wrong or empty."""
+    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")))
+
+
+def _outlook_for(form: AllocationRequestForm, user: User) -> AdmissionOutlook | None:
+    """What approval would do, once every field it depends on parses (the window included)."""
+    values = _parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster", "starts_at", "duration_days"))
+    if any(values[name] is None for name in ("project", "flavor", "quantity", "priority_class", "duration_days")):
+        return None
+    if values["quantity"] < 1 or values["duration_days"] < 1:
+        return None
+    starts_at = values["starts_at"]
+    ends_at = (starts_at or timezone.now()) + datetime.timedelta(days=values["duration_days"])
+    return request_outlook(
+        user=user, project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
+        priority_class=values["priority_class"], cluster=values["cluster"], starts_at=starts_at, ends_at=ends_at,
+    )
+
+
+def _submit(
+    request: HttpRequest, user: User, form: AllocationRequestForm, outlook: AdmissionOutlook | None
+) -> tuple[HttpResponse | None, int]:
+    """Submit a valid form, unless approval would reclaim grants or be refused and the box
+    confirming it is not ticked: then the form is shown again, saying why (400)."""
+    if outlook is not None and outlook.needs_confirmation and not form.cleaned_data["confirm"]:
+        form.add_error("confirm", f"Confirm before submitting: {outlook.summary}")
+        return None, 400
+    starts_at, ends_at = form.window()
+    try:
+        allocation = allocation_request(
+            actor=user, project=form.cleaned_data["project"], flavor=form.cleaned_data["flavor"],
+            quantity=form.cleaned_data["quantity"], priority_class=form.cleaned_data["priority_class"],
+            starts_at=starts_at, ends_at=ends_at, justification=form.cleaned_data["justification"],
+            cluster=form.cleaned_data["cluster"],
+        )
+    except ApplicationError as error:
+        form_add_service_error(form, error, field_map=REQUEST_FIELD_MAP)
+        return None, error.status
+    messages.success(request, f"Request #{allocation.pk} submitted; your department admin decides on it.")
+    return redirect("allocation-detail", allocation_id=allocation.pk), 302
 
 
 @require_http_methods(["GET", "POST"])
@@ -70,23 +119,13 @@ def _feedback_for(form: AllocationRequestForm) -> Any:
 def allocation_new(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     form = AllocationRequestForm(request.POST or None, user=user)
+    outlook = _outlook_for(form, user) if form.is_bound else None
     status = 200
     if request.method == "POST":
         if form.is_valid():
-            starts_at, ends_at = form.window()
-            try:
-                allocation = allocation_request(
-                    actor=user, project=form.cleaned_data["project"], flavor=form.cleaned_data["flavor"],
-                    quantity=form.cleaned_data["quantity"], priority_class=form.cleaned_data["priority_class"],
-                    starts_at=starts_at, ends_at=ends_at, justification=form.cleaned_data["justification"],
-                    cluster=form.cleaned_data["cluster"],
-                )
-            except ApplicationError as error:
-                form_add_service_error(form, error, field_map=REQUEST_FIELD_MAP)
-                status = error.status
-            else:
-                messages.success(request, f"Request #{allocation.pk} submitted; your department admin decides on it.")
-                return redirect("allocation-detail", allocation_id=allocation.pk)
+            done, status = _submit(request, user, form, outlook)
+            if done is not None:
+                return done
         else:
             status = 400
     project_field = form.fields["project"]
@@ -95,6 +134,7 @@ def allocation_new(request: HttpRequest) -> HttpResponse:
         "title": "Request GPUs",
         "form": form,
         "feedback": _feedback_for(form) if form.is_bound else None,
+        "outlook": outlook,
         "has_projects": project_field.queryset is not None and project_field.queryset.exists(),
     }
     return render(request, "frontend/allocation_form.html", context, status=status)
@@ -103,15 +143,44 @@ def allocation_new(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def allocation_feedback(request: HttpRequest) -> HttpResponse:
-    """The live feedback partial (HTMX), with the errors of the fields filled in so far."""
-    form = AllocationRequestForm(request.GET, user=portal_user(request))
+    """The live feedback partial (HTMX), with the errors of the fields filled in so far, what
+    approval would do and, when it would reclaim or be refused, the box that confirms it."""
+    user = portal_user(request)
+    form = AllocationRequestForm(request.GET, user=user, servable_only=False)
     form.is_valid()
     # Only fields the person has filled in get their errors now; the rest wait for the submit.
     oob_errors: dict[str, Any] = {
-        name: form.errors.get(name, []) if str(request.GET.get(name, "")).strip() else [] for name in form.fields
+        name: form.errors.get(name, []) if str(request.GET.get(name, "")).strip() else []
+        for name in form.fields if name != "confirm"  # its error slot comes with the confirmation slot
     }
-    context = {"feedback": _feedback_for(form), "form": form, "oob_errors": oob_errors}
+    context = {"feedback": _feedback_for(form), "outlook": _outlook_for(form, user), "form": form,
+               "oob_errors": oob_errors, "oob": True}
     return render(request, "frontend/_feedback.html", context)
+
+
+def _detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict[str, Any]:
+    """Everything the allocation page shows. For a pending request, what approval would do now
+    (its requester and its department's admins see it before anyone decides)."""
+    access = access_for(user)
+    timeline = allocation_timeline(allocation=allocation)
+    pending = allocation.state == AllocationState.PENDING
+    administers = access.can_administer_department(allocation.project.department_id)
+    own = settings.GPUPORTAL_FOUR_EYES and allocation.requested_by_id == user.pk
+    context: dict[str, Any] = {
+        "title": f"Allocation #{allocation.pk}",
+        "allocation": allocation,
+        "timeline": timeline,
+        "standing": allocation_standing(user=user, allocation=allocation, timeline=timeline),
+        "outlook": admission_outlook(user=user, allocation=allocation) if pending else None,
+        "placement": reservations_where(allocation=allocation),
+        "pushes": allocation_pushes(allocation=allocation)[:10],
+        "renew_form": RenewForm.for_allocation(allocation),
+        "can_change": allocation_changeable(user=user, allocation=allocation),
+        "can_decide": pending and administers and not own,
+        "four_eyes": pending and administers and own,
+    }
+    context.update(overrides)
+    return context
 
 
 @require_GET
@@ -119,27 +188,22 @@ def allocation_feedback(request: HttpRequest) -> HttpResponse:
 def allocation_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
     user = portal_user(request)
     allocation = allocation_get(user=user, allocation_id=allocation_id)
-    access = access_for(user)
-    context = {
-        "title": f"Allocation #{allocation.pk}",
-        "allocation": allocation,
-        "timeline": allocation_timeline(allocation=allocation),
-        "placement": reservations_where(allocation=allocation),
-        "pushes": allocation_pushes(allocation=allocation)[:10],
-        "renew_form": RenewForm.for_allocation(allocation),
-        "can_change": allocation_changeable(user=user, allocation=allocation),
-        "can_decide": allocation.state == "pending" and access.can_administer_department(allocation.project.department_id),
-    }
-    return render(request, "frontend/allocation_detail.html", context)
+    return render(request, "frontend/allocation_detail.html", _detail_context(user, allocation))
 
 
 @require_POST
 @login_required
 def allocation_release_view(request: HttpRequest, allocation_id: int) -> HttpResponse:
+    """Release (or withdraw) after a confirmation step: a POST without ``confirm=yes`` from someone
+    who may release it answers with the confirmation page, which posts again with it."""
     user = portal_user(request)
     allocation = allocation_get(user=user, allocation_id=allocation_id)
+    comment = request.POST.get("comment", "")[:TEXT_LIMIT]
+    if request.POST.get("confirm") != "yes" and allocation_changeable(user=user, allocation=allocation):
+        context = {"title": f"Release allocation #{allocation.pk}?", "allocation": allocation, "comment": comment}
+        return render(request, "frontend/release_confirm.html", context)
     try:
-        released = allocation_release(actor=user, allocation_id=allocation.pk, comment=request.POST.get("comment", "")[:TEXT_LIMIT])
+        released = allocation_release(actor=user, allocation_id=allocation.pk, comment=comment)
     except ApplicationError as error:
         messages.error(request, error.message)
     else:
@@ -161,13 +225,5 @@ def allocation_renew_view(request: HttpRequest, allocation_id: int) -> HttpRespo
         else:
             messages.success(request, f"Allocation #{renewed.pk} now ends {renewed.ends_at:%Y-%m-%d %H:%M} UTC.")
             return redirect("allocation-detail", allocation_id=allocation.pk)
-    context = {
-        "title": f"Allocation #{allocation.pk}",
-        "allocation": allocation,
-        "timeline": allocation_timeline(allocation=allocation),
-        "placement": reservations_where(allocation=allocation),
-        "renew_form": form,
-        "can_change": True,
-        "can_decide": False,
-    }
+    context = _detail_context(user, allocation, renew_form=form)
     return render(request, "frontend/allocation_detail.html", context, status=400)

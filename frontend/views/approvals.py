@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
@@ -17,19 +18,29 @@ from allocations.services import allocation_approve, allocation_reject
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
-from frontend.selectors import holding_by_project, pending_for_decision, quota_bars
+from frontend.outlook import AdmissionOutlook, admission_outlook
+from frontend.selectors import department_promises, holding_by_project, pending_for_decision, quota_bars
 from kernel.errors import ApplicationError
 from kernel.reads import SharedReads
 from tenants.access import Access, access_for
 from tenants.selectors import department_list
 
 QUEUE_LIMIT = 100
+OUTLOOK_ROWS = 5
+"""The approvals queue says what approval would do (reclaim which grants, or why it would be
+refused) for its first ``OUTLOOK_ROWS`` requests, the oldest, which an admin decides first: each
+outlook is a full admission read (``allocations.quotas.planning.admission_decide``: a few queries
+for the quota tree and the grants overlapping the request, three per candidate cluster), which
+shares no reads with the others, so the queue's cost stays bounded however long it is. Every
+other request links to its page, which says it."""
 
 
 @dataclass(frozen=True)
 class QueueRow:
     allocation: Allocation
     feedback: RequestFeedback
+    outlook: AdmissionOutlook | None  # None beyond the first OUTLOOK_ROWS
+    own: bool  # the admin's own request: another admin must decide (four-eyes)
 
 
 def _require_admin(access: Access) -> None:
@@ -39,6 +50,7 @@ def _require_admin(access: Access) -> None:
 
 def _queue(user: User) -> list[QueueRow]:
     reads = SharedReads()  # the requests' previews share their reads: none runs once per request
+    four_eyes = settings.GPUPORTAL_FOUR_EYES
     return [
         QueueRow(
             allocation=allocation,
@@ -46,8 +58,10 @@ def _queue(user: User) -> list[QueueRow]:
                 project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
                 priority_class=allocation.priority_class, cluster=allocation.cluster, reads=reads,
             ),
+            outlook=admission_outlook(user=user, allocation=allocation) if index < OUTLOOK_ROWS else None,
+            own=four_eyes and allocation.requested_by_id == user.pk,
         )
-        for allocation in pending_for_decision(user=user)[:QUEUE_LIMIT]
+        for index, allocation in enumerate(pending_for_decision(user=user)[:QUEUE_LIMIT])
     ]
 
 
@@ -98,6 +112,7 @@ def department_usage(request: HttpRequest) -> HttpResponse:
         "title": "Department usage",
         "departments": departments,
         "bars": quota_bars(user=user, department_ids=department_ids),
+        "promises": department_promises(user=user, department_ids=department_ids),
         "holding": holding_by_project(user=user, department_ids=department_ids),
     }
     return render(request, "frontend/department_usage.html", context)

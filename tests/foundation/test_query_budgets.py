@@ -186,6 +186,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "request form": get("allocation-new", "nlp_admin"),
         "request feedback": get("allocation-feedback", "nlp_member", {
             "project": world.llm.pk, "flavor": world.a100.pk, "quantity": 1, "priority_class": world.standard.pk,
+            "duration_days": 2,  # with the window, the feedback also says what approval would do
         }),
         "allocation detail": get("allocation-detail", "nlp_member", allocation_id=detail.pk),
         "approvals": get("approvals", "nlp_admin"),
@@ -273,7 +274,8 @@ def test_a_preview_reads_each_candidate_cluster_once(scene: Scene) -> None:
         request(world, persona="nlp_member", project=world.llm, flavor=world.a100, quantity=quantity)
     admin = Client()
     admin.force_login(world.users["nlp_admin"])
-    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 1, "priority_class": world.standard.pk}
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 1, "priority_class": world.standard.pk,
+              "duration_days": 2}
     calls = {
         "request feedback": lambda: admin.get(reverse("allocation-feedback"), params),
         "approvals": lambda: admin.get(reverse("approvals")),

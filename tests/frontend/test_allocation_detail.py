@@ -37,7 +37,8 @@ def test_it_shows_the_gpus_the_units_are_booked_on_until_released(world: World, 
 def test_it_releases_an_approved_allocation(world: World, login: Login) -> None:
     allocation = pending(world)
     services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
-    response = login("nlp_member").post(f"/allocations/{allocation.pk}/release/", {"comment": "done"}, follow=True)
+    response = login("nlp_member").post(f"/allocations/{allocation.pk}/release/", {"comment": "done", "confirm": "yes"},
+                                        follow=True)
     assert f"Allocation #{allocation.pk} is now released." in response.content.decode()
     allocation.refresh_from_db()
     assert allocation.state == AllocationState.RELEASED

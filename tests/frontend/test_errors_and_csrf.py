@@ -70,7 +70,7 @@ def test_it_accepts_a_post_carrying_the_token_of_its_page(world: World) -> None:
     client.force_login(world.users["nlp_member"])
     client.get(f"/allocations/{allocation.pk}/")
     token = client.cookies["csrftoken"].value
-    response = client.post(f"/allocations/{allocation.pk}/release/", {"csrfmiddlewaretoken": token})
+    response = client.post(f"/allocations/{allocation.pk}/release/", {"csrfmiddlewaretoken": token, "confirm": "yes"})
     assert response.status_code == 302
     allocation.refresh_from_db()
     assert allocation.state == AllocationState.CANCELLED

@@ -1,0 +1,164 @@
+"""What approving a request would do now, as the portal says it: admitted or refused (and why),
+the grants it would reclaim (whose, why, with how much notice) and when it would start.
+
+Both the request form (before submitting) and the approver (before approving) ask
+``allocations.quotas.planning.admission_decide``, the function approval itself decides with, read
+without locks: it describes the moment, and approval decides again under its locks.
+
+A request that is not saved yet is asked about as an unsaved ``Allocation`` with primary key 0,
+which no row has (ids start at 1). Not ``None``: admission counts a grant already reclaimed *for
+the request* as promised to it (``reclaimed_for_id == allocation.pk``), and with ``None`` every
+grant that is reclaimed for nobody would match, so the request would see no grant at all and
+always fit.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+
+from allocations.booking.preview import candidate_clusters
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.quotas.planning import Decision, admission_decide
+from clusters.models import Cluster
+from tenants.access import access_for
+from tenants.models import Department, Project
+
+User = AbstractBaseUser | AnonymousUser
+
+UNSAVED_PK = 0
+"""The primary key of a request asked about before it is saved (see the module docstring)."""
+
+WHY_LABELS = {
+    "borrowed": "borrowed beyond its department's guarantee",
+    "oversubscribed": "held beyond its department's limit through oversubscription",
+    "lower-priority": "lower priority than this request",
+}
+
+
+@dataclass(frozen=True)
+class ReclaimLine:
+    """One grant approval would take."""
+
+    allocation_id: int
+    project: str
+    department: str
+    flavor: str
+    quantity: int
+    priority_class: str
+    state: str
+    why: str  # borrowed, oversubscribed, lower-priority
+    notice_minutes: int
+    readable: bool  # the viewer may open it (its department is theirs to read)
+    other_department: bool  # not the request's own department
+
+    @property
+    def why_label(self) -> str:
+        return WHY_LABELS.get(self.why, self.why)
+
+    @property
+    def notice_label(self) -> str:
+        """How long it keeps running: a grant that has not started, or a preemptible one, goes at once."""
+        if self.notice_minutes <= 0 or self.state == AllocationState.SCHEDULED:
+            return "reclaimed at once"
+        return f"runs {self.notice_minutes} more minute{'s' if self.notice_minutes != 1 else ''}"
+
+    @property
+    def label(self) -> str:
+        return (f"#{self.allocation_id} {self.quantity} × {self.flavor} of {self.project} "
+                f"(department {self.department}, {self.priority_class}): {self.why_label}; {self.notice_label}")
+
+
+@dataclass(frozen=True)
+class AdmissionOutlook:
+    admitted: bool
+    reclaim: list[ReclaimLine] = field(default_factory=list)
+    refusal: str = ""  # why approval would be refused now (empty when admitted)
+    refusal_code: str = ""
+    starts: str | None = None  # now, at-start, after-notice (admitted only)
+
+    @property
+    def needs_confirmation(self) -> bool:
+        """A request that would take others' grants, or that cannot be approved as things stand."""
+        return bool(self.reclaim) or not self.admitted
+
+    @property
+    def summary(self) -> str:
+        if not self.admitted:
+            return f"As things stand, approval would be refused: {self.refusal}"
+        if not self.reclaim:
+            return "Approval would reclaim nothing: it fits within the quotas and on the GPUs."
+        count = len(self.reclaim)
+        whose = " from other departments" if all(line.other_department for line in self.reclaim) else ""
+        return f"Approval would reclaim {count} grant{'s' if count != 1 else ''}{whose}"
+
+    @property
+    def starts_label(self) -> str:
+        return {
+            "now": "It would reach the cluster at once.",
+            "at-start": "It would wait, scheduled, for its start.",
+            "after-notice": "It would start once the grants it reclaims have run out their notice.",
+        }.get(self.starts or "", "")
+
+    @property
+    def confirmation_label(self) -> str:
+        if not self.admitted:
+            return ("I understand that, as things stand, this request cannot be approved; "
+                    "submit it anyway for my department admin to decide.")
+        return "I understand that approving this request would take the grants listed from the people who hold them."
+
+
+def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> AdmissionOutlook:
+    refusal = decision.refusal
+    if refusal is not None:
+        return AdmissionOutlook(admitted=False, refusal=refusal.message, refusal_code=refusal.code)
+    access = access_for(user)
+    slugs = {victim.department for victim in decision.victims}
+    ids = dict(Department.objects.filter(slug__in=slugs).values_list("slug", "pk")) if slugs else {}
+    own = allocation.project.department_id
+    lines = [
+        ReclaimLine(
+            allocation_id=victim.allocation_id, project=victim.project, department=victim.department,
+            flavor=victim.flavor, quantity=victim.quantity, priority_class=victim.priority_class, state=victim.state,
+            why=victim.why, notice_minutes=victim.notice_minutes,
+            readable=victim.department in ids and access.can_read_department(ids[victim.department]),
+            other_department=ids.get(victim.department) != own,
+        )
+        for victim in decision.victims
+    ]
+    # As the placement preview API says it (allocations/preview_apis.py).
+    waits = any(line.notice_minutes > 0 and line.state != AllocationState.SCHEDULED for line in lines)
+    starts = "after-notice" if waits else ("at-start" if allocation.starts_at > timezone.now() else "now")
+    return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)
+
+
+def admission_outlook(*, user: User, allocation: Allocation) -> AdmissionOutlook:
+    """What approving this pending allocation would do now (call after ``allocation_get``).
+    A fixed number of queries: a few for the quota tree and the grants, three per candidate cluster."""
+    clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
+    decision = admission_decide(allocation=allocation, clusters=clusters)
+    return _outlook(user=user, allocation=allocation, decision=decision)
+
+
+def request_outlook(
+    *,
+    user: User,
+    project: Project,
+    flavor: Flavor,
+    quantity: int,
+    priority_class: PriorityClass,
+    cluster: Cluster | None,
+    starts_at: datetime.datetime | None,
+    ends_at: datetime.datetime,
+) -> AdmissionOutlook:
+    """What approving a request with these fields would do now, before it is submitted."""
+    start = starts_at or timezone.now()
+    hypothetical = Allocation(
+        pk=UNSAVED_PK, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
+        cluster=cluster, starts_at=start, ends_at=max(ends_at, start + datetime.timedelta(minutes=1)),
+        state=AllocationState.PENDING,
+    )
+    return admission_outlook(user=user, allocation=hypothetical)
