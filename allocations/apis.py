@@ -6,7 +6,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -18,6 +17,7 @@ from allocations.models import (
     EXTENDED_RESOURCE_VALIDATOR,
     Allocation,
     AllocationState,
+    ChangeKind,
     Flavor,
     PriorityClass,
     SharingMode,
@@ -204,6 +204,11 @@ class ReservationOut(serializers.Serializer):  # type: ignore[type-arg]
     mig_start = serializers.IntegerField(allow_null=True, help_text="First memory slice of the MIG instance.")
 
 
+class PendingChangeOut(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=ChangeKind.choices)
+
+
 class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     project = serializers.SlugRelatedField[Any](slug_field="slug", read_only=True)
     department = serializers.SlugRelatedField[Any](source="project.department", slug_field="slug", read_only=True)
@@ -214,6 +219,7 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     decided_by = serializers.SlugRelatedField[Any](slug_field="username", read_only=True, allow_null=True)
     gpu_equivalents = serializers.SerializerMethodField()
     placement = serializers.SerializerMethodField(help_text="Where each granted unit is booked; empty until approved.")
+    pending_change = serializers.SerializerMethodField(help_text="The change waiting for approval (renew, resize), or null.")
 
     class Meta:
         model = Allocation
@@ -221,7 +227,7 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
             "id", "project", "project_id", "department", "flavor", "flavor_id", "quantity", "gpu_equivalents",
             "priority_class", "cluster", "state", "starts_at", "ends_at", "justification", "requested_by",
             "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at", "placement",
-            "original_ends_at", "reclaim_deadline", "reclaim_reason", "reclaimed_for",
+            "original_ends_at", "reclaim_deadline", "reclaim_reason", "reclaimed_for", "pending_change",
         ]
         extra_kwargs = {
             "reclaim_deadline": {"help_text": "Reclaiming: when its notice ends and its capacity is released."},
@@ -235,6 +241,11 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     @extend_schema_field(ReservationOut(many=True))
     def get_placement(self, allocation: Allocation) -> list[dict[str, Any]]:
         return list(ReservationOut(selectors.live_reservations(allocation), many=True).data)
+
+    @extend_schema_field(PendingChangeOut(allow_null=True))
+    def get_pending_change(self, allocation: Allocation) -> dict[str, Any] | None:
+        pending = selectors.pending_changes(allocation)
+        return {"id": pending[0].pk, "kind": pending[0].kind} if pending else None
 
 
 def _default_priority_class(user: Any) -> PriorityClass | None:
@@ -317,10 +328,6 @@ class DecisionIn(serializers.Serializer):  # type: ignore[type-arg]
     comment = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True, default="")
 
 
-class RenewIn(serializers.Serializer):  # type: ignore[type-arg]
-    ends_at = serializers.DateTimeField()
-
-
 DECISION_RESPONSES = {200: AllocationOut, **errors(400, 401, 403, 404, 409)}
 
 
@@ -370,16 +377,6 @@ class AllocationReleaseApi(_AllocationActionApi):
         self._changer(request, allocation_id)
         data = validated(DecisionIn, request)
         return self._respond(services.allocation_release(actor=actor(request), allocation_id=allocation_id, comment=data["comment"]))
-
-
-class AllocationRenewApi(_AllocationActionApi):
-    @extend_schema(request=RenewIn, responses=DECISION_RESPONSES)
-    def post(self, request: Request, allocation_id: int) -> Response:
-        self._changer(request, allocation_id)
-        data = validated(RenewIn, request)
-        if data["ends_at"] <= timezone.now():
-            raise serializers.ValidationError({"ends_at": ["The new end must be in the future."]})
-        return self._respond(services.allocation_renew(actor=actor(request), allocation_id=allocation_id, ends_at=data["ends_at"]))
 
 
 class AllocationRetryApi(_AllocationActionApi):

@@ -12,7 +12,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
 from allocations.admission import department_usages
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
+from allocations.models import Allocation, AllocationChange, ChangeState, Flavor, PriorityClass, Quota, Reservation
 from allocations.states import HOLDING_STATES
 from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.selectors import project_is_member
@@ -50,6 +50,19 @@ def live_reservations(allocation: Allocation) -> list[Reservation]:
     if prefetched is not None:
         return prefetched
     return list(live_reservations_on().filter(allocation=allocation).select_related("node").order_by("unit"))
+
+
+def pending_changes_prefetch() -> Prefetch[Any]:
+    """The allocation's pending change (at most one), as ``allocation.pending_changes``."""
+    return Prefetch("changes", queryset=AllocationChange.objects.filter(state=ChangeState.PENDING), to_attr="pending_changes")
+
+
+def pending_changes(allocation: Allocation) -> list[AllocationChange]:
+    """The allocation's pending change, as a list of at most one (prefetched by :func:`allocation_list`)."""
+    prefetched: list[AllocationChange] | None = getattr(allocation, "pending_changes", None)
+    if prefetched is not None:
+        return prefetched
+    return list(AllocationChange.objects.filter(allocation=allocation, state=ChangeState.PENDING))
 
 
 class LiveUnits(TypedDict):
@@ -91,7 +104,7 @@ def allocation_list(
     access = access_for(user)
     queryset = Allocation.objects.select_related(
         "project__department", "flavor", "priority_class", "cluster", "requested_by", "decided_by"
-    ).prefetch_related(live_reservations_prefetch())
+    ).prefetch_related(live_reservations_prefetch(), pending_changes_prefetch())
     if not access.reads_everything:
         queryset = queryset.filter(project__department_id__in=access.readable)
     if state:

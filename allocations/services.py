@@ -1,4 +1,5 @@
-"""Allocation workflow: request, decide, provision, release, expire, renew.
+"""Allocation workflow: request, decide, provision, release, expire (renewal and resize:
+``allocations.changes``).
 
 Every service runs in one transaction that also writes its audit event; cluster pushes are
 enqueued with ``transaction.on_commit`` so a rolled-back decision never reaches a cluster.
@@ -282,28 +283,6 @@ def allocation_release(*, actor: User, allocation_id: int, comment: str = "") ->
     if was_holding:  # before the event: the outbox rows' key checks wait before the chain lock
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
     _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
-    return allocation
-
-
-@transaction.atomic
-def allocation_renew(*, actor: User, allocation_id: int, ends_at: datetime.datetime) -> Allocation:
-    allocation = _lock(allocation_id)
-    _require_owner_or_admin(actor=actor, allocation=allocation)
-    if allocation.state not in (AllocationState.PENDING, *HOLDING_STATES):
-        raise TransitionNotAllowed(
-            f"Allocation #{allocation.pk} is {allocation.state}; only pending or granted allocations can be renewed.",
-            details={"state": allocation.state},
-        )
-    if ends_at <= allocation.ends_at:
-        raise FieldError("ends_at", f"The new end must be after the current end ({allocation.ends_at.isoformat()}).")
-    now = timezone.now()
-    longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
-    if ends_at - max(now, allocation.starts_at) > longest:
-        raise FieldError("ends_at", f"An allocation may run at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days ahead.")
-    before = _snapshot(allocation)
-    allocation.ends_at = ends_at
-    allocation.save()
-    _audit(actor=actor, action=actions.ALLOCATION_RENEWED, allocation=allocation, before=before)
     return allocation
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, preview_apis
+from allocations import apis, change_apis, preview_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
@@ -22,8 +22,17 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocations/<int:allocation_id>/approve/", apis.AllocationApproveApi.as_view(), name="api-allocation-approve"),
     path("allocations/<int:allocation_id>/reject/", apis.AllocationRejectApi.as_view(), name="api-allocation-reject"),
     path("allocations/<int:allocation_id>/release/", apis.AllocationReleaseApi.as_view(), name="api-allocation-release"),
-    path("allocations/<int:allocation_id>/renew/", apis.AllocationRenewApi.as_view(), name="api-allocation-renew"),
+    path("allocations/<int:allocation_id>/renew/", change_apis.AllocationRenewApi.as_view(), name="api-allocation-renew"),
+    path("allocations/<int:allocation_id>/resize/", change_apis.AllocationResizeApi.as_view(), name="api-allocation-resize"),
     path("allocations/<int:allocation_id>/retry/", apis.AllocationRetryApi.as_view(), name="api-allocation-retry"),
+    path("allocation-changes/", change_apis.AllocationChangeListApi.as_view(), name="api-allocation-changes"),
+    path("allocation-changes/<int:change_id>/", change_apis.AllocationChangeDetailApi.as_view(), name="api-allocation-change"),
+    path("allocation-changes/<int:change_id>/approve/", change_apis.AllocationChangeApproveApi.as_view(),
+         name="api-allocation-change-approve"),
+    path("allocation-changes/<int:change_id>/reject/", change_apis.AllocationChangeRejectApi.as_view(),
+         name="api-allocation-change-reject"),
+    path("allocation-changes/<int:change_id>/cancel/", change_apis.AllocationChangeCancelApi.as_view(),
+         name="api-allocation-change-cancel"),
     path("allocations/<int:allocation_id>/placement-preview/", preview_apis.AllocationPlacementPreviewApi.as_view(),
          name="api-allocation-placement-preview"),
 ]

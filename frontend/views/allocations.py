@@ -17,9 +17,10 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations.booking.reservations import reservations_where
+from allocations.changes import allocation_renew
 from allocations.models import Allocation, AllocationState
 from allocations.selectors import allocation_get
-from allocations.services import allocation_release, allocation_renew, allocation_request
+from allocations.services import allocation_release, allocation_request
 from frontend.feedback import request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm
 from frontend.http import form_add_service_error, portal_user
@@ -219,11 +220,15 @@ def allocation_renew_view(request: HttpRequest, allocation_id: int) -> HttpRespo
     form = RenewForm(request.POST)
     if form.is_valid():
         try:
-            renewed = allocation_renew(actor=user, allocation_id=allocation.pk, ends_at=form.cleaned_data["ends_at"])
+            outcome = allocation_renew(actor=user, allocation_id=allocation.pk, ends_at=form.cleaned_data["ends_at"])
         except ApplicationError as error:
             form_add_service_error(form, error)
         else:
-            messages.success(request, f"Allocation #{renewed.pk} now ends {renewed.ends_at:%Y-%m-%d %H:%M} UTC.")
+            renewed = outcome.allocation
+            if outcome.applied:
+                messages.success(request, f"Allocation #{renewed.pk} now ends {renewed.ends_at:%Y-%m-%d %H:%M} UTC.")
+            else:
+                messages.success(request, f"Renewal of allocation #{renewed.pk} awaits a department admin's approval.")
             return redirect("allocation-detail", allocation_id=allocation.pk)
     context = _detail_context(user, allocation, renew_form=form)
     return render(request, "frontend/allocation_detail.html", context, status=400)

@@ -23,7 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from allocations import services
+from allocations import changes, services
 from allocations.admission import department_usage
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
 from allocations.selectors import quota_usages
@@ -204,8 +204,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
 def renewed(allocation: Allocation, *, times: int, actor: Any) -> None:
     for _ in range(times):
         allocation.refresh_from_db()
-        services.allocation_renew(actor=actor, allocation_id=allocation.pk,
-                                  ends_at=allocation.ends_at + datetime.timedelta(hours=1))
+        changes.allocation_renew(actor=actor, allocation_id=allocation.pk,
+                                 ends_at=allocation.ends_at + datetime.timedelta(hours=1))
 
 
 def test_portal_pages_run_as_many_queries_for_3n_rows_as_for_n(scene: Scene) -> None:

@@ -10,7 +10,7 @@ import yaml
 from django.conf import settings
 from django.utils import timezone
 
-from allocations import services
+from allocations import changes, services
 from allocations.models import Allocation, AllocationState
 from audit.models import AuditEvent
 from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed
@@ -124,17 +124,17 @@ def test_it_expires_allocations_past_their_end_and_frees_the_quota(world: World)
 def test_it_renews_forward_only_and_within_the_longest_duration(world: World) -> None:
     allocation = request(world, days=7)
     later = allocation.ends_at + datetime.timedelta(days=3)
-    services.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk, ends_at=later)
+    changes.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk, ends_at=later)
     allocation.refresh_from_db()
     assert allocation.ends_at == later
 
     with pytest.raises(FieldError) as backwards:
-        services.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk,
-                                  ends_at=later - datetime.timedelta(days=1))
+        changes.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk,
+                                 ends_at=later - datetime.timedelta(days=1))
     assert "ends_at" in backwards.value.fields
     with pytest.raises(FieldError):
-        services.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk,
-                                  ends_at=timezone.now() + datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS + 1))
+        changes.allocation_renew(actor=world.users["nlp_member"], allocation_id=allocation.pk,
+                                 ends_at=timezone.now() + datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS + 1))
 
 
 def test_it_lets_only_the_departments_admins_decide(world: World) -> None:
