@@ -16,8 +16,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from allocations import services
-from allocations.models import Allocation, Flavor, Quota
+from allocations import changes, services
+from allocations.models import Allocation, AllocationChange, Flavor, Quota
 from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditCheckpoint
@@ -36,6 +36,7 @@ class Scene:
     failed: Allocation  # nlp, granted then failed to provision: the one retry applies to
     speech: Allocation  # nlp-speech (a team under nlp), pending
     vision: Allocation  # vision (project vision-seg), granted
+    change: AllocationChange  # vision's allocation raised to 2 units by vision_member: pending approval
     quota: Quota  # nlp's quota of a100 units
     node: Node  # h100-0, where vision's allocation runs: its observed GPU shows vision's process
     observed: ObservedGpu
@@ -87,12 +88,16 @@ def scene_build(world: World) -> Scene:
     issued = world.client("platform").post(
         "/api/v1/node-tokens/", {"cluster": world.cluster.pk, "node_name": node.name}, format="json"
     ).json()
+    vision = granted(world, persona="vision_member", admin="vision_admin", project=world.seg, flavor=world.h100)
+    raised = changes.allocation_resize(actor=world.users["vision_member"], allocation_id=vision.pk, quantity=2).change
+    assert raised is not None
     return Scene(
         world=world,
         pending=request(world, persona="nlp_member", project=world.llm, flavor=world.a100),
         failed=failed(world),
         speech=request(world, persona="speech_member", project=world.speech_project, flavor=world.a100),
-        vision=granted(world, persona="vision_member", admin="vision_admin", project=world.seg, flavor=world.h100),
+        vision=vision,
+        change=raised,
         quota=Quota.objects.get(department=world.nlp, flavor=world.a100),
         node=node,
         observed=observe(node),

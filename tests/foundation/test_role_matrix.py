@@ -76,6 +76,10 @@ AUDIT_READ = codes(        404,      200,     404,     404,     200,    200,    
 AUDIT_PUBLISH = codes(     404,      403,     404,     404,     403,    201,     201,   404,  401)
 NODE_REPORT = codes(       403,      403,     403,     403,     403,    403,     403,   403,  401)
 SIGN_IN = SIGNED_IN
+RESIZE = codes(            202,      202,     404,     404,     404,    403,     202,   404,  401)
+READ_VISION = codes(       404,      404,     404,     200,     200,    200,     200,   404,  401)
+DECIDE_VISION = codes(     404,      404,     404,     403,     200,    403,     200,   404,  401)
+WITHDRAW_VISION = codes(   404,      404,     404,     200,     200,    403,     200,   404,  401)
 UNLOCK_SIGN_IN = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
 
 KUBECONFIG = """apiVersion: v1
@@ -119,6 +123,10 @@ def allocation(name: str) -> Callable[[Scene], dict[str, Any]]:
         return {"allocation_id": getattr(scene, name).pk}
 
     return kwargs
+
+
+def change(scene: Scene) -> dict[str, Any]:
+    return {"change_id": scene.change.pk}
 
 
 def sign_in(scene: Scene, persona: str | None) -> dict[str, Any]:
@@ -177,6 +185,12 @@ ROWS = [
     Row("api-allocation-release", "post", RELEASE, kwargs=allocation("pending"), body=lambda s, p: {}),
     Row("api-allocation-renew", "post", RELEASE, kwargs=allocation("pending"), body=renew_body),
     Row("api-allocation-retry", "post", DECIDE, kwargs=allocation("failed")),
+    Row("api-allocation-resize", "post", RESIZE, kwargs=allocation("failed"), body=lambda s, p: {"quantity": 2}),
+    Row("api-allocation-changes", "get", SIGNED_IN),
+    Row("api-allocation-change", "get", READ_VISION, kwargs=change),
+    Row("api-allocation-change-approve", "post", DECIDE_VISION, kwargs=change, body=lambda s, p: {"comment": "yes"}),
+    Row("api-allocation-change-reject", "post", DECIDE_VISION, kwargs=change, body=lambda s, p: {"comment": "no"}),
+    Row("api-allocation-change-cancel", "post", WITHDRAW_VISION, kwargs=change),
     Row("api-allocation-placement-preview", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
@@ -338,6 +352,10 @@ LISTINGS = [
         "nlp_member": NLP_ALLOCATIONS, "nlp_admin": NLP_ALLOCATIONS, "speech_member": {"speech"},
         "vision_member": {"vision"}, "vision_admin": {"vision"}, "auditor": ALL_ALLOCATIONS,
         "platform": ALL_ALLOCATIONS, "nobody": set(),
+    }),
+    Listing("api-allocation-changes", lambda s, item: item["project"], {
+        "nlp_member": set(), "nlp_admin": set(), "speech_member": set(), "vision_member": {"vision-seg"},
+        "vision_admin": {"vision-seg"}, "auditor": {"vision-seg"}, "platform": {"vision-seg"}, "nobody": set(),
     }),
     Listing("api-quotas", lambda s, item: item["department"], {
         "nlp_member": {"nlp"}, "nlp_admin": {"nlp"}, "speech_member": set(), "vision_member": {"vision"},
