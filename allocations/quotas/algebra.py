@@ -261,31 +261,48 @@ def eligible_victims(tree: Tree, grants: list[Grant], ask: Ask, failing: list[Ch
         for grant_id in _ranked_beyond(in_subtree(level), scope=scope, line=limit.limit):
             if ask.factor <= 1 or ask.priority > by_id[grant_id].priority:
                 eligible.setdefault(grant_id, "oversubscribed")
-        # Reclaim: the request's path child within its guarantee takes back what siblings borrow.
-        path_child = tree.child_towards(level, ask.department_id)
-        if path_child is None:
-            continue
-        child_limit = tree.limits.get((path_child, scope))
-        if child_limit is None:
-            continue
+        # Reclaim: at the failing level and at every level below it on the request's path, a path
+        # child that the request keeps within its guarantee takes back what its siblings borrow
+        # there (all of it lies in the failing level's subtree, so taking it helps the check).
         amount = ask.amounts.get(scope, ZERO)
-        if holdings.inner(path_child, scope, {ask.department_id: amount}) > child_limit.guaranteed:
-            continue
-        for grant in by_department.get(level, ()):
-            if grant.amounts.get(scope, ZERO) > 0:
-                eligible.setdefault(grant.allocation_id, "borrowed")
-        for sibling in tree.children.get(level, ()):
-            if sibling == path_child:
-                continue
-            sibling_limit = tree.limits.get((sibling, scope))
-            line = sibling_limit.guaranteed if sibling_limit is not None else ZERO
-            for grant_id in _ranked_beyond(in_subtree(sibling), scope=scope, line=line):
-                eligible.setdefault(grant_id, "borrowed")
+        for below in tree.chain(ask.department_id):
+            path_child = tree.child_towards(below, ask.department_id)
+            if path_child is not None:
+                _reclaimable_under(
+                    tree, holdings, below, path_child, scope, {ask.department_id: amount}, by_department, eligible
+                )
+            if below == level:
+                break
     if ask.preempts_lower:
         for grant in in_subtree(ask.department_id):
             if grant.priority < ask.priority:
                 eligible.setdefault(grant.allocation_id, "lower-priority")
     return {grant_id: why for grant_id, why in eligible.items() if by_id[grant_id].takeable}
+
+
+def _reclaimable_under(
+    tree: Tree, holdings: _Holdings, level: int, path_child: int, scope: Scope, extra: Mapping[int, Decimal],
+    by_department: Mapping[int, list[Grant]], eligible: dict[int, str],
+) -> None:
+    """If the request keeps ``path_child`` within its guarantee, mark what borrows under ``level``:
+    grants of ``level``'s own projects, and grants of ``path_child``'s siblings beyond what their
+    guarantee leaves after the unlent guarantees of their own children."""
+    child_limit = tree.limits.get((path_child, scope))
+    if child_limit is None or holdings.inner(path_child, scope, extra) > child_limit.guaranteed:
+        return
+    for grant in by_department.get(level, ()):
+        if grant.amounts.get(scope, ZERO) > 0:
+            eligible.setdefault(grant.allocation_id, "borrowed")
+    for sibling in tree.children.get(level, ()):
+        if sibling == path_child:
+            continue
+        sibling_limit = tree.limits.get((sibling, scope))
+        line = sibling_limit.guaranteed if sibling_limit is not None else ZERO
+        members = [grant for department in tree.subtree(sibling) for grant in by_department.get(department, ())]
+        used = sum((grant.amounts.get(scope, ZERO) for grant in members), ZERO)
+        kept_below = holdings.inner(sibling, scope, {}) - used  # idle guarantees its children do not lend
+        for grant_id in _ranked_beyond(members, scope=scope, line=max(line - kept_below, ZERO)):
+            eligible.setdefault(grant_id, "borrowed")
 
 
 def within_guarantee(tree: Tree, grants: list[Grant], ask: Ask) -> bool:

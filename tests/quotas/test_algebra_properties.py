@@ -23,9 +23,8 @@ department holds, recomputed here from the grants and the limits, not read from 
 * a department that the request keeps within its guarantee, all the way up, is never refused when
   taking what others borrow would make room.
 
-Two known gaps of ``eligible_victims`` break the guarantee for a *team* (a department below a
-department); they are kept out of the random trees and proved, expected to fail, on their smallest
-examples at the end of this module.
+Two cases that once broke the guarantee for a *team* (a department below a department) are proved
+on their smallest examples at the end of this module.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -353,27 +351,24 @@ def test_a_department_within_its_guarantee_is_never_refused_for_what_others_borr
 
 
 @SETTINGS
-@given(streams())
+@given(streams(deep_lending=True))
 def test_a_team_whose_whole_chain_is_within_its_guarantees_is_never_refused_for_what_others_borrowed(
     stream: Stream,
 ) -> None:
-    """Nested trees, with lending limits only on the root's children: the two known gaps below
-    (a team's own department beyond its guarantee; a team's unlent guarantee hiding what its
-    sibling borrows) are left out here and proved on their smallest examples."""
+    """Nested trees, with lending limits at every level; the two cases that once escaped (a team
+    whose department is beyond its guarantee; a sibling's idle team keeping part of its guarantee)
+    are proved on their smallest examples below."""
     for step in replay(*stream):
         if promised(step):
             assert step.plan.admitted, (step.tree, step.ask, step.grants)
 
 
-# Known gaps: the smallest trees where a team within its guarantee is refused ------------------
+# Once gaps: the smallest trees where a team within its guarantee used to be refused ---------
 
 def limit(department: int, guaranteed: int, most: int, lending: int | None = None) -> algebra.Limit:
     return algebra.Limit(department, None, D(guaranteed), D(most), None if lending is None else D(lending))
 
 
-@pytest.mark.xfail(strict=True, reason="eligible_victims reclaims only at the failing level's child on the path, "
-                   "not at the levels below it: a team cannot take back what its sibling team borrows when the "
-                   "organisation's check fails")
 def test_a_team_within_its_guarantee_reclaims_what_its_sibling_team_borrowed_when_the_root_is_full() -> None:
     root, department, team, sibling = 1, 2, 3, 4
     tree = algebra.Tree(
@@ -388,8 +383,6 @@ def test_a_team_within_its_guarantee_reclaims_what_its_sibling_team_borrowed_whe
     assert plan.admitted and [(v.allocation_id, v.why) for v in plan.victims] == [(1, "borrowed")]
 
 
-@pytest.mark.xfail(strict=True, reason="eligible_victims ranks a sibling's grants against its whole guarantee, "
-                   "though the unlent guarantee of an idle team under it already takes part of it")
 def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrows_past_its_teams_unlent_guarantee() -> None:
     root, department, sibling, team = 1, 2, 3, 4
     tree = algebra.Tree(
