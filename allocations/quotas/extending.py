@@ -146,14 +146,14 @@ def gpu_conflicts(
 ) -> CapacityExceeded | None:
     """Why the allocation cannot keep its booked GPUs over ``[starts_at, ends_at)``: the other
     holding grants booked on them then, in a way that conflicts; None when none is."""
-    all_rows = _overlapping_rows(
-        node_ids=set(live_reservations_on().filter(allocation=allocation).values_list("node_id", flat=True)),
-        starts_at=starts_at, ends_at=ends_at,
-    )
-    own = [row for row in all_rows if row.allocation_id == allocation.pk]
-    others = [row for row in all_rows if row.allocation_id != allocation.pk]
+    own = list(live_reservations_on().filter(allocation=allocation).select_related("node").order_by("pk"))
+    others = [
+        row for row in _overlapping_rows(node_ids={row.node_id for row in own}, starts_at=starts_at, ends_at=ends_at)
+        if row.allocation_id != allocation.pk
+    ]
     if not own or not others:
         return None
+    all_rows = [*own, *others]
     by_gpu: dict[tuple[int, int], tuple[list[Reservation], list[Reservation]]] = defaultdict(lambda: ([], []))
     for row in all_rows:
         for index in row.gpu_indices:
