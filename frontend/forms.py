@@ -157,16 +157,68 @@ class DecisionForm(DescribedFieldsMixin, forms.Form):
         return data
 
 
-class RenewForm(DescribedFieldsMixin, forms.Form):
+class ChangeFormMixin:
+    """The renewal and the resize forms share the allocation page: their inputs' ids, help texts
+    and error slots carry the form's name (``id_renew_justification``)."""
+
+    fields: dict[str, forms.Field]
+    auto_id: str | bool
+
+    def name_ids(self, prefix: str) -> None:
+        self.auto_id = f"id_{prefix}_%s"
+        for name, field in self.fields.items():
+            ids = ([f"id_{prefix}_{name}_helptext"] if field.help_text else []) + [f"id_{prefix}_{name}_error"]
+            field.widget.attrs["aria-describedby"] = " ".join(ids)
+
+
+def _justification(why: str) -> forms.CharField:
+    return forms.CharField(max_length=TEXT_LIMIT, required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                           help_text=f"{why}; a department admin reads it when the change needs approval.")
+
+
+class RenewForm(ChangeFormMixin, forms.Form):
     ends_at = forms.DateTimeField(input_formats=DATETIME_INPUT_FORMATS, widget=DateTimeLocalInput(), label="New end (UTC)")
+    justification = _justification("Why it needs longer")
+
+    def __init__(self, *args: Any, self_renew_until: datetime.datetime | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self_renew_until is not None:
+            self.fields["ends_at"].help_text = (
+                f"Until {self_renew_until:%Y-%m-%d %H:%M} UTC it applies at once; a later end waits for a "
+                "department admin's approval."
+            )
+        self.name_ids("renew")
+
+    @classmethod
+    def for_allocation(cls, allocation: Allocation, *, until: datetime.datetime | None = None) -> RenewForm:
+        return cls(initial={"ends_at": allocation.ends_at + datetime.timedelta(days=7)}, self_renew_until=until)
+
+
+class ResizeForm(ChangeFormMixin, forms.Form):
+    quantity = forms.IntegerField(min_value=1, max_value=10000, label="New quantity",
+                                  help_text="Fewer units apply at once; more wait for a department admin's approval.")
+    justification = _justification("Why it needs more units")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.describe_fields()
+        self.name_ids("resize")
 
     @classmethod
-    def for_allocation(cls, allocation: Allocation) -> RenewForm:
-        return cls(initial={"ends_at": allocation.ends_at + datetime.timedelta(days=7)})
+    def for_allocation(cls, allocation: Allocation) -> ResizeForm:
+        return cls(initial={"quantity": allocation.quantity})
+
+
+class ChangeDecisionForm(forms.Form):
+    """Approve or reject one pending change, with a comment (required to reject)."""
+
+    decision = forms.ChoiceField(choices=DecisionForm.DECISIONS)
+    comment = forms.CharField(max_length=TEXT_LIMIT, required=False)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("decision") == "reject" and not str(data.get("comment", "")).strip():
+            self.add_error("comment", "A rejection needs a comment for the requester.")
+        return data
 
 
 class AuditFilterForm(DescribedFieldsMixin, forms.Form):

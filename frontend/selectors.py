@@ -13,7 +13,8 @@ from django.db.models import Count, Q, QuerySet
 
 from allocations.admission import department_usages
 from allocations.booking.view import node_offers, unit_shape
-from allocations.models import Allocation, AllocationState, Flavor, Quota
+from allocations.changes import allocation_change_list
+from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Flavor, Quota
 from allocations.placement.mig import geometry_for_model
 from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
@@ -100,6 +101,17 @@ def pending_for_decision(*, user: User) -> QuerySet[Allocation]:
     if not access.is_platform_admin:
         pending = pending.filter(project__department_id__in=access.administered)
     return pending.order_by("created_at", "id")
+
+
+def pending_changes_for_decision(*, user: User) -> QuerySet[AllocationChange]:
+    """Pending changes to grants in the departments the user administers, oldest first."""
+    access = access_for(user)
+    changes = allocation_change_list(user=user, state=ChangeState.PENDING).select_related(
+        "allocation__flavor", "allocation__project__department"
+    )
+    if not access.is_platform_admin:
+        changes = changes.filter(allocation__project__department_id__in=access.administered)
+    return changes.order_by("created_at", "id")
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,14 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from allocations.models import Allocation, AllocationState
+from allocations.models import Allocation, AllocationState, ChangeKind
 from audit.actions import get_action
 from audit.models import AuditEvent
 from tenants.access import access_for
 
 _NOTE_KEYS = ("comment", "reason", "message", "justification")
 _STATE_LABELS = dict(AllocationState.choices)
+_CHANGE_KINDS = dict(ChangeKind.choices)
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,15 @@ def _extra(details: dict[str, Any]) -> tuple[str, ...]:
     if details.get("deadline"):
         notice = details.get("notice_minutes")
         lines.append(f"Runs until {_when(details['deadline'])}" + (f" ({notice} minutes' notice)" if notice else ""))
+    if details.get("change"):
+        kind = _CHANGE_KINDS.get(str(details.get("kind")), str(details.get("kind") or "change")).lower()
+        lines.append(f"Change #{details['change']} ({kind})")
     if details.get("ends_at"):
         lines.append(f"New end: {_when(details['ends_at'])}")
     if details.get("quantity"):
         lines.append(f"New quantity: {details['quantity']}")
-    if details.get("change"):
-        lines.append(f"Change #{details['change']}")
+    if details.get("released_units"):
+        lines.append("Units given back: " + ", ".join(str(unit) for unit in details["released_units"]))
     return tuple(lines)
 
 
@@ -121,6 +125,10 @@ def sync_status(allocation: Allocation) -> SyncStatus:
         return SyncStatus("not on a cluster", "none")
     if cluster is None:
         return SyncStatus("no cluster chosen", "none")
+    if state == AllocationState.SCHEDULED:
+        return SyncStatus(f"booked on {cluster.name}, nothing there before its start", "none")
+    if state == AllocationState.RECLAIMING:
+        return SyncStatus(f"still on {cluster.name} until its notice ends", "busy")
     if state == AllocationState.FAILED:
         return SyncStatus(f"push to {cluster.name} failed", "error")
     if state in (AllocationState.APPROVED, AllocationState.PROVISIONING):

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from frontend.views import allocations, approvals, audit, auth, platform
+from frontend.views import allocations, approvals, audit, auth, changes, platform
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
@@ -12,7 +12,10 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocations/new/feedback/", allocations.allocation_feedback, name="allocation-feedback"),
     path("allocations/<int:allocation_id>/", allocations.allocation_detail, name="allocation-detail"),
     path("allocations/<int:allocation_id>/release/", allocations.allocation_release_view, name="allocation-release"),
-    path("allocations/<int:allocation_id>/renew/", allocations.allocation_renew_view, name="allocation-renew"),
+    path("allocations/<int:allocation_id>/renew/", changes.allocation_renew_view, name="allocation-renew"),
+    path("allocations/<int:allocation_id>/resize/", changes.allocation_resize_view, name="allocation-resize"),
+    path("changes/<int:change_id>/cancel/", changes.change_cancel, name="change-cancel"),
+    path("changes/<int:change_id>/decide/", changes.change_decide, name="change-decide"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("usage/", approvals.department_usage, name="department-usage"),
     path("platform/clusters/", platform.clusters, name="clusters"),

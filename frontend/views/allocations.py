@@ -1,4 +1,5 @@
-"""Researcher pages: dashboard, request form with live feedback, allocation detail, release, renew."""
+"""Researcher pages: dashboard, request form with live feedback, allocation detail, release
+(renewal and resize: ``frontend.views.changes``)."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from allocations.booking.reservations import reservations_where
-from allocations.changes import allocation_renew
+from allocations.changes import CHANGEABLE_STATES, self_renew_until
 from allocations.models import Allocation, AllocationState
-from allocations.selectors import allocation_get
+from allocations.selectors import allocation_get, allocation_may_change, pending_changes
 from allocations.services import allocation_release, allocation_request
 from frontend.feedback import request_feedback
-from frontend.forms import AllocationRequestForm, RenewForm
+from frontend.forms import AllocationRequestForm, RenewForm, ResizeForm
 from frontend.http import form_add_service_error, portal_user
 from frontend.outlook import AdmissionOutlook, admission_outlook, request_outlook
 from frontend.selectors import (
@@ -30,6 +31,7 @@ from frontend.selectors import (
     allocation_pushes,
     dashboard_allocations,
     membership_department_ids,
+    pending_changes_for_decision,
     pending_for_decision,
     quota_bars,
 )
@@ -48,14 +50,15 @@ DASHBOARD_PAGE_SIZE = 25
 def dashboard(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     access = access_for(user)
+    deciding = bool(access.administered) or access.is_platform_admin
     page = Paginator(dashboard_allocations(user=user), DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "title": "Dashboard",
         "access": access,
         "page": page,
         "bars": quota_bars(user=user, department_ids=membership_department_ids(user=user)),
-        "pending_count": pending_for_decision(user=user).count() if access.administered or access.is_platform_admin
-        else 0,
+        "pending_count": pending_for_decision(user=user).count() if deciding else 0,
+        "changes_count": pending_changes_for_decision(user=user).count() if deciding else 0,
     }
     return render(request, "frontend/dashboard.html", context)
 
@@ -159,7 +162,18 @@ def allocation_feedback(request: HttpRequest) -> HttpResponse:
     return render(request, "frontend/_feedback.html", context)
 
 
-def _detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict[str, Any]:
+def _pending_change(user: User, allocation: Allocation, *, administers: bool, may_change: bool) -> dict[str, Any] | None:
+    """The change waiting for approval, and what the viewer may do with it (as the services allow)."""
+    change = next(iter(pending_changes(allocation)), None)
+    if change is None:
+        return None
+    own = change.requested_by_id == user.pk
+    four_eyes = settings.GPUPORTAL_FOUR_EYES and own
+    return {"change": change, "can_decide": administers and not four_eyes, "four_eyes": administers and four_eyes,
+            "can_cancel": own or may_change}
+
+
+def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict[str, Any]:
     """Everything the allocation page shows. For a pending request, what approval would do now
     (its requester and its department's admins see it before anyone decides)."""
     access = access_for(user)
@@ -167,6 +181,8 @@ def _detail_context(user: User, allocation: Allocation, **overrides: Any) -> dic
     pending = allocation.state == AllocationState.PENDING
     administers = access.can_administer_department(allocation.project.department_id)
     own = settings.GPUPORTAL_FOUR_EYES and allocation.requested_by_id == user.pk
+    may_change = allocation_may_change(user=user, allocation=allocation)
+    granted = allocation.state in CHANGEABLE_STATES
     context: dict[str, Any] = {
         "title": f"Allocation #{allocation.pk}",
         "allocation": allocation,
@@ -175,8 +191,12 @@ def _detail_context(user: User, allocation: Allocation, **overrides: Any) -> dic
         "outlook": admission_outlook(user=user, allocation=allocation) if pending else None,
         "placement": reservations_where(allocation=allocation),
         "pushes": allocation_pushes(allocation=allocation)[:10],
-        "renew_form": RenewForm.for_allocation(allocation),
+        "renew_form": RenewForm.for_allocation(allocation, until=self_renew_until(allocation) if granted else None),
+        "resize_form": ResizeForm.for_allocation(allocation),
         "can_change": allocation_changeable(user=user, allocation=allocation),
+        "can_renew": may_change and (pending or granted),
+        "can_resize": may_change and granted,
+        "pending_change": _pending_change(user, allocation, administers=administers, may_change=may_change),
         "can_decide": pending and administers and not own,
         "four_eyes": pending and administers and own,
     }
@@ -189,7 +209,7 @@ def _detail_context(user: User, allocation: Allocation, **overrides: Any) -> dic
 def allocation_detail(request: HttpRequest, allocation_id: int) -> HttpResponse:
     user = portal_user(request)
     allocation = allocation_get(user=user, allocation_id=allocation_id)
-    return render(request, "frontend/allocation_detail.html", _detail_context(user, allocation))
+    return render(request, "frontend/allocation_detail.html", detail_context(user, allocation))
 
 
 @require_POST
@@ -210,25 +230,3 @@ def allocation_release_view(request: HttpRequest, allocation_id: int) -> HttpRes
     else:
         messages.success(request, f"Allocation #{released.pk} is now {released.get_state_display().lower()}.")
     return redirect("allocation-detail", allocation_id=allocation.pk)
-
-
-@require_POST
-@login_required
-def allocation_renew_view(request: HttpRequest, allocation_id: int) -> HttpResponse:
-    user = portal_user(request)
-    allocation = allocation_get(user=user, allocation_id=allocation_id)
-    form = RenewForm(request.POST)
-    if form.is_valid():
-        try:
-            outcome = allocation_renew(actor=user, allocation_id=allocation.pk, ends_at=form.cleaned_data["ends_at"])
-        except ApplicationError as error:
-            form_add_service_error(form, error)
-        else:
-            renewed = outcome.allocation
-            if outcome.applied:
-                messages.success(request, f"Allocation #{renewed.pk} now ends {renewed.ends_at:%Y-%m-%d %H:%M} UTC.")
-            else:
-                messages.success(request, f"Renewal of allocation #{renewed.pk} awaits a department admin's approval.")
-            return redirect("allocation-detail", allocation_id=allocation.pk)
-    context = _detail_context(user, allocation, renew_form=form)
-    return render(request, "frontend/allocation_detail.html", context, status=400)

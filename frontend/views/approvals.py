@@ -1,4 +1,5 @@
-"""Department admin pages: the approvals queue and the department's usage."""
+"""Department admin pages: the approvals queue (requests, and changes to grants: decided in
+``frontend.views.changes``) and the department's usage."""
 
 from __future__ import annotations
 
@@ -13,13 +14,19 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
-from allocations.models import Allocation
+from allocations.models import Allocation, AllocationChange
 from allocations.services import allocation_approve, allocation_reject
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
 from frontend.outlook import AdmissionOutlook, admission_outlook
-from frontend.selectors import department_promises, holding_by_project, pending_for_decision, quota_bars
+from frontend.selectors import (
+    department_promises,
+    holding_by_project,
+    pending_changes_for_decision,
+    pending_for_decision,
+    quota_bars,
+)
 from kernel.errors import ApplicationError
 from kernel.reads import SharedReads
 from tenants.access import Access, access_for
@@ -41,6 +48,18 @@ class QueueRow:
     feedback: RequestFeedback
     outlook: AdmissionOutlook | None  # None beyond the first OUTLOOK_ROWS
     own: bool  # the admin's own request: another admin must decide (four-eyes)
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    change: AllocationChange
+    own: bool  # the admin's own change: another admin must decide (four-eyes)
+
+
+def _changes(user: User) -> list[ChangeRow]:
+    four_eyes = settings.GPUPORTAL_FOUR_EYES
+    return [ChangeRow(change=change, own=four_eyes and change.requested_by_id == user.pk)
+            for change in pending_changes_for_decision(user=user)[:QUEUE_LIMIT]]
 
 
 def _require_admin(access: Access) -> None:
@@ -94,7 +113,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             _decide(request, user, form)
             return redirect("approvals")
-    context = {"title": "Approvals", "rows": _queue(user), "form": form}
+    context = {"title": "Approvals", "rows": _queue(user), "changes": _changes(user), "form": form}
     return render(request, "frontend/approvals.html", context, status=400 if form.errors else 200)
 
 

@@ -175,6 +175,7 @@ def test_the_victims_owner_sees_why_and_until_when_and_the_requester_when_it_sta
     assert '<span class="state state-reclaiming">Reclaiming</span>' in victim_page  # badge, and in the timeline
     assert f'href="/allocations/{request.pk}/"' not in victim_page  # vision cannot open nlp's request
     assert f"Runs until {deadline} (15 minutes' notice)" in text_of(victim_page)
+    assert "still on test-cluster until its notice ends" in victim_page  # its workloads keep running
     dashboard = login("vision_member").get("/").content.decode()
     assert "Reclaiming" in dashboard and f"until {borrowed.reclaim_deadline:%Y-%m-%d %H:%M}" in dashboard
 
@@ -211,6 +212,7 @@ def test_a_grant_scheduled_ahead_says_when_it_starts(world: World, login: Login)
     html = login("nlp_member").get(f"/allocations/{request.pk}/").content.decode()
     assert f"Starts at {request.starts_at.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC." in text_of(html)
     assert '<span class="state state-scheduled">Scheduled</span>' in html
+    assert "booked on test-cluster, nothing there before its start" in html
 
 
 def test_release_asks_for_confirmation_first(world: World, login: Login) -> None:
@@ -306,3 +308,104 @@ def test_an_admins_own_request_waits_for_another_admin(world: World, login: Logi
     assert own.state == AllocationState.PENDING
     settings.GPUPORTAL_FOUR_EYES = False
     assert f'id="select-{own.pk}"' in client.get("/approvals/").content.decode()
+
+
+def granted(world: World, quantity: int = 1) -> Allocation:
+    return services.allocation_approve(actor=world.users["nlp_admin"],
+                                       allocation_id=ask(world, "nlp_member", "llm", quantity).pk)
+
+
+def local(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M")
+
+
+def test_a_renewal_within_the_self_service_window_applies_at_once(world: World, login: Login) -> None:
+    allocation = granted(world)
+    later = allocation.ends_at.replace(second=0, microsecond=0) + datetime.timedelta(days=2)
+    page = login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
+    assert 'id="id_renew_justification"' in page and 'id="id_resize_quantity"' in page
+    assert "applies at once; a later end waits for a department admin" in page
+    response = login("nlp_member").post(f"/allocations/{allocation.pk}/renew/",
+                                        {"ends_at": local(later), "justification": "two more days"}, follow=True)
+    assert f"Allocation #{allocation.pk} now ends {later:%Y-%m-%d %H:%M} UTC." in response.content.decode()
+    allocation.refresh_from_db()
+    assert allocation.ends_at == later and not allocation.changes.exists()
+
+
+def test_a_renewal_beyond_it_waits_and_another_admin_approves_it(world: World, login: Login) -> None:
+    allocation = granted(world)
+    later = allocation.ends_at.replace(second=0, microsecond=0) + datetime.timedelta(days=20)
+    response = login("nlp_member").post(f"/allocations/{allocation.pk}/renew/",
+                                        {"ends_at": local(later), "justification": "the paper slipped"}, follow=True)
+    change = allocation.changes.get()
+    page = text_of(response.content.decode())
+    assert f"Change #{change.pk} (renewal) of allocation #{allocation.pk} waits for a department admin's approval." in page
+    assert f"Change #{change.pk} waits for approval" in page and "“the paper slipped”" in page
+    assert f"Withdraw change #{change.pk}" in page and "Approve change" not in page  # the researcher cannot decide
+
+    queue = login("nlp_admin").get("/approvals/").content.decode()
+    row = re.search(rf'<tr id="change-{change.pk}">(.*?)</tr>', queue, re.S)
+    assert row is not None and f"renew until {later:%Y-%m-%d %H:%M}" in text_of(row.group(1))
+    response = login("nlp_admin").post(f"/changes/{change.pk}/decide/", {"decision": "approve", "comment": "fine"},
+                                       follow=True)
+    assert f"Change #{change.pk} of allocation #{allocation.pk} approved." in response.content.decode()
+    allocation.refresh_from_db()
+    assert allocation.ends_at == later
+    timeline = text_of(login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode())
+    assert "A change to a grant was requested for approval" in timeline
+    assert "A change to a grant was approved and applied by nlp_admin" in timeline
+    assert f"New end: {later:%Y-%m-%d %H:%M} UTC" in timeline and f"Change #{change.pk} (renewal)" in timeline
+
+
+def test_a_larger_quantity_waits_a_rejection_needs_a_comment_and_fewer_units_apply_at_once(
+    world: World, login: Login
+) -> None:
+    allocation = granted(world, quantity=2)
+    client = login("nlp_member")
+    client.post(f"/allocations/{allocation.pk}/resize/", {"quantity": 4, "justification": "bigger batch"})
+    change = allocation.changes.get()
+    admin = login("nlp_admin")
+    response = admin.post(f"/changes/{change.pk}/decide/", {"decision": "reject", "comment": " "}, follow=True)
+    assert f"Change #{change.pk}: A rejection needs a comment for the requester." in response.content.decode()
+    response = admin.post(f"/changes/{change.pk}/decide/", {"decision": "reject", "comment": "use two", "back": "allocation"},
+                          follow=True)
+    assert response.redirect_chain[-1][0] == f"/allocations/{allocation.pk}/"
+    change.refresh_from_db()
+    assert change.state == "rejected" and change.decision_comment == "use two"
+
+    response = client.post(f"/allocations/{allocation.pk}/resize/", {"quantity": 1}, follow=True)
+    assert f"Allocation #{allocation.pk} now has 1 unit." in response.content.decode()
+    response = client.post(f"/allocations/{allocation.pk}/resize/", {"quantity": 1})
+    assert response.status_code == 400
+    assert re.search(r'id="id_resize_quantity_error"[^>]*><p>The allocation already has 1 units.</p>',
+                     response.content.decode())
+
+
+def test_the_requester_withdraws_a_pending_change_and_an_outsider_cannot_touch_it(world: World, login: Login) -> None:
+    allocation = granted(world)
+    login("nlp_member").post(f"/allocations/{allocation.pk}/resize/", {"quantity": 3})
+    change = allocation.changes.get()
+    for persona in ("vision_member", "vision_admin"):
+        assert login(persona).post(f"/changes/{change.pk}/cancel/").status_code == 404
+        assert login(persona).post(f"/changes/{change.pk}/decide/", {"decision": "approve"}).status_code == 404
+    response = login("nlp_member").post(f"/changes/{change.pk}/cancel/", follow=True)
+    assert f"Change #{change.pk} withdrawn." in response.content.decode()
+    change.refresh_from_db()
+    assert change.state == "cancelled"
+
+
+def test_an_admins_own_change_waits_for_another_admin(world: World, login: Login) -> None:
+    allocation = granted(world)
+    client = login("nlp_admin")
+    client.post(f"/allocations/{allocation.pk}/resize/", {"quantity": 2})
+    change = allocation.changes.get()
+    queue = client.get("/approvals/").content.decode()
+    assert "Your own change: another admin must decide (four-eyes)." in queue
+    assert f"Approve change #{change.pk}" not in queue
+    page = client.get(f"/allocations/{allocation.pk}/").content.decode()
+    assert "You requested this change: another admin must decide (four-eyes)." in page and "Approve change" not in page
+    response = client.post(f"/changes/{change.pk}/decide/", {"decision": "approve"}, follow=True)
+    assert response.status_code == 200
+    assert f"Change #{change.pk} not approved: Nobody decides on their own change" in response.content.decode()
+    change.refresh_from_db()
+    assert change.state == "pending"
