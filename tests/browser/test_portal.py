@@ -6,13 +6,14 @@ import csv
 import datetime
 import io
 import re
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
 from allocations import services
-from allocations.models import Allocation, AllocationState
+from allocations.models import Allocation, AllocationState, Quota
 from tests.browser.conftest import Portal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -191,4 +192,62 @@ def test_the_auditor_downloads_an_export(portal: Portal) -> None:
     page.get_by_role("button", name="Apply filters").click()
     expect(page.locator("table.events tbody")).to_contain_text("auditor")
     portal.shot("audit-log-export-recorded")
+    no_policy_violations(portal)
+
+
+def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(portal: Portal) -> None:
+    page, world = portal.page, portal.world
+    # acme (limit 14) over nlp (guaranteed 4) and vision (guaranteed 8); vision holds 4 beyond its guarantee.
+    Quota.objects.all().delete()
+    for department, guaranteed, limit in ((world.acme, 0, 14), (world.nlp, 4, 10), (world.vision, 8, 12)):
+        Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(guaranteed), limit=Decimal(limit))
+    start = timezone.now()
+    grants = [
+        services.allocation_approve(actor=world.users["vision_admin"], allocation_id=services.allocation_request(
+            actor=world.users["vision_member"], project=world.seg, flavor=world.a100, quantity=quantity,
+            priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=10),
+            justification="segmentation",
+        ).pk)
+        for quantity in (8, 4)
+    ]
+    borrowed = grants[1]
+
+    portal.login("nlp_member")
+    portal.nav("Request GPUs")
+    page.get_by_label("Project").select_option(str(world.llm.pk))
+    page.get_by_label("Flavor").select_option(str(world.a100.pk))
+    page.get_by_label("Quantity").fill("3")
+    page.get_by_label("Justification").fill("Our guarantee, back for the paper deadline")
+    outlook = page.locator("#feedback-outlook")
+    expect(outlook).to_contain_text("Approval would reclaim 1 grant from other departments")
+    expect(outlook).to_contain_text(f"#{borrowed.pk} 4 × a100 of vision-seg (department vision, gpu-standard)")
+    page.get_by_role("checkbox", name=re.compile("I understand that approving this request")).check()
+    portal.shot("request-would-reclaim")
+    page.get_by_role("button", name="Submit request").click()
+    heading = page.get_by_role("heading", level=1, name=re.compile(r"^Allocation #\d+$"))
+    expect(heading).to_be_visible()
+    request_id = int(heading.inner_text().split("#")[1])
+    portal.logout()
+
+    portal.login("nlp_admin")
+    portal.nav("Approvals")
+    row = page.get_by_role("row").filter(has_text=f"#{request_id}")
+    expect(row).to_contain_text(f"Approval would reclaim 1 grant from other departments: #{borrowed.pk} 4 × a100")
+    expect(row).to_contain_text("borrowed beyond its department's guarantee; runs 15 more minutes")
+    page.get_by_label(f"Select request #{request_id}").check()
+    portal.shot("approver-sees-reclaim")
+    page.get_by_role("button", name="Approve selected").click()
+    expect(page.get_by_role("status").filter(has_text=f"Approved #{request_id}.")).to_be_visible()
+    portal.logout()
+
+    portal.login("vision_member")
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name=f"Allocation {borrowed.pk}"))
+    expect(row).to_contain_text("Reclaiming until")
+    row.get_by_role("link", name=f"Allocation {borrowed.pk}").click()
+    expect(page.locator("#standing")).to_contain_text(
+        f"Reclaimed for request #{request_id} (3 × a100 for nlp-llm): it borrowed capacity beyond its department's "
+        "guarantee. Runs until "
+    )
+    portal.shot("victim-told-why")
+    assert Allocation.objects.get(pk=borrowed.pk).state == AllocationState.RECLAIMING
     no_policy_violations(portal)
