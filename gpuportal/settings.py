@@ -178,6 +178,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # Several serializers have a "state": name each set of choices once.
+    "ENUM_NAME_OVERRIDES": {
+        "AllocationOutStateEnum": "allocations.models.AllocationState",
+        "ChangeStateEnum": "allocations.models.ChangeState",
+        "ChangeKindEnum": "allocations.models.ChangeKind",
+    },
 }
 
 # Celery: without a broker, tasks run in-process (the embedded default).

@@ -1,5 +1,5 @@
 """The fuzz step's data: the demo organisation plus an outsider, an API token for each identity,
-a node token for the node agent's report, and a few allocations so that ids in paths exist.
+a node token for the node agent's report, and a few allocations (and changes) so that ids in paths exist.
 
 Run by ``tests/fuzz/run.py`` as the database owner after ``manage.py seed_demo``
 (``python -m tests.fuzz.identities``); prints one JSON object: ``{"users": {identity: token},
@@ -30,6 +30,7 @@ def prepare() -> dict[str, Any]:
     from django.utils import timezone
     from rest_framework.authtoken.models import Token
 
+    from allocations.changes import allocation_resize
     from allocations.models import Allocation, Flavor, PriorityClass
     from allocations.services import allocation_approve, allocation_request
     from clusters.models import Cluster
@@ -61,6 +62,8 @@ def prepare() -> dict[str, Any]:
                 )
                 if approve:
                     allocation_approve(actor=User.objects.get(username=decider), allocation_id=allocation.pk)
+                    # A raise waiting for approval, so the change routes find one.
+                    allocation_resize(actor=User.objects.get(username=requester), allocation_id=allocation.pk, quantity=2)
     _first_report(NODE_NAME, node_token)
     return {"users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids()}
 
@@ -82,13 +85,13 @@ def _first_report(node_name: str, token_text: str) -> None:
 
 def _ids() -> dict[str, list[int]]:
     """The primary keys of what exists, by the name of the parameters and fields that take them."""
-    from allocations.models import Allocation, Flavor, PriorityClass, Quota
+    from allocations.models import Allocation, AllocationChange, Flavor, PriorityClass, Quota
     from clusters.models import Cluster, Node
     from telemetry.models import NodeToken, ObservedGpu
     from tenants.models import Department, Project
 
     models: dict[str, Any] = {
-        "allocation": Allocation, "cluster": Cluster, "department": Department, "flavor": Flavor,
+        "allocation": Allocation, "change": AllocationChange, "cluster": Cluster, "department": Department, "flavor": Flavor,
         "gpu": ObservedGpu, "node": Node, "priority_class": PriorityClass, "project": Project, "quota": Quota,
         "token": NodeToken,
     }  # fmt: skip

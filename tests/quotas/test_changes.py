@@ -12,6 +12,7 @@ import datetime
 from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -26,6 +27,7 @@ from tests.conftest import World, build_world, requires_postgres
 from tests.threads import all_at_once
 
 DAY = datetime.timedelta(days=1)
+POSTGRES: pytest.MarkDecorator = requires_postgres()
 
 
 def granted(world: World, quantity: int = 1, *, starts_in: datetime.timedelta = datetime.timedelta(0),
@@ -45,7 +47,7 @@ def live(allocation: Allocation) -> dict[int, tuple[str, tuple[int, ...]]]:
     return {row.unit: (row.node.name, tuple(row.gpu_indices)) for row in rows}
 
 
-def renew(world: World, persona: str, allocation: Allocation, ends_at: datetime.datetime) -> object:
+def renew(world: World, persona: str, allocation: Allocation, ends_at: datetime.datetime) -> Any:
     return world.client(persona).post(
         f"/api/v1/allocations/{allocation.pk}/renew/", {"ends_at": ends_at.isoformat(), "justification": "more runs"},
         format="json",
@@ -312,7 +314,7 @@ def test_people_outside_the_department_cannot_tell_a_change_or_its_allocation_ex
 # ----------------------------------------------------------------------------------------- PostgreSQL
 
 
-@requires_postgres()
+@POSTGRES
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_approvals_of_raises_cannot_overcommit_the_quota(world: World) -> None:
     assert connection.vendor == "postgresql"
