@@ -14,7 +14,7 @@ D = Decimal
 
 def tree(*, acme_limit: str, nlp: tuple[str, str, str | None] = ("8", "12", None),
          vision: tuple[str, str, str | None] = ("8", "12", None)) -> algebra.Tree:
-    limits = {
+    limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {
         (ACME, None): algebra.Limit(ACME, None, D(0), D(acme_limit)),
         (NLP, None): algebra.Limit(NLP, None, D(nlp[0]), D(nlp[1]), D(nlp[2]) if nlp[2] else None),
         (VISION, None): algebra.Limit(VISION, None, D(vision[0]), D(vision[1]), D(vision[2]) if vision[2] else None),
