@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
@@ -40,10 +40,19 @@ def _grant(allocation: Allocation, *, hami: bool) -> GrantedUnits:
     )
 
 
-def cluster_project_ids(*, cluster: Cluster) -> list[int]:
-    """Projects that hold, or ever held, an allocation on the cluster: their namespaces are the
-    portal's to create and to prune."""
-    return sorted(set(Allocation.objects.filter(cluster=cluster).values_list("project_id", flat=True)))
+# Requests and bookings that have not reached the cluster (or never will): no namespace for them.
+NOT_ON_CLUSTER_YET = (AllocationState.PENDING, AllocationState.SCHEDULED, AllocationState.REJECTED, AllocationState.CANCELLED)
+
+
+def cluster_project_ids(*, cluster: Cluster, among: Iterable[int] | None = None) -> list[int]:
+    """Projects (of ``among``, if given) that hold, or ever held, an allocation on the cluster:
+    their namespaces are the portal's to create and to prune. A project with only a scheduled
+    booking is not one of them yet (the retain-namespace policy would otherwise create its idle
+    namespace before the start)."""
+    rows = Allocation.objects.filter(cluster=cluster).exclude(state__in=NOT_ON_CLUSTER_YET)
+    if among is not None:
+        rows = rows.filter(project_id__in=list(among))
+    return sorted(set(rows.values_list("project_id", flat=True)))
 
 
 def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -> list[ProjectState]:

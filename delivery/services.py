@@ -25,6 +25,7 @@ from clusters.outbox import push_enqueue
 from clusters.selectors import MISSING_PREREQUISITE
 from delivery import selectors
 from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
+from delivery.eviction_records import pods_evicted_details, pods_evicted_record
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
 from kernel.transactions import retry_on_deadlock
@@ -36,7 +37,11 @@ def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scop
     defaults = LimitDefaults(cpu=conf.limitrange_default_cpu(), memory=conf.limitrange_default_memory())
     retain = conf.prune_policy() == conf.PRUNE_RETAIN_NAMESPACE
     return [
-        Scope(namespace=state.namespace, objects=render_project(state, limit_defaults=defaults, retain_namespace=retain))
+        Scope(
+            namespace=state.namespace,
+            objects=render_project(state, limit_defaults=defaults, retain_namespace=retain),
+            managed_resources=state.idle_resources,
+        )
         for state in selectors.project_states_on_cluster(cluster=cluster, project_ids=project_ids)
     ]
 
@@ -113,6 +118,7 @@ def _push(cluster: Cluster, scopes: list[Scope], *, project: Project | None) -> 
         raise
     try:
         result = driver.apply(driver.plan(scopes))
+        result += driver.enforce_quotas(scopes)  # after the lowered quotas are in place
     except DriverError as error:
         _record_push(cluster=cluster, project=project, error=str(error), result=None)
         raise
@@ -128,7 +134,7 @@ def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
     cluster = Cluster.objects.get(pk=cluster_id)
     project = Project.objects.select_related("department").get(pk=project_id)
     try:
-        scopes = project_scopes(cluster=cluster, project_ids=[project.pk])
+        scopes = project_scopes(cluster=cluster, project_ids=selectors.cluster_project_ids(cluster=cluster, among=[project.pk]))
     except DriverError as error:
         _record_push(cluster=cluster, project=project, error=str(error), result=None)
         raise
@@ -172,7 +178,8 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
     """Bring everything on the cluster to the desired state in one pass.
 
     With ``repair_drift`` (the periodic check), differences in scopes that have no push pending
-    are drift: recorded (a ClusterDrift row each and one audit event) and repaired.
+    are drift: recorded (a ClusterDrift row each and one audit event) and repaired. Then the
+    pods beyond each project's GPU quotas are evicted, as after a project's push.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
     try:
@@ -188,6 +195,7 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
             result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
         else:
             result = driver.apply(plan)
+        result += driver.enforce_quotas(projects)
     except DriverError as error:
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
@@ -200,7 +208,7 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
             if not (withheld and _is_node_config(kind=change.kind, namespace=change.namespace, cluster=cluster))
         ]  # fmt: skip
         _record_drift(cluster=cluster, plan=Plan(changes=drifted, unchanged=plan.unchanged))
-    _record_push(cluster=cluster, project=None, error="", result=result, missing=missing)
+    _record_push(cluster=cluster, project=None, error="", result=result, missing=missing, audit_held_back=not repair_drift)
     return plan, result
 
 
@@ -237,21 +245,28 @@ def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
 
 @retry_on_deadlock()
 def _record_push(
-    *, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None, missing: str = ""
+    *, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None, missing: str = "",
+    audit_held_back: bool = True,
 ) -> None:
     """The outcome on the cluster (``last_sync_error``) and in the audit log. ``missing``: the
     prerequisite a cluster-wide push that pushed everything else found missing; it stays on the
     cluster until a cluster-wide push finds it there (a project's push does not clear it) and is
-    audited (``cluster.push_failed``) when first reported, not again at every push."""
+    audited (``cluster.push_failed``) when first reported, not again at every push. Pods the push
+    evicted are audited after the push (``delivery.eviction_records``; ``audit_held_back``: also
+    when it only held pods back)."""
+    evictions = pods_evicted_details(cluster=cluster, result=result, with_held_back=audit_held_back) if result else []
     sync_error: Any = error[:4000] or missing
     if project is not None and not error:
         kept = When(last_sync_error__startswith=MISSING_PREREQUISITE, then=F("last_sync_error"))
         sync_error = Case(kept, default=Value(""), output_field=TextField())
     newly_missing = bool(missing) and missing != cluster.last_sync_error
     Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=sync_error)
-    if not newly_missing and result is not None and result.applied == 0 and result.pruned == 0:
-        return  # nothing changed on the cluster: nothing to record
-    error = error or (missing if newly_missing else "")
+    if newly_missing or result is None or result.applied or result.pruned:  # else nothing changed: nothing to record
+        _audit_push(cluster=cluster, project=project, error=error or (missing if newly_missing else ""), result=result)
+    pods_evicted_record(cluster=cluster, events=evictions)
+
+
+def _audit_push(*, cluster: Cluster, project: Project | None, error: str, result: ApplyResult | None) -> None:
     audit_record(
         actor=None,
         action=actions.CLUSTER_PUSH_FAILED if error else actions.CLUSTER_PUSHED,

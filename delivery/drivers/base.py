@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from delivery.eviction import PodEviction
+
 
 class DriverError(Exception):
     """The cluster could not be brought to the desired state; the message says why. Worth retrying."""
@@ -16,12 +18,21 @@ class PermanentDriverError(DriverError):
 
 @dataclass(frozen=True)
 class ApplyResult:
+    """What a push did: objects applied, pruned and left unchanged, and the pods it evicted
+    because they were beyond a lowered GPU quota, or chose to evict but could not yet
+    (``held_back``: a PodDisruptionBudget forbids it now; the next push tries again)."""
+
     applied: int
     pruned: int
     unchanged: int
+    evicted: tuple[PodEviction, ...] = ()
+    held_back: tuple[PodEviction, ...] = ()
 
     def __add__(self, other: ApplyResult) -> ApplyResult:
-        return ApplyResult(self.applied + other.applied, self.pruned + other.pruned, self.unchanged + other.unchanged)
+        return ApplyResult(
+            self.applied + other.applied, self.pruned + other.pruned, self.unchanged + other.unchanged,
+            self.evicted + other.evicted, self.held_back + other.held_back,
+        )
 
 
 EMPTY_RESULT = ApplyResult(applied=0, pruned=0, unchanged=0)
@@ -31,10 +42,13 @@ EMPTY_RESULT = ApplyResult(applied=0, pruned=0, unchanged=0)
 class Scope:
     """A set of objects the portal manages as a whole: one project's namespace (``namespace``
     set), or the cluster-wide objects (``namespace`` None). Live objects of a scope that are not
-    in ``objects`` are pruned; partial Nodes are never deleted."""
+    in ``objects`` are pruned; partial Nodes are never deleted. ``managed_resources``: the GPU
+    resources the portal manages (the flavors' resource names); a project's namespace may hold
+    none of them beyond its desired quotas, and those its quota does not list count as 0."""
 
     namespace: str | None
     objects: list[dict[str, Any]]
+    managed_resources: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -80,6 +94,12 @@ class ClusterDriver(Protocol):
     def apply_project(self, *, namespace: str, objects: list[dict[str, Any]]) -> ApplyResult:
         """Make the project's managed objects exactly ``objects``: create or update each, and
         prune managed objects of that project that are no longer listed."""
+        ...
+
+    def enforce_quotas(self, scopes: list[Scope]) -> ApplyResult:
+        """Evict the running pods beyond each project scope's desired GPU quotas (the choice is
+        :func:`delivery.eviction.evictions_choose`); a pod a PodDisruptionBudget protects now is
+        held back, not an error. Returns only ``evicted`` and ``held_back``."""
         ...
 
     def read_nodes(self) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ A push first reads what the cluster has (one list per kind, filtered by the mana
 compares it with the desired objects (:mod:`delivery.drivers.diff`) and then writes only what
 differs, many requests at once: a resync with nothing changed issues no write at all. Managed
 objects of a scope that are no longer desired are deleted (the prune); a project's Namespace goes
-last, and with it everything inside.
+last, and with it everything inside. After a project's objects are applied, the pods beyond its
+lowered GPU quotas are evicted (:meth:`KubernetesDriver.enforce_quotas`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
+from delivery.drivers import kube_evictions
 from delivery.drivers.base import (
+    EMPTY_RESULT,
     ApplyResult,
     Change,
     DriverError,
@@ -33,6 +36,7 @@ from delivery.drivers.base import (
     Scope,
 )
 from delivery.drivers.diff import FIELD_MANAGER, differing_fields
+from delivery.eviction import evictions_choose, quota_limits
 from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS, SCOPE_CLUSTER, SCOPE_LABEL
 
 log = logging.getLogger(__name__)
@@ -279,6 +283,27 @@ class KubernetesDriver:
 
     def apply_project(self, *, namespace: str, objects: list[dict[str, Any]]) -> ApplyResult:
         return self.apply(self.plan([Scope(namespace=namespace, objects=objects)]))
+
+    def enforce_quotas(self, scopes: list[Scope]) -> ApplyResult:
+        """Evict the pods beyond each project's desired GPU quotas (:mod:`delivery.eviction`
+        chooses, :mod:`delivery.drivers.kube_evictions` evicts): one read of the pods, and one
+        request per chosen pod. A project without objects (its namespace is being pruned) and
+        one whose quotas govern no GPU resource are left alone."""
+        limits = {
+            scope.namespace: quota_limits(scope.objects, managed_resources=scope.managed_resources)
+            for scope in scopes if scope.namespace and scope.objects
+        }  # fmt: skip
+        limits = {namespace: found for namespace, found in limits.items() if found}
+        if not limits:
+            return EMPTY_RESULT
+        pods, reads = kube_evictions.live_pods(self.rest, namespaces=sorted(limits))
+        self.reads += reads
+        chosen = [
+            eviction for namespace, found in sorted(limits.items())
+            for eviction in evictions_choose([pod for pod in pods if pod.namespace == namespace], found)
+        ]  # fmt: skip
+        self.writes += len(chosen)
+        return kube_evictions.pods_evict(self.rest, chosen)
 
     def _run(self, action: Callable[[Change], None], changes: list[Change], errors: list[tuple[str, bool]]) -> None:
         if not changes:

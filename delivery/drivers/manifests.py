@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from delivery.drivers.base import ApplyResult, Change, DriverError, PermanentDriverError, Plan, Scope
+from delivery.drivers.base import EMPTY_RESULT, ApplyResult, Change, DriverError, PermanentDriverError, Plan, Scope
 
 CLUSTER_FOLDER = "cluster"
 
@@ -100,6 +100,11 @@ class ManifestsDriver:
 
     def apply_project(self, *, namespace: str, objects: list[dict[str, Any]]) -> ApplyResult:
         return self.apply(self.plan([Scope(namespace=namespace, objects=objects)]))
+
+    def enforce_quotas(self, scopes: list[Scope]) -> ApplyResult:
+        """Nothing to evict: a folder of manifests runs no pods. Whoever applies the files (a
+        GitOps controller) lowers the quota; pods already beyond it are that cluster's to evict."""
+        return EMPTY_RESULT
 
 
 def _parse(text: str | None) -> dict[str, Any] | None:
