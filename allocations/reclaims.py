@@ -29,6 +29,8 @@ from allocations.transitions import (
     allocation_lock,
     allocation_move,
     allocation_snapshot,
+    pending_changes_close,
+    pending_changes_closed_audit,
     project_sync_enqueue,
 )
 from audit import actions
@@ -82,10 +84,13 @@ def reclaims_start(
             "deadline": row.reclaim_deadline.isoformat(), "notice_minutes": notice,
         }
         reclaiming = allocation_snapshot(row)
+        closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for request #{requester.pk}")
         if notice > 0:
             waiting = True
             row.save()
             events.append(_event(actor, actions.ALLOCATION_RECLAIMING, row, before, details, reclaiming))
+            if closed:
+                events.append(_closed(actor, row, closed, requester.pk))
             continue
         allocation_move(row, AllocationState.RECLAIMED)
         row.save()
@@ -93,8 +98,17 @@ def reclaims_start(
         if on_cluster:
             project_sync_enqueue(project_id=row.project_id, cluster_id=row.cluster_id)
         events.append(_event(actor, actions.ALLOCATION_RECLAIMING, row, before, details, reclaiming))
+        if closed:
+            events.append(_closed(actor, row, closed, requester.pk))
         events.append(_event(actor, actions.ALLOCATION_RECLAIMED, row, reclaiming, {"for": requester.pk}, None))
     return waiting, events
+
+
+def _closed(actor: User | None, row: Allocation, ids: list[int], requester_id: int) -> Callable[[], None]:
+    def write() -> None:
+        pending_changes_closed_audit(actor=actor, allocation=row, ids=ids,
+                                     why=f"the grant is reclaimed for request #{requester_id}")
+    return write
 
 
 def _event(actor: User | None, action: actions.AuditAction, row: Allocation, before: dict[str, object],

@@ -32,6 +32,8 @@ from allocations.transitions import (
     allocation_lock,
     allocation_move,
     allocation_snapshot,
+    pending_changes_close,
+    pending_changes_closed_audit,
     project_sync_enqueue,
     provision_enqueue,
 )
@@ -280,9 +282,11 @@ def allocation_release(*, actor: User, allocation_id: int, comment: str = "") ->
         action = actions.ALLOCATION_RELEASED
     allocation.save()
     reservations.reservations_release(allocation=allocation, reason="released")
+    closed = pending_changes_close(allocation=allocation, why=f"the grant was {allocation.state}")
     if was_holding:  # before the event: the outbox rows' key checks wait before the chain lock
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
     _audit(actor=actor, action=action, allocation=allocation, before=before, details={"comment": comment} if comment else None)
+    pending_changes_closed_audit(actor=actor, allocation=allocation, ids=closed, why=f"the grant was {allocation.state}")
     return allocation
 
 
@@ -312,9 +316,11 @@ def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
     allocation.state = AllocationState.EXPIRED
     allocation.save()
     reservations.reservations_release(allocation=allocation, reason="expired")
+    closed = pending_changes_close(allocation=allocation, why="the grant expired")
     if was_holding:  # before the event, as in allocation_release
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
     _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
+    pending_changes_closed_audit(actor=None, allocation=allocation, ids=closed, why="the grant expired")
     return True
 
 

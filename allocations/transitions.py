@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.utils import timezone
 
-from allocations.models import Allocation
+from allocations.models import Allocation, AllocationChange, ChangeState
 from allocations.states import can_transition
+from audit import actions
 from audit.actions import AuditAction
 from audit.models import Outcome
 from audit.services import audit_record
@@ -85,3 +87,24 @@ def project_sync_enqueue(*, project_id: int, cluster_id: int | None) -> None:
         return
     push_enqueue(cluster_id=cluster_id, project_id=project_id)
     push_enqueue(cluster_id=cluster_id, project_id=None)
+
+
+def pending_changes_close(*, allocation: Allocation, why: str) -> list[int]:
+    """Withdraw the allocation's pending change (a grant that ends or is being reclaimed takes no
+    renewal or resize); returns the ids closed, for the caller's audit event."""
+    ids = list(
+        AllocationChange.objects.filter(allocation=allocation, state=ChangeState.PENDING).values_list("pk", flat=True)
+    )
+    if ids:
+        AllocationChange.objects.filter(pk__in=ids).update(
+            state=ChangeState.CANCELLED, decided_at=timezone.now(), decision_comment=why
+        )
+    return ids
+
+
+def pending_changes_closed_audit(*, actor: User | None, allocation: Allocation, ids: list[int], why: str) -> None:
+    if ids:
+        allocation_audit(
+            actor=actor, action=actions.ALLOCATION_CHANGE_CANCELLED, allocation=allocation, before=None, after={},
+            details={"changes": ids, "why": why},
+        )

@@ -343,3 +343,21 @@ def test_two_concurrent_approvals_of_raises_cannot_overcommit_the_quota(world: W
                                                                     AllocationState.ACTIVE])
     assert sorted(held.values_list("quantity", flat=True)) == [1, 3]
     assert Reservation.objects.filter(allocation__in=held, released_at__isnull=True).count() == 4
+
+
+def test_a_pending_change_is_withdrawn_when_its_grant_is_released(world: World) -> None:
+    start = timezone.now()
+    granted = services.allocation_request(
+        actor=world.users["nlp_member"], project=world.llm, flavor=world.a100, quantity=1,
+        priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=1), justification="x",
+    )
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=granted.pk)
+    outcome = changes.allocation_resize(actor=world.users["nlp_member"], allocation_id=granted.pk, quantity=3)
+    assert outcome.change is not None and not outcome.applied
+
+    services.allocation_release(actor=world.users["nlp_member"], allocation_id=granted.pk)
+
+    change = AllocationChange.objects.get(pk=outcome.change.pk)
+    assert change.state == ChangeState.CANCELLED and "released" in change.decision_comment
+    closed = AuditEvent.objects.get(action="allocation.change_cancelled", target_id=str(granted.pk))
+    assert closed.details["changes"] == [change.pk]
