@@ -34,15 +34,21 @@ from tenants.models import Project
 
 
 def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scope]:
+    """The projects' desired objects. The retain-namespace policy keeps an idle namespace only for
+    a project that has been on the cluster, not for one whose booking has not started yet."""
+    ids = sorted(set(project_ids))
     defaults = LimitDefaults(cpu=conf.limitrange_default_cpu(), memory=conf.limitrange_default_memory())
-    retain = conf.prune_policy() == conf.PRUNE_RETAIN_NAMESPACE
+    retained: set[str] = set()
+    if conf.prune_policy() == conf.PRUNE_RETAIN_NAMESPACE:
+        on_cluster = selectors.cluster_project_ids(cluster=cluster, among=ids)
+        retained = set(Project.objects.filter(pk__in=on_cluster).values_list("slug", flat=True))
     return [
         Scope(
             namespace=state.namespace,
-            objects=render_project(state, limit_defaults=defaults, retain_namespace=retain),
+            objects=render_project(state, limit_defaults=defaults, retain_namespace=state.project in retained),
             managed_resources=state.idle_resources,
         )
-        for state in selectors.project_states_on_cluster(cluster=cluster, project_ids=project_ids)
+        for state in selectors.project_states_on_cluster(cluster=cluster, project_ids=ids)
     ]
 
 
@@ -134,7 +140,7 @@ def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
     cluster = Cluster.objects.get(pk=cluster_id)
     project = Project.objects.select_related("department").get(pk=project_id)
     try:
-        scopes = project_scopes(cluster=cluster, project_ids=selectors.cluster_project_ids(cluster=cluster, among=[project.pk]))
+        scopes = project_scopes(cluster=cluster, project_ids=[project.pk])
     except DriverError as error:
         _record_push(cluster=cluster, project=project, error=str(error), result=None)
         raise
