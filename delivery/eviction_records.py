@@ -12,7 +12,9 @@ cluster unreachable) lists none.
 When to record: a push that evicted at least one pod records it, with the pods it had to hold
 back; a push that only held pods back records it when it was asked for by a change (a project's
 or a cluster-wide push, a manual sync), not when the periodic drift repair finds the same budget
-still in the way, so a budget that blocks for days does not fill the audit log.
+still in the way, so a budget that blocks for days does not fill the audit log. The outcome is
+``success`` when something was evicted, ``failure`` when every chosen pod was held back (the
+namespace is still beyond its quota).
 """
 
 from __future__ import annotations
