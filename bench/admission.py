@@ -1,6 +1,7 @@
 """Benchmark (not a timed test): approvals that book GPUs through the placement engine.
 
     .venv/bin/python bench/admission.py [--nodes 24] [--requests 600] [--seed 42] [--lifetime 150]
+    .venv/bin/python bench/admission.py --contested [--nodes 2500] [--requests 600] [--quota 32] [--burst 20]
 
 Replays one seeded stream of requests (whole A100 and H100 GPUs, A100 MIG 1g.10gb and 3g.40gb
 slices, H100 MPS quarters) against a throw-away SQLite database through the real services:
@@ -12,6 +13,15 @@ default policy and with FirstFit as the baseline. Printed per run: requests gran
 for lack of room, mean GPU allocation over the second half of the stream (booked GPU capacity,
 a MIG instance counting its compute slices / 7), approval latency p50/p99, and the share of the
 approval spent placing. The ratios compare the two runs of the same stream.
+
+``--contested`` runs one contested stream instead, in one process, on 2,500 nodes unless told
+otherwise: two departments under one organisation, each guaranteed half of its ``--quota``
+GPU-equivalents and allowed all of it, request in bursts (``--burst`` requests in a row on
+average), so each borrows what the other leaves idle during its burst and takes it back in its next
+one while within its guarantee. Every grant reclaims without notice, so a reclaiming approval
+frees its victims in its own transaction. Printed: approval p50/p99 of the ordinary approvals and
+of those that reclaim, the time spent deciding (``admission_decide``) in each, and their ratios
+(the budget: a reclaim at most 2x an ordinary approval).
 """
 
 from __future__ import annotations
@@ -61,9 +71,7 @@ def setup_django(work: Path) -> None:
 def seed(nodes: int) -> dict[str, Any]:
     from django.contrib.auth.models import User
 
-    from allocations.models import Flavor, PriorityClass, Quota, SharingMode
-    from clusters.inventory import GpuSpec, node_upsert
-    from clusters.models import Cluster, Node, NodeSharing
+    from allocations.models import Quota
     from tenants.models import Department, Membership, Project, Role
 
     department = Department.objects.create(slug="bench", name="Bench")
@@ -73,6 +81,15 @@ def seed(nodes: int) -> dict[str, Any]:
     project = Project.objects.create(slug="bench-p", name="Bench", department=department)
     project.members.add(member)
     Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(0), limit=Decimal(100000))
+    return seed_cluster(nodes)
+
+
+def seed_cluster(nodes: int) -> dict[str, Any]:
+    """The flavors, the ``standard`` priority class and one cluster of ``nodes`` nodes of 8 GPUs."""
+    from allocations.models import Flavor, PriorityClass, SharingMode
+    from clusters.inventory import GpuSpec, node_upsert
+    from clusters.models import Cluster, Node, NodeSharing
+
     common = {"cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768}
     specs = [
         ("a100", A100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu"),
@@ -186,24 +203,167 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     }
 
 
+def seed_contested(*, nodes: int, quota: int) -> None:
+    """``org`` (limit ``quota``) over ``alpha`` and ``beta``, each guaranteed half of it and limited
+    to all of it; one project, researcher and admin each; the standard class reclaims without notice,
+    so a reclaiming request is approved at once (its victims freed in the same transaction)."""
+    from django.contrib.auth.models import User
+
+    from allocations.models import PriorityClass, Quota
+    from tenants.models import Department, Membership, Project, Role
+
+    seed_cluster(nodes)
+    PriorityClass.objects.filter(name="standard").update(notice_minutes=0)
+    org = Department.objects.create(slug="org", name="Org")
+    Quota.objects.create(department=org, flavor=None, guaranteed=Decimal(0), limit=Decimal(quota))
+    for slug in ("alpha", "beta"):
+        department = Department.objects.create(slug=slug, name=slug, parent=org)
+        Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(quota) / 2, limit=Decimal(quota))
+        admin, member = User.objects.create(username=f"{slug}-admin"), User.objects.create(username=f"{slug}-member")
+        Membership.objects.create(user=admin, department=department, role=Role.DEPARTMENT_ADMIN)
+        Membership.objects.create(user=member, department=department, role=Role.RESEARCHER)
+        Project.objects.create(slug=f"{slug}-p", name=slug, department=department).members.add(member)
+
+
+def percentiles(values: list[float]) -> tuple[float, float]:
+    """p50 and p99 in milliseconds (0 when there is none)."""
+    if not values:
+        return 0.0, 0.0
+    ordered = sorted(values)
+    return (round(1000 * ordered[len(ordered) // 2], 2),
+            round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2))
+
+
+def run_contested(*, nodes: int, requests: int, seed_value: int, lifetime: float, quota: int,
+                  burst: float) -> dict[str, Any]:
+    """The contested stream: each request from ``alpha`` or ``beta`` (in bursts, so one borrows while
+    the other is quiet), approved through the real services; each approval is timed, and so is the
+    decision inside it, and sorted by whether it reclaimed, was ordinary or was refused."""
+    import datetime
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from allocations import services
+    from allocations.models import Allocation, Flavor, PriorityClass
+    from allocations.states import HOLDING_STATES
+    from clusters import outbox
+    from kernel.errors import CapacityExceeded, QuotaExceeded
+    from tenants.models import Project
+
+    began_seed = time.perf_counter()
+    seed_contested(nodes=nodes, quota=quota)
+    seeded_s = time.perf_counter() - began_seed
+    vars(outbox)["push_dispatch"] = lambda **kwargs: False  # the approval is measured, not delivery
+    deciding = [0.0]
+    real_decide = vars(services)["admission_decide"]
+
+    def timed_decide(**kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return real_decide(**kwargs)
+        finally:
+            deciding[0] += time.perf_counter() - began
+
+    vars(services)["admission_decide"] = timed_decide  # what approval calls, timed
+    people = {slug: (User.objects.get(username=f"{slug}-member"), User.objects.get(username=f"{slug}-admin"),
+                     Project.objects.get(slug=f"{slug}-p")) for slug in ("alpha", "beta")}
+    priority = PriorityClass.objects.get(name="standard")
+    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    rng = random.Random(seed_value)
+    names = list(STREAM)
+    weights = [STREAM[name][0] for name in names]
+    due: dict[int, list[tuple[str, int]]] = {}
+    times: dict[str, list[float]] = {"ordinary": [], "reclaim": [], "refused": []}
+    decide: dict[str, list[float]] = {"ordinary": [], "reclaim": [], "refused": []}
+    victims = 0
+    current = "alpha"
+    for step in range(requests):
+        for slug, grant in due.pop(step, []):
+            if Allocation.objects.filter(pk=grant, state__in=HOLDING_STATES).exists():  # not reclaimed meanwhile
+                services.allocation_release(actor=people[slug][1], allocation_id=grant)
+        if rng.random() < 1 / burst:  # bursts: the same department asks several times in a row
+            current = "beta" if current == "alpha" else "alpha"
+        name = rng.choices(names, weights)[0]
+        quantity = rng.choice(STREAM[name][1])
+        ends = step + 1 + int(rng.expovariate(1 / lifetime))
+        member, admin, project = people[current]
+        now = timezone.now()
+        allocation = services.allocation_request(
+            actor=member, project=project, flavor=flavors[name], quantity=quantity, priority_class=priority,
+            starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+        )
+        deciding[0] = 0.0
+        began = time.perf_counter()
+        try:
+            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
+            taken = Allocation.objects.filter(reclaimed_for_id=allocation.pk).count()
+            kind = "reclaim" if taken else "ordinary"
+            victims += taken
+            due.setdefault(ends, []).append((current, allocation.pk))
+        except (QuotaExceeded, CapacityExceeded):
+            kind = "refused"
+        elapsed = time.perf_counter() - began
+        times[kind].append(elapsed)
+        decide[kind].append(deciding[0])
+    result: dict[str, Any] = {"nodes": nodes, "requests": requests, "quota": quota, "seed_s": round(seeded_s, 1),
+                              "victims": victims}
+    for kind in times:
+        p50, p99 = percentiles(times[kind])
+        d50, d99 = percentiles(decide[kind])
+        result[kind] = {"count": len(times[kind]), "approve_p50_ms": p50, "approve_p99_ms": p99,
+                        "decide_p50_ms": d50, "decide_p99_ms": d99}
+    return result
+
+
+def contested_main(args: argparse.Namespace) -> None:
+    command = [sys.executable, __file__, "--child", "contested", "--nodes", str(args.nodes), "--requests",
+               str(args.requests), "--seed", str(args.seed), "--lifetime", str(args.lifetime), "--quota", str(args.quota),
+               "--burst", str(args.burst)]
+    result = json.loads(subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+    print(json.dumps(result))
+    ordinary, reclaim = result["ordinary"], result["reclaim"]
+    print(f"contested stream: {args.nodes} nodes ({args.nodes * 8} GPUs), {args.requests} requests, seed {args.seed}, "
+          f"quota {args.quota} GPU-equivalents (alpha and beta guaranteed half each), mean lifetime {args.lifetime:g}")
+    print(f"approvals: {ordinary['count']} ordinary, {reclaim['count']} reclaiming ({result['victims']} victims), "
+          f"{result['refused']['count']} refused")
+    for label, key in (("approval", "approve"), ("decision", "decide")):
+        low, high = ordinary[f"{key}_p50_ms"], ordinary[f"{key}_p99_ms"]
+        print(f"{label} p50/p99: ordinary {low}/{high} ms, reclaiming {reclaim[f'{key}_p50_ms']}/"
+              f"{reclaim[f'{key}_p99_ms']} ms (ratio p50 {reclaim[f'{key}_p50_ms'] / max(low, 0.001):.2f}, "
+              f"p99 {reclaim[f'{key}_p99_ms'] / max(high, 0.001):.2f}; budget 2.00)")
+
+
 def child(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as work:
         setup_django(Path(work))
-        result = run_stream(policy=args.child, nodes=args.nodes, requests=args.requests, seed_value=args.seed,
-                            lifetime=args.lifetime)
+        if args.child == "contested":
+            result = run_contested(nodes=args.nodes, requests=args.requests, seed_value=args.seed,
+                                   lifetime=args.lifetime, quota=args.quota, burst=args.burst)
+        else:
+            result = run_stream(policy=args.child, nodes=args.nodes, requests=args.requests, seed_value=args.seed,
+                                lifetime=args.lifetime)
     print(json.dumps(result))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--nodes", type=int, default=24)
+    parser.add_argument("--nodes", type=int, help="24 (2,500 with --contested)")
     parser.add_argument("--requests", type=int, default=600)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--lifetime", type=float, default=150.0, help="mean lifetime of a grant, in requests")
+    parser.add_argument("--contested", action="store_true", help="two departments borrowing from each other")
+    parser.add_argument("--quota", type=int, default=32, help="--contested: the organisation's GPU-equivalents")
+    parser.add_argument("--burst", type=float, default=20.0, help="--contested: mean requests in a row from one department")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.nodes is None:
+        args.nodes = 2500 if args.contested else 24
     if args.child:
         child(args)
+        return
+    if args.contested:
+        contested_main(args)
         return
     results = {}
     for policy in ("ours", "firstfit"):
