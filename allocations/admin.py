@@ -2,16 +2,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from allocations import services
+from allocations import catalog, services
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
 from audit import actions
 from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
-from kernel.errors import ApplicationError
+from kernel.errors import ApplicationError, FieldError
+from tenants.access import access_for
 
 
 @admin.register(Flavor)
@@ -22,20 +24,95 @@ class FlavorAdmin(AuditedAdmin):
     audit_updated = actions.FLAVOR_UPDATED
 
 
+class CatalogueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Priority classes and quotas change through ``allocations.catalog`` here too: the same rules,
+    the same audit events (``via: admin``) and the same pushes as through the API; only platform
+    admins may change them."""
+
+    def _actor(self, request: HttpRequest) -> User:
+        assert isinstance(request.user, User)
+        return request.user
+
+    def _may_change(self, request: HttpRequest) -> bool:
+        return access_for(request.user).is_platform_admin
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return self._may_change(request) and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may_change(request) and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may_change(request) and super().has_delete_permission(request, obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        for obj in queryset:
+            self.delete_model(request, obj)
+
+
 @admin.register(PriorityClass)
-class PriorityClassAdmin(AuditedAdmin):
-    list_display = ["name", "value", "preemption_policy", "oversubscription_factor"]
-    audit_created = actions.PRIORITY_CLASS_CREATED
-    audit_updated = actions.PRIORITY_CLASS_UPDATED
+class PriorityClassAdmin(CatalogueAdmin):
+    list_display = ["name", "value", "preemption_policy", "oversubscription_factor", "notice_minutes", "preemptible"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["name"] if obj is not None else []  # the Kubernetes object's name
+
+    def save_model(self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        if change:
+            fields = {name: form.cleaned_data[name] for name in form.changed_data}
+            catalog.priority_class_update(actor=self._actor(request), priority_class_id=obj.pk, via="admin", **fields)
+        else:
+            fields = {name: form.cleaned_data[name] for name in form.fields}
+            obj.pk = catalog.priority_class_create(actor=self._actor(request), via="admin", **fields).pk
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        catalog.priority_class_delete(actor=self._actor(request), priority_class_id=obj.pk, via="admin")
+
+
+class QuotaForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = Quota
+        fields = ["department", "flavor", "guaranteed", "limit", "lending_limit"]
+
+    def clean(self) -> dict[str, Any]:
+        """The service's rules, as form errors. The admin's transaction spans the form and the save,
+        so the department chain locked here stays locked until the change commits."""
+        data: dict[str, Any] = super().clean() or {}
+        department = data.get("department") if "department" in self.fields else self.instance.department
+        flavor = data.get("flavor") if "flavor" in self.fields else self.instance.flavor
+        if department is None or data.get("guaranteed") is None or data.get("limit") is None:
+            return data  # a field's own error says what is missing
+        try:
+            catalog.quota_check(department_id=department.pk, flavor=flavor, guaranteed=data["guaranteed"],
+                                limit=data["limit"], lending_limit=data.get("lending_limit"))
+        except FieldError as error:
+            for field, messages in error.fields.items():
+                self.add_error(field if field in self.fields else None, messages)
+        return data
 
 
 @admin.register(Quota)
-class QuotaAdmin(AuditedAdmin):
-    list_display = ["department", "flavor", "guaranteed", "limit"]
+class QuotaAdmin(CatalogueAdmin):
+    form = QuotaForm
+    list_display = ["department", "flavor", "guaranteed", "limit", "lending_limit"]
     list_filter = ["department"]
-    audit_created = actions.QUOTA_SET
-    audit_updated = actions.QUOTA_SET
-    audit_deleted = actions.QUOTA_DELETED
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return ["department", "flavor"] if obj is not None else []  # they name the quota
+
+    def save_model(self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool) -> None:  # type: ignore[type-arg]
+        numbers = {name: form.cleaned_data.get(name) for name in catalog.QUOTA_NUMBERS}
+        if change:
+            catalog.quota_update(actor=self._actor(request), quota_id=obj.pk, via="admin", **numbers)
+        else:
+            obj.pk = catalog.quota_set(
+                actor=self._actor(request), department=obj.department, flavor=obj.flavor, via="admin",
+                guaranteed=form.cleaned_data["guaranteed"], limit=form.cleaned_data["limit"],
+                lending_limit=form.cleaned_data.get("lending_limit"),
+            ).pk
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        catalog.quota_delete(actor=self._actor(request), quota_id=obj.pk, via="admin")
 
 
 @admin.register(Allocation)

@@ -1,5 +1,5 @@
-"""REST endpoints for allocations, flavors, priority classes and quotas. Views stay thin:
-validate, call a selector or service, serialise."""
+"""REST endpoints for allocations and flavors (priority classes and quotas: ``catalog_apis``).
+Views stay thin: validate, call a selector or service, serialise."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
-from tenants.selectors import department_list, project_is_member, project_list
+from tenants.selectors import project_is_member, project_list
 
 # Every write checks the caller's permission before it reads the body (the services check again):
 # a body names its target first when the permission depends on it, and an invisible target reads as
@@ -95,102 +95,6 @@ class FlavorDetailApi(APIView):
         data = validated(FlavorIn, request, partial=True)
         flavor = catalog.flavor_update(actor=actor(request), flavor_id=flavor_id, **data)
         return Response(FlavorOut(flavor).data)
-
-
-class PriorityClassOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    class Meta:
-        model = PriorityClass
-        fields = ["id", "name", "value", "preemption_policy", "oversubscription_factor", "description"]
-
-
-class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.CharField(max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR])
-    value = serializers.IntegerField(min_value=-2147483648, max_value=1000000000)
-    preemption_policy = serializers.ChoiceField(choices=["PreemptLowerPriority", "Never"], default="PreemptLowerPriority")
-    oversubscription_factor = serializers.DecimalField(
-        max_digits=5, decimal_places=2, min_value=Decimal(1), default=Decimal(1)
-    )
-    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
-
-
-class PriorityClassListApi(APIView):
-    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
-
-    @extend_schema(responses={200: PriorityClassOut(many=True), **errors(401, 404)})
-    def get(self, request: Request) -> Response:
-        queryset = selectors.priority_class_list(user=request.user)
-        return paginated(view=self, request=request, queryset=queryset, serializer=PriorityClassOut)
-
-    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut, **errors(400, 401, 403)})
-    def post(self, request: Request) -> Response:
-        require_platform_admin(actor(request), to=CATALOGUE)
-        created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
-        return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
-
-
-class PriorityClassDetailApi(APIView):
-    @extend_schema(responses={200: PriorityClassOut, **errors(401, 404)})
-    def get(self, request: Request, priority_class_id: int) -> Response:
-        found = selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
-        return Response(PriorityClassOut(found).data)
-
-
-class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
-    id = serializers.IntegerField(source="quota.id")
-    department = serializers.SlugRelatedField[Any](source="quota.department", slug_field="slug", read_only=True)
-    department_id = serializers.IntegerField(source="quota.department_id")
-    flavor = serializers.SlugRelatedField[Any](source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
-    flavor_id = serializers.IntegerField(source="quota.flavor_id", allow_null=True)
-    unit = serializers.SerializerMethodField()
-    guaranteed = serializers.DecimalField(source="quota.guaranteed", max_digits=10, decimal_places=4)
-    limit = serializers.DecimalField(source="quota.limit", max_digits=10, decimal_places=4)
-    in_use = serializers.DecimalField(max_digits=14, decimal_places=4)
-    available = serializers.DecimalField(max_digits=14, decimal_places=4)
-
-    def get_unit(self, usage: selectors.QuotaUsage) -> str:
-        return "units" if usage.quota.flavor_id else "gpu_equivalents"
-
-
-class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
-    department = ScopedRelatedField(scope=lambda user: department_list(user=user))
-    flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user), allow_null=True, required=False, default=None)
-    guaranteed = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
-    limit = serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0)
-
-
-class QuotaListApi(APIView):
-    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
-
-    class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        department = IdField(required=False)
-
-    @extend_schema(parameters=[Filter], responses={200: QuotaOut(many=True), **errors(400, 401, 404)})
-    def get(self, request: Request) -> Response:
-        params = filters(self.Filter, request)
-        quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
-        paginator = Pagination()
-        page = paginator.paginate_queryset(quotas, request, view=self) or []
-        return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
-
-    @extend_schema(request=QuotaIn, responses={201: QuotaOut, **errors(400, 401, 403)})
-    def post(self, request: Request) -> Response:
-        target(QuotaIn, request, "department")
-        require_platform_admin(actor(request), to=CATALOGUE)
-        quota = catalog.quota_set(actor=actor(request), **validated(QuotaIn, request))
-        return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data, status=status.HTTP_201_CREATED)
-
-
-class QuotaDetailApi(APIView):
-    @extend_schema(responses={200: QuotaOut, **errors(401, 404)})
-    def get(self, request: Request, quota_id: int) -> Response:
-        quota = selectors.quota_get(user=request.user, quota_id=quota_id)
-        return Response(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
-
-    @extend_schema(responses={204: None, **errors(401, 403, 404)})
-    def delete(self, request: Request, quota_id: int) -> Response:
-        selectors.quota_get(user=request.user, quota_id=quota_id)
-        catalog.quota_delete(actor=actor(request), quota_id=quota_id)
-        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class ReservationOut(serializers.Serializer):  # type: ignore[type-arg]

@@ -1,4 +1,12 @@
-"""Platform-admin writes to the catalogue: flavors, priority classes and department quotas."""
+"""Platform-admin writes to the catalogue: flavors, priority classes and department quotas.
+
+Quotas follow the department tree (see ``allocations.quotas.algebra``): in each scope (a flavor's
+units, or GPU-equivalents), what a department's direct children are guaranteed must fit within its
+limit, or a guarantee would promise capacity the parent may never hand out. :func:`quota_check`
+holds that rule whichever side changes (the parent's limit, a child's guarantee), with the quota's
+own rules, for the API and the Django admin alike; it locks the department chain first, so that
+two edits racing on one subtree are checked one after the other.
+"""
 
 from __future__ import annotations
 
@@ -7,23 +15,42 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
+from django.db.models import Q
 from django.forms.models import model_to_dict
 
-from allocations.models import Flavor, PriorityClass, Quota
+from allocations.models import Allocation, Flavor, PriorityClass, Quota
 from audit import actions
 from audit.services import audit_record
-from kernel.errors import FieldError
-from tenants.access import require_platform_admin
+from clusters.models import Cluster
+from clusters.outbox import push_enqueue
+from kernel.errors import Conflict, FieldError
+from tenants.access import department_chain, require_platform_admin
 from tenants.models import Department
+
+CATALOGUE = "change the catalogue"
+# What a Kubernetes PriorityClass carries (``delivery.rendering.render_priority_class``): changing
+# one of these re-pushes the cluster-wide objects; the others only matter to the portal's admission.
+PUSHED_FIELDS = frozenset({"value", "preemption_policy", "description"})
+QUOTA_NUMBERS = ("guaranteed", "limit", "lending_limit")
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
     return {key: (str(value) if isinstance(value, Decimal) else value) for key, value in data.items()}
 
 
+def _number(value: Decimal) -> str:
+    """``12.0000`` → ``12``, ``0.5000`` → ``0.5``."""
+    return format(value.normalize(), "f")
+
+
+def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    changed = [key for key in after if after[key] != before.get(key)]
+    return {key: before.get(key) for key in changed}, {key: after[key] for key in changed}
+
+
 @transaction.atomic
 def flavor_create(*, actor: User, **fields: Any) -> Flavor:
-    require_platform_admin(actor, to="change the catalogue")
+    require_platform_admin(actor, to=CATALOGUE)
     flavor = Flavor(**fields)
     flavor.full_clean()
     flavor.save()
@@ -33,38 +60,214 @@ def flavor_create(*, actor: User, **fields: Any) -> Flavor:
 
 @transaction.atomic
 def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
-    require_platform_admin(actor, to="change the catalogue")
+    require_platform_admin(actor, to=CATALOGUE)
     flavor = Flavor.objects.select_for_update().get(pk=flavor_id)
     before = _plain(model_to_dict(flavor))
     for name, value in fields.items():
         setattr(flavor, name, value)
     flavor.full_clean()
     flavor.save()
-    after = _plain(model_to_dict(flavor))
-    changed = [key for key in after if after[key] != before.get(key)]
-    audit_record(
-        actor=actor,
-        action=actions.FLAVOR_UPDATED,
-        target=flavor,
-        before={key: before[key] for key in changed},
-        after={key: after[key] for key in changed},
-    )
+    was, now = _changes(before, _plain(model_to_dict(flavor)))
+    audit_record(actor=actor, action=actions.FLAVOR_UPDATED, target=flavor, before=was, after=now)
     return flavor
 
 
+# ----------------------------------------------------------------------------- priority classes
+
+
+def cluster_objects_enqueue() -> int:
+    """Queue a push of the cluster-wide objects (the PriorityClasses among them) to every active
+    cluster, in this transaction; returns how many were queued. Call it before the audit event."""
+    cluster_ids = list(Cluster.objects.filter(is_active=True).order_by("pk").values_list("pk", flat=True))
+    for cluster_id in cluster_ids:
+        push_enqueue(cluster_id=cluster_id, project_id=None)
+    return len(cluster_ids)
+
+
 @transaction.atomic
-def priority_class_create(*, actor: User, **fields: Any) -> PriorityClass:
-    require_platform_admin(actor, to="change the catalogue")
+def priority_class_create(*, actor: User, via: str = "api", **fields: Any) -> PriorityClass:
+    require_platform_admin(actor, to=CATALOGUE)
     priority_class = PriorityClass(**fields)
     priority_class.full_clean()
     priority_class.save()
+    pushes = cluster_objects_enqueue()
     audit_record(
         actor=actor,
         action=actions.PRIORITY_CLASS_CREATED,
         target=priority_class,
         after=_plain(model_to_dict(priority_class)),
+        details={"via": via, "pushes": pushes},
     )
     return priority_class
+
+
+@transaction.atomic
+def priority_class_update(*, actor: User, priority_class_id: int, via: str = "api", **fields: Any) -> PriorityClass:
+    """Change a priority class. Its name is the Kubernetes object's name, which grants and pods refer
+    to: it cannot change (create another class instead). A change to what the cluster's
+    PriorityClass carries is pushed to every active cluster."""
+    require_platform_admin(actor, to=CATALOGUE)
+    priority_class = PriorityClass.objects.select_for_update().get(pk=priority_class_id)
+    name = fields.pop("name", priority_class.name)
+    if name != priority_class.name:
+        raise FieldError(
+            "name", f"The name of priority class {priority_class.name} is its Kubernetes object's name and cannot "
+            "change; create a new class instead.",
+        )
+    before = _plain(model_to_dict(priority_class))
+    for field, value in fields.items():
+        setattr(priority_class, field, value)
+    priority_class.full_clean()
+    priority_class.save()
+    was, now = _changes(before, _plain(model_to_dict(priority_class)))
+    pushes = cluster_objects_enqueue() if PUSHED_FIELDS & set(now) else 0
+    audit_record(
+        actor=actor, action=actions.PRIORITY_CLASS_UPDATED, target=priority_class, before=was, after=now,
+        details={"via": via, "pushes": pushes},
+    )
+    return priority_class
+
+
+@transaction.atomic
+def priority_class_delete(*, actor: User, priority_class_id: int, via: str = "api") -> None:
+    """Remove a priority class no allocation refers to (a past one included: the record keeps its
+    class), and the PriorityClass from every active cluster."""
+    require_platform_admin(actor, to=CATALOGUE)
+    priority_class = PriorityClass.objects.select_for_update().get(pk=priority_class_id)
+    used = Allocation.objects.filter(priority_class=priority_class).count()
+    if used:
+        raise Conflict(
+            f"Priority class {priority_class.name} is used by {used} allocation(s); it cannot be removed.",
+            details={"priority_class": priority_class.name, "allocations": used},
+        )
+    before = _plain(model_to_dict(priority_class))
+    pushes = cluster_objects_enqueue()  # pushed after the commit, when the class is gone: the push prunes it
+    audit_record(
+        actor=actor, action=actions.PRIORITY_CLASS_DELETED, target=priority_class, before=before,
+        details={"via": via, "pushes": pushes},
+    )
+    priority_class.delete()
+
+
+# ----------------------------------------------------------------------------------- quotas
+
+
+def _scope(flavor_id: int | None) -> Q:
+    return Q(flavor_id=flavor_id) if flavor_id is not None else Q(flavor__isnull=True)
+
+
+def _guarantees(department_ids: list[int], flavor_id: int | None) -> dict[str, Decimal]:
+    """``{department slug: guarantee}`` of the quotas of these departments in one scope."""
+    rows = Quota.objects.filter(_scope(flavor_id), department_id__in=department_ids)
+    return dict(rows.order_by("department__slug").values_list("department__slug", "guaranteed"))
+
+
+def _listed(guarantees: dict[str, Decimal]) -> str:
+    return ", ".join(f"{slug} {_number(value)}" for slug, value in guarantees.items())
+
+
+def _refuse(field: str, message: str, **details: Any) -> FieldError:
+    error = FieldError(field, message)
+    error.details = {key: (_number(value) if isinstance(value, Decimal) else value) for key, value in details.items()}
+    return error
+
+
+def quota_check(
+    *,
+    department_id: int,
+    flavor: Flavor | None,
+    guaranteed: Decimal,
+    limit: Decimal,
+    lending_limit: Decimal | None,
+    lock: bool = True,
+) -> None:
+    """Raise a ``FieldError`` (400 naming the field, ``details`` with the numbers) unless these numbers
+    may be the quota of ``department_id`` in ``flavor``'s scope: the guarantee within the limit, the
+    lending limit within the guarantee, whole units for a flavor, its children's guarantees within
+    its limit, and its guarantee with its siblings' within its parent's limit. ``lock`` row-locks the
+    department chain first (in a transaction): it stays locked until the change commits."""
+    if guaranteed > limit:
+        raise _refuse("guaranteed", f"The guarantee {_number(guaranteed)} is above the limit {_number(limit)}.",
+                      guaranteed=guaranteed, limit=limit)
+    if lending_limit is not None and lending_limit > guaranteed:
+        raise _refuse(
+            "lending_limit",
+            f"The lending limit {_number(lending_limit)} is above the guarantee {_number(guaranteed)}: "
+            "a department lends only what it is guaranteed.",
+            lending_limit=lending_limit, guaranteed=guaranteed,
+        )
+    if flavor is not None:
+        for name, value in (("guaranteed", guaranteed), ("limit", limit), ("lending_limit", lending_limit)):
+            if value is not None and value != value.to_integral_value():
+                raise FieldError(name, "A flavor quota counts whole units.")
+    chain, parents = department_chain(department_id=department_id, lock=lock)
+    flavor_id = flavor.pk if flavor is not None else None
+    children = _guarantees([child for child, parent in parents.items() if parent == department_id], flavor_id)
+    promised = sum(children.values(), Decimal(0))
+    if promised > limit:
+        raise _refuse(
+            "limit",
+            f"The limit {_number(limit)} is below the {_number(promised)} its children are guaranteed ({_listed(children)}).",
+            limit=limit, children_guaranteed=promised, children={slug: _number(value) for slug, value in children.items()},
+        )
+    parent_id = parents.get(department_id)
+    above = Quota.objects.filter(_scope(flavor_id), department_id=parent_id).first() if parent_id else None
+    if above is None:
+        return
+    parent = next(department for department in chain if department.pk == parent_id)
+    siblings = _guarantees(
+        [child for child, up in parents.items() if up == parent_id and child != department_id], flavor_id
+    )
+    others = sum(siblings.values(), Decimal(0))
+    if others + guaranteed > above.limit:
+        listed = f" ({_listed(siblings)})" if siblings else ""
+        raise _refuse(
+            "guaranteed",
+            f"The guarantee {_number(guaranteed)} and the {_number(others)} the other children of {parent.slug} are "
+            f"guaranteed{listed} come to {_number(others + guaranteed)}, above {parent.slug}'s limit {_number(above.limit)}.",
+            guaranteed=guaranteed, siblings_guaranteed=others, parent=parent.slug, parent_limit=above.limit,
+            siblings={slug: _number(value) for slug, value in siblings.items()},
+        )
+
+
+def _quota_numbers(quota: Quota) -> dict[str, Any]:
+    return {
+        "flavor": quota.flavor.name if quota.flavor else None,
+        **{name: (_number(getattr(quota, name)) if getattr(quota, name) is not None else None) for name in QUOTA_NUMBERS},
+    }
+
+
+def _quota_save(*, actor: User, quota: Quota, numbers: dict[str, Decimal | None], via: str) -> Quota:
+    """Check, save and audit ``quota`` (locked, or new) with ``numbers``; the caller has locked the
+    department chain already."""
+    values = {name: numbers.get(name, getattr(quota, name)) for name in QUOTA_NUMBERS}
+    guaranteed, limit = values["guaranteed"], values["limit"]
+    assert guaranteed is not None and limit is not None
+    quota_check(department_id=quota.department_id, flavor=quota.flavor, guaranteed=guaranteed, limit=limit,
+                lending_limit=values["lending_limit"], lock=False)
+    created = quota.pk is None
+    before = {} if created else _quota_numbers(quota)
+    for name, value in values.items():
+        setattr(quota, name, value)
+    quota.full_clean()
+    quota.save()
+    after = _quota_numbers(quota)
+    if not created:
+        before, changed = _changes(before, after)
+        after = {"flavor": after["flavor"], **changed}
+    audit_record(
+        actor=actor, action=actions.QUOTA_SET, target=quota, department_id=quota.department_id,
+        before=before, after=after, details={"via": via},
+    )
+    return quota
+
+
+def _quota_lock(quota_id: int) -> Quota:
+    """The quota's department chain, then the quota itself, locked (the order of ``kernel.locks``)."""
+    department_id = Quota.objects.values_list("department_id", flat=True).get(pk=quota_id)
+    department_chain(department_id=department_id, lock=True)
+    # of=("self",): PostgreSQL refuses FOR UPDATE on the nullable side of the outer join to the flavor.
+    return Quota.objects.select_for_update(of=("self",)).select_related("flavor").get(pk=quota_id)
 
 
 @transaction.atomic
@@ -75,49 +278,39 @@ def quota_set(
     flavor: Flavor | None,
     guaranteed: Decimal,
     limit: Decimal,
+    lending_limit: Decimal | None = None,
+    via: str = "api",
 ) -> Quota:
-    """Create or change the quota of ``department`` for ``flavor`` (None: GPU-equivalents)."""
-    require_platform_admin(actor, to="change the catalogue")
-    if guaranteed > limit:
-        raise FieldError("guaranteed", "The guaranteed amount may not exceed the limit.")
-    if flavor is not None:
-        for name, value in (("guaranteed", guaranteed), ("limit", limit)):
-            if value != value.to_integral_value():
-                raise FieldError(name, "A flavor quota counts whole units.")
-    Department.objects.select_for_update().filter(pk=department.pk).get()
-    quota = Quota.objects.filter(department=department, flavor=flavor).first()
-    before = {"guaranteed": str(quota.guaranteed), "limit": str(quota.limit)} if quota else {}
+    """Create or change the quota of ``department`` for ``flavor`` (None: GPU-equivalents); every
+    number is set (``lending_limit`` None: the department lends all of its unused guarantee)."""
+    require_platform_admin(actor, to=CATALOGUE)
+    department_chain(department_id=department.pk, lock=True)
+    scope = _scope(flavor.pk if flavor else None)
+    quota = Quota.objects.select_for_update(of=("self",)).select_related("flavor").filter(scope, department=department).first()
     if quota is None:
-        quota = Quota(department=department, flavor=flavor, guaranteed=guaranteed, limit=limit)
-    else:
-        quota.guaranteed, quota.limit = guaranteed, limit
-    quota.full_clean()
-    quota.save()
-    audit_record(
-        actor=actor,
-        action=actions.QUOTA_SET,
-        target=quota,
-        department_id=department.pk,
-        before=before,
-        after={
-            "flavor": flavor.name if flavor else None,
-            "guaranteed": str(guaranteed),
-            "limit": str(limit),
-        },
-    )
-    return quota
+        quota = Quota(department=department, flavor=flavor)
+    numbers = {"guaranteed": guaranteed, "limit": limit, "lending_limit": lending_limit}
+    return _quota_save(actor=actor, quota=quota, numbers=numbers, via=via)
 
 
 @transaction.atomic
-def quota_delete(*, actor: User, quota_id: int) -> None:
-    require_platform_admin(actor, to="change the catalogue")
-    # of=("self",): PostgreSQL refuses FOR UPDATE on the nullable side of the outer join to the flavor.
-    quota = Quota.objects.select_for_update(of=("self",)).select_related("flavor").get(pk=quota_id)
+def quota_update(*, actor: User, quota_id: int, via: str = "api", **numbers: Decimal | None) -> Quota:
+    """Change some of a quota's numbers (``guaranteed``, ``limit``, ``lending_limit``); the others stay."""
+    require_platform_admin(actor, to=CATALOGUE)
+    unknown = set(numbers) - set(QUOTA_NUMBERS)
+    if unknown:
+        raise TypeError(f"quota_update() got unexpected fields {sorted(unknown)}")
+    return _quota_save(actor=actor, quota=_quota_lock(quota_id), numbers=numbers, via=via)
+
+
+@transaction.atomic
+def quota_delete(*, actor: User, quota_id: int, via: str = "api") -> None:
+    """Remove a quota (its department's children's guarantees then fit no limit of it; its own
+    guarantee stops counting against its parent's limit)."""
+    require_platform_admin(actor, to=CATALOGUE)
+    quota = _quota_lock(quota_id)
     audit_record(
-        actor=actor,
-        action=actions.QUOTA_DELETED,
-        target=quota,
-        department_id=quota.department_id,
-        before={"flavor": quota.flavor.name if quota.flavor else None, "guaranteed": str(quota.guaranteed), "limit": str(quota.limit)},
+        actor=actor, action=actions.QUOTA_DELETED, target=quota, department_id=quota.department_id,
+        before=_quota_numbers(quota), details={"via": via},
     )
     quota.delete()

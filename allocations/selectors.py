@@ -175,6 +175,11 @@ class QuotaUsage:
     def available(self) -> Decimal:
         return max(self.quota.limit - self.in_use, Decimal(0))
 
+    @property
+    def borrowed(self) -> Decimal:
+        """What the department uses beyond its guarantee: capacity lent by others, which may be reclaimed."""
+        return max(self.in_use - self.quota.guaranteed, Decimal(0))
+
 
 def quota_list(*, user: AbstractBaseUser | AnonymousUser, department_id: int | None = None) -> QuerySet[Quota]:
     access = access_for(user)

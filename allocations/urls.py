@@ -4,19 +4,19 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, change_apis, preview_apis
+from allocations import apis, catalog_apis, change_apis, preview_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
     path("flavors/<int:flavor_id>/", apis.FlavorDetailApi.as_view(), name="api-flavor"),
-    path("priority-classes/", apis.PriorityClassListApi.as_view(), name="api-priority-classes"),
+    path("priority-classes/", catalog_apis.PriorityClassListApi.as_view(), name="api-priority-classes"),
     path(
         "priority-classes/<int:priority_class_id>/",
-        apis.PriorityClassDetailApi.as_view(),
+        catalog_apis.PriorityClassDetailApi.as_view(),
         name="api-priority-class",
     ),
-    path("quotas/", apis.QuotaListApi.as_view(), name="api-quotas"),
-    path("quotas/<int:quota_id>/", apis.QuotaDetailApi.as_view(), name="api-quota"),
+    path("quotas/", catalog_apis.QuotaListApi.as_view(), name="api-quotas"),
+    path("quotas/<int:quota_id>/", catalog_apis.QuotaDetailApi.as_view(), name="api-quota"),
     path("allocations/", apis.AllocationListApi.as_view(), name="api-allocations"),
     path("allocations/<int:allocation_id>/", apis.AllocationDetailApi.as_view(), name="api-allocation"),
     path("allocations/<int:allocation_id>/approve/", apis.AllocationApproveApi.as_view(), name="api-allocation-approve"),

@@ -66,6 +66,8 @@ CREATE_FLAVOR = codes(     403,      403,     403,     403,     403,    403,    
 PLATFORM_CREATES = CREATE_FLAVOR
 PLATFORM_CHANGES = codes(  403,      403,     403,     403,     403,    403,     200,   404,  401)
 PLATFORM_DELETES = codes(  403,      403,     404,     404,     404,    403,     204,   404,  401)
+PLATFORM_CHANGES_NLP = codes(403,    403,     404,     404,     404,    403,     200,   404,  401)
+PLATFORM_DELETES_ANY = codes(403,    403,     403,     403,     403,    403,     204,   404,  401)
 SET_QUOTA_IN_NLP = codes(  403,      403,     400,     400,     400,    403,     201,   400,  401)
 PLATFORM_PUTS = codes(     403,      403,     403,     403,     403,    403,     204,   404,  401)
 PLATFORM_QUEUES = codes(   403,      403,     403,     403,     403,    403,     202,   404,  401)
@@ -171,10 +173,17 @@ ROWS = [
     Row("api-priority-classes", "get", SIGNED_IN),
     Row("api-priority-classes", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "gpu-urgent", "value": 5000}),
     Row("api-priority-class", "get", ANY_ROLE, kwargs=lambda s: {"priority_class_id": s.world.standard.pk}),
+    Row("api-priority-class", "patch", PLATFORM_CHANGES, kwargs=lambda s: {"priority_class_id": s.world.standard.pk},
+        body=lambda s, p: {"description": "Standard", "notice_minutes": 30}),
+    # gpu-preemptible: no allocation of the scene uses it
+    Row("api-priority-class", "delete", PLATFORM_DELETES_ANY,
+        kwargs=lambda s: {"priority_class_id": s.world.preemptible.pk}),
     Row("api-quotas", "get", SIGNED_IN),
     Row("api-quotas", "post", SET_QUOTA_IN_NLP,
         body=lambda s, p: {"department": s.world.nlp.pk, "flavor": s.world.h100.pk, "guaranteed": "0", "limit": "2"}),
     Row("api-quota", "get", READ_NLP, kwargs=lambda s: {"quota_id": s.quota.pk}),
+    Row("api-quota", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"quota_id": s.quota.pk},
+        body=lambda s, p: {"guaranteed": "2", "limit": "9"}),
     Row("api-quota", "delete", PLATFORM_DELETES, kwargs=lambda s: {"quota_id": s.quota.pk}),
     # allocations
     Row("api-allocations", "get", SIGNED_IN),

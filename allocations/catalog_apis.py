@@ -1,0 +1,208 @@
+"""REST endpoints for priority classes and department quotas (the flavors' are in ``apis``).
+
+Reads are open to everyone with a role (quotas within their departments); writes to platform
+admins. Each write checks visibility (404), then the role (403), and only then reads the body; the
+services check the role again and hold the rules (``allocations.catalog``)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from allocations import catalog, selectors
+from allocations.models import PreemptionPolicy, PriorityClass
+from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
+from kernel.api.openapi import errors
+from kernel.api.pagination import Pagination
+from tenants.access import require_platform_admin
+from tenants.models import NAMESPACE_SLUG_VALIDATOR
+from tenants.selectors import department_list
+
+CATALOGUE = catalog.CATALOGUE
+
+
+class PriorityClassOut(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = PriorityClass
+        fields = [
+            "id", "name", "value", "preemption_policy", "oversubscription_factor", "description", "notice_minutes",
+            "preemptible",
+        ]
+
+
+class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(
+        max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR],
+        help_text="The Kubernetes PriorityClass's name; it cannot change once created.",
+    )
+    value = serializers.IntegerField(min_value=-2147483648, max_value=1000000000)
+    preemption_policy = serializers.ChoiceField(choices=PreemptionPolicy.choices, default=PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
+    oversubscription_factor = serializers.DecimalField(
+        max_digits=5, decimal_places=2, min_value=Decimal(1), default=Decimal(1)
+    )
+    description = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    notice_minutes = serializers.IntegerField(
+        min_value=0, max_value=10080, required=False, default=15,
+        help_text="How long a grant of this class keeps running after it is chosen for reclaim.",
+    )
+    preemptible = serializers.BooleanField(
+        required=False, default=False, help_text="Grants of this class are reclaimed without notice."
+    )
+
+
+class PriorityClassListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    @extend_schema(responses={200: PriorityClassOut(many=True), **errors(401, 404)})
+    def get(self, request: Request) -> Response:
+        queryset = selectors.priority_class_list(user=request.user)
+        return paginated(view=self, request=request, queryset=queryset, serializer=PriorityClassOut)
+
+    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut, **errors(400, 401, 403)})
+    def post(self, request: Request) -> Response:
+        require_platform_admin(actor(request), to=CATALOGUE)
+        created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
+        return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
+
+
+class PriorityClassDetailApi(APIView):
+    @extend_schema(responses={200: PriorityClassOut, **errors(401, 404)})
+    def get(self, request: Request, priority_class_id: int) -> Response:
+        found = selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
+        return Response(PriorityClassOut(found).data)
+
+    @extend_schema(
+        request=PriorityClassIn(partial=True),
+        responses={200: PriorityClassOut, **errors(400, 401, 403, 404)},
+        description="Change a priority class; a change of value, preemption policy or description is pushed to "
+        "every active cluster. The name cannot change (400 naming `name`).",
+    )
+    def patch(self, request: Request, priority_class_id: int) -> Response:
+        selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
+        require_platform_admin(actor(request), to=CATALOGUE)
+        data = validated(PriorityClassIn, request, partial=True)
+        changed = catalog.priority_class_update(actor=actor(request), priority_class_id=priority_class_id, **data)
+        return Response(PriorityClassOut(changed).data)
+
+    @extend_schema(
+        responses={204: None, **errors(401, 403, 404, 409)},
+        description="Remove a priority class no allocation refers to (409 otherwise) and its PriorityClass from "
+        "every active cluster.",
+    )
+    def delete(self, request: Request, priority_class_id: int) -> Response:
+        selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
+        catalog.priority_class_delete(actor=actor(request), priority_class_id=priority_class_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+def _amount(**kwargs: Any) -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=14, decimal_places=4, **kwargs)
+
+
+class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField(source="quota.id")
+    department = serializers.SlugRelatedField[Any](source="quota.department", slug_field="slug", read_only=True)
+    department_id = serializers.IntegerField(source="quota.department_id")
+    flavor = serializers.SlugRelatedField[Any](source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
+    flavor_id = serializers.IntegerField(source="quota.flavor_id", allow_null=True)
+    unit = serializers.SerializerMethodField()
+    guaranteed = serializers.DecimalField(source="quota.guaranteed", max_digits=10, decimal_places=4)
+    limit = serializers.DecimalField(source="quota.limit", max_digits=10, decimal_places=4)
+    lending_limit = serializers.DecimalField(
+        source="quota.lending_limit", max_digits=10, decimal_places=4, allow_null=True,
+        help_text="How much of its unused guarantee the department lends to its siblings; null: all of it.",
+    )
+    in_use = _amount(help_text="What the department's whole subtree holds now.")
+    available = _amount(help_text="The limit less what is in use, never negative.")
+    borrowed = _amount(help_text="What is in use beyond the guarantee (lent by others, may be reclaimed), never negative.")
+
+    def get_unit(self, usage: selectors.QuotaUsage) -> str:
+        return "units" if usage.quota.flavor_id else "gpu_equivalents"
+
+
+def _number_in(**kwargs: Any) -> serializers.DecimalField:
+    return serializers.DecimalField(max_digits=10, decimal_places=4, min_value=0, **kwargs)
+
+
+LENDING_HELP = "How much of its unused guarantee the department lends to its siblings; null: all of it."
+
+
+class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
+    department = ScopedRelatedField(scope=lambda user: department_list(user=user))
+    flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user), allow_null=True, required=False, default=None)
+    guaranteed = _number_in()
+    limit = _number_in()
+    lending_limit = _number_in(allow_null=True, required=False, default=None, help_text=LENDING_HELP)
+
+
+class QuotaNumbersIn(serializers.Serializer):  # type: ignore[type-arg]
+    """A quota's numbers; its department and flavor name it and do not change."""
+
+    guaranteed = _number_in()
+    limit = _number_in()
+    lending_limit = _number_in(allow_null=True, help_text=LENDING_HELP)
+
+
+QUOTA_RULES = (
+    " The guarantee may not exceed the limit, nor the lending limit the guarantee; the guarantees of a "
+    "department's children in the same scope must fit within its limit (400 naming `limit` or `guaranteed`, "
+    "with the numbers)."
+)
+
+
+def _quota_out(quota: Any) -> dict[str, Any]:
+    return dict(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
+
+
+class QuotaListApi(APIView):
+    pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+
+    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+        department = IdField(required=False)
+
+    @extend_schema(parameters=[Filter], responses={200: QuotaOut(many=True), **errors(400, 401, 404)})
+    def get(self, request: Request) -> Response:
+        params = filters(self.Filter, request)
+        quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
+        paginator = Pagination()
+        page = paginator.paginate_queryset(quotas, request, view=self) or []
+        return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
+
+    @extend_schema(
+        request=QuotaIn, responses={201: QuotaOut, **errors(400, 401, 403)},
+        description="Set the quota of a department for a flavor (or for GPU-equivalents): created, or replaced."
+        + QUOTA_RULES,
+    )
+    def post(self, request: Request) -> Response:
+        target(QuotaIn, request, "department")
+        require_platform_admin(actor(request), to=CATALOGUE)
+        quota = catalog.quota_set(actor=actor(request), **validated(QuotaIn, request))
+        return Response(_quota_out(quota), status=status.HTTP_201_CREATED)
+
+
+class QuotaDetailApi(APIView):
+    @extend_schema(responses={200: QuotaOut, **errors(401, 404)})
+    def get(self, request: Request, quota_id: int) -> Response:
+        return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id)))
+
+    @extend_schema(
+        request=QuotaNumbersIn(partial=True), responses={200: QuotaOut, **errors(400, 401, 403, 404)},
+        description="Change some of a quota's numbers; the others stay." + QUOTA_RULES,
+    )
+    def patch(self, request: Request, quota_id: int) -> Response:
+        selectors.quota_get(user=request.user, quota_id=quota_id)
+        require_platform_admin(actor(request), to=CATALOGUE)
+        data = validated(QuotaNumbersIn, request, partial=True)
+        return Response(_quota_out(catalog.quota_update(actor=actor(request), quota_id=quota_id, **data)))
+
+    @extend_schema(responses={204: None, **errors(401, 403, 404)})
+    def delete(self, request: Request, quota_id: int) -> Response:
+        selectors.quota_get(user=request.user, quota_id=quota_id)
+        catalog.quota_delete(actor=actor(request), quota_id=quota_id)
+        return Response(status=status.HTTP_204_NO_CONTENT)
