@@ -107,9 +107,11 @@ def _amount(**kwargs: Any) -> serializers.DecimalField:
 
 class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
     id = serializers.IntegerField(source="quota.id")
-    department = serializers.SlugRelatedField[Any](source="quota.department", slug_field="slug", read_only=True)
+    department = serializers.CharField(source="quota.department.slug", read_only=True)
     department_id = serializers.IntegerField(source="quota.department_id")
-    flavor = serializers.SlugRelatedField[Any](source="quota.flavor", slug_field="name", read_only=True, allow_null=True)
+    flavor = serializers.CharField(
+        source="quota.flavor.name", read_only=True, allow_null=True, help_text="null: a quota of GPU-equivalents."
+    )
     flavor_id = serializers.IntegerField(source="quota.flavor_id", allow_null=True)
     unit = serializers.SerializerMethodField()
     guaranteed = serializers.DecimalField(source="quota.guaranteed", max_digits=10, decimal_places=4)
