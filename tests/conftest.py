@@ -10,6 +10,7 @@ Personas: ``nlp_member`` (researcher in nlp, member of project nlp-llm), ``nlp_a
 from __future__ import annotations
 
 import datetime
+import importlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,6 +69,18 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 @pytest.fixture(autouse=True)
 def _manifests_in_tmp(settings: Any, tmp_path: Any) -> None:
     settings.GPUPORTAL_MANIFESTS_DIR = tmp_path / "manifests"
+
+
+@pytest.fixture(autouse=True)
+def _celery_join_flag() -> Iterator[None]:
+    """Without a broker, tasks run eagerly: Celery marks "inside a task" with a process-wide flag
+    that it saves and restores around each one, so eager tasks ending on several threads at once
+    (the concurrency tests) can leave it set, and a later test's ``.apply().get()`` would refuse.
+    Put it back after every test."""
+    state = importlib.import_module("celery._state")  # not in Celery's type stubs
+    before = state.task_join_will_block()
+    yield
+    state._set_task_join_will_block(before)
 
 
 @dataclass

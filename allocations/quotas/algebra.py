@@ -324,10 +324,15 @@ def grants_beyond(tree: Tree, grants: list[Grant], *, line: str) -> set[int]:
     by_department: dict[int, list[Grant]] = defaultdict(list)
     for grant in grants:
         by_department[grant.department_id].append(grant)
+    holdings = _Holdings(tree, grants)
     out: set[int] = set()
     for (department, scope), limit in tree.limits.items():
         members = [g for d in tree.subtree(department) for g in by_department.get(d, ())]
-        out |= _ranked_beyond(members, scope=scope, line=getattr(limit, line))
+        edge = getattr(limit, line)
+        if line == "guaranteed":  # less what the department's idle teams keep and do not lend
+            used = sum((g.amounts.get(scope, ZERO) for g in members), ZERO)
+            edge = max(edge - (holdings.inner(department, scope, {}) - used), ZERO)
+        out |= _ranked_beyond(members, scope=scope, line=edge)
     return out
 
 

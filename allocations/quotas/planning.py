@@ -304,6 +304,11 @@ def admission_decide(
             checks = [_check_details(check, names=names, flavor=flavor) for check in quick]
             return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=checks, attempt=attempt)
     grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable)
+    quota_only = algebra.plan(tree, grants, ask)
+    if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
+        checks = [_check_details(check, names=names, flavor=flavor) for check in quota_only.checks]
+        return Decision(plan=quota_only, checks=checks,
+                        refusal=_quota_refusal(check=quota_only.failing[0], names=names, flavor=flavor))
     room = _Room(allocation=allocation, clusters=clusters, promised=promised)
     capacity = None
     if room.clusters and not room.fits(frozenset()):

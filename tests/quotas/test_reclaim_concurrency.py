@@ -10,9 +10,8 @@ can only be admitted by taking back what ``vision`` borrowed.
 from __future__ import annotations
 
 import datetime
-import importlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from decimal import Decimal
 
 import pytest
@@ -36,16 +35,6 @@ pytestmark = [requires_postgres(), pytest.mark.django_db(transaction=True)]
 
 APPROVALS = 50
 
-
-@pytest.fixture(autouse=True)
-def _celery_join_flag() -> Iterator[None]:
-    """Without a broker, tasks run eagerly: Celery marks "inside a task" with a process-wide flag
-    that it saves and restores around each one, so eager tasks ending on several threads at once
-    can leave it set, and a later test's ``.apply().get()`` would refuse. Put it back."""
-    state = importlib.import_module("celery._state")  # not in Celery's type stubs
-    before = state.task_join_will_block()
-    yield
-    state._set_task_join_will_block(before)
 
 LIMITS = {"acme": Decimal(12), "nlp": Decimal(12), "vision": Decimal(12)}
 
