@@ -2,7 +2,8 @@
 
 Quotas follow the department tree (see ``allocations.quotas.algebra``): in each scope (a flavor's
 units, or GPU-equivalents), what a department's direct children are guaranteed must fit within its
-limit, or a guarantee would promise capacity the parent may never hand out. :func:`quota_check`
+limit at the top of the scope (no quota above it), and within its own guarantee below that
+(guarantees nest), or a guarantee would promise capacity the parent may never hand out. :func:`quota_check`
 holds that rule whichever side changes (the parent's limit, a child's guarantee), with the quota's
 own rules, for the API and the Django admin alike; it locks the department chain first, so that
 two edits racing on one subtree are checked one after the other.
@@ -204,30 +205,52 @@ def quota_check(
     flavor_id = flavor.pk if flavor is not None else None
     children = _guarantees([child for child, parent in parents.items() if parent == department_id], flavor_id)
     promised = sum(children.values(), Decimal(0))
-    if promised > limit:
+    nested = _backed(department_id=department_id, flavor_id=flavor_id, parents=parents)
+    field, room = ("guaranteed", guaranteed) if nested else ("limit", limit)
+    if promised > room:
+        what = "guarantee" if nested else "limit"
+        why = " (guarantees nest: a department promises its teams no more than it is promised)" if nested else ""
         raise _refuse(
-            "limit",
-            f"The limit {_number(limit)} is below the {_number(promised)} its children are guaranteed ({_listed(children)}).",
-            limit=limit, children_guaranteed=promised, children={slug: _number(value) for slug, value in children.items()},
+            field,
+            f"The {what} {_number(room)} is below the {_number(promised)} its children are guaranteed "
+            f"({_listed(children)}){why}.",
+            **{field: room}, children_guaranteed=promised,
+            children={slug: _number(value) for slug, value in children.items()},
         )
     parent_id = parents.get(department_id)
     above = Quota.objects.filter(_scope(flavor_id), department_id=parent_id).first() if parent_id else None
-    if above is None:
+    if above is None or parent_id is None:
         return
     parent = next(department for department in chain if department.pk == parent_id)
     siblings = _guarantees(
         [child for child, up in parents.items() if up == parent_id and child != department_id], flavor_id
     )
     others = sum(siblings.values(), Decimal(0))
-    if others + guaranteed > above.limit:
+    parent_nested = _backed(department_id=parent_id, flavor_id=flavor_id, parents=parents)
+    ceiling = above.guaranteed if parent_nested else above.limit
+    if others + guaranteed > ceiling:
         listed = f" ({_listed(siblings)})" if siblings else ""
+        what = "guarantee" if parent_nested else "limit"
         raise _refuse(
             "guaranteed",
             f"The guarantee {_number(guaranteed)} and the {_number(others)} the other children of {parent.slug} are "
-            f"guaranteed{listed} come to {_number(others + guaranteed)}, above {parent.slug}'s limit {_number(above.limit)}.",
-            guaranteed=guaranteed, siblings_guaranteed=others, parent=parent.slug, parent_limit=above.limit,
+            f"guaranteed{listed} come to {_number(others + guaranteed)}, above {parent.slug}'s {what} {_number(ceiling)}.",
+            guaranteed=guaranteed, siblings_guaranteed=others, parent=parent.slug,
+            **{f"parent_{'guaranteed' if parent_nested else 'limit'}": ceiling},
             siblings={slug: _number(value) for slug, value in siblings.items()},
         )
+
+
+def _backed(*, department_id: int, flavor_id: int | None, parents: dict[int, int | None]) -> bool:
+    """Whether a department above ``department_id`` has a quota in this scope: then its guarantee is
+    what it can promise its children (guarantees nest); at the top of the scope, its limit is."""
+    above, seen = parents.get(department_id), set()
+    ancestors = []
+    while above is not None and above not in seen:
+        seen.add(above)
+        ancestors.append(above)
+        above = parents.get(above)
+    return bool(ancestors) and Quota.objects.filter(_scope(flavor_id), department_id__in=ancestors).exists()
 
 
 def _quota_numbers(quota: Quota) -> dict[str, Any]:

@@ -193,15 +193,34 @@ def test_raising_a_childs_guarantee_beyond_the_parents_limit_is_refused_naming_g
 
 
 @pytest.mark.django_db
-def test_a_new_child_quota_must_fit_its_parents_limit(world: World) -> None:
-    body = {"department": world.speech.pk, "guaranteed": "11", "limit": "12"}
+def test_a_new_child_quota_must_fit_its_parents_guarantee_below_the_top(world: World) -> None:
+    # nlp's GPU-equivalent quota sits under acme's: guarantees nest, so a team of nlp may be
+    # promised no more than nlp itself is (docs/quotas.md).
+    Quota.objects.filter(department=world.nlp, flavor=None).update(guaranteed=Decimal(6))
+    body = {"department": world.speech.pk, "guaranteed": "7", "limit": "12"}
 
     error = refused(world.client("platform").post("/api/v1/quotas/", body, format="json"), "guaranteed")
 
-    assert "above nlp's limit 10" in error["message"] and error["details"]["siblings_guaranteed"] == "0"
+    assert "above nlp's guarantee 6" in error["message"] and error["details"]["siblings_guaranteed"] == "0"
+    assert error["details"]["parent_guaranteed"] == "6"
     assert not Quota.objects.filter(department=world.speech).exists()
-    accepted = world.client("platform").post("/api/v1/quotas/", {**body, "guaranteed": "10"}, format="json")
+    accepted = world.client("platform").post("/api/v1/quotas/", {**body, "guaranteed": "6"}, format="json")
     assert accepted.status_code == 201, accepted.content
+
+
+@pytest.mark.django_db
+def test_a_department_below_the_top_promises_its_teams_no_more_than_its_own_guarantee(world: World) -> None:
+    Quota.objects.filter(department=world.nlp, flavor=None).update(guaranteed=Decimal(6))
+    Quota.objects.create(department=world.speech, flavor=None, guaranteed=Decimal(5), limit=Decimal(8))
+    nlp = Quota.objects.get(department=world.nlp, flavor=None)
+
+    error = refused(patch(world, nlp, {"guaranteed": "4"}), "guaranteed")
+
+    assert error["message"] == (
+        "The guarantee 4 is below the 5 its children are guaranteed (nlp-speech 5) (guarantees nest: a department "
+        "promises its teams no more than it is promised)."
+    )
+    assert patch(world, nlp, {"guaranteed": "5"}).status_code == 200
 
 
 @pytest.mark.django_db
