@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from allocations.booking import reservations
@@ -51,6 +51,7 @@ from kernel.errors import (
     QuotaExceeded,
     TransitionNotAllowed,
 )
+from kernel.locks import rows_key_share
 from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for, department_chain
 from tenants.models import Project
@@ -109,6 +110,12 @@ def allocation_request(
     if start < now - datetime.timedelta(minutes=5):
         raise FieldError("starts_at", "The start may not be in the past.")
     _validate_period(starts_at=start, ends_at=ends_at)
+    # The class may be removed by a platform admin meanwhile: hold it (KEY SHARE, as the allocation's
+    # foreign key will) so that the removal waits for this request and then refuses, and check it is
+    # still there.
+    rows_key_share(connection, PriorityClass, [priority_class.pk])
+    if not PriorityClass.objects.filter(pk=priority_class.pk).exists():
+        raise FieldError("priority_class", f"Priority class {priority_class.name} no longer exists.")
     allocation = Allocation(
         project=project,
         flavor=flavor,

@@ -169,3 +169,19 @@ def test_the_django_admin_changes_a_class_through_the_same_service(world: World,
     assert cluster_wide_pushes() == clusters
     event = AuditEvent.objects.get(action="priority_class.updated", target_id=str(world.standard.pk))
     assert event.details == {"via": "admin", "pushes": 2} and event.after == {"value": 1200}
+
+
+@pytest.mark.django_db
+def test_a_request_naming_a_class_removed_meanwhile_is_a_400_naming_it(world: World) -> None:
+    from kernel.errors import FieldError
+
+    doomed = PriorityClass.objects.create(name="gpu-doomed", value=5)
+    stale = PriorityClass.objects.get(pk=doomed.pk)  # what the request's serializer had read
+    doomed.delete()  # a platform admin removed it in between
+    start = timezone.now()
+    with pytest.raises(FieldError) as refusal:
+        services.allocation_request(
+            actor=world.users["nlp_member"], project=world.llm, flavor=world.a100, quantity=1, priority_class=stale,
+            starts_at=start, ends_at=start + datetime.timedelta(days=1), justification="x",
+        )
+    assert refusal.value.fields == {"priority_class": ["Priority class gpu-doomed no longer exists."]}
