@@ -327,3 +327,19 @@ class AllocationChange(models.Model):
 
     def __str__(self) -> str:
         return f"change #{self.pk} of #{self.allocation_id}: {self.kind} ({self.state})"
+
+
+from allocations.window_models import (  # noqa: E402 - registered with this app; they refer to the models above
+    EdgeKind,
+    QuotaWindow,
+    QuotaWindowEdge,
+    ShrinkPolicy,
+    WindowKind,
+    WindowState,
+)
+
+__all__ = [
+    "Allocation", "AllocationChange", "AllocationState", "ChangeKind", "ChangeState", "EdgeKind", "Flavor",
+    "PreemptionPolicy", "PriorityClass", "Quota", "QuotaWindow", "QuotaWindowEdge", "Reservation", "SharingMode",
+    "ShrinkPolicy", "WindowKind", "WindowState",
+]
