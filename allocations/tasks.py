@@ -25,3 +25,11 @@ def allocations_timeline_task() -> dict[str, int]:
         "reclaimed": allocations_reclaim_due(),
         "started": allocations_start_due(),
     }
+
+
+@shared_task
+def placement_defrag_scheduled_task() -> list[dict[str, object]]:
+    """The periodic defragmentation pass (beat entry only when ``GPUPORTAL_DEFRAG_EVERY`` is set)."""
+    from allocations.booking.defrag_schedule import defrag_scheduled_run
+
+    return [run.summary() for run in defrag_scheduled_run()]

@@ -216,6 +216,14 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-samples-roll-up": {"task": "telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
     "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
 }
+# Periodic defragmentation (allocations/booking/defrag_schedule.py): off unless an interval is set.
+GPUPORTAL_DEFRAG_EVERY = env_int("GPUPORTAL_DEFRAG_EVERY", 0, minimum=0)
+GPUPORTAL_DEFRAG_MOVE_BUDGET = env_int("GPUPORTAL_DEFRAG_MOVE_BUDGET", 16, minimum=1)
+GPUPORTAL_DEFRAG_DRY_RUN = env_bool("GPUPORTAL_DEFRAG_DRY_RUN", False)
+if GPUPORTAL_DEFRAG_EVERY:
+    CELERY_BEAT_SCHEDULE["placement-defrag"] = {
+        "task": "allocations.tasks.placement_defrag_scheduled_task", "schedule": float(GPUPORTAL_DEFRAG_EVERY),
+    }
 
 # Allocations and the demo data.
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -256,9 +257,14 @@ def _moves(movable: list[Reservation], planned: list[Reservation]) -> list[Move]
 
 
 @transaction.atomic
-def defrag_apply(*, cluster_id: int, actor: User | None = None, now: datetime.datetime | None = None) -> DefragPlan:
+def defrag_apply(
+    *, cluster_id: int, actor: User | None = None, now: datetime.datetime | None = None,
+    planner: Callable[..., DefragPlan] | None = None,
+) -> DefragPlan:
     """Compute the plan under locks and carry it out (see the module docstring). ``actor`` None is
-    the operator's command line; a portal user must be a platform admin."""
+    the operator's command line or the periodic run; a portal user must be a platform admin.
+    ``planner`` (default ``defrag_plan``, same keywords) lets the periodic run keep to its move
+    budget (``allocations.booking.defrag_schedule``)."""
     if actor is not None:
         require_platform_admin(actor, to="move GPU reservations")
     moment = now or timezone.now()
@@ -269,7 +275,7 @@ def defrag_apply(*, cluster_id: int, actor: User | None = None, now: datetime.da
     )
     cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
     still_movable = set(movable_allocation_ids(cluster=cluster, now=moment)) & set(locked)
-    plan = defrag_plan(cluster=cluster, now=moment, movable_ids=sorted(still_movable))
+    plan = (planner or defrag_plan)(cluster=cluster, now=moment, movable_ids=sorted(still_movable))
     if not plan.moves:
         return plan
     by_allocation: dict[int, list[Move]] = defaultdict(list)
