@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, catalog_apis, change_apis, preview_apis
+from allocations import apis, catalog_apis, change_apis, preview_apis, window_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
@@ -17,6 +17,16 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("quotas/", catalog_apis.QuotaListApi.as_view(), name="api-quotas"),
     path("quotas/<int:quota_id>/", catalog_apis.QuotaDetailApi.as_view(), name="api-quota"),
+    path("quotas/<int:quota_id>/effective/", window_apis.QuotaEffectiveApi.as_view(), name="api-quota-effective"),
+    path("quotas/<int:quota_id>/timeline/", window_apis.QuotaTimelineApi.as_view(), name="api-quota-timeline"),
+    path("quota-windows/", window_apis.QuotaWindowListApi.as_view(), name="api-quota-windows"),
+    path("quota-windows/<int:window_id>/", window_apis.QuotaWindowDetailApi.as_view(), name="api-quota-window"),
+    path("quota-windows/<int:window_id>/approve/", window_apis.QuotaWindowApproveApi.as_view(),
+         name="api-quota-window-approve"),
+    path("quota-windows/<int:window_id>/reject/", window_apis.QuotaWindowRejectApi.as_view(),
+         name="api-quota-window-reject"),
+    path("quota-windows/<int:window_id>/cancel/", window_apis.QuotaWindowCancelApi.as_view(),
+         name="api-quota-window-cancel"),
     path("allocations/", apis.AllocationListApi.as_view(), name="api-allocations"),
     path("allocations/<int:allocation_id>/", apis.AllocationDetailApi.as_view(), name="api-allocation"),
     path("allocations/<int:allocation_id>/approve/", apis.AllocationApproveApi.as_view(), name="api-allocation-approve"),

@@ -34,7 +34,7 @@ from django.utils import timezone as django_timezone
 from allocations.catalog import cluster_objects_enqueue
 from allocations.models import PriorityClass, Quota
 from allocations.quotas import windows
-from allocations.quotas.window_reading import window_spec
+from allocations.quotas.window_reading import approved_window_specs, window_spec
 from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from audit import actions
 from audit.services import audit_record
@@ -373,3 +373,20 @@ def quota_window_get(*, user: AbstractBaseUser | AnonymousUser, window_id: int) 
         return quota_window_list(user=user).get(pk=window_id)
     except QuotaWindow.DoesNotExist:
         raise Http404("No such quota window.") from None
+
+
+def quota_effective(*, quota: Quota, at: datetime.datetime, priority_class_id: int | None = None) -> windows.Effective:
+    """The quota's numbers in force at ``at`` under its approved windows (for one priority class's
+    share when given)."""
+    specs = approved_window_specs(quota_ids=[quota.pk]).get(quota.pk, [])
+    return windows.effective(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, at=at,
+                             priority_class_id=priority_class_id)
+
+
+def quota_timeline(
+    *, quota: Quota, start: datetime.datetime, end: datetime.datetime, priority_class_id: int | None = None
+) -> list[windows.Step]:
+    """The step function of the quota's numbers over ``[start, end)``."""
+    specs = approved_window_specs(quota_ids=[quota.pk]).get(quota.pk, [])
+    return windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+                            priority_class_id=priority_class_id)

@@ -183,6 +183,8 @@ SPECTACULAR_SETTINGS = {
         "AllocationOutStateEnum": "allocations.models.AllocationState",
         "ChangeStateEnum": "allocations.models.ChangeState",
         "ChangeKindEnum": "allocations.models.ChangeKind",
+        "WindowKindEnum": "allocations.window_models.WindowKind",
+        "EdgeKindEnum": "allocations.window_models.EdgeKind",
     },
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from allocations import changes, services
-from allocations.models import Allocation, AllocationChange, Flavor, Quota
+from allocations import changes, services, window_services
+from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow
 from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditCheckpoint
@@ -38,6 +39,8 @@ class Scene:
     vision: Allocation  # vision (project vision-seg), granted
     change: AllocationChange  # vision's allocation raised to 2 units by vision_member: pending approval
     quota: Quota  # nlp's quota of a100 units
+    window: QuotaWindow  # on nlp's quota of a100 units, asked for by nlp_admin: pending approval
+    vision_window: QuotaWindow  # on vision's quota of h100 units, asked for by vision_admin: pending
     node: Node  # h100-0, where vision's allocation runs: its observed GPU shows vision's process
     observed: ObservedGpu
     token: NodeToken  # for node h100-0
@@ -83,6 +86,15 @@ def observe(node: Node, *, index: int = 0, pod_uid: str = "pod-of-vision") -> Ob
     return observed
 
 
+def window_ask(world: World, *, persona: str, quota: Quota) -> QuotaWindow:
+    """A pending temporary window that raises ``quota``'s limit by 2 units from tomorrow, for a day."""
+    start = timezone.now() + datetime.timedelta(days=1)
+    return window_services.quota_window_create(
+        actor=world.users[persona], quota_id=quota.pk, kind="temporary", begins_at=start,
+        ends_at=start + datetime.timedelta(days=1), limit_delta=Decimal(2), justification="role matrix",
+    )
+
+
 def scene_build(world: World) -> Scene:
     node = Node.objects.get(cluster=world.cluster, name="h100-0")
     issued = world.client("platform").post(
@@ -91,6 +103,7 @@ def scene_build(world: World) -> Scene:
     vision = granted(world, persona="vision_member", admin="vision_admin", project=world.seg, flavor=world.h100)
     raised = changes.allocation_resize(actor=world.users["vision_member"], allocation_id=vision.pk, quantity=2).change
     assert raised is not None
+    quota = Quota.objects.get(department=world.nlp, flavor=world.a100)
     return Scene(
         world=world,
         pending=request(world, persona="nlp_member", project=world.llm, flavor=world.a100),
@@ -98,7 +111,9 @@ def scene_build(world: World) -> Scene:
         speech=request(world, persona="speech_member", project=world.speech_project, flavor=world.a100),
         vision=vision,
         change=raised,
-        quota=Quota.objects.get(department=world.nlp, flavor=world.a100),
+        quota=quota,
+        window=window_ask(world, persona="nlp_admin", quota=quota),
+        vision_window=window_ask(world, persona="vision_admin", quota=Quota.objects.get(department=world.vision, flavor=world.h100)),
         node=node,
         observed=observe(node),
         token=NodeToken.objects.get(pk=issued["id"]),

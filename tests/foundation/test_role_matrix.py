@@ -83,6 +83,8 @@ READ_VISION = codes(       404,      404,     404,     200,     200,    200,    
 DECIDE_VISION = codes(     404,      404,     404,     403,     200,    403,     200,   404,  401)
 WITHDRAW_VISION = codes(   404,      404,     404,     200,     200,    403,     200,   404,  401)
 UNLOCK_SIGN_IN = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
+ASK_WINDOW_IN_NLP = CREATE_PROJECT_IN_NLP
+CANCEL_NLP_WINDOW = DECIDE  # its requester (nlp_admin) or a platform admin
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -148,6 +150,20 @@ def allocation_body(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 1, "justification": "x", **world.window()}
 
 
+def window(scene: Scene) -> dict[str, Any]:
+    return {"window_id": scene.window.pk}
+
+
+def quota(scene: Scene) -> dict[str, Any]:
+    return {"quota_id": scene.quota.pk}
+
+
+def window_body(scene: Scene, persona: str | None) -> dict[str, Any]:
+    start = timezone.now() + datetime.timedelta(hours=1)
+    return {"quota": scene.quota.pk, "kind": "temporary", "begins_at": start.isoformat(),
+            "ends_at": (start + datetime.timedelta(days=1)).isoformat(), "limit_delta": "2"}
+
+
 def renew_body(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"ends_at": (scene.pending.ends_at + datetime.timedelta(days=1)).isoformat()}
 
@@ -185,6 +201,15 @@ ROWS = [
     Row("api-quota", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"quota_id": s.quota.pk},
         body=lambda s, p: {"guaranteed": "2", "limit": "9"}),
     Row("api-quota", "delete", PLATFORM_DELETES, kwargs=lambda s: {"quota_id": s.quota.pk}),
+    Row("api-quota-effective", "get", READ_NLP, kwargs=quota),
+    Row("api-quota-timeline", "get", READ_NLP, kwargs=quota),
+    # quota windows: nlp_admin asked for the scene's window; only another (platform) admin decides
+    Row("api-quota-windows", "get", SIGNED_IN),
+    Row("api-quota-windows", "post", ASK_WINDOW_IN_NLP, body=window_body),
+    Row("api-quota-window", "get", READ_NLP, kwargs=window),
+    Row("api-quota-window-approve", "post", PLATFORM_CHANGES_NLP, kwargs=window, body=lambda s, p: {"comment": "yes"}),
+    Row("api-quota-window-reject", "post", PLATFORM_CHANGES_NLP, kwargs=window, body=lambda s, p: {"comment": "no"}),
+    Row("api-quota-window-cancel", "post", CANCEL_NLP_WINDOW, kwargs=window),
     # allocations
     Row("api-allocations", "get", SIGNED_IN),
     Row("api-allocations", "post", REQUEST, body=allocation_body),
@@ -370,6 +395,10 @@ LISTINGS = [
         "nlp_member": {"nlp"}, "nlp_admin": {"nlp"}, "speech_member": set(), "vision_member": {"vision"},
         "vision_admin": {"vision"}, "auditor": {"acme", "nlp", "vision"}, "platform": {"acme", "nlp", "vision"},
         "nobody": set(),
+    }),
+    Listing("api-quota-windows", lambda s, item: item["department"], {
+        "nlp_member": {"nlp"}, "nlp_admin": {"nlp"}, "speech_member": set(), "vision_member": {"vision"},
+        "vision_admin": {"vision"}, "auditor": {"nlp", "vision"}, "platform": {"nlp", "vision"}, "nobody": set(),
     }),
     Listing("audit:event-list", event_department, {
         "nlp_member": 404, "nlp_admin": {"nlp", "nlp-speech"}, "speech_member": 404, "vision_member": 404,
