@@ -24,6 +24,9 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
     if access.is_platform_admin or access.administered:
         items.append(NavItem("Approvals", "approvals", ("approvals",)))
         items.append(NavItem("Usage", "department-usage", ("department-usage",)))
+    if access.has_any_role:
+        items.append(NavItem("Quota calendar", "quota-calendar-index",
+                             ("quota-calendar-index", "quota-calendar", "quota-window-new")))
     if access.is_platform_admin:
         items.append(NavItem("Clusters", "clusters", ("clusters", "cluster-detail")))
         items.append(NavItem("Catalogue", "catalogue", ("catalogue",)))

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from frontend.views import allocations, approvals, audit, auth, changes, platform
+from frontend.views import allocations, approvals, audit, auth, changes, platform, windows
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
@@ -18,6 +18,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("changes/<int:change_id>/decide/", changes.change_decide, name="change-decide"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("usage/", approvals.department_usage, name="department-usage"),
+    path("calendar/", windows.quota_calendar_index, name="quota-calendar-index"),
+    path("calendar/<int:department_id>/", windows.quota_calendar, name="quota-calendar"),
+    path("calendar/<int:department_id>/windows/", windows.quota_window_new, name="quota-window-new"),
+    path("quota-windows/<int:window_id>/decide/", windows.quota_window_decide, name="quota-window-decide"),
+    path("quota-windows/<int:window_id>/cancel/", windows.quota_window_cancel_view, name="quota-window-cancel"),
     path("platform/clusters/", platform.clusters, name="clusters"),
     path("platform/clusters/<int:cluster_id>/", platform.cluster_detail, name="cluster-detail"),
     path("platform/clusters/<int:cluster_id>/defrag/", platform.cluster_defrag, name="cluster-defrag"),

@@ -12,10 +12,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from allocations.models import Allocation, AllocationChange
 from allocations.services import allocation_approve, allocation_reject
+from allocations.window_models import WindowState
+from allocations.window_services import quota_window_list
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
@@ -27,6 +30,7 @@ from frontend.selectors import (
     pending_for_decision,
     quota_bars,
 )
+from frontend.views.windows import WindowRow, window_rows
 from kernel.errors import ApplicationError
 from kernel.reads import SharedReads
 from tenants.access import Access, access_for
@@ -60,6 +64,16 @@ def _changes(user: User) -> list[ChangeRow]:
     four_eyes = settings.GPUPORTAL_FOUR_EYES
     return [ChangeRow(change=change, own=four_eyes and change.requested_by_id == user.pk)
             for change in pending_changes_for_decision(user=user)[:QUEUE_LIMIT]]
+
+
+def _windows(user: User) -> list[WindowRow]:
+    """Quota windows waiting for a platform admin: all of them for platform admins, those of the
+    departments they administer for department admins (to follow and withdraw their own)."""
+    access = access_for(user)
+    pending = quota_window_list(user=user, state=WindowState.PENDING)
+    if not access.is_platform_admin:
+        pending = pending.filter(quota__department_id__in=access.administered)
+    return window_rows(user, list(pending.order_by("created_at", "id")[:QUEUE_LIMIT]), timezone.now())
 
 
 def _require_admin(access: Access) -> None:
@@ -113,7 +127,8 @@ def approvals(request: HttpRequest) -> HttpResponse:
         if form.is_valid():
             _decide(request, user, form)
             return redirect("approvals")
-    context = {"title": "Approvals", "rows": _queue(user), "changes": _changes(user), "form": form}
+    context = {"title": "Approvals", "rows": _queue(user), "changes": _changes(user), "form": form,
+               "windows": _windows(user)}
     return render(request, "frontend/approvals.html", context, status=400 if form.errors else 200)
 
 

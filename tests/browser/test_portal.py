@@ -251,3 +251,45 @@ def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(p
     portal.shot("victim-told-why")
     assert Allocation.objects.get(pk=borrowed.pk).state == AllocationState.RECLAIMING
     no_policy_violations(portal)
+
+
+def test_a_department_admin_asks_for_a_window_a_platform_admin_approves_the_calendar_raises(portal: Portal) -> None:
+    page, world = portal.page, portal.world
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    begins = timezone.now() - datetime.timedelta(minutes=1)
+
+    portal.login("nlp_admin")
+    portal.nav("Quota calendar")
+    expect(page.get_by_role("heading", level=1, name="Quota calendar of NLP")).to_be_visible()
+    figure = page.locator(f"#calendar-{quota.pk}")
+    expect(figure).to_contain_text("now: limit 10, guaranteed 0")
+    page.get_by_role("combobox", name=re.compile(r"^Quota")).select_option(str(quota.pk))
+    page.get_by_label("Begins (UTC)").fill(f"{begins:%Y-%m-%dT%H:%M}")
+    page.get_by_label("Ends (UTC)").fill(f"{begins + datetime.timedelta(days=2):%Y-%m-%dT%H:%M}")
+    page.get_by_label("Limit change").fill("4")
+    page.get_by_label("Justification").fill("Conference deadline: four more GPUs for two days")
+    every_control_is_labelled(portal)
+    portal.shot("window-form")
+    page.get_by_role("button", name="Ask for approval").click()
+    expect(page.get_by_role("status").filter(has_text="waits for a platform admin's approval")).to_be_visible()
+    expect(page.locator("#windows")).to_contain_text("Pending approval")
+    expect(figure).to_contain_text("now: limit 10")  # nothing changes before approval
+    portal.logout()
+
+    portal.login("platform")
+    portal.nav("Approvals")
+    row = page.locator("#pending-windows").get_by_role("row").filter(has_text="Conference deadline")
+    expect(row).to_contain_text("limit +4")
+    window_id = int(re.findall(r"#(\d+)", row.inner_text())[0])
+    row.get_by_label(f"Comment on window #{window_id}").fill("Granted for the deadline")
+    portal.shot("window-approvals")
+    row.get_by_role("button", name=f"Approve window #{window_id}").click()
+    expect(page.get_by_role("status").filter(has_text=f"Quota window #{window_id} approved.")).to_be_visible()
+    portal.nav("Quota calendar")
+    page.get_by_role("navigation", name="Departments").get_by_role("link", name="nlp", exact=True).click()
+    expect(figure).to_contain_text("now: limit 14, guaranteed 0")
+    expect(figure).to_contain_text(f"windows in force: #{window_id}")
+    expect(figure.get_by_role("img")).to_have_accessible_name(re.compile(r"^GPU-equivalents: limit 14 and guarantee 0 now"))
+    expect(page.locator(f"#window-{window_id}")).to_contain_text("Approved")
+    portal.shot("calendar-raised")
+    no_policy_violations(portal)
