@@ -7,7 +7,8 @@ The numbers come from the pure ``allocations.quotas.windows.timeline`` over the 
 class's share (the department's quota changed by that class's windows, ``windows`` module
 docstring), whose use and shrinks count only that class's grants.
 
-A *shrink* is a step down of the limit or of the guarantee. The grants it hits are those holding
+A *shrink* is a step down of the limit, or of a guarantee a window sets (a guarantee that only
+follows a lower limit down, never above it, is not listed on its own). The grants it hits are those holding
 the quota at that instant (department subtree, the quota's flavor or GPU-equivalents; a grant being
 reclaimed until its deadline); while they weigh more than the new value, the ones admission would
 take first (``allocations.quotas.algebra``: lowest priority, then newest) are listed as over it.
@@ -246,6 +247,8 @@ def _shrinks(steps: Sequence[Step], held: Sequence[HeldGrant], policies: dict[in
             if after >= before:
                 continue
             was_by, now_by = getattr(previous.effective, f"{name}_by"), getattr(step.effective, f"{name}_by")
+            if was_by is None and now_by is None:
+                continue  # the guarantee only follows a lower limit (it is never above it): not a shrink of its own
             window = was_by if was_by is not None and was_by not in step.effective.in_force else now_by
             total, over = grants_over(held, at=step.start, value=after)
             out.append(Shrink(

@@ -9,6 +9,7 @@ import re
 from decimal import Decimal
 from html import unescape
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.utils import timezone
@@ -238,3 +239,41 @@ def test_the_page_needs_no_inline_style_or_script(world: World, login: Login) ->
     assert all('src="' in tag for tag in re.findall(r"<script[^>]*>", html))
     assert re.search(r"<[^>]*\son[a-z]+=", html) is None  # no event handler attributes
     assert "<svg" in html
+
+
+def test_the_demo_seeds_nlps_nightly_raise_and_visions_festival_once() -> None:
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+
+    from allocations.quotas.window_reading import approved_window_specs
+    from allocations.quotas.windows import effective
+    from tenants.models import Department
+
+    call_command("seed_demo")
+    call_command("seed_demo")
+    assert QuotaWindow.objects.filter(state=WindowState.APPROVED).count() == 3
+    nlp = Quota.objects.get(department__slug="nlp", flavor=None)
+    vision = Quota.objects.get(department__slug="vision", flavor=None)
+    specs = approved_window_specs()
+    berlin = ZoneInfo("Europe/Berlin")
+    today = timezone.now().astimezone(berlin).date() + datetime.timedelta(days=1)
+
+    def limit(quota: Quota, at: datetime.datetime, priority_class_id: int | None = None) -> Decimal:
+        return effective(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs.get(quota.pk, []), at=at,
+                         priority_class_id=priority_class_id).limit
+
+    night = datetime.datetime.combine(today, datetime.time(23), berlin)
+    noon = datetime.datetime.combine(today, datetime.time(12), berlin)
+    assert (limit(nlp, noon), limit(nlp, night)) == (nlp.limit, nlp.limit + 4)
+    preemptible = PriorityClass.objects.get(name="gpu-preemptible").pk
+    assert (limit(nlp, noon, preemptible), limit(nlp, night, preemptible)) == (Decimal(4), nlp.limit + 4)
+    festival = QuotaWindow.objects.get(quota=vision)
+    assert festival.begins_at.weekday() == 0 and festival.begins_at > timezone.now()
+    assert festival.begins_at - timezone.now() <= datetime.timedelta(days=7)
+    assert festival.ends_at is not None
+    assert limit(vision, festival.begins_at) == vision.limit + 4 == limit(vision, festival.ends_at) + 4
+    assert {w.requested_by for w in QuotaWindow.objects.all()} == {User.objects.get(username="admin")}
+    calendar = department_calendar(user=User.objects.get(username="bob"),
+                                   department=Department.objects.get(slug="nlp"), now=timezone.now())
+    assert [row.label for row in calendar.rows][:2] == ["GPU-equivalents", "GPU-equivalents, gpu-preemptible's share"]
+    assert len(calendar.rows[0].steps) >= 13  # up and down each night of the week

@@ -6,12 +6,14 @@ from django.core.management.base import BaseCommand
 
 from demo.grants import demo_grants_seed
 from demo.seed import demo_seed
+from demo.windows import demo_windows_seed
 
 
 class Command(BaseCommand):
-    help = "Load the demo departments, users, flavors, quotas, cluster and grants (safe to run again)."
+    help = "Load the demo departments, users, flavors, quotas, cluster, grants and quota windows (safe to run again)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         demo_seed()
         demo_grants_seed()  # its own transactions: approvals push once they commit
+        demo_windows_seed()  # after the grants: they were admitted against the base quotas
         self.stdout.write(self.style.SUCCESS("Demo data is in place (users alice, bob, carol, dave, erin, admin)."))
