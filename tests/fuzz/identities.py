@@ -1,5 +1,6 @@
 """The fuzz step's data: the demo organisation plus an outsider, an API token for each identity,
-a node token for the node agent's report, and a few allocations (and changes) so that ids in paths exist.
+a node token for the node agent's report, and a few allocations (and changes, and a quota window) so that ids
+in paths exist.
 
 Run by ``tests/fuzz/run.py`` as the database owner after ``manage.py seed_demo``
 (``python -m tests.fuzz.identities``); prints one JSON object: ``{"users": {identity: token},
@@ -64,8 +65,30 @@ def prepare() -> dict[str, Any]:
                     allocation_approve(actor=User.objects.get(username=decider), allocation_id=allocation.pk)
                     # A raise waiting for approval, so the change routes find one.
                     allocation_resize(actor=User.objects.get(username=requester), allocation_id=allocation.pk, quantity=2)
+    _window_seed()
     _first_report(NODE_NAME, node_token)
     return {"users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids()}
+
+
+def _window_seed() -> None:
+    """A quota window of nlp waiting for approval (asked by its department admin), so the window
+    routes find one to decide on."""
+    from decimal import Decimal
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from allocations.models import Quota, QuotaWindow
+    from allocations.window_services import quota_window_create
+
+    if QuotaWindow.objects.filter(state="pending").exists():
+        return
+    start = timezone.now() + datetime.timedelta(days=1)
+    quota = Quota.objects.get(department__slug="nlp", flavor__isnull=True)
+    quota_window_create(
+        actor=User.objects.get(username="bob"), quota_id=quota.pk, kind="temporary", begins_at=start,
+        ends_at=start + datetime.timedelta(days=2), limit_delta=Decimal(1), justification="fuzz step seed",
+    )
 
 
 def _first_report(node_name: str, token_text: str) -> None:
@@ -85,7 +108,7 @@ def _first_report(node_name: str, token_text: str) -> None:
 
 def _ids() -> dict[str, list[int]]:
     """The primary keys of what exists, by the name of the parameters and fields that take them."""
-    from allocations.models import Allocation, AllocationChange, Flavor, PriorityClass, Quota
+    from allocations.models import Allocation, AllocationChange, Flavor, PriorityClass, Quota, QuotaWindow
     from clusters.models import Cluster, Node
     from telemetry.models import NodeToken, ObservedGpu
     from tenants.models import Department, Project
@@ -93,7 +116,7 @@ def _ids() -> dict[str, list[int]]:
     models: dict[str, Any] = {
         "allocation": Allocation, "change": AllocationChange, "cluster": Cluster, "department": Department, "flavor": Flavor,
         "gpu": ObservedGpu, "node": Node, "priority_class": PriorityClass, "project": Project, "quota": Quota,
-        "token": NodeToken,
+        "token": NodeToken, "window": QuotaWindow,
     }  # fmt: skip
     return {name: sorted(model.objects.values_list("pk", flat=True)) for name, model in models.items()}
 
