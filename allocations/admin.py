@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from allocations import catalog, services
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, Reservation
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow, QuotaWindowEdge, Reservation
 from audit import actions
 from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
 from kernel.errors import ApplicationError, FieldError
@@ -164,3 +164,21 @@ class ReservationAdmin(ReadOnlyAdmin):
     list_filter = ["node__cluster", "mig_profile", "release_reason"]
     search_fields = ["node__name", "allocation__project__slug"]
 
+
+@admin.register(QuotaWindow)
+class QuotaWindowAdmin(ReadOnlyAdmin):
+    """Read-only: windows are asked for, decided and cancelled through ``allocations.window_services``
+    (the API and the portal), which check four-eyes and audit each step."""
+
+    list_display = ["id", "quota", "kind", "state", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
+                    "guaranteed_delta", "limit_delta", "guaranteed", "limit", "priority_class", "requested_by", "decided_by"]
+    list_filter = ["state", "kind", "shrink_policy"]
+    search_fields = ["quota__department__slug", "justification"]
+
+
+@admin.register(QuotaWindowEdge)
+class QuotaWindowEdgeAdmin(ReadOnlyAdmin):
+    """Read-only: the tick applies each edge once and records it here."""
+
+    list_display = ["id", "window", "kind", "at", "applied_at"]
+    list_filter = ["kind"]

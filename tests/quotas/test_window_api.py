@@ -10,7 +10,9 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -366,3 +368,16 @@ def test_the_list_reads_as_many_queries_for_many_windows_as_for_few(world: World
         ask(world, temporary(total(world)))
         ask(world, nightly(total(world, world.vision)), persona="platform")
     assert count() == few
+
+
+@pytest.mark.django_db
+def test_the_django_admin_shows_windows_and_changes_none(world: World) -> None:
+    window = ask(world, temporary(total(world)))
+    client = Client()
+    client.force_login(User.objects.create_superuser("ops", "ops@example.org", "pw-ops"))
+
+    assert client.get("/admin/allocations/quotawindow/").status_code == 200
+    assert client.get(f"/admin/allocations/quotawindow/{window['id']}/change/").status_code == 200
+    assert client.post(f"/admin/allocations/quotawindow/{window['id']}/change/", {"state": "approved"}).status_code == 403
+    assert client.get("/admin/allocations/quotawindowedge/").status_code == 200
+    assert QuotaWindow.objects.get(pk=window["id"]).state == "pending"
