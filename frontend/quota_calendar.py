@@ -292,7 +292,9 @@ def department_calendar(
     handful of queries whatever the number of quotas and windows."""
     end = now + datetime.timedelta(days=CALENDAR_DAYS)
     calendar = Calendar(department=department, start=now, end=end)
-    quotas = list(quota_list(user=user, department_id=department.pk))
+    # GPU-equivalents first, then the flavors by name (the database orders NULL either way).
+    quotas = sorted(quota_list(user=user, department_id=department.pk),
+                    key=lambda quota: (quota.flavor is not None, quota.flavor.name if quota.flavor else ""))
     if not quotas:
         return calendar
     specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas])
