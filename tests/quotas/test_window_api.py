@@ -6,6 +6,7 @@ bad terms are a 400 naming the field; nobody outside the quota's department sees
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -20,11 +21,13 @@ from allocations import window_services
 from allocations.models import Quota, QuotaWindow
 from audit.models import AuditEvent
 from clusters.models import ClusterPush
-from kernel.errors import FieldError, NotAllowed
+from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed
 from tenants.access import access_forget
 from tenants.models import Membership, Role
-from tests.conftest import World
+from tests.conftest import World, requires_postgres
+from tests.threads import all_at_once
 
+POSTGRES: pytest.MarkDecorator = requires_postgres()
 UTC = datetime.UTC
 NOW_ISH = datetime.timedelta(minutes=1)
 
@@ -381,3 +384,40 @@ def test_the_django_admin_shows_windows_and_changes_none(world: World) -> None:
     assert client.post(f"/admin/allocations/quotawindow/{window['id']}/change/", {"state": "approved"}).status_code == 403
     assert client.get("/admin/allocations/quotawindowedge/").status_code == 200
     assert QuotaWindow.objects.get(pk=window["id"]).state == "pending"
+
+
+# ------------------------------------------------------------------ racing decisions (PostgreSQL)
+
+
+@POSTGRES
+@pytest.mark.django_db(transaction=True)
+def test_racing_decisions_on_one_window_leave_exactly_one(world: World) -> None:
+    """An approval, a rejection and a withdrawal at once: the window's row lock lets one through;
+    the others then see it decided (409), and the log holds one decision."""
+    other = world.persona_add("platform2", role=Role.PLATFORM_ADMIN, department=world.acme)
+    start = timezone.now() + datetime.timedelta(hours=1)
+    window = window_services.quota_window_create(
+        actor=world.users["nlp_admin"], quota_id=total(world).pk, kind="temporary", begins_at=start,
+        ends_at=start + datetime.timedelta(hours=2), limit_delta=Decimal(1),
+    )
+
+    def job(call: Callable[[], QuotaWindow]) -> Callable[[], str]:
+        def run() -> str:
+            try:
+                return call().state
+            except TransitionNotAllowed:
+                return "409"
+
+        return run
+
+    outcomes = all_at_once([
+        job(lambda: window_services.quota_window_approve(actor=world.users["platform"], window_id=window.pk)),
+        job(lambda: window_services.quota_window_reject(actor=other, window_id=window.pk, comment="no")),
+        job(lambda: window_services.quota_window_cancel(actor=world.users["nlp_admin"], window_id=window.pk)),
+    ])
+
+    assert outcomes["409"] == 2 and sum(outcomes.values()) == 3, outcomes
+    [decided] = [state for state in outcomes if state != "409"]
+    window.refresh_from_db()
+    assert window.state == decided
+    assert [event.action for event in events(window.pk)][1:] == [f"quota_window.{decided}"]
