@@ -1,4 +1,5 @@
-"""Reclaim: grants taken to keep another request's promise (``docs/quotas.md``).
+"""Reclaim: grants taken to keep another request's promise, or to bring a department back
+within a quota a quota window lowered (shrink policy ``reclaim``) (``docs/quotas.md``).
 
 A victim gets its priority class's notice: it is ``reclaiming`` until ``reclaim_deadline`` (its
 workloads keep running, the portal says why and until when), then ``reclaimed``: its bookings are
@@ -62,14 +63,17 @@ def reclaim_reason(*, victim: VictimInfo, requester: Allocation) -> str:
 
 
 def reclaims_start(
-    *, actor: User, requester: Allocation, victims: list[VictimInfo], rows: dict[int, Allocation],
-    now: datetime.datetime,
+    *, actor: User | None, requester: Allocation | None = None, victims: list[VictimInfo],
+    rows: dict[int, Allocation], now: datetime.datetime, reason: str = "", window_id: int | None = None,
 ) -> tuple[bool, list[Callable[[], None]]]:
-    """Move the (locked) victims to reclaiming, or straight to reclaimed when they get no notice.
-    Returns whether any still runs out its notice, and the audit records to write once every row
-    lock is taken (the caller writes its own rows first)."""
+    """Move the (locked) victims to reclaiming, or straight to reclaimed when they get no notice:
+    for ``requester`` (an approval), or, without one, for the ``reason`` a quota window
+    (``window_id``) lowered their department's quota below what it holds. Returns whether any
+    still runs out its notice, and the audit records to write once every row lock is taken (the
+    caller writes its own rows first)."""
     events: list[Callable[[], None]] = []
     waiting = False
+    cause = f"request #{requester.pk}" if requester is not None else f"quota window #{window_id}"
     for victim in victims:
         row = rows[victim.allocation_id]
         before = allocation_snapshot(row)
@@ -77,20 +81,22 @@ def reclaims_start(
         notice = victim.notice_minutes if on_cluster else 0
         allocation_move(row, AllocationState.RECLAIMING)
         row.reclaimed_for = requester
-        row.reclaim_reason = reclaim_reason(victim=victim, requester=requester)
+        row.reclaim_reason = reclaim_reason(victim=victim, requester=requester) if requester is not None else reason
         row.reclaim_deadline = now + datetime.timedelta(minutes=notice)
-        details = {
-            "for": requester.pk, "why": victim.why, "reason": row.reclaim_reason,
+        details: dict[str, object] = {
+            "for": requester.pk if requester is not None else None, "why": victim.why, "reason": row.reclaim_reason,
             "deadline": row.reclaim_deadline.isoformat(), "notice_minutes": notice,
         }
+        if window_id is not None:
+            details["window"] = window_id
         reclaiming = allocation_snapshot(row)
-        closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for request #{requester.pk}")
+        closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for {cause}")
         if notice > 0:
             waiting = True
             row.save()
             events.append(_event(actor, actions.ALLOCATION_RECLAIMING, row, before, details, reclaiming))
             if closed:
-                events.append(_closed(actor, row, closed, requester.pk))
+                events.append(_closed(actor, row, closed, cause))
             continue
         allocation_move(row, AllocationState.RECLAIMED)
         row.save()
@@ -99,15 +105,15 @@ def reclaims_start(
             project_sync_enqueue(project_id=row.project_id, cluster_id=row.cluster_id)
         events.append(_event(actor, actions.ALLOCATION_RECLAIMING, row, before, details, reclaiming))
         if closed:
-            events.append(_closed(actor, row, closed, requester.pk))
-        events.append(_event(actor, actions.ALLOCATION_RECLAIMED, row, reclaiming, {"for": requester.pk}, None))
+            events.append(_closed(actor, row, closed, cause))
+        finished = {"for": details["for"], **({"window": window_id} if window_id is not None else {})}
+        events.append(_event(actor, actions.ALLOCATION_RECLAIMED, row, reclaiming, finished, None))
     return waiting, events
 
 
-def _closed(actor: User | None, row: Allocation, ids: list[int], requester_id: int) -> Callable[[], None]:
+def _closed(actor: User | None, row: Allocation, ids: list[int], cause: str) -> Callable[[], None]:
     def write() -> None:
-        pending_changes_closed_audit(actor=actor, allocation=row, ids=ids,
-                                     why=f"the grant is reclaimed for request #{requester_id}")
+        pending_changes_closed_audit(actor=actor, allocation=row, ids=ids, why=f"the grant is reclaimed for {cause}")
     return write
 
 

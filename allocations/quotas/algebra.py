@@ -2,7 +2,9 @@
 
 Scopes: every quota counts one *scope*, either the units of one flavor (the flavor's id) or
 GPU-equivalents across flavors (``None``). A request or a grant weighs an amount in each scope it
-touches.
+touches. A quota window may limit one priority class's *share* of a quota: that share is a scope of
+its own, ``("class", class id, flavor id or None)``, which only that class's grants weigh in
+(``Tree.class_amounts``; only under departments that have such a window, to keep it bounded).
 
 What a department holds in a scope (``reserved``): what its own projects use plus what each child
 holds, at least the part of its guarantee it does not lend (``guaranteed - lending_limit``; with the
@@ -35,11 +37,25 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
-Scope = int | None
-"""A flavor's id (its units), or ``None`` (GPU-equivalents)."""
+ClassScope = tuple[str, int, int | None]
+Scope = int | None | tuple[Any, ...]
+"""A flavor's id (its units), ``None`` (GPU-equivalents), a priority class's share of either
+(``class_scope``), or any of those during one step of time (``allocations.quotas.effective_tree``)."""
 
 ZERO = Decimal(0)
+
+
+def class_scope(priority_class_id: int, scope: int | None) -> ClassScope:
+    return ("class", priority_class_id, scope)
+
+
+def scope_key(scope: Scope) -> tuple[int, ...]:
+    """Flavors first, then GPU-equivalents, then classes' shares (then steps of time, in order)."""
+    if isinstance(scope, tuple):
+        return (2 if scope[0] == "class" else 3, scope[1], *scope_key(scope[2]))
+    return (1,) if scope is None else (0, scope)
 
 
 @dataclass(frozen=True)
@@ -51,6 +67,7 @@ class Limit:
     guaranteed: Decimal
     limit: Decimal
     lending_limit: Decimal | None = None  # None: lends all of its unused guarantee
+    limit_by: int | None = None  # the quota window that set ``limit`` (None: the quota's own)
 
     @property
     def unlent(self) -> Decimal:
@@ -127,6 +144,21 @@ class Tree:
     parents: Mapping[int, int | None]
     limits: Mapping[tuple[int, Scope], Limit]
     children: dict[int, list[int]] = field(default_factory=dict)
+    class_shares: frozenset[tuple[int, int, int | None]] = frozenset()  # (department, class, scope) with a share
+
+    def class_amounts(
+        self, department_id: int, priority_class_id: int, amounts: Mapping[Scope, Decimal]
+    ) -> dict[Scope, Decimal]:
+        """``amounts`` and, for each scope a department on the chain limits this class's share of,
+        the same amount in that share's scope."""
+        out = dict(amounts)
+        if self.class_shares:
+            chain = self.chain(department_id)
+            for scope, amount in amounts.items():
+                shared = any((d, priority_class_id, scope) in self.class_shares for d in chain)
+                if shared and not isinstance(scope, tuple):
+                    out[class_scope(priority_class_id, scope)] = amount
+        return out
 
     def __post_init__(self) -> None:
         kids: dict[int, list[int]] = defaultdict(list)
@@ -200,7 +232,7 @@ class _Holdings:
 def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
     checks = []
     chain = tree.chain(ask.department_id)
-    for scope, amount in sorted(ask.amounts.items(), key=lambda item: (item[0] is None, item[0] or 0)):
+    for scope, amount in sorted(ask.amounts.items(), key=lambda item: scope_key(item[0])):
         for department in chain:
             limit = tree.limits.get((department, scope))
             if limit is None:

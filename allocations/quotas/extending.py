@@ -35,6 +35,7 @@ from allocations.placement import default_policy
 from allocations.placement.mig import COMPUTE_SLICES, geometry_for_model
 from allocations.quotas import algebra
 from allocations.quotas.planning import department_totals, grant_amounts, quota_tree
+from allocations.quotas.wording import scope_words
 from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, Gpu
@@ -63,11 +64,12 @@ def quota_refusal(
     parents = department_parent_map()
     department_id = allocation.project.department_id
     chain = department_ancestor_ids(department_id=department_id, parents=parents)
-    tree = quota_tree(parents=parents)
+    tree = quota_tree(parents=parents, start=starts_at, end=ends_at)  # the effective quotas over the interval
     names = dict(Department.objects.filter(pk__in=chain).values_list("pk", "slug"))
+    amounts = grant_amounts(flavor_id=flavor.pk, quantity=quantity, gpu_equivalents=flavor.gpu_equivalents)
     ask = algebra.Ask(
         department_id=department_id,
-        amounts=grant_amounts(flavor_id=flavor.pk, quantity=quantity, gpu_equivalents=flavor.gpu_equivalents),
+        amounts=tree.class_amounts(department_id, allocation.priority_class_id, amounts),
         priority=allocation.priority_class.value,
         factor=allocation.priority_class.oversubscription_factor,
     )
@@ -77,7 +79,7 @@ def quota_refusal(
         priority_class=allocation.priority_class, starts_at=starts_at, ends_at=ends_at,
     )
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
-    totals, _ = department_totals(allocation=hypothetical, department_ids=tree_ids)
+    totals, _ = department_totals(allocation=hypothetical, department_ids=tree_ids, tree=tree)
     checks = algebra.checks_from_totals(tree, totals, ask)
     if not checks:
         return QuotaExceeded(
@@ -89,7 +91,7 @@ def quota_refusal(
     if not failing:
         return None
     check = failing[0]
-    what = f"{flavor.name} units" if check.scope is not None else "GPU-equivalents"
+    what = scope_words(check.scope, flavor=flavor.name, priority_class=allocation.priority_class.name)
     department = names.get(check.department_id, str(check.department_id))
     return QuotaExceeded(
         f"Quota exceeded for {what} in department {department} from {starts_at:%Y-%m-%d %H:%M} to "

@@ -4,6 +4,8 @@ request's, and the GPUs, read into :mod:`allocations.quotas.algebra`.
 Time-aware: only holding allocations whose ``[starts_at, ends_at)`` overlaps the request's count,
 for quota and for GPUs alike; a booking that ends before another starts does not conflict.
 Grants already being reclaimed *for this request* count for nothing (they are promised to it).
+The quotas are the *effective* ones over the request's interval: the lowest numbers its approved
+quota windows leave at any moment of it (``quota_tree``).
 
 Read-only: the preview calls it without locks; approval calls it under its locks (see
 ``allocations.services``) and acts on the plan.
@@ -11,6 +13,8 @@ Read-only: the preview calls it without locks; approval calls it under its locks
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,19 +25,17 @@ from django.db.models import Sum
 
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
 from allocations.booking.view import NodeRow, node_rows
-from allocations.models import Allocation, Flavor, PreemptionPolicy, Quota, Reservation
+from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
 from allocations.placement import Workload, default_policy
 from allocations.quotas import algebra
+from allocations.quotas.effective_tree import QuotaView, SteppedTree
+from allocations.quotas.wording import QuotaWords
 from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
 from clusters.models import Cluster
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
-
-
-def _plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Decision:
     """What admitting the request now would do."""
 
     plan: algebra.Plan
-    checks: list[dict[str, str | None]]
+    checks: list[dict[str, str | int | None]]
     victims: list[VictimInfo] = field(default_factory=list)
     attempt: Attempt | None = None  # where its units go (admitted only)
     refusal: ApplicationError | None = None
@@ -138,36 +140,46 @@ class _Room:
         return {row.allocation_id for rows in self.rows.values() for row in rows}
 
 
-def quota_tree(*, parents: dict[int, int | None] | None = None) -> algebra.Tree:
+def quota_tree(
+    *, parents: dict[int, int | None] | None = None, start: datetime.datetime | None = None,
+    end: datetime.datetime | None = None,
+) -> algebra.Tree:
+    """The quotas as the algebra sees them: over ``[start, end)``, the lowest numbers the approved
+    quota windows leave (``effective_tree``); without an interval, the quotas' own."""
     parents = parents if parents is not None else department_parent_map()
-    limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {
-        (department_id, flavor_id): algebra.Limit(department_id, flavor_id, guaranteed, limit, lending)
-        for department_id, flavor_id, guaranteed, limit, lending in Quota.objects.values_list(
-            "department_id", "flavor_id", "guaranteed", "limit", "lending_limit"
-        )
-    }
-    return algebra.Tree(parents=parents, limits=limits)
+    return QuotaView.read(parents=parents, with_windows=start is not None and end is not None).tree(start, end)
 
 
 def grant_amounts(*, flavor_id: int, quantity: int, gpu_equivalents: Decimal) -> dict[algebra.Scope, Decimal]:
     return {flavor_id: Decimal(quantity), None: (gpu_equivalents * quantity).quantize(Decimal("0.0001"))}
 
 
-def _overlapping(*, allocation: Allocation, department_ids: Iterable[int]) -> Any:
-    return Allocation.objects.filter(
-        state__in=HOLDING_STATES, starts_at__lt=allocation.ends_at, ends_at__gt=allocation.starts_at,
+def _holding(
+    *, starts_at: datetime.datetime, ends_at: datetime.datetime, department_ids: Iterable[int], exclude: int | None
+) -> Any:
+    rows = Allocation.objects.filter(
+        state__in=HOLDING_STATES, starts_at__lt=ends_at, ends_at__gt=starts_at,
         project__department_id__in=list(department_ids),
-    ).exclude(pk=allocation.pk)
+    )
+    return rows.exclude(pk=exclude) if exclude is not None else rows
+
+
+def _overlapping(*, allocation: Allocation, department_ids: Iterable[int]) -> Any:
+    return _holding(starts_at=allocation.starts_at, ends_at=allocation.ends_at, department_ids=department_ids,
+                    exclude=allocation.pk)
 
 
 def department_totals(
-    *, allocation: Allocation, department_ids: Iterable[int]
+    *, allocation: Allocation, department_ids: Iterable[int], tree: algebra.Tree | None = None
 ) -> tuple[dict[tuple[int, algebra.Scope], Decimal], set[int]]:
     """What each department's own projects hold per scope over the allocation's interval (grants
-    promised to it left out), in one grouped query; and whether any grant is promised to it."""
+    promised to it left out), in one grouped query; and whether any grant is promised to it. With
+    a ``tree`` that has classes' shares, the grants of those classes count in the shares too."""
+    shares = tree is not None and bool(tree.class_shares)
+    group = ["project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id"]
     rows = (
         _overlapping(allocation=allocation, department_ids=department_ids)
-        .values("project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id")
+        .values(*group, *(["priority_class_id"] if shares else []))
         .annotate(units=Sum("quantity"))
         .order_by()
     )
@@ -177,27 +189,45 @@ def department_totals(
         if row["reclaimed_for_id"] == allocation.pk:
             promised.add(row["project__department_id"])
             continue
-        department, units = row["project__department_id"], Decimal(row["units"])
-        totals[(department, row["flavor_id"])] += units
-        totals[(department, None)] += (row["flavor__gpu_equivalents"] * units).quantize(Decimal("0.0001"))
+        department = row["project__department_id"]
+        amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=row["units"],
+                                gpu_equivalents=row["flavor__gpu_equivalents"])
+        if tree is not None and shares:
+            amounts = tree.class_amounts(department, row["priority_class_id"], amounts)
+        for scope, amount in amounts.items():
+            totals[(department, scope)] += amount
     return dict(totals), promised
 
 
+GRANT_FIELDS = (
+    "pk", "starts_at", "ends_at", "project__department_id", "project__department__slug", "project__slug", "flavor_id",
+    "flavor__name",
+    "flavor__gpu_equivalents", "quantity", "priority_class_id", "priority_class__value", "priority_class__name",
+    "priority_class__notice_minutes", "priority_class__preemptible", "state", "cluster_id", "reclaimed_for_id",
+)
+
+
+def _grant(row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool) -> algebra.Grant:
+    amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=row["quantity"],
+                            gpu_equivalents=row["flavor__gpu_equivalents"])
+    if tree is not None:
+        amounts = tree.class_amounts(row["project__department_id"], row["priority_class_id"], amounts)
+    if isinstance(tree, SteppedTree):
+        amounts = tree.timed(amounts, row["starts_at"], row["ends_at"])
+    return algebra.Grant(
+        allocation_id=row["pk"], department_id=row["project__department_id"], amounts=amounts,
+        priority=row["priority_class__value"], age=row["pk"], takeable=takeable,
+    )
+
+
 def overlapping_grants(
-    *, allocation: Allocation, department_ids: Iterable[int], untakeable: Iterable[int] = ()
+    *, allocation: Allocation, department_ids: Iterable[int], untakeable: Iterable[int] = (),
+    tree: algebra.Tree | None = None,
 ) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]], set[int]]:
     """The holding grants of these departments whose intervals overlap the allocation's, as the
     algebra sees them; their rows by id (for people); and the ids promised to this allocation."""
     blocked = set(untakeable)
-    rows = (
-        _overlapping(allocation=allocation, department_ids=department_ids)
-        .values(
-            "pk", "project__department_id", "project__department__slug", "project__slug", "flavor_id", "flavor__name",
-            "flavor__gpu_equivalents", "quantity", "priority_class__value", "priority_class__name",
-            "priority_class__notice_minutes", "priority_class__preemptible", "state", "cluster_id", "reclaimed_for_id",
-        )
-        .order_by("pk")
-    )
+    rows = _overlapping(allocation=allocation, department_ids=department_ids).values(*GRANT_FIELDS).order_by("pk")
     grants: list[algebra.Grant] = []
     info: dict[int, dict[str, Any]] = {}
     promised: set[int] = set()
@@ -206,18 +236,44 @@ def overlapping_grants(
             promised.add(row["pk"])
             continue
         info[row["pk"]] = dict(row)
-        grants.append(
-            algebra.Grant(
-                allocation_id=row["pk"],
-                department_id=row["project__department_id"],
-                amounts=grant_amounts(flavor_id=row["flavor_id"], quantity=row["quantity"],
-                                      gpu_equivalents=row["flavor__gpu_equivalents"]),
-                priority=row["priority_class__value"],
-                age=row["pk"],
-                takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked,
-            )
-        )
+        grants.append(_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked))
     return grants, info, promised
+
+
+def grants_at(
+    *, at: datetime.datetime, department_ids: Iterable[int], tree: algebra.Tree, untakeable: Iterable[int] = ()
+) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]]]:
+    """The grants that hold at ``at`` in these departments, less those already being reclaimed
+    (they are on their way out), as the algebra sees them, and their rows by id."""
+    blocked = set(untakeable)
+    rows = (
+        _holding(starts_at=at, ends_at=at + datetime.timedelta(microseconds=1), department_ids=department_ids,
+                 exclude=None)
+        .exclude(state=AllocationState.RECLAIMING).values(*GRANT_FIELDS).order_by("pk")
+    )
+    info = {row["pk"]: dict(row) for row in rows}
+    grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked)
+              for row in info.values()]
+    return grants, info
+
+
+def victim_infos(victims: Iterable[algebra.Victim], info: dict[int, dict[str, Any]]) -> list[VictimInfo]:
+    """The victims as people read them, from their rows (``overlapping_grants``, ``grants_at``)."""
+    return [
+        VictimInfo(
+            allocation_id=victim.allocation_id,
+            project=info[victim.allocation_id]["project__slug"],
+            department=info[victim.allocation_id]["project__department__slug"],
+            flavor=info[victim.allocation_id]["flavor__name"],
+            quantity=info[victim.allocation_id]["quantity"],
+            priority_class=info[victim.allocation_id]["priority_class__name"],
+            state=info[victim.allocation_id]["state"],
+            why=victim.why,
+            notice_minutes=0 if info[victim.allocation_id]["priority_class__preemptible"]
+            else int(info[victim.allocation_id]["priority_class__notice_minutes"]),
+        )
+        for victim in victims
+    ]
 
 
 def _capacity_candidates(
@@ -245,27 +301,6 @@ def _capacity_candidates(
     return out
 
 
-def _quota_refusal(*, check: algebra.Check, names: dict[int, str], flavor: Flavor) -> QuotaExceeded:
-    what = f"{flavor.name} units" if check.scope is not None else "GPU-equivalents"
-    department = names.get(check.department_id, str(check.department_id))
-    return QuotaExceeded(
-        f"Quota exceeded for {what} in department {department}: requested {_plain(check.requested)}, "
-        f"held {_plain(check.holds)}, limit {_plain(check.effective_limit)}; nothing it may reclaim frees enough.",
-        details=_check_details(check, names=names, flavor=flavor),
-    )
-
-
-def _check_details(check: algebra.Check, *, names: dict[int, str], flavor: Flavor) -> dict[str, str | None]:
-    return {
-        "department": names.get(check.department_id, str(check.department_id)),
-        "flavor": flavor.name if check.scope is not None else None,
-        "requested": _plain(check.requested),
-        "in_use": _plain(check.holds),
-        "limit": _plain(check.limit),
-        "effective_limit": _plain(check.effective_limit),
-    }
-
-
 def admission_decide(
     *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = ()
 ) -> Decision:
@@ -275,11 +310,14 @@ def admission_decide(
     parents = department_parent_map()
     department_id = allocation.project.department_id
     chain = department_ancestor_ids(department_id=department_id, parents=parents)
-    tree = quota_tree(parents=parents)
+    view = QuotaView.read(parents=parents)
+    tree: algebra.Tree = view.tree(allocation.starts_at, allocation.ends_at)
     names = dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug"))
+    words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
+    amounts = grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents)
     ask = algebra.Ask(
         department_id=department_id,
-        amounts=grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents),
+        amounts=tree.class_amounts(department_id, allocation.priority_class_id, amounts),
         priority=allocation.priority_class.value,
         factor=allocation.priority_class.oversubscription_factor,
         preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
@@ -293,7 +331,7 @@ def admission_decide(
         )
         return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
-    totals, promised_anywhere = department_totals(allocation=allocation, department_ids=tree_ids)
+    totals, promised_anywhere = department_totals(allocation=allocation, department_ids=tree_ids, tree=tree)
     quick = algebra.checks_from_totals(tree, totals, ask)
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
@@ -301,25 +339,30 @@ def admission_decide(
         room = _Room(allocation=allocation, clusters=clusters)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
-            checks = [_check_details(check, names=names, flavor=flavor) for check in quick]
+            checks = [words.details(check) for check in quick]
             return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=checks, attempt=attempt)
-    grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable)
+    stepped = view.stepped(allocation.starts_at, allocation.ends_at)
+    if stepped is not None:  # windows change the numbers within the interval: moment by moment, step by step
+        tree = stepped
+        words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
+        ask = dataclasses.replace(ask, amounts=stepped.timed(ask.amounts, allocation.starts_at, allocation.ends_at))
+    grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable,
+                                                tree=tree)
     quota_only = algebra.plan(tree, grants, ask)
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
-        checks = [_check_details(check, names=names, flavor=flavor) for check in quota_only.checks]
-        return Decision(plan=quota_only, checks=checks,
-                        refusal=_quota_refusal(check=quota_only.failing[0], names=names, flavor=flavor))
+        checks = [words.details(check) for check in quota_only.checks]
+        return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
     room = _Room(allocation=allocation, clusters=clusters, promised=promised)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
     plan = algebra.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
-    checks = [_check_details(check, names=names, flavor=flavor) for check in plan.checks]
+    checks = [words.details(check) for check in plan.checks]
     if not plan.admitted:
         failing = plan.failing
         if failing:
-            refusal = _quota_refusal(check=failing[0], names=names, flavor=flavor)
+            refusal = words.refusal(failing[0])
         else:
             refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(frozenset()))
         return Decision(plan=plan, checks=checks, refusal=refusal)
@@ -328,22 +371,8 @@ def admission_decide(
     if attempt is None:  # the algebra was told the request fits: it cannot happen, but never book nothing
         refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(victims))
         return Decision(plan=plan, checks=checks, refusal=refusal)
-    people = [
-        VictimInfo(
-            allocation_id=victim.allocation_id,
-            project=info[victim.allocation_id]["project__slug"],
-            department=info[victim.allocation_id]["project__department__slug"],
-            flavor=info[victim.allocation_id]["flavor__name"],
-            quantity=info[victim.allocation_id]["quantity"],
-            priority_class=info[victim.allocation_id]["priority_class__name"],
-            state=info[victim.allocation_id]["state"],
-            why=victim.why,
-            notice_minutes=0 if info[victim.allocation_id]["priority_class__preemptible"]
-            else int(info[victim.allocation_id]["priority_class__notice_minutes"]),
-        )
-        for victim in plan.victims
-    ]
+    people = victim_infos(plan.victims, info)
     return Decision(plan=plan, checks=checks, victims=people, attempt=attempt)
 
 
-__all__ = ["CapacityExceeded", "Decision", "VictimInfo", "admission_decide", "quota_tree"]
+__all__ = ["CapacityExceeded", "Decision", "VictimInfo", "admission_decide", "grants_at", "quota_tree", "victim_infos"]

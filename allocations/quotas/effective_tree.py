@@ -1,0 +1,128 @@
+"""The quota tree with quota windows: the effective numbers over an interval, as the algebra sees them.
+
+Two readings of one interval ``[start, end)`` (a request's):
+
+* **the lowest numbers** (``QuotaView.tree``): each quota's guarantee and limit are the least its
+  approved windows leave at any moment of the interval (``windows.lowest``), its lending limit at
+  most that guarantee; each priority class one of its windows targets gets its share as a scope of
+  its own (``algebra.class_scope``). Checked against everything held over the interval, it is
+  conservative: what fits it fits at every moment. Most approvals stop there.
+* **step by step** (``QuotaView.stepped``), when windows change a number within the interval and
+  the lowest numbers refuse: the interval is cut where any window's edge falls, and each step is a
+  scope of its own (``("at", step, scope)``) with that step's numbers; a grant weighs only in the
+  steps its own interval meets. A request crossing a shrink must then fit the shrunk quota next to
+  what holds during the shrink, and a grant admitted under a raise that ends before the shrink is
+  neither counted against it nor taken as "beyond the limit" there.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from allocations.models import Quota
+from allocations.quotas import algebra, windows
+from allocations.quotas.window_reading import approved_window_specs
+
+Step = tuple[datetime.datetime, datetime.datetime]
+
+
+def step_scope(step: int, scope: algebra.Scope) -> algebra.Scope:
+    return ("at", step, scope)
+
+
+def _may_be_in_force(spec: windows.WindowSpec, start: datetime.datetime, end: datetime.datetime) -> bool:
+    """Leaves out, cheaply, the windows that cannot be in force over the interval (past festivals)."""
+    if spec.begins_at >= end:
+        return False
+    return spec.kind != "temporary" or (spec.ends_at is not None and spec.ends_at > start)
+
+
+@dataclass
+class QuotaView:
+    """The quotas and their approved windows, read once (two queries)."""
+
+    parents: dict[int, int | None]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+    specs: dict[int, list[windows.WindowSpec]] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls, *, parents: dict[int, int | None], with_windows: bool = True) -> QuotaView:
+        rows = list(Quota.objects.values_list("pk", "department_id", "flavor_id", "guaranteed", "limit", "lending_limit"))
+        return cls(parents=parents, rows=rows, specs=approved_window_specs() if with_windows else {})
+
+    def _limits(self, start: datetime.datetime | None, end: datetime.datetime | None) -> tuple[
+        dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
+    ]:
+        limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {}
+        shares: set[tuple[int, int, int | None]] = set()
+        for quota_id, department_id, flavor_id, guaranteed, limit, lending in self.rows:
+            found = ([spec for spec in self.specs.get(quota_id, ()) if _may_be_in_force(spec, start, end)]
+                     if start is not None and end is not None else [])
+            if start is None or end is None or not found:
+                limits[(department_id, flavor_id)] = algebra.Limit(department_id, flavor_id, guaranteed, limit, lending)
+                continue
+            low = windows.lowest(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end)
+            lends = min(lending, low.guaranteed) if lending is not None else None
+            limits[(department_id, flavor_id)] = algebra.Limit(
+                department_id, flavor_id, low.guaranteed, low.limit, lends, low.limit_by
+            )
+            for class_id in sorted({spec.priority_class_id for spec in found if spec.priority_class_id is not None}):
+                share = windows.lowest(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end,
+                                       priority_class_id=class_id)
+                scope = algebra.class_scope(class_id, flavor_id)
+                limits[(department_id, scope)] = algebra.Limit(
+                    department_id, scope, share.guaranteed, share.limit, None, share.limit_by
+                )
+                shares.add((department_id, class_id, flavor_id))
+        return limits, shares
+
+    def tree(self, start: datetime.datetime | None = None, end: datetime.datetime | None = None) -> algebra.Tree:
+        """The lowest numbers over ``[start, end)`` (without an interval: the quotas' own)."""
+        limits, shares = self._limits(start, end)
+        return algebra.Tree(parents=self.parents, limits=limits, class_shares=frozenset(shares))
+
+    def steps(self, start: datetime.datetime, end: datetime.datetime) -> list[Step]:
+        """``[start, end)`` cut at every edge of a window within it (one step: no window changes anything)."""
+        cuts = {start, end}
+        for found in self.specs.values():
+            relevant = [spec for spec in found if _may_be_in_force(spec, start, end)]
+            cuts |= {edge.at for edge in windows.edges(relevant, start, end) if start < edge.at < end}
+        ordered = sorted(cuts)
+        return list(zip(ordered, ordered[1:], strict=False))
+
+    def stepped(self, start: datetime.datetime, end: datetime.datetime) -> SteppedTree | None:
+        """The tree step by step over ``[start, end)``; None when no window changes a number in it."""
+        steps = self.steps(start, end)
+        if len(steps) < 2:
+            return None
+        limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {}
+        shares: set[tuple[int, int, int | None]] = set()
+        for index, (begin, finish) in enumerate(steps):
+            found, found_shares = self._limits(begin, finish)
+            shares |= found_shares
+            for (department_id, scope), limit in found.items():
+                key = step_scope(index, scope)
+                limits[(department_id, key)] = algebra.Limit(department_id, key, limit.guaranteed, limit.limit,
+                                                             limit.lending_limit, limit.limit_by)
+        return SteppedTree(parents=self.parents, limits=limits, class_shares=frozenset(shares), steps=tuple(steps))
+
+
+@dataclass
+class SteppedTree(algebra.Tree):
+    """A tree whose scopes are steps of time: ``class_amounts`` then ``timed`` place an amount."""
+
+    steps: tuple[Step, ...] = ()
+
+    def timed(
+        self, amounts: Mapping[algebra.Scope, Decimal], starts_at: datetime.datetime, ends_at: datetime.datetime
+    ) -> dict[algebra.Scope, Decimal]:
+        """The amounts in every step ``[starts_at, ends_at)`` meets, and in no plain scope."""
+        return {
+            step_scope(index, scope): amount
+            for index, (begin, finish) in enumerate(self.steps) if starts_at < finish and ends_at > begin
+            for scope, amount in amounts.items()
+        }

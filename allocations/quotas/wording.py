@@ -1,0 +1,75 @@
+"""How the quota checks of a request read, for people: in a refusal's message and in the
+numbers it carries (``details``), naming the quota window that set a limit (``limit_by``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from allocations.models import Flavor
+from allocations.quotas import algebra
+from kernel.errors import QuotaExceeded
+
+
+def _plain(value: Decimal) -> str:
+    return format(value.normalize(), "f")
+
+
+def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> str:
+    """``a100 units``, ``GPU-equivalents``, or ``gpu-preemptible's share of a100 units`` (a step
+    of time reads as the scope it counts)."""
+    if isinstance(scope, tuple):
+        inner = scope_words(scope[2], flavor=flavor, priority_class=priority_class)
+        return f"{priority_class}'s share of {inner}" if scope[0] == "class" else inner
+    return f"{flavor} units" if scope is not None else "GPU-equivalents"
+
+
+def _unstepped(scope: algebra.Scope) -> tuple[algebra.Scope, int | None]:
+    """The scope a check counts, and the step of time it counts it in (None: the whole interval)."""
+    if isinstance(scope, tuple) and scope[0] == "at":
+        return scope[2], scope[1]
+    return scope, None
+
+
+@dataclass(frozen=True)
+class QuotaWords:
+    """How the checks of one request read: the department names, its flavor and class, which
+    quota window set each limit and, step by step, when."""
+
+    tree: algebra.Tree
+    names: dict[int, str]
+    flavor: Flavor
+    priority_class: str
+
+    def details(self, check: algebra.Check) -> dict[str, str | int | None]:
+        scope, step = _unstepped(check.scope)
+        real = scope[2] if isinstance(scope, tuple) else scope
+        out: dict[str, str | int | None] = {
+            "department": self.names.get(check.department_id, str(check.department_id)),
+            "flavor": self.flavor.name if real is not None else None,
+            "requested": _plain(check.requested),
+            "in_use": _plain(check.holds),
+            "limit": _plain(check.limit),
+            "effective_limit": _plain(check.effective_limit),
+        }
+        if isinstance(scope, tuple):
+            out["priority_class"] = self.priority_class
+        found = self.tree.limits.get((check.department_id, check.scope))
+        if found is not None and found.limit_by is not None:
+            out["limit_by"] = found.limit_by  # the quota window whose value this limit is
+        steps = getattr(self.tree, "steps", ())
+        if step is not None and step < len(steps):
+            out["from"], out["until"] = steps[step][0].isoformat(), steps[step][1].isoformat()
+        return out
+
+    def refusal(self, check: algebra.Check) -> QuotaExceeded:
+        details = self.details(check)
+        what = scope_words(check.scope, flavor=self.flavor.name, priority_class=self.priority_class)
+        when = f" from {details['from']} until {details['until']}" if "from" in details else ""
+        by = f" (set by quota window #{details['limit_by']})" if "limit_by" in details else ""
+        return QuotaExceeded(
+            f"Quota exceeded for {what} in department {details['department']}{when}: requested "
+            f"{_plain(check.requested)}, held {_plain(check.holds)}, limit {_plain(check.effective_limit)}{by}; "
+            "nothing it may reclaim frees enough.",
+            details=details,
+        )
