@@ -221,7 +221,13 @@ def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(p
     outlook = page.locator("#feedback-outlook")
     expect(outlook).to_contain_text("Approval would reclaim 1 grant from other departments")
     expect(outlook).to_contain_text(f"#{borrowed.pk} 4 × a100 of vision-seg (department vision, gpu-standard)")
-    page.get_by_role("checkbox", name=re.compile("I understand that approving this request")).check()
+    # The feedback refreshes (and re-renders the confirmation) 400 ms after the last keystroke:
+    # let the last refresh land before ticking the box, as a person reading the outlook would.
+    page.wait_for_timeout(600)
+    page.wait_for_load_state("networkidle")
+    confirm = page.get_by_role("checkbox", name=re.compile("I understand that approving this request"))
+    confirm.check()
+    expect(confirm).to_be_checked()
     portal.shot("request-would-reclaim")
     page.get_by_role("button", name="Submit request").click()
     heading = page.get_by_role("heading", level=1, name=re.compile(r"^Allocation #\d+$"))
