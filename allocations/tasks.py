@@ -8,6 +8,7 @@ from celery import shared_task
 from allocations.reclaims import allocations_reclaim_due
 from allocations.scheduling import allocations_start_due
 from allocations.services import allocations_expire
+from allocations.window_tick import quota_windows_tick
 
 
 @shared_task
@@ -17,10 +18,13 @@ def allocations_expire_task() -> int:
 
 @shared_task
 def allocations_timeline_task() -> dict[str, int]:
-    """What the clock moves: grants that ended expire, reclaims whose notice ran out finish (freeing
-    the capacity they held), then scheduled grants whose start came (and whose victims are gone)
-    are provisioned. In this order, so that a start finds the room that was freed for it."""
+    """What the clock moves: the quota windows' edges that fell due apply (first: a shrink's
+    reclaims without notice free capacity now), grants that ended expire, reclaims whose notice ran
+    out finish (freeing the capacity they held), then scheduled grants whose start came (and whose
+    victims are gone) are provisioned. In this order, so that a start finds the room that was freed
+    for it."""
     return {
+        "window_edges": len(quota_windows_tick().applied),
         "expired": allocations_expire(),
         "reclaimed": allocations_reclaim_due(),
         "started": allocations_start_due(),

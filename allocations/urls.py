@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, catalog_apis, change_apis, preview_apis, window_apis
+from allocations import apis, catalog_apis, change_apis, preview_apis, window_apis, window_shrink_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
@@ -20,6 +20,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("quotas/<int:quota_id>/effective/", window_apis.QuotaEffectiveApi.as_view(), name="api-quota-effective"),
     path("quotas/<int:quota_id>/timeline/", window_apis.QuotaTimelineApi.as_view(), name="api-quota-timeline"),
     path("quota-windows/", window_apis.QuotaWindowListApi.as_view(), name="api-quota-windows"),
+    path("quota-windows/shrinks/", window_shrink_apis.QuotaWindowShrinksApi.as_view(), name="api-quota-window-shrinks"),
     path("quota-windows/<int:window_id>/", window_apis.QuotaWindowDetailApi.as_view(), name="api-quota-window"),
     path("quota-windows/<int:window_id>/approve/", window_apis.QuotaWindowApproveApi.as_view(),
          name="api-quota-window-approve"),

@@ -6,7 +6,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from django.utils import timezone
+
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
+from allocations.quotas.window_reading import approved_window_specs
+from allocations.quotas.windows import effective
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
@@ -115,9 +119,12 @@ def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
         granted[slug][resource] += quantity
         department_ids[slug] = department_id
     guaranteed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    for department_id, resource, amount in Quota.objects.filter(
+    specs, now = (approved_window_specs() if department_ids else {}), timezone.now()  # the guarantee in force now
+    for quota_id, department_id, resource, amount, most in Quota.objects.filter(
         department_id__in=department_ids.values(), flavor__isnull=False
-    ).values_list("department_id", "flavor__resource_name", "guaranteed"):
+    ).values_list("pk", "department_id", "flavor__resource_name", "guaranteed", "limit"):
+        if specs.get(quota_id):
+            amount = effective(guaranteed=amount, limit=most, windows=specs[quota_id], at=now).guaranteed
         guaranteed[department_id][resource] += int(amount)
     return [
         DepartmentQueue(

@@ -22,8 +22,9 @@ victim could be given back):
   then age), and grants of ``P``'s own projects (which no child's guarantee covers). A grant within
   its own department's guarantee is never reclaimed for another department.
 * **oversubscription**: grants beyond the plain limit of a department on the request's chain (held
-  there by a priority class's factor, or left over after the limit was lowered) are eligible for a
-  request that does not oversubscribe itself (factor 1) or that has a higher priority.
+  there by a priority class's factor, or left over after the limit was lowered, unless a quota
+  window with shrink policy ``wait`` lowered it: ``Limit.kept``) are eligible for a request that
+  does not oversubscribe itself (factor 1) or that has a higher priority.
 * **priority preemption**: a request of a ``PreemptLowerPriority`` class may take grants of
   strictly lower priority in its own department's subtree.
 
@@ -68,6 +69,12 @@ class Limit:
     limit: Decimal
     lending_limit: Decimal | None = None  # None: lends all of its unused guarantee
     limit_by: int | None = None  # the quota window that set ``limit`` (None: the quota's own)
+    kept: Decimal | None = None  # a window lowered the limit but lets what holds beyond it run: taken beyond this
+
+    @property
+    def beyond(self) -> Decimal:
+        """The line beyond which grants count as oversubscribed (may be taken)."""
+        return max(self.limit, self.kept) if self.kept is not None else self.limit
 
     @property
     def unlent(self) -> Decimal:
@@ -290,7 +297,7 @@ def eligible_victims(tree: Tree, grants: list[Grant], ask: Ask, failing: list[Ch
         scope, level = check.scope, check.department_id
         limit = tree.limits[(level, scope)]
         # Oversubscribed: beyond the level's plain limit.
-        for grant_id in _ranked_beyond(in_subtree(level), scope=scope, line=limit.limit):
+        for grant_id in _ranked_beyond(in_subtree(level), scope=scope, line=limit.beyond):
             if ask.factor <= 1 or ask.priority > by_id[grant_id].priority:
                 eligible.setdefault(grant_id, "oversubscribed")
         # Reclaim: at the failing level and at every level below it on the request's path, a path
@@ -360,7 +367,7 @@ def grants_beyond(tree: Tree, grants: list[Grant], *, line: str) -> set[int]:
     out: set[int] = set()
     for (department, scope), limit in tree.limits.items():
         members = [g for d in tree.subtree(department) for g in by_department.get(d, ())]
-        edge = getattr(limit, line)
+        edge = limit.beyond if line == "limit" else limit.guaranteed
         if line == "guaranteed":  # less what the department's idle teams keep and do not lend
             used = sum((g.amounts.get(scope, ZERO) for g in members), ZERO)
             edge = max(edge - (holdings.inner(department, scope, {}) - used), ZERO)

@@ -17,7 +17,9 @@ Two readings of one interval ``[start, end)`` (a request's):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
+from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -25,7 +27,8 @@ from typing import Any
 
 from allocations.models import Quota
 from allocations.quotas import algebra, windows
-from allocations.quotas.window_reading import approved_window_specs
+from allocations.quotas.window_reading import window_spec
+from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowState
 
 Step = tuple[datetime.datetime, datetime.datetime]
 
@@ -43,16 +46,39 @@ def _may_be_in_force(spec: windows.WindowSpec, start: datetime.datetime, end: da
 
 @dataclass
 class QuotaView:
-    """The quotas and their approved windows, read once (two queries)."""
+    """The quotas and their approved windows, read once (two queries). A limit that a window of
+    shrink policy ``wait`` lowered lets what holds beyond it run: ``Limit.kept`` is the limit
+    without those windows, and only grants beyond it may be taken as oversubscribed."""
 
     parents: dict[int, int | None]
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     specs: dict[int, list[windows.WindowSpec]] = field(default_factory=dict)
+    waiting: frozenset[int] = frozenset()  # the windows whose shrink policy is ``wait``
 
     @classmethod
     def read(cls, *, parents: dict[int, int | None], with_windows: bool = True) -> QuotaView:
         rows = list(Quota.objects.values_list("pk", "department_id", "flavor_id", "guaranteed", "limit", "lending_limit"))
-        return cls(parents=parents, rows=rows, specs=approved_window_specs() if with_windows else {})
+        specs: dict[int, list[windows.WindowSpec]] = defaultdict(list)
+        waiting = set()
+        for row in QuotaWindow.objects.filter(state=WindowState.APPROVED).order_by("pk") if with_windows else ():
+            specs[row.quota_id].append(window_spec(row))
+            if row.shrink_policy == ShrinkPolicy.WAIT:
+                waiting.add(row.pk)
+        return cls(parents=parents, rows=rows, specs=dict(specs), waiting=frozenset(waiting))
+
+    def _lowest(
+        self, guaranteed: Decimal, limit: Decimal, found: list[windows.WindowSpec], start: datetime.datetime,
+        end: datetime.datetime, priority_class_id: int | None,
+    ) -> tuple[windows.Effective, Decimal | None]:
+        """The lowest numbers, and the limit the ``wait`` windows leave running (None: theirs is not lower)."""
+        low = windows.lowest(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end,
+                             priority_class_id=priority_class_id)
+        others = [spec for spec in found if spec.id not in self.waiting]
+        if len(others) == len(found):
+            return low, None
+        kept = windows.lowest(guaranteed=guaranteed, limit=limit, windows=others, start=start, end=end,
+                              priority_class_id=priority_class_id).limit
+        return low, kept if kept > low.limit else None
 
     def _limits(self, start: datetime.datetime | None, end: datetime.datetime | None) -> tuple[
         dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
@@ -65,17 +91,16 @@ class QuotaView:
             if start is None or end is None or not found:
                 limits[(department_id, flavor_id)] = algebra.Limit(department_id, flavor_id, guaranteed, limit, lending)
                 continue
-            low = windows.lowest(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end)
+            low, kept = self._lowest(guaranteed, limit, found, start, end, None)
             lends = min(lending, low.guaranteed) if lending is not None else None
             limits[(department_id, flavor_id)] = algebra.Limit(
-                department_id, flavor_id, low.guaranteed, low.limit, lends, low.limit_by
+                department_id, flavor_id, low.guaranteed, low.limit, lends, low.limit_by, kept
             )
             for class_id in sorted({spec.priority_class_id for spec in found if spec.priority_class_id is not None}):
-                share = windows.lowest(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end,
-                                       priority_class_id=class_id)
+                share, kept = self._lowest(guaranteed, limit, found, start, end, class_id)
                 scope = algebra.class_scope(class_id, flavor_id)
                 limits[(department_id, scope)] = algebra.Limit(
-                    department_id, scope, share.guaranteed, share.limit, None, share.limit_by
+                    department_id, scope, share.guaranteed, share.limit, None, share.limit_by, kept
                 )
                 shares.add((department_id, class_id, flavor_id))
         return limits, shares
@@ -106,8 +131,7 @@ class QuotaView:
             shares |= found_shares
             for (department_id, scope), limit in found.items():
                 key = step_scope(index, scope)
-                limits[(department_id, key)] = algebra.Limit(department_id, key, limit.guaranteed, limit.limit,
-                                                             limit.lending_limit, limit.limit_by)
+                limits[(department_id, key)] = dataclasses.replace(limit, scope=key)
         return SteppedTree(parents=self.parents, limits=limits, class_shares=frozenset(shares), steps=tuple(steps))
 
 

@@ -205,6 +205,7 @@ ROWS = [
     Row("api-quota-timeline", "get", READ_NLP, kwargs=quota),
     # quota windows: nlp_admin asked for the scene's window; only another (platform) admin decides
     Row("api-quota-windows", "get", SIGNED_IN),
+    Row("api-quota-window-shrinks", "get", SIGNED_IN),
     Row("api-quota-windows", "post", ASK_WINDOW_IN_NLP, body=window_body),
     Row("api-quota-window", "get", READ_NLP, kwargs=window),
     Row("api-quota-window-approve", "post", PLATFORM_CHANGES_NLP, kwargs=window, body=lambda s, p: {"comment": "yes"}),

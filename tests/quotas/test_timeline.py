@@ -1,5 +1,5 @@
-"""The clock moves grants: expiry, then reclaims whose notice ran out, then scheduled starts — by
-beat's timeline task, or by the serving process's clock on the embedded default."""
+"""The clock moves grants: quota window edges, expiry, then reclaims whose notice ran out, then
+scheduled starts — by beat's timeline task, or by the serving process's clock on the embedded default."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def test_a_grant_starting_later_is_scheduled_and_pushes_nothing_until_its_start(
     assert granted.reservations.filter(released_at__isnull=True).count() == 2  # it holds its booking
     assert not ClusterPush.objects.filter(project=world.llm).exists()
 
-    assert allocations_timeline_task.apply().get() == {"expired": 0, "reclaimed": 0, "started": 0}
+    assert allocations_timeline_task.apply().get() == {"window_edges": 0, "expired": 0, "reclaimed": 0, "started": 0}
 
     Allocation.objects.filter(pk=granted.pk).update(starts_at=timezone.now() - datetime.timedelta(seconds=1))
     assert allocations_timeline_task.apply().get()["started"] == 1
@@ -48,7 +48,7 @@ def test_a_grant_starting_later_is_scheduled_and_pushes_nothing_until_its_start(
 def test_the_in_process_clock_ticks_the_timeline(world: World) -> None:
     granted = _scheduled(world, starts_in=datetime.timedelta(minutes=10))
     Allocation.objects.filter(pk=granted.pk).update(starts_at=timezone.now() - datetime.timedelta(seconds=1))
-    assert clock.Clock(interval=3600).tick() == {"expired": 0, "reclaimed": 0, "started": 1}
+    assert clock.Clock(interval=3600).tick() == {"window_edges": 0, "expired": 0, "reclaimed": 0, "started": 1}
 
 
 def test_a_failing_tick_is_logged_and_the_clock_goes_on(monkeypatch: Any, caplog: Any) -> None:

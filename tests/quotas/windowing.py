@@ -7,12 +7,14 @@ import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Max
 from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
 from allocations.states import HOLDING_STATES
 from allocations.window_models import QuotaWindow, WindowState
+from audit.models import AuditEvent
 from tests.conftest import World
 
 HOUR = datetime.timedelta(hours=1)
@@ -60,3 +62,12 @@ def held(department_ids: set[int], at: datetime.datetime, *, leaving: bool = Fal
     return sum(Allocation.objects.filter(
         state__in=states, project__department_id__in=department_ids, starts_at__lte=at, ends_at__gt=at,
     ).values_list("quantity", flat=True))
+
+
+def audit_head() -> int:
+    """The audit log outlives each test's database flush: tests read what came after this."""
+    return int(AuditEvent.objects.aggregate(head=Max("seq"))["head"] or 0)
+
+
+def audit_since(seq: int, action: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(seq__gt=seq, action=action).order_by("seq"))
