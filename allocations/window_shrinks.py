@@ -19,21 +19,60 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
+from django.db.models import Q
 from django.utils import timezone
 
 from allocations.models import Allocation, Quota
 from allocations.quotas import algebra, windows
 from allocations.quotas.planning import VictimInfo, grants_at, quota_tree, victim_infos
-from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.wording import scope_words
-from allocations.window_models import QuotaWindow
+from allocations.window_models import QuotaWindow, WindowKind, WindowState
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Project
 
 MICROSECOND = datetime.timedelta(microseconds=1)
 WARN_WITHIN = datetime.timedelta(minutes=30)
+HOUR = datetime.timedelta(hours=1)
+
+
+@lru_cache(maxsize=32768)
+def _spec_edges(spec: windows.WindowSpec, start: datetime.datetime, end: datetime.datetime) -> tuple[windows.Edge, ...]:
+    return tuple(windows.edges([spec], start, end))
+
+
+SPEC_FIELDS = ("pk", "quota_id", "kind", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
+               "guaranteed_delta", "limit_delta", "guaranteed", "limit", "priority_class_id")
+
+
+def specs_between(since: datetime.datetime, until: datetime.datetime) -> dict[int, list[windows.WindowSpec]]:
+    """Quota id → its approved windows that may be in force, or have an edge, in ``[since, until]``
+    (past festivals left out in the query; plain rows, not models: the tick reads this every 30 s)."""
+    rows = (QuotaWindow.objects.filter(state=WindowState.APPROVED, begins_at__lte=until)
+            .filter(Q(kind=WindowKind.RECURRING) | Q(ends_at__gte=since)).order_by("pk").values_list(*SPEC_FIELDS))
+    out: dict[int, list[windows.WindowSpec]] = defaultdict(list)
+    for pk, quota_id, kind, begins, ends, rule, zone, minutes, g_delta, l_delta, guaranteed, limit, class_id in rows:
+        out[quota_id].append(windows.WindowSpec(
+            id=pk, kind=kind, begins_at=begins, ends_at=ends, rrule=rule, timezone=zone or "UTC",
+            duration=datetime.timedelta(minutes=minutes) if minutes else None, guaranteed_delta=g_delta,
+            limit_delta=l_delta, guaranteed=guaranteed, limit=limit, priority_class_id=class_id,
+        ))
+    return dict(out)
+
+
+def edges_between(
+    specs: Iterable[windows.WindowSpec], start: datetime.datetime, end: datetime.datetime
+) -> list[windows.Edge]:
+    """``windows.edges`` of these windows in ``[start, end)``, each window's computed over the whole
+    hours around it and remembered: the tick asks about the same hours every 30 seconds, and a
+    recurring window's edges cost a walk of its rule (an approved window never changes: a changed
+    one is another key)."""
+    low = start.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
+    high = end.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0) + HOUR
+    found = [edge for spec in specs for edge in _spec_edges(spec, low, high) if start <= edge.at < end]
+    return sorted(found, key=lambda edge: (edge.at, edge.kind != "end", edge.window_id))
 
 
 def plain(value: Decimal) -> str:
@@ -135,21 +174,24 @@ def _owners(victims: list[VictimInfo]) -> list[AtRisk]:
 
 def quota_window_shrinks_coming(
     *, now: datetime.datetime | None = None, within: datetime.timedelta = WARN_WITHIN,
-    department_ids: Iterable[int] | None = None,
+    department_ids: Iterable[int] | None = None, specs: dict[int, list[windows.WindowSpec]] | None = None,
 ) -> list[ComingShrink]:
     """The edges in ``(now, now + within]`` after which a quota (or a class's share of it) is
     lower than before, in time order, each with the grants it would leave beyond its new limit
     (the ones a ``reclaim`` policy takes; under ``wait`` they keep running) and their owners (who
-    requested them, the project's members). ``department_ids``: only the quotas of these departments."""
+    requested them, the project's members). ``department_ids``: only the quotas of these departments.
+    ``specs``: the windows, when the caller read them already (``specs_between``)."""
     moment = now or timezone.now()
-    specs = approved_window_specs()
-    wanted = set(department_ids) if department_ids is not None else None
-    quotas = {quota.pk: quota for quota in Quota.objects.filter(pk__in=list(specs)).select_related("department", "flavor")
-              if wanted is None or quota.department_id in wanted}
-    due = [(edge, quota_id) for quota_id in quotas
-           for edge in windows.edges(specs[quota_id], moment + MICROSECOND, moment + within + MICROSECOND)]
+    if specs is None:
+        specs = specs_between(moment, moment + within + MICROSECOND)
+    due = [(edge, quota_id) for quota_id, found in specs.items()
+           for edge in edges_between(found, moment + MICROSECOND, moment + within + MICROSECOND)]
     if not due:
         return []
+    wanted = set(department_ids) if department_ids is not None else None
+    quotas = {quota.pk: quota for quota in Quota.objects.filter(pk__in={quota_id for _, quota_id in due})
+              .select_related("department", "flavor") if wanted is None or quota.department_id in wanted}
+    due = [(edge, quota_id) for edge, quota_id in due if quota_id in quotas]
     rows = {row.pk: row for row in QuotaWindow.objects.filter(pk__in={edge.window_id for edge, _ in due})
             .select_related("quota__department", "quota__flavor", "priority_class", "requested_by")}
     out = []

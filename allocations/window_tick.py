@@ -51,11 +51,13 @@ from allocations.window_shrinks import (
     WARN_WITHIN,
     ComingShrink,
     edge_numbers,
+    edges_between,
     numbers,
     plain,
     quota_window_shrinks_coming,
     scope_label,
     shrink_victims,
+    specs_between,
     window_scope,
 )
 from audit import actions
@@ -112,10 +114,10 @@ def quota_windows_tick(*, now: datetime.datetime | None = None, lookback: dateti
     within ``lookback``, and nothing else unless a shrink is coming."""
     moment = now or timezone.now()
     since = moment - lookback
-    specs = approved_window_specs()
+    specs = specs_between(since, moment + WARN_WITHIN + MICROSECOND)
     due: list[tuple[datetime.datetime, int, str, bool]] = [
         (edge.at, edge.window_id, edge.kind, False)
-        for found in specs.values() for edge in windows.edges(found, since + MICROSECOND, moment + MICROSECOND)
+        for found in specs.values() for edge in edges_between(found, since + MICROSECOND, moment + MICROSECOND)
     ]
     for row in QuotaWindow.objects.filter(state=WindowState.CANCELLED, decided_at__gt=since, decided_at__lte=moment):
         assert row.decided_at is not None
@@ -130,7 +132,7 @@ def quota_windows_tick(*, now: datetime.datetime | None = None, lookback: dateti
             applied = quota_window_edge_apply(window_id=window_id, at=at, kind=kind, now=moment, cancelled=cancelled)
             if applied is not None:
                 result.applied.append(applied)
-    result.warned = quota_window_shrinks_warn(now=moment)
+    result.warned = quota_window_shrinks_warn(now=moment, specs=specs)
     return result
 
 
@@ -223,10 +225,13 @@ def _warned(window_id: int, at: datetime.datetime, kind: str) -> bool:
     return any(event.details.get("at") == at.isoformat() and event.details.get("kind") == kind for event in events)
 
 
-def quota_window_shrinks_warn(*, now: datetime.datetime, within: datetime.timedelta = WARN_WITHIN) -> int:
+def quota_window_shrinks_warn(
+    *, now: datetime.datetime, within: datetime.timedelta = WARN_WITHIN,
+    specs: dict[int, list[windows.WindowSpec]] | None = None,
+) -> int:
     """Announce, once per window and edge, each shrink coming within ``within``; returns how many."""
     announced = 0
-    for shrink in quota_window_shrinks_coming(now=now, within=within):
+    for shrink in quota_window_shrinks_coming(now=now, within=within, specs=specs):
         if not _warned(shrink.window.pk, shrink.at, shrink.kind) and _warn(shrink=shrink):
             announced += 1
     return announced
