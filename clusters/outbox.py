@@ -24,6 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from clusters.models import ClusterPush, PushState
+from kernel.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
 
@@ -80,27 +81,19 @@ SWEEP_SECONDS = 15.0
 """How often the in-process sweeper runs: as often as beat's ``clusters-pushes-dispatch``."""
 
 
-class PushSweeper:
+class PushSweeper(PeriodicThread):
     """``pushes_dispatch`` every ``interval`` seconds on a daemon thread, for in-process tasks
     (where dispatching a push delivers it on the calling thread). A failed sweep is logged and the
     next one runs as usual; the thread closes its database connections after each sweep."""
 
+    thread_name = "gpuportal-push-sweeper"
+
     def __init__(self, *, interval: float = SWEEP_SECONDS) -> None:
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpuportal-push-sweeper", daemon=True)
+        super().__init__(interval=interval)
 
     def start(self) -> PushSweeper:
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self, *, timeout: float | None = None) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def sweep(self) -> int:
         try:
@@ -111,9 +104,8 @@ class PushSweeper:
         finally:
             connections.close_all()  # this thread's connections only
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sweep()
+    def run_once(self) -> int:
+        return self.sweep()
 
 
 _sweeper: PushSweeper | None = None

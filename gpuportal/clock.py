@@ -11,32 +11,26 @@ import threading
 from celery import current_app
 from django.db import connections
 
+from kernel.periodic import PeriodicThread
+
 log = logging.getLogger(__name__)
 
 TIMELINE_TASK = "allocations.tasks.allocations_timeline_task"
 TICK_SECONDS = 30.0
 
 
-class Clock:
+class Clock(PeriodicThread):
     """Runs the timeline task on a daemon thread every ``interval`` seconds; a failed tick is
     logged and the next one runs as usual."""
 
+    thread_name = "gpuportal-clock"
+
     def __init__(self, *, interval: float = TICK_SECONDS) -> None:
-        self.interval = interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="gpuportal-clock", daemon=True)
+        super().__init__(interval=interval)
 
     def start(self) -> Clock:
-        self._thread.start()
+        super().start()
         return self
-
-    def stop(self, *, timeout: float | None = None) -> None:
-        self._stop.set()
-        self._thread.join(timeout)
-
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
 
     def tick(self) -> dict[str, int]:
         try:
@@ -48,9 +42,8 @@ class Clock:
         finally:
             connections.close_all()  # this thread's connections only
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.tick()
+    def run_once(self) -> dict[str, int]:
+        return self.tick()
 
 
 _clock: Clock | None = None
