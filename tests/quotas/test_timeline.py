@@ -4,6 +4,7 @@ scheduled starts — by beat's timeline task, or by the serving process's clock 
 from __future__ import annotations
 
 import datetime
+import os
 from typing import Any
 
 import pytest
@@ -87,3 +88,19 @@ def test_the_clock_runs_only_without_a_broker(monkeypatch: Any) -> None:
 def test_beat_runs_the_timeline_at_least_every_minute() -> None:
     entry: dict[str, Any] = settings.CELERY_BEAT_SCHEDULE["allocations-timeline"]
     assert entry["task"] == "allocations.tasks.allocations_timeline_task" and float(entry["schedule"]) <= 60
+
+
+def test_the_serving_process_has_the_timeline_task_its_clock_runs() -> None:
+    """The web process does not import the apps' task modules as a worker does: the clock must
+    bring the task with it (``make run`` once logged NotRegistered every tick)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import django, os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'gpuportal.settings'); django.setup(); "
+        "from celery import current_app; import gpuportal.clock as clock; "
+        "print(clock.TIMELINE_TASK in current_app.tasks)"
+    )
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "GPUPORTAL_DEBUG": "true"}, check=True)
+    assert found.stdout.strip().splitlines()[-1] == "True", found.stderr
