@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.forms.models import model_to_dict
 
-from allocations.models import Allocation, Flavor, PriorityClass, Quota
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
@@ -131,16 +131,19 @@ def priority_class_update(*, actor: User, priority_class_id: int, via: str = "ap
 
 @transaction.atomic
 def priority_class_delete(*, actor: User, priority_class_id: int, via: str = "api") -> None:
-    """Remove a priority class no allocation refers to (a past one included: the record keeps its
-    class), and the PriorityClass from every active cluster."""
+    """Remove a priority class no allocation or quota window refers to (a past one included: the
+    record keeps its class), and the PriorityClass from every active cluster."""
     require_platform_admin(actor, to=CATALOGUE)
     priority_class = PriorityClass.objects.select_for_update().get(pk=priority_class_id)
     used = Allocation.objects.filter(priority_class=priority_class).count()
-    if used:
-        raise Conflict(
-            f"Priority class {priority_class.name} is used by {used} allocation(s); it cannot be removed.",
-            details={"priority_class": priority_class.name, "allocations": used},
-        )
+    windows = QuotaWindow.objects.filter(priority_class=priority_class).count()
+    if used or windows:
+        details: dict[str, Any] = {"priority_class": priority_class.name, "allocations": used}
+        what = f"{used} allocation(s)"
+        if windows:
+            details["quota_windows"] = windows
+            what += f" and {windows} quota window(s)"
+        raise Conflict(f"Priority class {priority_class.name} is used by {what}; it cannot be removed.", details=details)
     before = _plain(model_to_dict(priority_class))
     pushes = cluster_objects_enqueue()  # pushed after the commit, when the class is gone: the push prunes it
     audit_record(

@@ -185,3 +185,22 @@ def test_a_request_naming_a_class_removed_meanwhile_is_a_400_naming_it(world: Wo
             starts_at=start, ends_at=start + datetime.timedelta(days=1), justification="x",
         )
     assert refusal.value.fields == {"priority_class": ["Priority class gpu-doomed no longer exists."]}
+
+
+@pytest.mark.django_db
+def test_a_class_a_quota_window_names_cannot_be_deleted(world: World, clusters: list[str]) -> None:
+    """The fuzz step found this a 500 (the window's foreign key protects the class)."""
+    from allocations.models import Quota, QuotaWindow
+
+    unused = PriorityClass.objects.create(name="gpu-training", value=50)
+    QuotaWindow.objects.create(
+        quota=Quota.objects.filter(flavor=None).earliest("pk"), priority_class=unused, kind="temporary",
+        begins_at=timezone.now(), ends_at=timezone.now() + datetime.timedelta(hours=1), limit_delta=1,
+        requested_by=world.users["platform"], state="cancelled",
+    )
+
+    response = world.client("platform").delete(url(unused))
+
+    assert response.status_code == 409, response.content
+    assert response.json()["error"]["details"] == {"priority_class": "gpu-training", "allocations": 0, "quota_windows": 1}
+    assert PriorityClass.objects.filter(pk=unused.pk).exists()
