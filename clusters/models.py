@@ -28,6 +28,21 @@ class Cluster(models.Model):
         max_length=63, default="gpu-operator", validators=[NAMESPACE_SLUG_VALIDATOR],
         help_text="Namespace of the device-plugin and MIG-manager ConfigMaps.",
     )
+    # Monitoring (docs/observability.md): where the cluster's Prometheus answers queries (the
+    # utilisation tick reads dcgm-exporter's series there), and whether the portal pushes its
+    # PrometheusRule (the Prometheus Operator's kind) and into which namespace, with which labels
+    # (the Prometheus's ruleSelector must match them).
+    prometheus_url = models.URLField(
+        max_length=500, blank=True,
+        help_text="Prometheus HTTP API base URL (e.g. http://prometheus.monitoring:9090); empty: utilisation from the node agents only.",
+    )
+    prometheus_rule_namespace = models.CharField(
+        max_length=63, blank=True, validators=[NAMESPACE_SLUG_VALIDATOR],
+        help_text="Namespace the portal's PrometheusRule is applied to; empty: no PrometheusRule is pushed.",
+    )
+    prometheus_rule_labels = models.JSONField(
+        default=dict, blank=True, help_text="Extra labels of the PrometheusRule, matched by the Prometheus's ruleSelector."
+    )
     last_sync_at = models.DateTimeField(null=True, blank=True)
     last_sync_error = models.TextField(blank=True)
     last_drift_at = models.DateTimeField(null=True, blank=True)

@@ -50,6 +50,7 @@ INSTALLED_APPS = [
     "allocations",
     "delivery",
     "telemetry",
+    "observability",
     "compliance",
     "frontend",
     "demo",
@@ -226,6 +227,21 @@ if GPUPORTAL_DEFRAG_EVERY:
     CELERY_BEAT_SCHEDULE["placement-defrag"] = {
         "task": "allocations.tasks.placement_defrag_scheduled_task", "schedule": float(GPUPORTAL_DEFRAG_EVERY),
     }
+
+# Observability (docs/observability.md).
+# The bearer token GET /metrics asks for; unset, /metrics answers only requests from loopback.
+GPUPORTAL_METRICS_TOKEN = env_secret("GPUPORTAL_METRICS_TOKEN")
+# Alert thresholds, rendered into the PrometheusRule pushed to clusters and into deploy/prometheus/.
+# (alerts: begin)
+# (alerts: end)
+# Utilisation per allocation read from each cluster's Prometheus (telemetry/usage/).
+GPUPORTAL_UTILISATION_EVERY = env_int("GPUPORTAL_UTILISATION_EVERY", 300, minimum=60)
+GPUPORTAL_UTILISATION_MIN_COVERAGE = env_float("GPUPORTAL_UTILISATION_MIN_COVERAGE", 0.8)
+GPUPORTAL_UTILISATION_RETENTION_DAYS = env_int("GPUPORTAL_UTILISATION_RETENTION_DAYS", 90, minimum=1)
+GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS = env_float("GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS", 10.0)
+CELERY_BEAT_SCHEDULE["telemetry-utilisation-tick"] = {
+    "task": "telemetry.tasks.telemetry_utilisation_tick_task", "schedule": float(GPUPORTAL_UTILISATION_EVERY),
+}
 
 # Allocations and the demo data.
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)

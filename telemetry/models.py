@@ -191,3 +191,51 @@ class SampleRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_tier_display()} until {self.rolled_until:%Y-%m-%dT%H:%M}"
+
+
+class UsageSource(models.TextChoices):
+    """Where a utilisation bucket was read (docs/observability.md, "Sources")."""
+
+    DCGM = "dcgm", "dcgm-exporter through Prometheus"
+    HAMI = "hami", "HAMi's vGPU monitor through Prometheus"
+    AGENT = "agent", "the portal's node agent"
+
+
+class AllocationUsage(models.Model):
+    """How much of one allocation was used over one 5-minute bucket, from one source.
+
+    ``activity`` is the mean busy fraction of the allocation's devices (0..1: SM active, else
+    graphics engine active, else GPU utilisation / 100), ``None`` when the bucket's data did not
+    cover enough of it (``coverage`` < the threshold): missing data is unknown, never idle.
+    ``granted_gpu_eq`` is what the allocation held in GPU-equivalents during the bucket and
+    ``used_gpu_eq`` = activity × granted (``None`` when unknown). Memory is in bytes, against the
+    memory the allocation's share entitles it to. ``cluster`` and ``department`` are copied from
+    the allocation so that the charts aggregate without joins.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    allocation = models.ForeignKey("allocations.Allocation", on_delete=models.CASCADE, related_name="usage")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.CASCADE, related_name="+")
+    department = models.ForeignKey("tenants.Department", on_delete=models.CASCADE, related_name="+")
+    bucket_start = models.DateTimeField()
+    source = models.CharField(max_length=8, choices=UsageSource.choices)
+    devices = models.PositiveSmallIntegerField(default=0, help_text="Booked devices the bucket's data covered.")
+    coverage = models.FloatField(help_text="Fraction of the expected samples present (0..1).")
+    activity = models.FloatField(null=True, blank=True)
+    granted_gpu_eq = models.FloatField()
+    used_gpu_eq = models.FloatField(null=True, blank=True)
+    memory_used_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    memory_granted_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["allocation_id", "bucket_start", "source"]
+        constraints = [
+            models.UniqueConstraint(fields=["allocation", "bucket_start", "source"], name="telemetry_usage_unique"),
+        ]
+        indexes = [
+            models.Index(fields=["cluster", "bucket_start"], name="telemetry_usage_cluster_at"),
+            models.Index(fields=["department", "bucket_start"], name="telemetry_usage_dept_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.allocation_id} {self.source} {self.bucket_start:%Y-%m-%dT%H:%M}"
