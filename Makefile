@@ -11,7 +11,7 @@ UV_VERSION := 0.13.8
 include tools/kube-testenv.mk
 include tools/nvcheck.mk
 
-.PHONY: help venv run test test-fast lint browser clean
+.PHONY: help venv run test test-fast lint browser prometheus clean
 
 help:
 	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
@@ -48,7 +48,14 @@ lint: venv
 	$(BIN)/mypy
 	GPUPORTAL_DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
 
-test: venv kube-testenv nvcheck browser
+## prometheus: Debian's Prometheus and promtool, for the alert-rule tests and the utilisation tests
+## (a real Prometheus on loopback loaded with recorded dcgm-exporter series).
+prometheus:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+		if [ "$$(id -u)" -ne 0 ]; then echo "prometheus is missing: apt-get install prometheus (as root)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+test: venv kube-testenv nvcheck browser prometheus
 	scripts/test.sh
 
 test-fast: venv
