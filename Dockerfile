@@ -9,4 +9,4 @@ RUN pip install --no-cache-dir --no-deps . \
 RUN useradd --system --uid 10001 gpuportal && mkdir -p /var/lib/gpuportal && chown gpuportal /var/lib/gpuportal
 USER gpuportal
 EXPOSE 8000
-CMD ["gunicorn", "gpuportal.wsgi:application", "--bind", "0.0.0.0:8000"]
+CMD ["gunicorn", "gpuportal.wsgi:application", "-c", "python:gpuportal.gunicorn_conf"]

@@ -44,6 +44,8 @@ class Cluster(models.Model):
         default=dict, blank=True, help_text="Extra labels of the PrometheusRule, matched by the Prometheus's ruleSelector."
     )
     last_sync_at = models.DateTimeField(null=True, blank=True)
+    # Pushes that ended in an error, ever (the counter behind gpuportal_cluster_push_failures_total).
+    push_failures = models.PositiveBigIntegerField(default=0, editable=False)
     last_sync_error = models.TextField(blank=True)
     last_drift_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

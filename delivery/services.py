@@ -266,7 +266,10 @@ def _record_push(
         kept = When(last_sync_error__startswith=MISSING_PREREQUISITE, then=F("last_sync_error"))
         sync_error = Case(kept, default=Value(""), output_field=TextField())
     newly_missing = bool(missing) and missing != cluster.last_sync_error
-    Cluster.objects.filter(pk=cluster.pk).update(last_sync_at=timezone.now(), last_sync_error=sync_error)
+    failures = F("push_failures") + 1 if error else F("push_failures")
+    Cluster.objects.filter(pk=cluster.pk).update(
+        last_sync_at=timezone.now(), last_sync_error=sync_error, push_failures=failures
+    )
     if newly_missing or result is None or result.applied or result.pruned:  # else nothing changed: nothing to record
         _audit_push(cluster=cluster, project=project, error=error or (missing if newly_missing else ""), result=result)
     pods_evicted_record(cluster=cluster, events=evictions)

@@ -57,6 +57,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "observability.process.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "frontend.middleware.PortalSecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -231,6 +232,10 @@ if GPUPORTAL_DEFRAG_EVERY:
 # Observability (docs/observability.md).
 # The bearer token GET /metrics asks for; unset, /metrics answers only requests from loopback.
 GPUPORTAL_METRICS_TOKEN = env_secret("GPUPORTAL_METRICS_TOKEN")
+# A Celery worker serves its task counters on this port (0: off); PROMETHEUS_MULTIPROC_DIR adds up
+# the pool's processes (docs/observability.md).
+GPUPORTAL_WORKER_METRICS_PORT = env_int("GPUPORTAL_WORKER_METRICS_PORT", 0, minimum=0)
+GPUPORTAL_WORKER_METRICS_ADDRESS = env_str("GPUPORTAL_WORKER_METRICS_ADDRESS", "0.0.0.0")  # noqa: S104
 # Alert thresholds, rendered into the PrometheusRule pushed to clusters and into deploy/prometheus/.
 # (alerts: begin)
 # (alerts: end)

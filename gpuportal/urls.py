@@ -9,6 +9,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("api/v1/", include("gpuportal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("observability.urls")),
     path("", include("frontend.urls")),
 ]
 
