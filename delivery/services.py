@@ -24,6 +24,8 @@ from clusters.models import Cluster, ClusterDrift
 from clusters.outbox import push_enqueue
 from clusters.selectors import MISSING_PREREQUISITE
 from delivery import selectors
+from delivery.alert_rules import render_prometheus_rule
+from delivery.alert_settings import alert_thresholds
 from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
 from delivery.eviction_records import pods_evicted_details, pods_evicted_record
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
@@ -53,10 +55,16 @@ def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scop
 
 
 def cluster_scope(*, cluster: Cluster) -> Scope:
-    """PriorityClasses, Volcano Queues (where used) and the per-node GPU configurations."""
+    """PriorityClasses, Volcano Queues (where used), the alert rules (where the cluster runs the Prometheus
+    Operator: ``prometheus_rule_namespace``) and the per-node GPU configurations."""
     objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
     if cluster.use_volcano:
         objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
+    if cluster.prometheus_rule_namespace:
+        labels = {str(key): str(value) for key, value in (cluster.prometheus_rule_labels or {}).items()}
+        objects.append(
+            render_prometheus_rule(alert_thresholds(), namespace=cluster.prometheus_rule_namespace, labels=labels)
+        )
     try:
         plans = mig_plan(selectors.node_plans(cluster=cluster), selectors.mig_demand(cluster=cluster))
         objects += render_node_objects(plans, namespace=cluster.gpu_operator_namespace)

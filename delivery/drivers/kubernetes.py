@@ -42,7 +42,7 @@ from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-CLUSTER_KINDS = ("PriorityClass", "ConfigMap", "Queue")
+CLUSTER_KINDS = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
 # TLS failures that retrying cannot cure: a wrong CA, an unreadable or mismatched client key.
 _CONFIG_TLS_ERRORS = ("CERTIFICATE_VERIFY_FAILED", "PEM lib", "KEY_VALUES_MISMATCH", "NO_START_LINE", "BAD_BASE64")
 
@@ -70,6 +70,7 @@ KINDS: dict[str, KindInfo] = {
     "PriorityClass": KindInfo("scheduling.k8s.io/v1", "priorityclasses", False),
     "ConfigMap": KindInfo("v1", "configmaps", True),
     "Queue": KindInfo("scheduling.volcano.sh/v1beta1", "queues", False),
+    "PrometheusRule": KindInfo("monitoring.coreos.com/v1", "prometheusrules", True),
     "Node": KindInfo("v1", "nodes", False),
 }
 
