@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -10,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import credentials, inventory, selectors
+from clusters import credentials, inventory, selectors, settings_change
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
@@ -31,8 +32,8 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         model = Cluster
         fields = [
             "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano",
-            "gpu_operator_namespace", "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at",
-            "created_at",
+            "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
+            "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at", "created_at",
         ]
 
     def get_missing_prerequisite(self, obj: Cluster) -> str:
@@ -59,9 +60,67 @@ class ClusterListApi(APIView):
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster.pk)).data, status=status.HTTP_201_CREATED)
 
 
+_LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+
+
+class ClusterSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
+    display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    prometheus_url = serializers.URLField(
+        max_length=500, required=False, allow_blank=True,
+        help_text="The cluster's Prometheus HTTP API (http or https); empty: utilisation from the node agents only.",
+    )
+    prometheus_rule_namespace = serializers.CharField(
+        max_length=63, required=False, allow_blank=True, validators=[NAMESPACE_SLUG_VALIDATOR],
+        help_text="Namespace the portal's PrometheusRule is pushed to; empty: none is pushed.",
+    )
+    prometheus_rule_labels = serializers.DictField(
+        child=serializers.CharField(max_length=63, allow_blank=True), required=False,
+        help_text="Labels of the PrometheusRule (matched by the Prometheus's ruleSelector), at most 16.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
+        return attrs
+
+    def validate_prometheus_url(self, value: str) -> str:
+        if value and not value.lower().startswith(("http://", "https://")):
+            raise serializers.ValidationError("Only http:// and https:// URLs.")
+        return value
+
+    def validate_prometheus_rule_labels(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 16:
+            raise serializers.ValidationError("At most 16 labels.")
+        for key, text in value.items():
+            if len(key) > 253 + 1 + 63 or not _LABEL_NAME.match(key):
+                raise serializers.ValidationError(f"{key!r} is not a Kubernetes label name.")
+            if key.startswith(MANAGED_PREFIXES):
+                raise serializers.ValidationError(f"{key!r} is the portal's own label.")
+            if not _LABEL_VALUE.match(text):
+                raise serializers.ValidationError(f"The value of {key!r} is not a Kubernetes label value.")
+        return value
+
+
+MANAGED_PREFIXES = ("app.kubernetes.io/managed-by", "gpuportal.io/")
+
+
 class ClusterDetailApi(APIView):
     @extend_schema(responses={200: ClusterOut, **errors(401, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
+        return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
+
+    @extend_schema(
+        request=ClusterSettingsIn, responses={200: ClusterOut, **errors(400, 401, 403, 404)},
+        description="Change a cluster's display name and monitoring settings (platform admins). Setting or changing "
+        "prometheus_rule_namespace or prometheus_rule_labels queues a push of the cluster-wide objects.",
+    )
+    def patch(self, request: Request, cluster_id: int) -> Response:
+        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        require_platform_admin(actor(request), to="change a cluster's settings")
+        data = validated(ClusterSettingsIn, request, partial=True)
+        settings_change.cluster_settings_update(actor=actor(request), cluster_id=cluster_id, **data)
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
 
 

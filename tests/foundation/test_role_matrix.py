@@ -231,6 +231,7 @@ ROWS = [
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),
     Row("api-cluster", "get", ANY_ROLE, kwargs=cluster),
+    Row("api-cluster", "patch", PLATFORM_ACTS, kwargs=cluster, body=lambda s, p: {"display_name": "GPU cluster A"}),
     Row("api-cluster-kubeconfig", "put", PLATFORM_PUTS, kwargs=cluster, body=lambda s, p: {"kubeconfig": KUBECONFIG}),
     # Drift and pushes: every role may ask; each sees only its departments' rows (LISTINGS below).
     Row("api-cluster-drift", "get", ANY_ROLE, kwargs=cluster),
