@@ -69,10 +69,10 @@ def gpu_busy_expression() -> str:
     ``max`` per device, never ``sum``: with per-pod labels on a shared GPU dcgm-exporter repeats the
     device's PROF_* series once per pod."""
     terms: list[str] = []
-    for names in GENERATIONS:
-        terms.append(f"max by ({DEVICE_KEY}) ({names.sm_active})")
-        terms.append(f"max by ({DEVICE_KEY}) ({names.gr_engine_active})")
-        terms.append(f"max by ({DEVICE_KEY}) ({names.gpu_util}) * {_number(names.gpu_util_to_ratio)}")
+    # series first, generation second: an older exporter's SM activity beats a newer one's GPU utilisation
+    terms += [f"max by ({DEVICE_KEY}) ({names.sm_active})" for names in GENERATIONS]
+    terms += [f"max by ({DEVICE_KEY}) ({names.gr_engine_active})" for names in GENERATIONS]
+    terms += [f"max by ({DEVICE_KEY}) ({names.gpu_util}) * {_number(names.gpu_util_to_ratio)}" for names in GENERATIONS]
     return "clamp_max(" + " or ".join(terms) + ", 1)"
 
 

@@ -257,6 +257,9 @@ GPUPORTAL_UTILISATION_EVERY = env_int("GPUPORTAL_UTILISATION_EVERY", 300, minimu
 GPUPORTAL_UTILISATION_MIN_COVERAGE = env_float("GPUPORTAL_UTILISATION_MIN_COVERAGE", 0.8)
 GPUPORTAL_UTILISATION_RETENTION_DAYS = env_int("GPUPORTAL_UTILISATION_RETENTION_DAYS", 90, minimum=1)
 GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS = env_float("GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS", 10.0)
+# How often Prometheus scrapes dcgm-exporter and HAMi (the chart's ServiceMonitor: 15 s): a bucket
+# of 5 minutes expects 300 / this many samples, and its coverage is what it holds of them.
+GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS = env_int("GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS", 15, minimum=1)
 CELERY_BEAT_SCHEDULE["telemetry-utilisation-tick"] = {
     "task": "telemetry.tasks.telemetry_utilisation_tick_task", "schedule": float(GPUPORTAL_UTILISATION_EVERY),
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from telemetry import apis
+from telemetry.usage import apis as usage_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     # The agent's URL has no trailing slash (agent.portal_client.REPORT_PATH).
@@ -15,4 +16,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("telemetry/nodes/", apis.TelemetryNodeListApi.as_view(), name="api-telemetry-nodes"),
     path("telemetry/nodes/<int:node_id>/", apis.TelemetryNodeDetailApi.as_view(), name="api-telemetry-node"),
     path("telemetry/gpus/<int:gpu_id>/samples/", apis.GpuSampleListApi.as_view(), name="api-telemetry-gpu-samples"),
+    path(
+        "allocations/<int:allocation_id>/utilisation/", usage_apis.AllocationUtilisationApi.as_view(),
+        name="api-allocation-utilisation",
+    ),
 ]

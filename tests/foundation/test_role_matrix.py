@@ -227,6 +227,7 @@ ROWS = [
     Row("api-allocation-change-reject", "post", DECIDE_VISION, kwargs=change, body=lambda s, p: {"comment": "no"}),
     Row("api-allocation-change-cancel", "post", WITHDRAW_VISION, kwargs=change),
     Row("api-allocation-placement-preview", "get", READ_ALLOCATION, kwargs=allocation("pending")),
+    Row("api-allocation-utilisation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),

@@ -15,6 +15,7 @@ import yaml
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
+from clusters.dcgm import GENERATIONS
 from delivery.alert_rules import AlertThresholds, alert_groups, gpu_busy_expression, render_prometheus_rule
 from delivery.alert_settings import alert_thresholds
 from delivery.management.commands.alert_rules import rules_text
@@ -88,7 +89,8 @@ def test_promtool_would_notice_a_wrong_edge(tmp_path: Path) -> None:
 def test_gpu_busy_takes_the_max_per_device_never_the_sum() -> None:
     expression = gpu_busy_expression()
     assert "sum" not in expression
-    assert expression.startswith("clamp_max(max by (UUID, GPU_I_ID) (DCGM_FI_PROF_SM_ACTIVE)")
+    assert expression.startswith(f"clamp_max(max by (UUID, GPU_I_ID) ({GENERATIONS[0].sm_active}) or ")
+    assert expression.index(GENERATIONS[-1].sm_active) < expression.index(GENERATIONS[0].gr_engine_active)
 
 
 def test_thresholds_come_from_the_settings(settings: Any) -> None:
