@@ -187,6 +187,7 @@ SPECTACULAR_SETTINGS = {
         "ChangeKindEnum": "allocations.models.ChangeKind",
         "WindowKindEnum": "allocations.window_models.WindowKind",
         "EdgeKindEnum": "allocations.window_models.EdgeKind",
+        "UsageSourceEnum": "telemetry.models.UsageSource",
     },
 }
 

@@ -21,7 +21,7 @@ from kernel.api.openapi import errors
 from telemetry.models import UsageSource
 from telemetry.usage import reads
 
-SOURCES = [choice.value for choice in UsageSource]
+SOURCES = UsageSource.choices
 
 
 @extend_schema_serializer(component_name="UtilisationBucket")
