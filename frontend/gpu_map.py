@@ -25,6 +25,7 @@ from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from clusters.models import Cluster, Node
+from telemetry.gpu_busy import GpuBusy
 
 # Colour-blind-friendly hues dark enough for white text and a 3:1 contrast against the light GPU box.
 PALETTE = ("#0b5cad", "#b35900", "#1a7f37", "#8250df", "#bf3989", "#0a6f78", "#9a6700", "#57606a")
@@ -89,6 +90,7 @@ class GpuCell:
     mode: str | None = None
     segments: list[Segment] = field(default_factory=list)
     memory_mib: int = 0
+    busy: GpuBusy | None = None  # the utilisation overlay, when the page adds it (frontend.utilisation)
 
     @property
     def used(self) -> Decimal:

@@ -25,6 +25,8 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
         items.append(NavItem("Approvals", "approvals", ("approvals",)))
         items.append(NavItem("Usage", "department-usage", ("department-usage",)))
     if access.has_any_role:
+        items.append(NavItem("Utilisation", "utilisation", ("utilisation",)))
+    if access.has_any_role:
         items.append(NavItem("Quota calendar", "quota-calendar-index",
                              ("quota-calendar-index", "quota-calendar", "quota-window-new")))
     if access.is_platform_admin:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from frontend.views import allocations, approvals, audit, auth, changes, platform, windows
+from frontend.views import allocations, approvals, audit, auth, changes, platform, utilisation, windows
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
@@ -18,6 +18,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("changes/<int:change_id>/decide/", changes.change_decide, name="change-decide"),
     path("approvals/", approvals.approvals, name="approvals"),
     path("usage/", approvals.department_usage, name="department-usage"),
+    path("utilisation/", utilisation.utilisation, name="utilisation"),
     path("calendar/", windows.quota_calendar_index, name="quota-calendar-index"),
     path("calendar/<int:department_id>/", windows.quota_calendar, name="quota-calendar"),
     path("calendar/<int:department_id>/windows/", windows.quota_window_new, name="quota-window-new"),

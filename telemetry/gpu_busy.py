@@ -18,7 +18,7 @@ from telemetry.utilisation_reads import ROW_SECONDS, User, chosen_usage, readabl
 FRESH = datetime.timedelta(minutes=15)  # a bucket begun longer ago than this is not "now"
 _MIG_COMPUTE = re.compile(r"^([1-7])g\.")
 MIG_COMPUTE_SLICES = 7
-LOW, HIGH = 0.3, 0.9
+LOW, HIGH = 30, 90  # per cent
 
 
 @dataclass(frozen=True)
@@ -35,10 +35,11 @@ class GpuBusy:
 
     @property
     def level(self) -> str:
-        """unknown; low (below 30 %: mostly idle); high (from the overload alert's 90 %); else mid."""
-        if self.ratio is None:
+        """unknown; low (below 30 %: mostly idle); high (from the overload alert's 90 %); else mid.
+        Read from the percentage shown, so that a GPU labelled 90 % is high."""
+        if self.percent is None:
             return "unknown"
-        return "low" if self.ratio < LOW else "high" if self.ratio >= HIGH else "mid"
+        return "low" if self.percent < LOW else "high" if self.percent >= HIGH else "mid"
 
     @property
     def label(self) -> str:

@@ -36,6 +36,7 @@ from frontend.selectors import (
     quota_bars,
 )
 from frontend.timeline import allocation_standing, allocation_timeline
+from frontend.utilisation import allocation_usage_panel
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -199,6 +200,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "pending_change": _pending_change(user, allocation, administers=administers, may_change=may_change),
         "can_decide": pending and administers and not own,
         "four_eyes": pending and administers and own,
+        "usage": allocation_usage_panel(user=user, allocation=allocation),
     }
     context.update(overrides)
     return context

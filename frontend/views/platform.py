@@ -22,6 +22,7 @@ from clusters.selectors import (
 from frontend.gpu_map import gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
+from frontend.utilisation import gpu_map_busy
 from kernel.errors import ApplicationError
 from tenants.access import access_for
 
@@ -52,7 +53,7 @@ def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
         "cluster": cluster,
         "missing_prerequisite": cluster_missing_prerequisite(cluster),
         "nodes": node_list(user=user, cluster_id=cluster.pk),
-        "map": gpu_map(cluster=cluster),
+        "map": gpu_map_busy(user=user, cluster=cluster, drawn=gpu_map(cluster=cluster)),
         "pushes": cluster_push_list(user=user, cluster_id=cluster.pk)[:RECENT],
         "drifts": cluster_drift_list(user=user, cluster_id=cluster.pk)[:RECENT],
         "defrag": defrag_plan(cluster=cluster),

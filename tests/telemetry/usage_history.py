@@ -22,8 +22,9 @@ def aligned_now() -> datetime.datetime:
 
 
 def grant(world: World, *, since: datetime.datetime, flavor: str = "a100", quantity: int = 1, project: str = "llm",
-          days: int = 40) -> Allocation:  # fmt: skip
-    """A grant approved through the services (booked on GPUs), then dated back to ``since``."""
+          days: int = 40, until: datetime.datetime | None = None) -> Allocation:  # fmt: skip
+    """A grant approved through the services (booked on GPUs), then dated back to ``since`` (and its
+    period ended at ``until``, so that what it held does not depend on when the test reads it)."""
     requester, admin = {"seg": ("vision_member", "vision_admin"), "speech_project": ("speech_member", "nlp_admin")}.get(
         project, ("nlp_member", "nlp_admin")
     )
@@ -34,7 +35,7 @@ def grant(world: World, *, since: datetime.datetime, flavor: str = "a100", quant
         justification="utilisation tests",
     )  # fmt: skip
     services.allocation_approve(actor=world.users[admin], allocation_id=allocation.pk)
-    Allocation.objects.filter(pk=allocation.pk).update(starts_at=since)
+    Allocation.objects.filter(pk=allocation.pk).update(starts_at=since, **({"ends_at": until} if until else {}))
     Reservation.objects.filter(allocation=allocation).update(created_at=since)
     allocation.refresh_from_db()
     return allocation

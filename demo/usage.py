@@ -1,0 +1,121 @@
+"""A week of utilisation history for the demo's grants, so that ``make run`` opens the utilisation
+page, the allocation pages' sparklines and the GPU map's overlay with something to show.
+
+The story (DESIGN.md's): the cluster starts the week with about 30 % of its allocated
+GPU-equivalents busy and ends it above 80 %, as the departments move their work onto the shares
+they were granted. Each demo grant has a profile (when it started, how busy it was at first and at
+the end); between the two its activity follows a smooth ramp with a working-day rhythm and a little
+noise from a seeded generator, so every run writes the same numbers. One node's readings stop for
+two hours on the third day (an agent restart): those buckets are unknown, not idle.
+
+The grants are dated back to their profile's start (their period, approval time and reservations)
+so that what was allocated over the week comes from the grants, as the charts compute it; their
+audit events keep the time they were written. Written once: nothing happens when any demo grant
+already has a utilisation row (the utilisation tick's rows included).
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import random
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from allocations.models import Allocation, Reservation
+from allocations.states import HOLDING_STATES
+from telemetry.models import AllocationUsage, UsageSource
+
+BUCKET = datetime.timedelta(minutes=5)
+WEEK = datetime.timedelta(days=7)
+MIB = 1024 * 1024
+SEED = 16
+
+
+@dataclass(frozen=True)
+class Profile:
+    started_days_ago: float
+    first: float  # activity at the start
+    last: float  # activity at the end of the week
+    memory: float  # the share of its memory it fills when busy
+
+
+# By the demo grant's justification (demo/grants.py); others get DEFAULT.
+PROFILES: dict[str, Profile] = {
+    "Segmentation model training": Profile(7, 0.35, 0.92, 0.85),
+    "Hyper-parameter sweep": Profile(6, 0.12, 0.86, 0.6),
+    "Inference experiments (borrowed capacity)": Profile(3, 0.45, 0.78, 0.45),
+    "Fine-tuning runs": Profile(7, 0.30, 0.84, 0.9),
+}
+DEFAULT = Profile(5, 0.3, 0.8, 0.5)
+OUTAGE = (datetime.timedelta(days=4, hours=10), datetime.timedelta(days=4, hours=12))  # before the end
+DEMO_CLUSTER = "demo"
+
+
+def _floor(moment: datetime.datetime) -> datetime.datetime:
+    epoch = int(moment.timestamp())
+    return datetime.datetime.fromtimestamp(epoch - epoch % int(BUCKET.total_seconds()), tz=datetime.UTC)
+
+
+def _activity(profile: Profile, *, progress: float, hour: int, rng: random.Random) -> float:
+    """The ramp from ``first`` to ``last`` (smoothstep over the grant's life), busier in UTC working hours."""
+    ramp = progress * progress * (3 - 2 * progress)
+    level = profile.first + (profile.last - profile.first) * ramp
+    rhythm = 1 + 0.12 * math.sin((hour - 9) / 24 * 2 * math.pi)
+    return min(1.0, max(0.0, level * rhythm + rng.uniform(-0.05, 0.05)))
+
+
+def _date_back(allocation: Allocation, since: datetime.datetime) -> None:
+    """Move the grant's start, approval and bookings back to ``since`` (never forward)."""
+    if allocation.starts_at > since:
+        Allocation.objects.filter(pk=allocation.pk).update(
+            starts_at=since, created_at=min(allocation.created_at, since),
+            decided_at=since if allocation.decided_at is not None else None,
+        )  # fmt: skip
+        allocation.starts_at = since
+    Reservation.objects.filter(allocation=allocation, created_at__gt=since).update(created_at=since)
+
+
+def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
+    """Write the week's rows for the demo cluster's holding grants; returns how many were written."""
+    grants = list(
+        Allocation.objects.filter(cluster__name=DEMO_CLUSTER, state__in=HOLDING_STATES, reservations__isnull=False)
+        .select_related("flavor", "project").distinct().order_by("pk")
+    )  # fmt: skip
+    if not grants or AllocationUsage.objects.filter(allocation__in=grants).exists():
+        return 0
+    end = _floor(now or timezone.now())
+    rng = random.Random(SEED)
+    outage_node = min(grant.reservations.values_list("node_id", flat=True).first() or 0 for grant in grants)
+    rows: list[AllocationUsage] = []
+    with transaction.atomic():
+        for grant in grants:
+            profile = PROFILES.get(grant.justification, DEFAULT)
+            cluster_id = grant.cluster_id
+            assert cluster_id is not None  # filtered on the demo cluster
+            since = _floor(end - datetime.timedelta(days=profile.started_days_ago))
+            _date_back(grant, since)
+            on_outage_node = grant.reservations.filter(node_id=outage_node).exists()
+            granted = float(grant.flavor.gpu_equivalents) * grant.quantity
+            memory = grant.flavor.memory_mib * MIB * grant.quantity
+            life = (end - since).total_seconds()
+            at = since
+            while at < end:
+                if on_outage_node and end - OUTAGE[1] <= at < end - OUTAGE[0]:
+                    activity = None
+                else:
+                    progress = (at - since).total_seconds() / life
+                    activity = _activity(profile, progress=progress, hour=at.hour, rng=rng)
+                rows.append(AllocationUsage(
+                    allocation=grant, cluster_id=cluster_id, department_id=grant.project.department_id,
+                    bucket_start=at, source=UsageSource.DCGM, devices=grant.quantity if activity is not None else 0,
+                    coverage=1.0 if activity is not None else 0.2, activity=activity, granted_gpu_eq=granted,
+                    used_gpu_eq=round(activity * granted, 6) if activity is not None else None,
+                    memory_used_bytes=int(memory * profile.memory * (0.4 + 0.6 * activity)) if activity is not None else None,
+                    memory_granted_bytes=memory,
+                ))  # fmt: skip
+                at += BUCKET
+        AllocationUsage.objects.bulk_create(rows, batch_size=2000)
+    return len(rows)
