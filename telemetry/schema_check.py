@@ -5,31 +5,34 @@ weaker than the schema says, so ``Validator`` refuses a schema that uses any key
 ``SUPPORTED_KEYWORDS``. The schema is compiled once into nested closures, so validating a report
 is one pass over it without re-reading the schema. Every violation names the value's JSON pointer
 (RFC 6901, e.g. ``/gpus/0/uuid``). No Django import: the agent's tests can use it as well.
+
+Nearly every report is valid, so the schema is compiled twice: into predicates that only say
+whether a value is valid (no pointers built, no error lists; ``is_valid``), and into the checks that
+name every violation, which run only when a predicate said no. Both follow the same keywords in the
+same way; a property test holds them to the same answer.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-SUPPORTED_KEYWORDS = frozenset(
-    {
-        "$schema", "$id", "$defs", "$ref", "title", "description",
-        "type", "const", "enum", "anyOf",
-        "properties", "required", "additionalProperties",
-        "items", "maxItems", "uniqueItems",
-        "minimum", "maximum", "minLength", "maxLength", "pattern", "format",
-    }
-)  # fmt: skip
-_ANNOTATIONS = frozenset({"$schema", "$id", "title", "description"})
+from telemetry.schema_keywords import (
+    SUPPORTED_KEYWORDS,
+    TYPE_CLASSES,
+    TYPE_WORDS,
+    UnsupportedSchema,
+    ecma_pattern,
+    is_number,
+    pointer_token,
+    same,
+)
+from telemetry.schema_predicates import Predicates
 
-
-class UnsupportedSchema(ValueError):
-    """The schema uses a keyword, type, format or reference this validator does not implement."""
+__all__ = ["SUPPORTED_KEYWORDS", "SchemaError", "UnsupportedSchema", "Validator", "ecma_pattern", "pointer_token"]
 
 
 @dataclass(frozen=True)
@@ -40,46 +43,6 @@ class SchemaError:
 
 
 Check = Callable[[Any, str, list[SchemaError]], None]
-
-# json.loads builds exactly these types (a bool is not an int here: ``type(True) is bool``).
-_TYPE_CLASSES: dict[str, tuple[type, ...]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-_TYPE_WORDS = {
-    "object": "an object", "array": "an array", "string": "a string", "integer": "an integer",
-    "number": "a number", "boolean": "a boolean", "null": "null",
-}  # fmt: skip
-
-
-def pointer_token(name: str) -> str:
-    """One reference token of a JSON pointer: ``~`` and ``/`` escaped as RFC 6901 says."""
-    return name.replace("~", "~0").replace("/", "~1")
-
-
-def ecma_pattern(pattern: str) -> re.Pattern[str]:
-    """JSON Schema patterns are ECMA-262 and unanchored; an unescaped ``$`` is the end of the input
-    there, where Python's would also match before a final newline."""
-    translated = re.sub(r"(?<!\\)\$", r"\\Z", pattern)
-    return re.compile(translated)
-
-
-def _is_number(value: Any) -> bool:
-    return type(value) is int or type(value) is float
-
-
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality for const/enum: ``true`` is not ``1``."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a is b
-    if _is_number(a) and _is_number(b):
-        return bool(a == b)
-    return type(a) is type(b) and a == b
 
 
 def _describe(value: Any) -> str:
@@ -95,8 +58,14 @@ class Validator:
         self.max_errors = max_errors
         self._compiled_refs: dict[str, Check] = {}
         self._check = self._compile(schema)
+        self._predicates = Predicates(schema)
+
+    def is_valid(self, instance: Any) -> bool:
+        return self._predicates.root(instance)
 
     def errors(self, instance: Any) -> list[SchemaError]:
+        if self._predicates.root(instance):
+            return []
         found: list[SchemaError] = []
         self._check(instance, "", found)
         return found[: self.max_errors]
@@ -158,11 +127,11 @@ class Validator:
         if declared is None:
             return None
         names = [declared] if isinstance(declared, str) else list(declared)
-        unknown = [name for name in names if name not in _TYPE_CLASSES]
+        unknown = [name for name in names if name not in TYPE_CLASSES]
         if unknown:
             raise UnsupportedSchema(f"unknown types: {unknown}")
-        allowed = frozenset(cls for name in names for cls in _TYPE_CLASSES[name])
-        expected = " or ".join(_TYPE_WORDS[name] for name in names)
+        allowed = frozenset(cls for name in names for cls in TYPE_CLASSES[name])
+        expected = " or ".join(TYPE_WORDS[name] for name in names)
 
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> bool:
             if type(value) in allowed:
@@ -175,7 +144,7 @@ class Validator:
     @staticmethod
     def _const(expected: Any) -> Check:
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
-            if not _same(value, expected):
+            if not same(value, expected):
                 errors.append(SchemaError(pointer, f"must be {_describe(expected)}"))
 
         return check
@@ -185,7 +154,7 @@ class Validator:
         listed = ", ".join(_describe(option) for option in options)
 
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
-            if not any(_same(value, option) for option in options):
+            if not any(same(value, option) for option in options):
                 errors.append(SchemaError(pointer, f"must be one of {listed}, not {_describe(value)}"))
 
         return check
@@ -285,7 +254,7 @@ class Validator:
     @staticmethod
     def _range(minimum: Any, maximum: Any) -> Check:
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
-            if not _is_number(value):
+            if not is_number(value):
                 return
             if minimum is not None and value < minimum:
                 errors.append(SchemaError(pointer, f"at least {minimum}, not {value}"))

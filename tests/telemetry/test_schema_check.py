@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from agent.report import load_schema
 from telemetry.schema_check import SUPPORTED_KEYWORDS, UnsupportedSchema, Validator, pointer_token
@@ -81,3 +83,71 @@ def test_pointers_escape_slash_and_tilde_and_errors_are_capped() -> None:
     errors = validator.errors({f"k{i}": i for i in range(10)})
     assert len(errors) == 3 and errors[0].message == "unknown field"
     assert Validator({"type": "object"}).errors([])[0].pointer == ""
+
+
+# --------------------------------------------------------------------- the predicates and the checks
+
+_JSON_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**40), max_value=2**40),
+    st.floats(allow_nan=False, allow_infinity=False), st.sampled_from(["", "GPU-1", "1g.10gb", "2026-12-01T10:00:00Z", "x" * 300]),
+    st.text(max_size=12),
+)  # fmt: skip
+_JSON = st.recursive(
+    _JSON_LEAVES, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)  # fmt: skip
+
+
+def _containers(value: Any) -> list[Any]:
+    """Every object and array inside ``value``, itself first."""
+    found = [value]
+    children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    for child in children:
+        if isinstance(child, dict | list):
+            found.extend(_containers(child))
+    return found
+
+
+@st.composite
+def _mutated_reports(draw: st.DrawFn) -> dict[str, Any]:
+    """A recorded report with a few random changes: a value replaced by any JSON or pushed just past
+    a bound, a field removed, an unknown field added, an array item dropped or duplicated."""
+    report = make_report(draw(st.sampled_from(RECORDINGS)), node_name="gpu-node-1")
+    for _ in range(draw(st.integers(min_value=0, max_value=3))):
+        container = draw(st.sampled_from(_containers(report)))
+        if not container:
+            continue
+        keys = list(container) if isinstance(container, dict) else list(range(len(container)))
+        key = draw(st.sampled_from(keys))
+        action = draw(st.sampled_from(["replace", "remove", "add", "duplicate", "edge"]))
+        if action == "edge":  # a number just past a bound, a string past a length or pattern
+            current = container[key]
+            if isinstance(current, bool) or current is None:
+                container[key] = draw(st.sampled_from([0, "true", None if current is not None else False]))
+            elif isinstance(current, int | float):
+                container[key] = draw(st.sampled_from([-1, -0.5, 101, 2**31, 2**63, current + 0.5]))
+            elif isinstance(current, str):
+                container[key] = draw(st.sampled_from(["", current + "\n", current.upper(), current * 40, " " + current]))
+        elif action == "replace":
+            container[key] = draw(_JSON)
+        elif action == "remove":
+            del container[key]
+        elif action == "add" and isinstance(container, dict):
+            container[draw(st.text(min_size=1, max_size=8))] = draw(_JSON)
+        elif isinstance(container, list):
+            container.append(container[key])
+    return report
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(report=_mutated_reports())
+def test_the_fast_predicates_say_valid_exactly_when_the_checks_find_nothing(report: dict[str, Any]) -> None:
+    """``errors`` trusts the predicates for a valid report and runs the checks only for an invalid
+    one: the predicates must agree with the checks and with the agent's own validator."""
+    validator = _VALIDATOR
+    valid = validator.is_valid(report)
+    assert valid == (validator.errors(report) == [])
+    assert valid == (agent_validate(report, load_schema()) == [])
+
+
+_VALIDATOR = Validator(load_schema())
