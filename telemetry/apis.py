@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
@@ -142,6 +143,25 @@ def _check_schema(data: Any) -> AgentReport:
     return report
 
 
+# A NUL or a lone surrogate reaches a parsed report only from a \u escape or from bytes outside
+# ASCII (control characters are refused raw by the parser), or from a body in UTF-16 or UTF-32
+# (which ``json.loads`` also reads; their ASCII characters come with NUL bytes): a body with none
+# of these holds no such string, and the walk over every string of the report is skipped.
+_HOSTILE_ESCAPE = re.compile(rb"\\u(?:0000|[dD][89a-fA-F])")
+
+
+def _may_hold_hostile_text(body: bytes) -> bool:
+    return not body.isascii() or b"\x00" in body or _HOSTILE_ESCAPE.search(body) is not None
+
+
+def _iso(moment: datetime.datetime | None) -> str | None:
+    """As DRF's DateTimeField writes it (ISO 8601, UTC as ``Z``)."""
+    if moment is None:
+        return None
+    text = timezone.localtime(moment).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 class NodeReportApi(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [HasNodeToken]
@@ -162,15 +182,19 @@ class NodeReportApi(APIView):
         assert isinstance(token, NodeToken)
         if token.node_name != node_name:
             raise NotAllowed(f"This token is for node {token.node_name}, not {node_name}.")
-        report = _check_schema(_parse(_read_body(request)))
+        body = _read_body(request)
+        report = _check_schema(_parse(body))
         # The report parses its own body, so the API-wide refusal of NUL bytes runs here: PostgreSQL
         # cannot store them in text or jsonb.
-        refuse_hostile_text(report)
+        if _may_hold_hostile_text(body):
+            refuse_hostile_text(report)
         if report["node_name"] != node_name:
             raise NotAllowed(f"The report is for node {report['node_name']}, but was sent for {node_name}.")
         report_check(report=report)
         outcome = node_report_ingest(token=token, node_name=node_name, report=report, received_at=received_at)
-        return Response(self.Output(outcome).data, status=status.HTTP_200_OK)
+        # ``Output``'s fields, written without the serializer (it describes the answer in the schema).
+        answer = {"accepted": outcome.accepted, "reason": outcome.reason, "stale_at": _iso(outcome.stale_at)}
+        return Response(answer, status=status.HTTP_200_OK)
 
 
 # -------------------------------------------------------------------------------- node tokens

@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
@@ -23,10 +24,12 @@ from clusters.selectors import node_list, sees_every_department
 from delivery.node_configs import MIG_CONFIG_KEY_PREFIX, RenderError, mig_config_entries, mig_config_key
 from delivery.selectors import node_plans
 from telemetry import mig, tokens
+from telemetry.ingest.sql import Columns
 from telemetry.models import GpuSample, NodeToken, ObservedGpu, ObservedMigInstance
 from tenants.access import access_for, require_platform_admin
 
 _UNUSED_HASH = tokens.secret_hash("no-such-token")
+_TOKEN = Columns(NodeToken, "t")
 
 
 def node_token_find(*, text: str) -> NodeToken | None:
@@ -36,12 +39,19 @@ def node_token_find(*, text: str) -> NodeToken | None:
     if parts is None:
         return None
     key_id, secret = parts
-    try:
-        token: NodeToken | None = NodeToken.objects.get(key_id=key_id)
-    except NodeToken.DoesNotExist:
-        token = None
+    token = _node_token_with_key_id(key_id)
     matches = tokens.secret_matches(secret, token.secret_hash if token is not None else _UNUSED_HASH)
     return token if token is not None and matches else None
+
+
+def _node_token_with_key_id(key_id: str) -> NodeToken | None:
+    """Raw SQL: every report of every node is authenticated with it (``sql.Columns``)."""
+    quote = connection.ops.quote_name
+    sql = f"SELECT {_TOKEN.select(connection)} FROM {quote(NodeToken._meta.db_table)} t WHERE t.{quote('key_id')} = %s"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [key_id])
+        row = cursor.fetchone()
+    return _TOKEN.instance(row, connection) if row is not None else None
 
 
 def node_token_list(

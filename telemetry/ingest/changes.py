@@ -34,6 +34,7 @@ from telemetry.ingest.changeset import (
     RowChanges,
 )
 from telemetry.ingest.stored import (
+    GPU_READING_FIELD_NAMES,
     GPU_STATE_FIELD_NAMES,
     GpuFields,
     MigDevice,
@@ -46,7 +47,6 @@ from telemetry.ingest.stored import (
 _MAX_BIGINT = 2**63 - 1
 _MAX_MIB = 2**31 - 1
 _MAX_INT = 2**31 - 1
-
 
 
 def report_check(*, report: AgentReport) -> None:
@@ -185,7 +185,7 @@ def report_changes(
         stored_pks={uuid: row.pk for uuid, row in observed.items()},
         gpus_created=tuple(created), gpus_updated=tuple(updated), gpu_state_changed=state_changed,
         mig_replaced_on=tuple(mig_replaced_on), mig_created=tuple(mig_created), mig_memory_updates=tuple(mig_memory),
-        samples=samples, inventory=inventory,
+        samples=samples, inventory=inventory, unchanged_readings=_unchanged_readings(updated, observed),
     )  # fmt: skip
 
     events: list[AuditEntry] = []
@@ -310,6 +310,14 @@ def _inventory_differs(specs: list[ObservedGpuSpec], observed: Mapping[str, Stor
 
 def _state_of(fields: GpuFields) -> tuple[Any, ...]:
     return tuple(getattr(fields, name) for name in GPU_STATE_FIELD_NAMES)
+
+
+def _unchanged_readings(updated: Sequence[GpuUpdate], observed: Mapping[str, StoredGpu]) -> frozenset[str]:
+    return frozenset(
+        name
+        for name in GPU_READING_FIELD_NAMES
+        if all(getattr(item.fields, name) == getattr(observed[item.uuid].fields, name) for item in updated)
+    )
 
 
 def _fields(gpu: GpuReport, now: datetime.datetime, before: GpuFields | None) -> GpuFields:

@@ -79,6 +79,9 @@ class RowChanges:
     mig_memory_updates: tuple[MigMemoryUpdate, ...]
     samples: tuple[RawSample, ...]
     inventory: InventoryObservation | None  # None: the inventory already says what the report does
+    # Readings (``GPU_READING_FIELD_NAMES``) equal to the stored ones on every GPU of
+    # ``gpus_updated``: left out of their UPDATE (the processes seldom change).
+    unchanged_readings: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

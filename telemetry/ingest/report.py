@@ -3,7 +3,10 @@
 1. ``load``: lock the node's report state, then read its observed GPUs with their inventory rows,
    their MIG devices and the node's MIG plan (a fixed number of queries).
 2. ``changes.report_changes``: a pure function from that and the report to a change set.
-3. ``write``: apply the change set with batched statements, in the lock order below.
+3. ``write``: apply the change set with batched statements, in the lock order below. A steady
+   report (readings only) costs five round trips: the lock, the GPUs, one batch of writes (the
+   GPUs' readings, the samples, the report state's changed columns, the token's last use when
+   due), and the transaction's BEGIN and COMMIT.
 
 A report that changes the inventory, GPU presence or a MIG flag, or brings a stale node back,
 writes its audit events in the same transaction. A report that changes nothing but readings
@@ -24,8 +27,9 @@ from telemetry import conf
 from telemetry.ingest import load, write
 from telemetry.ingest.changes import report_changes, report_check, report_out_of_order
 from telemetry.ingest.load import UnknownNode
+from telemetry.ingest.sql import Statements
 from telemetry.models import NodeToken
-from telemetry.node_tokens import node_token_touch
+from telemetry.node_tokens import node_token_touch_due
 
 __all__ = ["ReportOutcome", "UnknownNode", "node_report_ingest", "report_check"]
 
@@ -54,16 +58,20 @@ def node_report_ingest(
     """
     state = load.report_state_for_update(cluster_id=token.cluster_id, node_name=node_name)
     node = state.node
-    node_token_touch(token=token, now=received_at)
+    statements = Statements()
+    if node_token_touch_due(token=token, now=received_at):
+        statements.update(NodeToken, ["last_used_at"], [(token.pk, [received_at])])
+        token.last_used_at = received_at
     stored_state = load.stored_report_state(state, received_at=received_at)
     if report_out_of_order(stored_state, report):
-        write.report_discard(node_id=node.pk)
+        write.report_discard(node_id=node.pk, statements=statements)
+        statements.flush()
         return ReportOutcome(accepted=False, reason="out_of_order", stale_at=stored_state.stale_at)
 
     stored = load.stored_node(node=node, state=stored_state, report=report)
     stale_after = conf.stale_after(report["interval_seconds"])
     changes = report_changes(stored, report, token_id=token.pk, received_at=received_at, stale_after=stale_after)
-    write.rows_apply(node=node, rows=changes.rows)
+    write.rows_apply(node=node, rows=changes.rows, statements=statements)
     if changes.rows.inventory is not None:
         # A MIG layout the portal rendered is planned on the inventory's GPUs, which were just
         # written: compare the MIG state with the plan as it stands now.
@@ -74,5 +82,6 @@ def node_report_ingest(
                 replanned, report, token_id=token.pk, received_at=received_at, stale_after=stale_after
             ).node
             changes = dataclasses.replace(changes, node=node_changes)
-    write.node_apply(node=node, changes=changes.node)
+    write.node_apply(node=node, state=state, changes=changes.node, statements=statements)
+    statements.flush()
     return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.node.state.stale_at)
