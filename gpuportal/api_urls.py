@@ -11,4 +11,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", include("delivery.urls")),
     path("audit/", include("compliance.urls")),
     path("", include("telemetry.urls")),
+    path("", include("accounting.urls")),
 ]

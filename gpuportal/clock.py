@@ -1,7 +1,7 @@
 """The clock of the embedded default: with in-process tasks there is no Celery beat, so the serving
 process runs the time-driven allocation work itself (grants that ended expire, reclaims whose notice
 ran out finish, scheduled grants whose start came are provisioned) every ``TICK_SECONDS``, at most
-that late. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
+that late, and rolls the recent hours' usage into GPU-equivalent-hours every ``ROLL_EVERY_TICKS``. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import threading
 from celery import current_app
 from django.db import connections
 
+from accounting.tasks import accounting_usage_roll_task
 from allocations.tasks import allocations_timeline_task
 from kernel.periodic import PeriodicThread
 
@@ -20,6 +21,8 @@ TIMELINE_TASK = "allocations.tasks.allocations_timeline_task"
 """Beat's name for the same task; the clock calls it directly (imported here, it is registered in
 the serving process, whose start-up does not import the apps' task modules)."""
 TICK_SECONDS = 30.0
+ROLL_EVERY_TICKS = 10
+"""The usage roll-up (beat's ``accounting-usage-roll``, every 5 minutes) runs every tenth tick."""
 
 
 class Clock(PeriodicThread):
@@ -30,6 +33,7 @@ class Clock(PeriodicThread):
 
     def __init__(self, *, interval: float = TICK_SECONDS) -> None:
         super().__init__(interval=interval)
+        self._ticks = 0
 
     def start(self) -> Clock:
         super().start()
@@ -43,7 +47,20 @@ class Clock(PeriodicThread):
             log.exception("the in-process timeline tick failed")
             return {}
         finally:
+            self._roll_when_due()
             connections.close_all()  # this thread's connections only
+
+    def _roll_when_due(self) -> None:
+        """The usage roll-up on every ``ROLL_EVERY_TICKS``-th tick, the first included; a failure is
+        logged and the next due tick rolls the same hours again."""
+        due = self._ticks % ROLL_EVERY_TICKS == 0
+        self._ticks += 1
+        if not due:
+            return
+        try:
+            accounting_usage_roll_task.apply().get(propagate=True)
+        except Exception:
+            log.exception("the in-process usage roll-up failed")
 
     def run_once(self) -> dict[str, int]:
         return self.tick()

@@ -20,6 +20,10 @@ rows are locked in primary-key order:
    while holding its rows: a transaction that waits for a row while holding the chain lock
    deadlocks with the holder of that row as soon as that holder records its own event.
 
+One lock stands apart: the usage roll-up's advisory lock (``accounting.rolling``). A roll takes it
+first and then only its own ``UsageHour`` rows (and, at COMMIT, the KEY SHARE of the rows they
+refer to); it records no audit event, and no transaction that holds a row ever waits for it.
+
 Two consequences that are easy to miss:
 
 * PostgreSQL takes a KEY SHARE lock on the row a foreign key points to when it checks the key, and
@@ -41,6 +45,15 @@ from collections.abc import Iterable
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+
+def advisory_xact_lock(connection: BaseDatabaseWrapper, lock_id: int) -> None:
+    """Serialise the transactions that take ``lock_id`` until each ends (PostgreSQL's
+    transaction-scoped advisory lock). SQLite needs nothing: its write transaction (``BEGIN
+    IMMEDIATE``) already excludes every other writer."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id])
 
 
 def deferred_checks_run(connection: BaseDatabaseWrapper) -> None:

@@ -23,6 +23,7 @@ LAYERS: tuple[str, ...] = (
     "allocations",
     "delivery",
     "telemetry",
+    "accounting",
     "observability",
     "compliance",
     "frontend",

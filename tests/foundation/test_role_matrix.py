@@ -228,6 +228,8 @@ ROWS = [
     Row("api-allocation-change-cancel", "post", WITHDRAW_VISION, kwargs=change),
     Row("api-allocation-placement-preview", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     Row("api-allocation-utilisation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
+    # usage accounting
+    Row("api-usage", "get", ANY_ROLE),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),

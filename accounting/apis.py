@@ -1,0 +1,106 @@
+"""``GET /api/v1/usage/``: GPU-equivalent-hours granted, measured and used (docs/accounting.md)."""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.utils import extend_schema, extend_schema_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounting import selectors
+from accounting.hours import HOUR, hour_floor
+from kernel.api.base import filters
+from kernel.api.openapi import errors
+
+DEFAULT_SPAN = datetime.timedelta(days=7)
+# The longest range per granularity: a reply stays a few thousand rows.
+LONGEST = {
+    "hour": datetime.timedelta(days=31),
+    "day": datetime.timedelta(days=400),
+    "month": datetime.timedelta(days=3660),
+}
+
+
+class UsageFilter(serializers.Serializer[Any]):
+    department = serializers.IntegerField(
+        required=False, min_value=1, help_text="A department id (its sub-departments included)."
+    )
+    project = serializers.IntegerField(required=False, min_value=1, help_text="A project id.")
+    cluster = serializers.IntegerField(required=False, min_value=1, help_text="A cluster id.")
+    # "from" is a Python keyword: the field is added under its query name by get_fields.
+    to = serializers.DateTimeField(
+        required=False, help_text="End (exclusive), floored to its UTC hour; default: the current hour's start."
+    )
+    granularity = serializers.ChoiceField(choices=list(selectors.GRANULARITIES), required=False, default="day")
+    group_by = serializers.ChoiceField(choices=list(selectors.GROUPS), required=False, default="department")
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        fields = super().get_fields()
+        fields["from"] = serializers.DateTimeField(
+            required=False, help_text="Start, floored to its UTC hour; default: 7 days before 'to'."
+        )
+        return fields
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        end = hour_floor(attrs.get("to") or timezone.now())
+        start = hour_floor(attrs["from"]) if attrs.get("from") else end - DEFAULT_SPAN
+        if start >= end:
+            raise serializers.ValidationError({"to": ["must be at least an hour after 'from'."]})
+        longest = LONGEST[attrs["granularity"]]
+        if end - start > longest + HOUR:
+            raise serializers.ValidationError(
+                {"from": [f"at most {longest.days} days before 'to' with granularity {attrs['granularity']}."]}
+            )
+        attrs["from"], attrs["to"] = start, end
+        return attrs
+
+
+@extend_schema_serializer(component_name="UsageTotals")
+class TotalsOut(serializers.Serializer[Any]):
+    granted_gpu_hours = serializers.DecimalField(
+        max_digits=20, decimal_places=6, source="granted", help_text="GPU-equivalent-hours held."
+    )
+    measured_gpu_hours = serializers.DecimalField(
+        max_digits=20, decimal_places=6, source="measured", help_text="... of which a reading was known."
+    )
+    used_gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6, source="used", help_text="... of which busy.")
+    coverage = serializers.FloatField(allow_null=True, help_text="measured / granted; null when nothing was granted.")
+    efficiency = serializers.FloatField(
+        allow_null=True, help_text="used / measured; null when nothing was measured (unknown is never idle)."
+    )
+
+
+@extend_schema_serializer(component_name="UsageRow")
+class RowOut(serializers.Serializer[Any]):
+    period = serializers.DateTimeField(help_text="The hour's, day's or month's start (UTC).")
+    group = serializers.CharField()
+    key = serializers.IntegerField(allow_null=True, help_text="The id of the department, project, flavor or cluster.")
+    name = serializers.CharField(help_text="Its slug or name (\"all\" for group_by=none).")
+    totals = TotalsOut()
+
+
+@extend_schema_serializer(component_name="UsageReport")
+class ReportOut(serializers.Serializer[Any]):
+    start = serializers.DateTimeField(help_text="The first hour.")
+    end = serializers.DateTimeField(help_text="The end (exclusive).")
+    granularity = serializers.ChoiceField(choices=list(selectors.GRANULARITIES))
+    group_by = serializers.ChoiceField(choices=list(selectors.GROUPS))
+    rows = RowOut(many=True)
+    total = TotalsOut()
+
+
+class UsageApi(APIView):
+    @extend_schema(parameters=[UsageFilter], responses={200: ReportOut, **errors(400, 401, 404)})
+    def get(self, request: Request) -> Response:
+        params = filters(UsageFilter, request)
+        report = selectors.usage_report(
+            user=request.user, start=params["from"], end=params["to"], granularity=params["granularity"],
+            group_by=params["group_by"], department_id=params.get("department"), project_id=params.get("project"),
+            cluster_id=params.get("cluster"),
+        )  # fmt: skip
+        return Response(ReportOut(report).data)

@@ -1,0 +1,79 @@
+"""Pure arithmetic of GPU-equivalent-hours (no Django): UTC hours, intervals cut at hour edges,
+exact decimals.
+
+Seconds are kept as ``Decimal`` from the datetimes' microseconds, so an interval cut at an hour edge
+gives its two parts exactly and nothing is counted twice or lost; amounts are rounded once, to
+``PLACES``, when a row is made.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Iterable
+from decimal import ROUND_HALF_UP, Decimal
+
+HOUR = datetime.timedelta(hours=1)
+PLACES = Decimal("0.000001")
+SECONDS_PER_HOUR = Decimal(3600)
+
+Interval = tuple[datetime.datetime, datetime.datetime]
+
+
+def hour_floor(moment: datetime.datetime) -> datetime.datetime:
+    """The start of the UTC hour ``moment`` falls in (an aware datetime in UTC)."""
+    if moment.tzinfo is None:
+        raise ValueError("hour_floor needs an aware datetime")
+    return moment.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
+
+
+def hours_in(start: datetime.datetime, end: datetime.datetime) -> list[datetime.datetime]:
+    """The UTC hours that begin in [start, end), both already on hour edges."""
+    hours, hour = [], start
+    while hour < end:
+        hours.append(hour)
+        hour += HOUR
+    return hours
+
+
+def seconds(span: datetime.timedelta) -> Decimal:
+    """The exact number of seconds of ``span``."""
+    return Decimal(span.days * 86400 + span.seconds) + Decimal(span.microseconds) / Decimal(1_000_000)
+
+
+def merged(intervals: Iterable[Interval]) -> list[Interval]:
+    """The union of the intervals, as disjoint intervals in order (touching ones joined)."""
+    out: list[Interval] = []
+    for begin, finish in sorted(intervals):
+        if finish <= begin:
+            continue
+        if out and begin <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], finish))
+        else:
+            out.append((begin, finish))
+    return out
+
+
+def seconds_by_hour(
+    intervals: Iterable[Interval], *, start: datetime.datetime, end: datetime.datetime
+) -> dict[datetime.datetime, Decimal]:
+    """Seconds of the union of ``intervals`` inside [start, end), per UTC hour."""
+    found: dict[datetime.datetime, Decimal] = defaultdict(Decimal)
+    for begin, finish in merged(intervals):
+        begin, finish = max(begin, start), min(finish, end)
+        hour = hour_floor(begin) if begin < finish else finish
+        while hour < finish:
+            part_begin, part_end = max(begin, hour), min(finish, hour + HOUR)
+            found[hour] += seconds(part_end - part_begin)
+            hour += HOUR
+    return dict(found)
+
+
+def gpu_hours(gpu_seconds: Decimal) -> Decimal:
+    """GPU-equivalent-seconds as GPU-equivalent-hours, rounded half up to ``PLACES``."""
+    return (gpu_seconds / SECONDS_PER_HOUR).quantize(PLACES, rounding=ROUND_HALF_UP)
+
+
+def as_decimal(value: float) -> Decimal:
+    """A float reading as the decimal it prints as (``0.1`` is 0.1, not 0.1000000000000000055…)."""
+    return Decimal(repr(value))
