@@ -47,3 +47,90 @@ class UsageHour(models.Model):
 
     def __str__(self) -> str:
         return f"#{self.allocation_id} {self.hour:%Y-%m-%dT%H}"
+
+
+class Basis(models.TextChoices):
+    GRANTED = "granted", "GPU-equivalent-hours granted"
+    USED = "used", "GPU-equivalent-hours used (busy, where measured)"
+
+
+class RateCard(models.Model):
+    """The price of a flavor's GPU-equivalent-hour over a validity, and what it bills: what was
+    granted or what was used. Validities of one flavor never overlap (``rate_card_create``)."""
+
+    id = models.BigAutoField(primary_key=True)
+    flavor = models.ForeignKey("allocations.Flavor", on_delete=models.PROTECT, related_name="rate_cards")
+    price_per_gpu_hour = models.DecimalField(max_digits=12, decimal_places=4)
+    currency = models.CharField(max_length=3, help_text="ISO 4217 code, upper case.")
+    basis = models.CharField(max_length=8, choices=Basis.choices, default=Basis.GRANTED)
+    valid_from = models.DateTimeField()
+    valid_to = models.DateTimeField(null=True, blank=True, help_text="Exclusive; empty: open-ended.")
+    description = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["flavor_id", "valid_from"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(price_per_gpu_hour__gte=0), name="accounting_rate_not_negative"),
+            models.CheckConstraint(
+                condition=models.Q(valid_to__isnull=True) | models.Q(valid_to__gt=models.F("valid_from")),
+                name="accounting_rate_valid_order",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.flavor_id}: {self.price_per_gpu_hour} {self.currency}/{self.basis} from {self.valid_from:%Y-%m-%d}"
+
+
+class Statement(models.Model):
+    """A department's statement for one UTC calendar month and currency, written when it closes:
+    its charge lines and their SHA-256 never change after; corrections are lines of their own."""
+
+    id = models.BigAutoField(primary_key=True)
+    department = models.ForeignKey("tenants.Department", on_delete=models.PROTECT, related_name="statements")
+    period_start = models.DateTimeField(help_text="The month's first instant (UTC).")
+    period_end = models.DateTimeField(help_text="The next month's first instant (UTC).")
+    currency = models.CharField(max_length=3)
+    total = models.DecimalField(max_digits=20, decimal_places=2, help_text="The charge lines' sum.")
+    sha256 = models.CharField(max_length=64, help_text="SHA-256 of the charge lines, canonical JSON (docs/accounting.md).")
+    closed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-period_start", "department_id", "currency"]
+        constraints = [
+            models.UniqueConstraint(fields=["department", "period_start", "currency"], name="accounting_statement_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.department_id} {self.period_start:%Y-%m} {self.currency}"
+
+
+class LineKind(models.TextChoices):
+    CHARGE = "charge", "charge"
+    CORRECTION = "correction", "correction"
+    UNPRICED = "unpriced", "hours no rate card priced"
+
+
+class StatementLine(models.Model):
+    """One line: a project's GPU-equivalent-hours of one flavor under one rate card, and the amount."""
+
+    id = models.BigAutoField(primary_key=True)
+    statement = models.ForeignKey(Statement, on_delete=models.PROTECT, related_name="lines")
+    number = models.PositiveIntegerField(help_text="1, 2, …: the line's place in the statement.")
+    kind = models.CharField(max_length=10, choices=LineKind.choices)
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey("allocations.Flavor", on_delete=models.PROTECT, related_name="+")
+    rate_card = models.ForeignKey(RateCard, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    basis = models.CharField(max_length=8, choices=Basis.choices)
+    gpu_hours = models.DecimalField(max_digits=20, decimal_places=6)
+    rate = models.DecimalField(max_digits=12, decimal_places=4)
+    amount = models.DecimalField(max_digits=20, decimal_places=2)
+    reason = models.CharField(max_length=500, blank=True, help_text="Why (a correction).")
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["statement_id", "number"]
+        constraints = [models.UniqueConstraint(fields=["statement", "number"], name="accounting_line_number_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.statement_id}#{self.number}"

@@ -4,8 +4,24 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from accounting import apis
+from accounting import apis, statement_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", apis.UsageApi.as_view(), name="api-usage"),
+    path("rate-cards/", statement_apis.RateCardListApi.as_view(), name="api-rate-cards"),
+    path("rate-cards/<int:rate_card_id>/", statement_apis.RateCardDetailApi.as_view(), name="api-rate-card"),
+    path("rate-cards/<int:rate_card_id>/end/", statement_apis.RateCardEndApi.as_view(), name="api-rate-card-end"),
+    path("statements/", statement_apis.StatementListApi.as_view(), name="api-statements"),
+    path("statements/preview/", statement_apis.StatementPreviewApi.as_view(), name="api-statement-preview"),
+    path("statements/<int:statement_id>/", statement_apis.StatementDetailApi.as_view(), name="api-statement"),
+    path(
+        "statements/<int:statement_id>/lines.csv",
+        statement_apis.StatementLinesCsvApi.as_view(),
+        name="api-statement-lines-csv",
+    ),
+    path(
+        "statements/<int:statement_id>/corrections/",
+        statement_apis.StatementCorrectApi.as_view(),
+        name="api-statement-corrections",
+    ),
 ]

@@ -125,3 +125,9 @@ NODE_MIG_MISMATCH_FLAGGED = register(711, "node.mig_mismatch_flagged", "A node's
 NODE_MIG_MISMATCH_CLEARED = register(712, "node.mig_mismatch_cleared", "A node's actual MIG layout matches the plan again")
 NODE_REPORTS_STALE = register(713, "node.reports_stale", "A node's agent stopped reporting")
 NODE_REPORTS_RESUMED = register(714, "node.reports_resumed", "A stale node's agent reported again")
+
+# Usage accounting (docs/accounting.md).
+RATE_CARD_CREATED = register(800, "rate_card.created", "A rate card (price per GPU-equivalent-hour of a flavor) was created")
+RATE_CARD_ENDED = register(801, "rate_card.ended", "A rate card's validity was ended")
+STATEMENT_CLOSED = register(810, "statement.closed", "A department's monthly statement was closed (its lines and SHA-256 fixed)")
+STATEMENT_CORRECTED = register(811, "statement.corrected", "A correction line was added to a closed statement")

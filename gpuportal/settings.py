@@ -222,9 +222,12 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-samples-roll-up": {"task": "telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
     "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
     "accounting-usage-roll": {"task": "accounting.tasks.accounting_usage_roll_task", "schedule": 300.0},
+    "accounting-statements-close": {"task": "accounting.tasks.accounting_statements_close_task", "schedule": 3600.0},
 }
 # Usage accounting (docs/accounting.md): each roll makes the hours that ended this long ago again.
 GPUPORTAL_ACCOUNTING_LATE_HOURS = env_int("GPUPORTAL_ACCOUNTING_LATE_HOURS", 3, minimum=1)
+# A month's statements close this long after it ended (docs/accounting.md).
+GPUPORTAL_ACCOUNTING_CLOSE_MARGIN_HOURS = env_int("GPUPORTAL_ACCOUNTING_CLOSE_MARGIN_HOURS", 6, minimum=0)
 # Periodic defragmentation (allocations/booking/defrag_schedule.py): off unless an interval is set.
 GPUPORTAL_DEFRAG_EVERY = env_int("GPUPORTAL_DEFRAG_EVERY", 0, minimum=0)
 GPUPORTAL_DEFRAG_MOVE_BUDGET = env_int("GPUPORTAL_DEFRAG_MOVE_BUDGET", 16, minimum=1)

@@ -20,9 +20,11 @@ rows are locked in primary-key order:
    while holding its rows: a transaction that waits for a row while holding the chain lock
    deadlocks with the holder of that row as soon as that holder records its own event.
 
-One lock stands apart: the usage roll-up's advisory lock (``accounting.rolling``). A roll takes it
-first and then only its own ``UsageHour`` rows (and, at COMMIT, the KEY SHARE of the rows they
-refer to); it records no audit event, and no transaction that holds a row ever waits for it.
+Two locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
+advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` rows and, at
+COMMIT, takes the KEY SHARE of the rows they refer to; it records no audit event), and the
+statement close's (``accounting.statements``: it writes a department's statements and lines, then
+takes the audit chain lock last). No transaction that holds a row ever waits for either.
 
 Two consequences that are easy to miss:
 

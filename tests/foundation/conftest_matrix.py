@@ -17,6 +17,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
+from accounting.models import RateCard, Statement
 from allocations import changes, services, window_services
 from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow
 from audit.checkpoints import checkpoint_publish
@@ -47,6 +48,9 @@ class Scene:
     token_text: str
     drift: ClusterDrift
     checkpoint: AuditCheckpoint
+    rate_card: RateCard  # a100, EUR
+    statement: Statement  # nlp's, last month
+
 
 
 def request(world: World, *, persona: str, project: Project, flavor: Flavor, quantity: int = 1) -> Allocation:
@@ -122,6 +126,13 @@ def scene_build(world: World) -> Scene:
             cluster=world.cluster, kind="ResourceQuota", namespace="vision-seg", name="gpu", change="changed"
         ),
         checkpoint=checkpoint_publish(),
+        rate_card=RateCard.objects.create(
+            flavor=world.a100, price_per_gpu_hour=Decimal("2.5"), currency="EUR", valid_from=timezone.now()
+        ),
+        statement=Statement.objects.create(
+            department=world.nlp, period_start=timezone.now() - datetime.timedelta(days=30), period_end=timezone.now(),
+            currency="EUR", total=Decimal("0.00"), sha256="0" * 64, closed_at=timezone.now(),
+        ),
     )
 
 

@@ -85,6 +85,10 @@ WITHDRAW_VISION = codes(   404,      404,     404,     200,     200,    403,    
 UNLOCK_SIGN_IN = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
 ASK_WINDOW_IN_NLP = CREATE_PROJECT_IN_NLP
 CANCEL_NLP_WINDOW = DECIDE  # its requester (nlp_admin) or a platform admin
+PLATFORM_CREATES_FOR_ROLES = codes(403,  403,     403,     403,     403,    403,     201,   404,  401)
+STATEMENT_READ = codes(    403,      200,     404,     404,     404,    200,     200,   404,  401)
+STATEMENT_CORRECT = codes( 403,      403,     404,     404,     404,    403,     201,   404,  401)
+QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -230,6 +234,19 @@ ROWS = [
     Row("api-allocation-utilisation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     # usage accounting
     Row("api-usage", "get", ANY_ROLE),
+    Row("api-rate-cards", "get", ANY_ROLE),
+    Row("api-rate-cards", "post", PLATFORM_CREATES_FOR_ROLES, body=lambda s, p: {
+        "flavor": s.world.h100.pk, "price_per_gpu_hour": "1.5", "currency": "EUR", "valid_from": timezone.now().isoformat(),
+    }),
+    Row("api-rate-card", "get", ANY_ROLE, kwargs=lambda s: {"rate_card_id": s.rate_card.pk}),
+    Row("api-rate-card-end", "post", PLATFORM_CHANGES, kwargs=lambda s: {"rate_card_id": s.rate_card.pk},
+        body=lambda s, p: {"valid_to": (timezone.now() + datetime.timedelta(days=1)).isoformat()}),
+    Row("api-statements", "get", ANY_ROLE),
+    Row("api-statement-preview", "get", QUERY_REQUIRED),  # ?department= is required
+    Row("api-statement", "get", STATEMENT_READ, kwargs=lambda s: {"statement_id": s.statement.pk}),
+    Row("api-statement-lines-csv", "get", STATEMENT_READ, kwargs=lambda s: {"statement_id": s.statement.pk}),
+    Row("api-statement-corrections", "post", STATEMENT_CORRECT, kwargs=lambda s: {"statement_id": s.statement.pk},
+        body=lambda s, p: {"project": s.world.llm.pk, "flavor": s.world.a100.pk, "amount": "1.00", "reason": "matrix"}),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),

@@ -1,0 +1,183 @@
+"""Monthly statements: closed once the month's late data had its margin, then never changed.
+
+``statements_close`` rolls the month's hours again (the last late data counted), then writes, for
+each department with usage in the month and each currency its hours are priced in, the statement
+with its lines (``charges``), their total and SHA-256, and audits ``statement.closed``, in one
+transaction per department (a department that already has its statements is left alone, so
+closing again changes nothing). ``statements_close_due`` closes the month before ``now`` once
+``GPUPORTAL_ACCOUNTING_CLOSE_MARGIN_HOURS`` have passed since it ended. A correction is a line of
+its own (``statement_correct``, platform admins, audited): the charge lines and their hash stay.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from decimal import Decimal
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import Max, Q
+from django.utils import timezone
+
+from accounting import conf
+from accounting.charges import Card, Charges, Hour, charges, month_bounds, statement_sha256
+from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
+from accounting.rolling import usage_hours_roll
+from allocations.models import Flavor, Reservation
+from audit import actions
+from audit.services import audit_record
+from kernel.errors import FieldError
+from kernel.locks import advisory_xact_lock
+from tenants.access import require_platform_admin
+from tenants.models import Department, Project
+
+User = AbstractBaseUser | AnonymousUser
+CLOSE_LOCK_ID = 0x6770_7561_6363_0002  # pg_advisory_xact_lock key of closing statements
+
+
+def month_of(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m")
+
+
+def department_charges(*, department_id: int, start: datetime.datetime, end: datetime.datetime) -> dict[str, Charges]:
+    """What the department's hours in [start, end) come to, per currency (a draft: nothing stored)."""
+    rows = UsageHour.objects.filter(department_id=department_id, hour__gte=start, hour__lt=end).values_list(
+        "hour", "project__slug", "flavor__name", "granted", "used"
+    )
+    hours = [Hour(hour, project, flavor, granted, used) for hour, project, flavor, granted, used in rows]
+    flavors = {hour.flavor for hour in hours}
+    cards = [
+        Card(
+            card.pk,
+            card.flavor.name,
+            card.price_per_gpu_hour,
+            card.currency,
+            card.basis,
+            card.valid_from,
+            card.valid_to,
+        )
+        for card in RateCard.objects.filter(flavor__name__in=flavors, valid_from__lt=end)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
+        .select_related("flavor")
+    ]
+    return charges(hours, cards)
+
+
+def statements_close(*, period: str, now: datetime.datetime | None = None) -> list[Statement]:
+    """Close the month ``period`` (``YYYY-MM``) for every department with usage in it."""
+    now = now or timezone.now()
+    start, end = month_bounds(period)
+    if end > now:
+        raise FieldError("period", f"{period} has not ended yet.")
+    usage_hours_roll(start=start, end=end, now=now)
+    closed: list[Statement] = []
+    for department_id in _departments_to_close(start, end):
+        with transaction.atomic():
+            advisory_xact_lock(transaction.get_connection(), CLOSE_LOCK_ID)
+            if Statement.objects.filter(department_id=department_id, period_start=start).exists():
+                continue
+            department = Department.objects.get(pk=department_id)
+            found = department_charges(department_id=department_id, start=start, end=end)
+            for currency in sorted(found):
+                closed.append(_statement_write(department, start, end, found[currency], now=now))
+    return closed
+
+
+def statements_close_due(*, now: datetime.datetime | None = None) -> list[Statement]:
+    """Close the month before ``now`` once its margin has passed and some department lacks its statements."""
+    now = now or timezone.now()
+    this_month, _ = month_bounds(month_of(now))
+    previous = month_of(this_month - datetime.timedelta(days=1))
+    start, end = month_bounds(previous)
+    if now < end + conf.close_margin():
+        return []
+    closed = set(Statement.objects.filter(period_start=start).values_list("department_id", flat=True).distinct())
+    if not granted_departments(start=start, end=end) - closed:
+        return []
+    return statements_close(period=previous, now=now)
+
+
+def granted_departments(*, start: datetime.datetime, end: datetime.datetime) -> set[int]:
+    """The departments whose grants held something in [start, end) (read from the reservations, as
+    the roll-up reads them, so it does not matter whether the month's hours were rolled yet)."""
+    found: set[int] = set()
+    rows = Reservation.objects.filter(
+        created_at__lt=end, allocation__starts_at__lt=end, allocation__ends_at__gt=start
+    ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
+    for created, released, starts, ends, department_id in rows.values_list(
+        "created_at", "released_at", "allocation__starts_at", "allocation__ends_at", "allocation__project__department_id"
+    ):
+        begin, finish = max(created, starts, start), min(ends, released or ends, end)
+        if finish > begin:
+            found.add(department_id)
+    return found
+
+
+def statement_correct(
+    *, actor: User, statement_id: int, project_id: int, flavor_id: int, gpu_hours: Decimal, amount: Decimal, reason: str
+) -> StatementLine:
+    """Add a correction line (an amount, positive or negative, with its reason) to a statement."""
+    require_platform_admin(actor, to="correct statements")
+    if not reason.strip():
+        raise FieldError("reason", "Say why the statement is corrected.")
+    with transaction.atomic():
+        statement = Statement.objects.select_for_update().filter(pk=statement_id).first()
+        if statement is None:
+            raise FieldError("statement", f"No statement {statement_id}.")
+        project = Project.objects.filter(pk=project_id, department_id=statement.department_id).first()
+        if project is None:
+            raise FieldError("project", "A project of the statement's department.")
+        if not Flavor.objects.filter(pk=flavor_id).exists():
+            raise FieldError("flavor", f"No flavor {flavor_id}.")
+        number = (statement.lines.aggregate(last=Max("number"))["last"] or 0) + 1
+        line = StatementLine.objects.create(
+            statement=statement, number=number, kind=LineKind.CORRECTION, project=project, flavor_id=flavor_id,
+            basis="granted", gpu_hours=gpu_hours, rate=Decimal(0), amount=amount, reason=reason.strip(),
+            created_at=timezone.now(),
+        )  # fmt: skip
+        audit_record(
+            actor=actor, action=actions.STATEMENT_CORRECTED, target=statement, department_id=statement.department_id,
+            after={"line": number, "project": project.slug, "gpu_hours": str(gpu_hours), "amount": str(amount),
+                   "reason": line.reason},
+        )  # fmt: skip
+    return line
+
+
+def _departments_to_close(start: datetime.datetime, end: datetime.datetime) -> list[int]:
+    with_usage = set(
+        UsageHour.objects.filter(hour__gte=start, hour__lt=end).values_list("department_id", flat=True).distinct()
+    )
+    closed = set(Statement.objects.filter(period_start=start).values_list("department_id", flat=True).distinct())
+    return sorted(with_usage - closed)
+
+
+def _statement_write(
+    department: Department, start: datetime.datetime, end: datetime.datetime, found: Charges, *, now: datetime.datetime
+) -> Statement:
+    sha256 = statement_sha256(
+        department=department.slug, period_start=start, currency=found.currency, lines=found.lines
+    )
+    statement = Statement.objects.create(
+        department=department, period_start=start, period_end=end, currency=found.currency, total=found.total,
+        sha256=sha256, closed_at=now,
+    )  # fmt: skip
+    projects = dict(Project.objects.filter(department=department).values_list("slug", "pk"))
+    flavors = dict(Flavor.objects.values_list("name", "pk"))
+    StatementLine.objects.bulk_create([
+        StatementLine(
+            statement=statement, number=line.number, kind=line.kind, project_id=projects[line.project],
+            flavor_id=flavors[line.flavor], rate_card_id=line.rate_card, basis=line.basis, gpu_hours=line.gpu_hours,
+            rate=line.rate, amount=line.amount, created_at=now,
+        )
+        for line in found.lines
+    ])  # fmt: skip
+    counts: dict[str, int] = defaultdict(int)
+    for line in found.lines:
+        counts[line.kind] += 1
+    audit_record(
+        actor=None, action=actions.STATEMENT_CLOSED, target=statement, department_id=department.pk,
+        after={"period": month_of(start), "currency": found.currency, "total": str(found.total), "sha256": sha256,
+               "lines": dict(counts)},
+    )  # fmt: skip
+    return statement
