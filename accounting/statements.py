@@ -1,6 +1,7 @@
 """Monthly statements: closed once the month's late data had its margin, then never changed.
 
-``statements_close`` rolls the month's hours again (the last late data counted), then writes, for
+``statements_close`` rolls the month's tail again (the last late data counted) and any day the
+roll-up missed (``_month_roll``), then writes, for
 each department with usage in the month and each currency its hours are priced in, the statement
 with its lines (``charges``), their total and SHA-256, and audits ``statement.closed``, in one
 transaction per department (a department that already has its statements is left alone, so
@@ -70,7 +71,7 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
     start, end = month_bounds(period)
     if end > now:
         raise FieldError("period", f"{period} has not ended yet.")
-    usage_hours_roll(start=start, end=end, now=now)
+    _month_roll(start, end, now=now)
     closed: list[Statement] = []
     for department_id in _departments_to_close(start, end):
         with transaction.atomic():
@@ -96,6 +97,24 @@ def statements_close_due(*, now: datetime.datetime | None = None) -> list[Statem
     if not granted_departments(start=start, end=end) - closed:
         return []
     return statements_close(period=previous, now=now)
+
+
+def _month_roll(start: datetime.datetime, end: datetime.datetime, *, now: datetime.datetime) -> None:
+    """Roll again what the periodic roll may not have seen: the month's last late-data margin, and
+    every day on which a grant held something but no hour was rolled (the roll-up was not running).
+    A month the roll-up kept up with costs only its tail."""
+    tail = max(start, end - conf.late_margin())
+    rolled = {
+        moment.astimezone(datetime.UTC).date()
+        for moment in UsageHour.objects.filter(hour__gte=start, hour__lt=end).datetimes("hour", "day", tzinfo=datetime.UTC)
+    }
+    day = start
+    while day < tail:
+        following = min(tail, day + datetime.timedelta(days=1))
+        if day.date() not in rolled and granted_departments(start=day, end=following):
+            usage_hours_roll(start=day, end=following, now=now)
+        day = following
+    usage_hours_roll(start=tail, end=end, now=now)
 
 
 def granted_departments(*, start: datetime.datetime, end: datetime.datetime) -> set[int]:

@@ -12,6 +12,7 @@ import pytest
 from accounting.charges import month_bounds, statement_sha256
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
 from accounting.rate_cards import rate_card_create, rate_card_end
+from accounting.rolling import usage_hours_roll
 from accounting.statements import (
     department_charges,
     month_of,
@@ -148,3 +149,13 @@ def test_statements_are_read_by_the_departments_admins_and_auditors_and_download
     draft = world.client("nlp_admin").get("/api/v1/statements/preview/", {"department": str(world.nlp.pk), "period": "2026-10"})
     assert draft.status_code == 200 and draft.json()[0]["total"] == "1588.00"
     assert UsageHour.objects.filter(department=world.nlp).exists()
+
+
+def test_closing_rolls_the_days_the_roll_up_missed_and_the_late_tail(world: World, october: None) -> None:
+    """A month the roll-up kept up with costs only its tail at close; a day it missed is rolled."""
+    usage_hours_roll(start=START, end=END, now=AFTER)
+    UsageHour.objects.filter(hour__gte=datetime.datetime(2026, 10, 22, tzinfo=UTC),
+                             hour__lt=datetime.datetime(2026, 10, 23, tzinfo=UTC)).delete()  # fmt: skip
+    statements_close(period="2026-10", now=AFTER)
+    assert Statement.objects.get(department=world.nlp).total == Decimal("1588.00")
+    assert UsageHour.objects.filter(department=world.nlp, hour__gte=START, hour__lt=END).count() == 284
