@@ -10,7 +10,9 @@ from typing import Any
 
 import pytest
 
+from accounting.apis import ReportOut, report_data
 from accounting.rolling import usage_hours_roll
+from accounting.selectors import usage_report
 from tests.conftest import World
 from tests.telemetry.usage_history import HOUR, aligned_now, fill, grant
 
@@ -89,3 +91,11 @@ def test_bad_parameters_are_a_400_naming_the_field(world: World, params: dict[st
     response = get(world, "platform", **params)
     assert response.status_code == 400, response.content
     assert field in response.json()["error"]["fields"]
+
+
+def test_the_answer_is_what_its_schema_serializer_would_write(world: World, history: datetime.datetime) -> None:
+    for granularity, group_by in (("hour", "flavor"), ("day", "department"), ("month", "none")):
+        report = usage_report(user=world.users["platform"], start=history - 2 * DAY, end=history, granularity=granularity,
+                              group_by=group_by)  # fmt: skip
+        assert report.rows
+        assert report_data(report) == ReportOut(report).data
