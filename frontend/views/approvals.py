@@ -19,6 +19,7 @@ from allocations.models import Allocation, AllocationChange
 from allocations.services import allocation_approve, allocation_reject
 from allocations.window_models import WindowState
 from allocations.window_services import quota_window_list
+from frontend.accounting import department_accounting
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
@@ -148,5 +149,6 @@ def department_usage(request: HttpRequest) -> HttpResponse:
         "bars": quota_bars(user=user, department_ids=department_ids),
         "promises": department_promises(user=user, department_ids=department_ids),
         "holding": holding_by_project(user=user, department_ids=department_ids),
+        **department_accounting(user=user, department_ids=department_ids, now=timezone.now()),
     }
     return render(request, "frontend/department_usage.html", context)
