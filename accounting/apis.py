@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from accounting import selectors
 from accounting.hours import HOUR, hour_floor
-from kernel.api.base import filters
+from kernel.api.base import IdField, filters
 from kernel.api.openapi import errors
 
 DEFAULT_SPAN = datetime.timedelta(days=7)
@@ -27,11 +27,9 @@ LONGEST = {
 
 
 class UsageFilter(serializers.Serializer[Any]):
-    department = serializers.IntegerField(
-        required=False, min_value=1, help_text="A department id (its sub-departments included)."
-    )
-    project = serializers.IntegerField(required=False, min_value=1, help_text="A project id.")
-    cluster = serializers.IntegerField(required=False, min_value=1, help_text="A cluster id.")
+    department = IdField(required=False, help_text="A department id (its sub-departments included).")
+    project = IdField(required=False, help_text="A project id.")
+    cluster = IdField(required=False, help_text="A cluster id.")
     # "from" is a Python keyword: the field is added under its query name by get_fields.
     to = serializers.DateTimeField(
         required=False, help_text="End (exclusive), floored to its UTC hour; default: the current hour's start."

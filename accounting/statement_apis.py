@@ -196,13 +196,31 @@ class StatementCorrectApi(APIView):
         return Response(LineOut(line).data, status=status.HTTP_201_CREATED)
 
 
+@extend_schema_serializer(component_name="DraftLine")
+class DraftLineOut(serializers.Serializer[Any]):
+    number = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=[LineKind.CHARGE, LineKind.UNPRICED])
+    project = serializers.CharField(help_text="The project's slug.")
+    flavor = serializers.CharField(help_text="The flavor's name.")
+    rate_card = serializers.IntegerField(allow_null=True)
+    basis = serializers.ChoiceField(choices=Basis.choices)
+    gpu_hours = serializers.DecimalField(max_digits=20, decimal_places=6)
+    rate = serializers.DecimalField(max_digits=12, decimal_places=4)
+    amount = serializers.DecimalField(max_digits=20, decimal_places=2)
+
+
+@extend_schema_serializer(component_name="StatementDraftCurrency")
+class DraftCurrencyOut(serializers.Serializer[Any]):
+    currency = serializers.CharField()
+    total = serializers.DecimalField(max_digits=20, decimal_places=2)
+    lines = DraftLineOut(many=True)
+
+
 @extend_schema_serializer(component_name="StatementDraft")
 class DraftOut(serializers.Serializer[Any]):
     department = serializers.IntegerField()
-    period = serializers.CharField()
-    currency = serializers.CharField()
-    total = serializers.DecimalField(max_digits=20, decimal_places=2)
-    lines = serializers.ListField(child=serializers.DictField())
+    period = serializers.CharField(help_text="YYYY-MM")
+    statements = DraftCurrencyOut(many=True, help_text="One per currency the month's hours are priced in.")
 
 
 class StatementPreviewApi(APIView):
@@ -210,15 +228,15 @@ class StatementPreviewApi(APIView):
         department = IdField()
         period = serializers.CharField(required=False, validators=[_period], help_text="YYYY-MM; default: this month")
 
-    @extend_schema(parameters=[Filter], responses={200: DraftOut(many=True), **errors(400, 401, 403, 404)})
+    @extend_schema(parameters=[Filter], responses={200: DraftOut, **errors(400, 401, 403, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         statement_reads.department_charges_allowed(user=request.user, department_id=params["department"])
         period = params.get("period") or statements.month_of(timezone.now())
         start, end = month_bounds(period)
         found = statements.department_charges(department_id=params["department"], start=start, end=end)
-        return Response([
-            {"department": params["department"], "period": period, "currency": currency, "total": str(charges.total),
-             "lines": [line.canonical() for line in charges.lines]}
+        drafts = [
+            {"currency": currency, "total": str(charges.total), "lines": [line.canonical() for line in charges.lines]}
             for currency, charges in sorted(found.items())
-        ])  # fmt: skip
+        ]
+        return Response({"department": params["department"], "period": period, "statements": drafts})

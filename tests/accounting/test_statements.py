@@ -147,7 +147,7 @@ def test_statements_are_read_by_the_departments_admins_and_auditors_and_download
     assert world.client("platform").get("/api/v1/statements/", {"period": "2026-13"}).status_code == 400
 
     draft = world.client("nlp_admin").get("/api/v1/statements/preview/", {"department": str(world.nlp.pk), "period": "2026-10"})
-    assert draft.status_code == 200 and draft.json()[0]["total"] == "1588.00"
+    assert draft.status_code == 200 and draft.json()["statements"][0]["total"] == "1588.00"
     assert UsageHour.objects.filter(department=world.nlp).exists()
 
 
