@@ -19,6 +19,7 @@ from rest_framework.views import APIView
 from accounting import rate_cards, statement_reads, statements
 from accounting.charges import month_bounds
 from accounting.models import Basis, LineKind, RateCard, Statement, StatementLine
+from audit.export import csv_cell
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
@@ -166,8 +167,10 @@ class StatementLinesCsvApi(APIView):
         writer = csv.writer(out, lineterminator="\r\n")
         writer.writerow(CSV_COLUMNS)
         for line in statement.lines.select_related("project", "flavor").order_by("number"):
-            writer.writerow([line.number, line.kind, line.project.slug, line.flavor.name, line.rate_card_id or "", line.basis,
-                             line.gpu_hours, line.rate, line.amount, line.reason])  # fmt: skip
+            text = [csv_cell(value) for value in (line.kind, line.project.slug, line.flavor.name, line.basis, line.reason)]
+            kind, project, flavor, basis, reason = text  # free text defused; numbers written as numbers
+            writer.writerow([line.number, kind, project, flavor, line.rate_card_id or "", basis, line.gpu_hours, line.rate,
+                             line.amount, reason])  # fmt: skip
         name = f"statement-{statement.department.slug}-{statements.month_of(statement.period_start)}-{statement.currency}.csv"
         response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{name}"'

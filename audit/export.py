@@ -150,7 +150,8 @@ def audit_export_jsonl(*, filters: AuditFilters, upto: int | None = None) -> Ite
     yield from _record_blocks(_plain_selection(filters, _upto_now() if upto is None else upto))
 
 
-def _csv_cell(value: Any) -> Any:
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: JSON for structures, a formula-like text defused (a leading quote)."""
     if isinstance(value, dict | list):
         value = json.dumps(value, sort_keys=True, ensure_ascii=True)
     if isinstance(value, str) and value.startswith(_FORMULA_START):
@@ -168,7 +169,7 @@ def audit_export_csv(*, filters: AuditFilters, upto: int | None = None) -> Itera
         for index, (_, record) in enumerate(rows, start=1):
             fields = json.loads(record)
             fields["hash"] = leaf_hash(record.encode("ascii")).hex()
-            writer.writerow([_csv_cell(fields.get(column)) for column in CSV_COLUMNS])
+            writer.writerow([csv_cell(fields.get(column)) for column in CSV_COLUMNS])
             if index % CSV_FLUSH == 0:
                 yield buffer.getvalue().encode("utf-8")
                 buffer.seek(0)

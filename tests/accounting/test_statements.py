@@ -159,3 +159,12 @@ def test_closing_rolls_the_days_the_roll_up_missed_and_the_late_tail(world: Worl
     statements_close(period="2026-10", now=AFTER)
     assert Statement.objects.get(department=world.nlp).total == Decimal("1588.00")
     assert UsageHour.objects.filter(department=world.nlp, hour__gte=START, hour__lt=END).count() == 284
+
+
+def test_a_corrections_reason_cannot_run_as_a_formula_in_the_csv(world: World, october: None) -> None:
+    statements_close(period="2026-10", now=AFTER)
+    nlp = Statement.objects.get(department=world.nlp)
+    statement_correct(actor=world.users["platform"], statement_id=nlp.pk, project_id=world.llm.pk, flavor_id=world.a100.pk,
+                      gpu_hours=Decimal(0), amount=Decimal("-1.00"), reason='=HYPERLINK("http://x")')  # fmt: skip
+    rows = world.client("platform").get(f"/api/v1/statements/{nlp.pk}/lines.csv").content.decode().splitlines()
+    assert rows[-1].startswith("3,correction,nlp-llm,a100,,granted,") and ",-1.00,\"'=HYPERLINK(" in rows[-1]
