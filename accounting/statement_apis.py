@@ -65,7 +65,7 @@ class RateCardListApi(APIView):
         return paginated(view=self, request=request, queryset=statement_reads.rate_card_list(user=request.user),
                          serializer=RateCardOut)  # fmt: skip
 
-    @extend_schema(request=RateCardIn, responses={201: RateCardOut, **errors(400, 401, 403, 409)})
+    @extend_schema(request=RateCardIn, responses={201: RateCardOut, **errors(400, 401, 403, 404, 409)})
     def post(self, request: Request) -> Response:
         statement_reads.rate_card_list(user=request.user)  # 404 without a role
         require_platform_admin(request.user, to="set prices")
