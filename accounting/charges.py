@@ -16,7 +16,7 @@ import datetime
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -77,40 +77,51 @@ class Charges:
         return sum((line.amount for line in self.lines), Decimal("0.00"))
 
 
-def charges(hours: Iterable[Hour], cards: Sequence[Card]) -> dict[str, Charges]:
-    """The department's lines per currency (module docstring)."""
+Sums = Mapping[tuple[str, str, "Card | None"], tuple[Decimal, Decimal]]
+"""(project, flavor, card or None for unpriced) -> (granted, used) GPU-equivalent-hours."""
+
+
+def hour_sums(
+    hours: Iterable[Hour], cards: Sequence[Card]
+) -> dict[tuple[str, str, Card | None], tuple[Decimal, Decimal]]:
+    """Each hour under the flavor's card in force at its start (or none), summed per project,
+    flavor and card."""
     by_flavor: dict[str, list[Card]] = defaultdict(list)
     for each in cards:
         by_flavor[each.flavor].append(each)
-    sums: dict[tuple[str, str, str, Card | None], Decimal] = defaultdict(Decimal)
+    sums: dict[tuple[str, str, Card | None], tuple[Decimal, Decimal]] = {}
     for hour in hours:
         pricing = next((card for card in by_flavor.get(hour.flavor, ()) if card.holds(hour.hour)), None)
-        if pricing is None:
-            sums[(NO_CURRENCY, hour.project, hour.flavor, None)] += hour.granted
-            continue
-        billed = hour.used if pricing.basis == "used" else hour.granted
-        sums[(pricing.currency, hour.project, hour.flavor, pricing)] += billed
+        granted, used = sums.get((hour.project, hour.flavor, pricing), (Decimal(0), Decimal(0)))
+        sums[(hour.project, hour.flavor, pricing)] = (granted + hour.granted, used + hour.used)
+    return sums
+
+
+def charges(hours: Iterable[Hour], cards: Sequence[Card]) -> dict[str, Charges]:
+    """The department's lines per currency (module docstring), from its hours one by one."""
+    return charges_from_sums(hour_sums(hours, cards))
+
+
+def charges_from_sums(sums: Sums) -> dict[str, Charges]:
+    """The lines per currency from hours already summed per project, flavor and card (what
+    ``hour_sums`` gives, or the database's sums of the same)."""
+    billed: dict[tuple[str, str, str, Card | None], Decimal] = {}
+    for (project, flavor, card), (granted, used) in sums.items():
+        currency = card.currency if card is not None else NO_CURRENCY
+        billed[(currency, project, flavor, card)] = used if card is not None and card.basis == "used" else granted
     found: dict[str, list[Line]] = defaultdict(list)
-    ordered = sorted(sums.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], _card_key(item[0][3])))
+    ordered = sorted(billed.items(), key=lambda item: (item[0][0], item[0][1], item[0][2], _card_key(item[0][3])))
     for (currency, project, flavor, priced_by), gpu_hours in ordered:
         lines = found[currency]
+        number = len(lines) + 1
         if priced_by is None:
             lines.append(
                 Line(
-                    len(lines) + 1,
-                    "unpriced",
-                    project,
-                    flavor,
-                    None,
-                    "granted",
-                    gpu_hours,
-                    Decimal("0.0000"),
-                    Decimal("0.00"),
+                    number, "unpriced", project, flavor, None, "granted", gpu_hours, Decimal("0.0000"), Decimal("0.00")
                 )
             )
             continue
         amount = (gpu_hours * priced_by.price).quantize(CENTS, rounding=ROUND_HALF_UP)
-        number = len(lines) + 1
         lines.append(
             Line(number, "charge", project, flavor, priced_by.id, priced_by.basis, gpu_hours, priced_by.price, amount)
         )

@@ -9,12 +9,14 @@ from decimal import Decimal
 
 import pytest
 
-from accounting.charges import month_bounds, statement_sha256
+from accounting.charges import charges, month_bounds, statement_sha256
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
 from accounting.rate_cards import rate_card_create, rate_card_end
 from accounting.rolling import usage_hours_roll
 from accounting.statements import (
     department_charges,
+    department_hours,
+    month_cards,
     month_of,
     statement_correct,
     statements_close,
@@ -168,3 +170,20 @@ def test_a_corrections_reason_cannot_run_as_a_formula_in_the_csv(world: World, o
                       gpu_hours=Decimal(0), amount=Decimal("-1.00"), reason='=HYPERLINK("http://x")')  # fmt: skip
     rows = world.client("platform").get(f"/api/v1/statements/{nlp.pk}/lines.csv").content.decode().splitlines()
     assert rows[-1].startswith("3,correction,nlp-llm,a100,,granted,") and ",-1.00,\"'=HYPERLINK(" in rows[-1]
+
+
+def test_the_sums_in_sql_are_the_hours_summed_one_by_one(world: World, october: None) -> None:
+    """``department_charges`` sums in the database what ``charges.charges`` sums hour by hour: the
+    same lines for a price change mid-month, the used basis and hours no card prices."""
+    since = datetime.datetime(2026, 10, 27, 7, tzinfo=UTC)
+    mig = grant(world, since=since, flavor="mig", quantity=3, until=END - 2 * HOUR)  # no card prices MIG slices
+    fill(mig, start=since, end=END - 2 * HOUR, activity=0.25)
+    usage_hours_roll(start=START, end=END, now=AFTER)
+    for department in (world.nlp, world.vision):
+        in_sql = department_charges(department_id=department.pk, start=START, end=END)
+        one_by_one = charges(department_hours(department_id=department.pk, start=START, end=END),
+                             month_cards(start=START, end=END))  # fmt: skip
+        assert in_sql == one_by_one and in_sql
+    assert {line.kind for line in department_charges(department_id=world.nlp.pk, start=START, end=END)["XXX"].lines} == {
+        "unpriced"
+    }
