@@ -28,7 +28,9 @@ from telemetry.schema_keywords import (
     ecma_pattern,
     is_number,
     pointer_token,
+    resolve_reference,
     same,
+    string_keywords,
 )
 from telemetry.schema_predicates import Predicates
 
@@ -107,13 +109,7 @@ class Validator:
         return check
 
     def _reference(self, reference: str) -> Check:
-        if not reference.startswith("#/"):
-            raise UnsupportedSchema(f"only local references are supported: {reference}")
-        node: Any = self.root
-        for part in reference[2:].split("/"):
-            node = node[part.replace("~1", "/").replace("~0", "~")]
-        if not isinstance(node, Mapping):
-            raise UnsupportedSchema(f"{reference} is not a schema")
+        node = resolve_reference(self.root, reference)
 
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
             compiled = self._compiled_refs.get(reference)
@@ -225,12 +221,7 @@ class Validator:
 
     @staticmethod
     def _string(schema: Mapping[str, Any]) -> Check:
-        min_length = schema.get("minLength")
-        max_length = schema.get("maxLength")
-        pattern = ecma_pattern(schema["pattern"]) if "pattern" in schema else None
-        text_format = schema.get("format")
-        if text_format not in (None, "date-time"):
-            raise UnsupportedSchema(f"unsupported format {text_format!r}")
+        min_length, max_length, pattern, text_format = string_keywords(schema)
 
         def check(value: Any, pointer: str, errors: list[SchemaError]) -> None:
             if not isinstance(value, str):

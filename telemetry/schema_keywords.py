@@ -5,6 +5,7 @@ JSON types, JSON equality and ECMA-262 patterns."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 SUPPORTED_KEYWORDS = frozenset(
@@ -61,3 +62,25 @@ def same(a: Any, b: Any) -> bool:
     if is_number(a) and is_number(b):
         return bool(a == b)
     return type(a) is type(b) and a == b
+
+
+def string_keywords(schema: Mapping[str, Any]) -> tuple[int | None, int | None, re.Pattern[str] | None, str | None]:
+    """A string schema's minLength, maxLength, compiled pattern and format (only date-time is
+    implemented: any other is refused)."""
+    pattern = ecma_pattern(schema["pattern"]) if "pattern" in schema else None
+    text_format = schema.get("format")
+    if text_format not in (None, "date-time"):
+        raise UnsupportedSchema(f"unsupported format {text_format!r}")
+    return schema.get("minLength"), schema.get("maxLength"), pattern, text_format
+
+
+def resolve_reference(root: Mapping[str, Any], reference: str) -> Mapping[str, Any]:
+    """The schema a local ``$ref`` (``#/…``, RFC 6901 tokens) points at in ``root``."""
+    if not reference.startswith("#/"):
+        raise UnsupportedSchema(f"only local references are supported: {reference}")
+    node: Any = root
+    for part in reference[2:].split("/"):
+        node = node[part.replace("~1", "/").replace("~0", "~")]
+    if not isinstance(node, Mapping):
+        raise UnsupportedSchema(f"{reference} is not a schema")
+    return node

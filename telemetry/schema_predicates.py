@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from telemetry.schema_keywords import SUPPORTED_KEYWORDS, TYPE_CLASSES, UnsupportedSchema, ecma_pattern, is_number, same
+from telemetry.schema_keywords import (
+    SUPPORTED_KEYWORDS,
+    TYPE_CLASSES,
+    UnsupportedSchema,
+    is_number,
+    resolve_reference,
+    same,
+    string_keywords,
+)
 
 Predicate = Callable[[Any], bool]
 
@@ -61,18 +69,12 @@ class Predicates:
     def _reference(self, reference: str) -> Predicate:
         """Compiled where it is first met, so a value checks through it without a look-up; a
         reference met again while it is being compiled (a recursive schema) looks it up when used."""
-        if not reference.startswith("#/"):
-            raise UnsupportedSchema(f"only local references are supported: {reference}")
         compiled = self._compiled_refs.get(reference)
         if compiled is not None:
             return compiled
         if reference in self._compiling:
             return lambda value: self._compiled_refs[reference](value)
-        node: Any = self._schema
-        for part in reference[2:].split("/"):
-            node = node[part.replace("~1", "/").replace("~0", "~")]
-        if not isinstance(node, Mapping):
-            raise UnsupportedSchema(f"{reference} is not a schema")
+        node = resolve_reference(self._schema, reference)
         self._compiling.add(reference)
         compiled = self._compiled_refs[reference] = self._compile(node)
         self._compiling.discard(reference)
@@ -118,12 +120,7 @@ class Predicates:
 
     @staticmethod
     def _string(schema: Mapping[str, Any]) -> Predicate:
-        min_length = schema.get("minLength")
-        max_length = schema.get("maxLength")
-        pattern = ecma_pattern(schema["pattern"]) if "pattern" in schema else None
-        text_format = schema.get("format")
-        if text_format not in (None, "date-time"):
-            raise UnsupportedSchema(f"unsupported format {text_format!r}")
+        min_length, max_length, pattern, text_format = string_keywords(schema)
 
         def valid(value: Any) -> bool:
             if not isinstance(value, str):
