@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from accounting import selectors
 from accounting.hours import HOUR, hour_floor
-from kernel.api.base import IdField, filters
+from kernel.api.base import IdField, filters, iso_datetime
 from kernel.api.openapi import errors
 
 DEFAULT_SPAN = datetime.timedelta(days=7)
@@ -104,12 +104,6 @@ class UsageApi(APIView):
         return Response(report_data(report))
 
 
-def _iso(moment: datetime.datetime) -> str:
-    """As DRF's DateTimeField writes it (ISO 8601, UTC as ``Z``)."""
-    text = timezone.localtime(moment).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 def _totals(totals: selectors.UsageTotals) -> dict[str, Any]:
     return {
         "granted_gpu_hours": f"{totals.granted:.6f}", "measured_gpu_hours": f"{totals.measured:.6f}",
@@ -122,10 +116,10 @@ def report_data(report: selectors.UsageReport) -> dict[str, Any]:
     schema): a month by day for many departments is thousands of rows, and DRF's fields cost more
     than the query. ``tests/accounting/test_usage_api.py`` holds the two to the same output."""
     return {
-        "start": _iso(report.start), "end": _iso(report.end), "granularity": report.granularity,
+        "start": iso_datetime(report.start), "end": iso_datetime(report.end), "granularity": report.granularity,
         "group_by": report.group_by, "total": _totals(report.total),
         "rows": [
-            {"period": _iso(row.period), "group": row.group, "key": row.key, "name": row.name, "totals": _totals(row.totals)}
+            {"period": iso_datetime(row.period), "group": row.group, "key": row.key, "name": row.name, "totals": _totals(row.totals)}
             for row in report.rows
         ],
     }  # fmt: skip

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
@@ -92,25 +94,39 @@ def usage_hours_roll(
     return RollOutcome(start=start, end=end, hours=len(hours_in(start, end)), rows=len(rows), allocations=len(grants))
 
 
+_LIVE_FIELDS = (
+    "allocation_id", "unit", "allocation__cluster_id", "allocation__project__department_id", "allocation__project_id",
+    "allocation__flavor_id", "allocation__flavor__gpu_equivalents",
+)  # fmt: skip
+
+
+def live_reservations(
+    start: datetime.datetime, end: datetime.datetime, *fields: str
+) -> Iterator[tuple[datetime.datetime, datetime.datetime, tuple[Any, ...]]]:
+    """Each reservation live inside its allocation's period at some time in [start, end): when it
+    was (not clipped to the range) and the ``fields`` asked for. A unit is held exactly then."""
+    rows = Reservation.objects.filter(
+        created_at__lt=end, allocation__starts_at__lt=end, allocation__ends_at__gt=start
+    ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
+    for created, released, starts, ends, *values in rows.values_list(
+        "created_at", "released_at", "allocation__starts_at", "allocation__ends_at", *fields
+    ):
+        begin = max(created, starts)
+        finish = min(ends, released) if released is not None else ends
+        if finish > max(begin, start) and begin < end:
+            yield begin, finish, tuple(values)
+
+
 def _granted_seconds(
     start: datetime.datetime, end: datetime.datetime
 ) -> tuple[dict[int, _Grant], dict[tuple[int, datetime.datetime], Decimal]]:
     """Each allocation that held something in [start, end), and its GPU-equivalent-seconds per hour."""
-    rows = Reservation.objects.filter(
-        created_at__lt=end, allocation__starts_at__lt=end, allocation__ends_at__gt=start
-    ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
     units: dict[tuple[int, int], list[Interval]] = defaultdict(list)
     grants: dict[int, _Grant] = {}
-    for allocation_id, unit, created, released, starts, ends, cluster_id, department_id, project_id, flavor_id, gpu_eq in rows.values_list(
-        "allocation_id", "unit", "created_at", "released_at", "allocation__starts_at", "allocation__ends_at",
-        "allocation__cluster_id", "allocation__project__department_id", "allocation__project_id", "allocation__flavor_id",
-        "allocation__flavor__gpu_equivalents",
-    ):  # fmt: skip
-        begin = max(created, starts)
-        finish = min(ends, released) if released is not None else ends
-        if finish > begin:
-            units[(allocation_id, unit)].append((begin, finish))
-            grants[allocation_id] = _Grant(cluster_id, department_id, project_id, flavor_id, Decimal(gpu_eq))
+    for begin, finish, values in live_reservations(start, end, *_LIVE_FIELDS):
+        allocation_id, unit, cluster_id, department_id, project_id, flavor_id, gpu_eq = values
+        units[(allocation_id, unit)].append((begin, finish))
+        grants[allocation_id] = _Grant(cluster_id, department_id, project_id, flavor_id, Decimal(gpu_eq))
     granted: dict[tuple[int, datetime.datetime], Decimal] = defaultdict(Decimal)
     for (allocation_id, _unit), intervals in units.items():
         weight = grants[allocation_id].gpu_equivalents

@@ -10,10 +10,10 @@ from __future__ import annotations
 import datetime
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
-from accounting.models import RateCard, Statement
+from accounting.models import RateCard, Statement, StatementLine
 from kernel.errors import NotAllowed
 from tenants.access import Access, access_for
 
@@ -48,7 +48,8 @@ def statement_list(
 
 def statement_get(*, user: User, statement_id: int) -> Statement:
     access = access_for(user)
-    statement = Statement.objects.select_related("department").filter(pk=statement_id).first()
+    lines = Prefetch("lines", queryset=StatementLine.objects.select_related("project", "flavor").order_by("number"))
+    statement = Statement.objects.select_related("department").prefetch_related(lines).filter(pk=statement_id).first()
     if statement is None or not access.can_read_department(statement.department_id):
         raise Http404("No such statement.")
     visible = _statements_visible(access)

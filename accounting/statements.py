@@ -21,15 +21,15 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
-from django.db.models import Count, Max, Q, QuerySet, Sum
+from django.db.models import Count, Max, Q, Sum
 from django.utils import timezone
 
 from accounting import conf
 from accounting.charges import Card, Charges, Hour, charges_from_sums, month_bounds, statement_sha256
 from accounting.hours import PLACES
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
-from accounting.rolling import usage_hours_roll
-from allocations.models import Flavor, Reservation
+from accounting.rolling import live_reservations, usage_hours_roll
+from allocations.models import Flavor
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import FieldError
@@ -53,7 +53,7 @@ def department_charges(
     exactly as ``charges.hour_sums`` sums them one by one (tested against it)."""
     rows = UsageHour.objects.filter(department_id=department_id, hour__gte=start, hour__lt=end)
     if cards is None:
-        cards = _cards(rows, start=start, end=end)
+        cards = month_cards(start=start, end=end)
     windows = [
         Q(flavor__name=card.flavor, hour__gte=max(card.valid_from, start), hour__lt=min(card.valid_to or end, end))
         for card in cards
@@ -97,15 +97,7 @@ def department_hours(*, department_id: int, start: datetime.datetime, end: datet
 
 def month_cards(*, start: datetime.datetime, end: datetime.datetime) -> list[Card]:
     """Every rate card in force at some time in [start, end)."""
-    return _cards(UsageHour.objects.none(), start=start, end=end, every_flavor=True)
-
-
-def _cards(
-    rows: QuerySet[UsageHour], *, start: datetime.datetime, end: datetime.datetime, every_flavor: bool = False
-) -> list[Card]:
     found = RateCard.objects.filter(valid_from__lt=end).filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
-    if not every_flavor:
-        found = found.filter(flavor_id__in=rows.values("flavor_id"))
     return [
         Card(
             card.pk,
@@ -129,6 +121,7 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
     _month_roll(start, end, now=now)
     closed: list[Statement] = []
     cards = month_cards(start=start, end=end)  # the same for every department: read once
+    flavors = dict(Flavor.objects.values_list("name", "pk"))
     for department_id in _departments_to_close(start, end):
         with transaction.atomic():
             advisory_xact_lock(transaction.get_connection(), CLOSE_LOCK_ID)
@@ -137,7 +130,7 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
             department = Department.objects.get(pk=department_id)
             found = department_charges(department_id=department_id, start=start, end=end, cards=cards)
             for currency in sorted(found):
-                closed.append(_statement_write(department, start, end, found[currency], now=now))
+                closed.append(_statement_write(department, start, end, found[currency], flavors=flavors, now=now))
     return closed
 
 
@@ -180,21 +173,9 @@ def _month_roll(start: datetime.datetime, end: datetime.datetime, *, now: dateti
 def granted_departments(*, start: datetime.datetime, end: datetime.datetime) -> set[int]:
     """The departments whose grants held something in [start, end) (read from the reservations, as
     the roll-up reads them, so it does not matter whether the month's hours were rolled yet)."""
-    found: set[int] = set()
-    rows = Reservation.objects.filter(
-        created_at__lt=end, allocation__starts_at__lt=end, allocation__ends_at__gt=start
-    ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-    for created, released, starts, ends, department_id in rows.values_list(
-        "created_at",
-        "released_at",
-        "allocation__starts_at",
-        "allocation__ends_at",
-        "allocation__project__department_id",
-    ):
-        begin, finish = max(created, starts, start), min(ends, released or ends, end)
-        if finish > begin:
-            found.add(department_id)
-    return found
+    return {
+        department_id for _, _, (department_id,) in live_reservations(start, end, "allocation__project__department_id")
+    }
 
 
 def statement_correct(
@@ -238,8 +219,9 @@ def _departments_to_close(start: datetime.datetime, end: datetime.datetime) -> l
 
 
 def _statement_write(
-    department: Department, start: datetime.datetime, end: datetime.datetime, found: Charges, *, now: datetime.datetime
-) -> Statement:
+    department: Department, start: datetime.datetime, end: datetime.datetime, found: Charges, *,
+    flavors: dict[str, int], now: datetime.datetime,
+) -> Statement:  # fmt: skip
     sha256 = statement_sha256(
         department=department.slug, period_start=start, currency=found.currency, lines=found.lines
     )
@@ -248,7 +230,6 @@ def _statement_write(
         sha256=sha256, closed_at=now,
     )  # fmt: skip
     projects = dict(Project.objects.filter(department=department).values_list("slug", "pk"))
-    flavors = dict(Flavor.objects.values_list("name", "pk"))
     StatementLine.objects.bulk_create([
         StatementLine(
             statement=statement, number=line.number, kind=line.kind, project_id=projects[line.project],

@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from agent.report import AgentReport, load_schema
 from clusters.models import Node
-from kernel.api.base import IdField, actor, filters, paginated, refuse_hostile_text, validated
+from kernel.api.base import IdField, actor, filters, iso_datetime, paginated, refuse_hostile_text, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.errors import ApplicationError, NotAllowed
@@ -154,14 +154,6 @@ def _may_hold_hostile_text(body: bytes) -> bool:
     return not body.isascii() or b"\x00" in body or _HOSTILE_ESCAPE.search(body) is not None
 
 
-def _iso(moment: datetime.datetime | None) -> str | None:
-    """As DRF's DateTimeField writes it (ISO 8601, UTC as ``Z``)."""
-    if moment is None:
-        return None
-    text = timezone.localtime(moment).isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 class NodeReportApi(APIView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [HasNodeToken]
@@ -193,7 +185,8 @@ class NodeReportApi(APIView):
         report_check(report=report)
         outcome = node_report_ingest(token=token, node_name=node_name, report=report, received_at=received_at)
         # ``Output``'s fields, written without the serializer (it describes the answer in the schema).
-        answer = {"accepted": outcome.accepted, "reason": outcome.reason, "stale_at": _iso(outcome.stale_at)}
+        stale_at = iso_datetime(outcome.stale_at) if outcome.stale_at is not None else None
+        answer = {"accepted": outcome.accepted, "reason": outcome.reason, "stale_at": stale_at}
         return Response(answer, status=status.HTTP_200_OK)
 
 
