@@ -13,11 +13,12 @@ from collections import defaultdict
 from collections.abc import Iterable
 from decimal import ROUND_HALF_UP, Decimal
 
+from kernel.intervals import Interval as Interval  # re-exported: the roll-up and the tests read them here
+from kernel.intervals import merged as merged
+
 HOUR = datetime.timedelta(hours=1)
 PLACES = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
-
-Interval = tuple[datetime.datetime, datetime.datetime]
 
 
 def hour_floor(moment: datetime.datetime) -> datetime.datetime:
@@ -39,19 +40,6 @@ def hours_in(start: datetime.datetime, end: datetime.datetime) -> list[datetime.
 def seconds(span: datetime.timedelta) -> Decimal:
     """The exact number of seconds of ``span``."""
     return Decimal(span.days * 86400 + span.seconds) + Decimal(span.microseconds) / Decimal(1_000_000)
-
-
-def merged(intervals: Iterable[Interval]) -> list[Interval]:
-    """The union of the intervals, as disjoint intervals in order (touching ones joined)."""
-    out: list[Interval] = []
-    for begin, finish in sorted(intervals):
-        if finish <= begin:
-            continue
-        if out and begin <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], finish))
-        else:
-            out.append((begin, finish))
-    return out
 
 
 def seconds_by_hour(

@@ -49,6 +49,39 @@ class UsageHour(models.Model):
         return f"#{self.allocation_id} {self.hour:%Y-%m-%dT%H}"
 
 
+class UsageDay(models.Model):
+    """The ``UsageHour`` rows of one UTC day summed per department, project, flavor and cluster:
+    what the usage API reads for whole days (a month of a department is 31 rows per project and
+    flavor instead of 744 per grant). Written only by ``accounting.rolling.usage_hours_roll``, in the
+    same transaction as the hours it sums, so a day always equals the sum of its hours."""
+
+    id = models.BigAutoField(primary_key=True)
+    day = models.DateTimeField(help_text="The UTC day's start.")
+    cluster = models.ForeignKey("clusters.Cluster", on_delete=models.PROTECT, related_name="+")
+    department = models.ForeignKey("tenants.Department", on_delete=models.PROTECT, related_name="+")
+    project = models.ForeignKey("tenants.Project", on_delete=models.PROTECT, related_name="+")
+    flavor = models.ForeignKey("allocations.Flavor", on_delete=models.PROTECT, related_name="+")
+    granted = models.DecimalField(max_digits=22, decimal_places=6)
+    measured = models.DecimalField(max_digits=22, decimal_places=6)
+    used = models.DecimalField(max_digits=22, decimal_places=6)
+
+    class Meta:
+        ordering = ["day", "department_id", "project_id", "flavor_id", "cluster_id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "department", "project", "flavor", "cluster"], name="accounting_usage_day_unique"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["department", "day"], name="accounting_day_dept"),
+            models.Index(fields=["project", "day"], name="accounting_day_project"),
+            models.Index(fields=["cluster", "day"], name="accounting_day_cluster"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.department_id}/{self.project_id}/{self.flavor_id} {self.day:%Y-%m-%d}"
+
+
 class Basis(models.TextChoices):
     GRANTED = "granted", "GPU-equivalent-hours granted"
     USED = "used", "GPU-equivalent-hours used (busy, where measured)"
@@ -134,3 +167,17 @@ class StatementLine(models.Model):
 
     def __str__(self) -> str:
         return f"{self.statement_id}#{self.number}"
+
+
+from accounting.idle_models import (  # noqa: E402 - registered with this app; they refer to the models above
+    OPEN_STATES,
+    IdleAction,
+    IdleCase,
+    IdlePolicy,
+    IdleState,
+)
+
+__all__ = [
+    "OPEN_STATES", "Basis", "IdleAction", "IdleCase", "IdlePolicy", "IdleState", "LineKind", "RateCard", "Statement",
+    "StatementLine", "UsageDay", "UsageHour",
+]

@@ -12,7 +12,9 @@ Buckets are aligned to 5 minutes, so each falls in exactly one hour.
 A roll replaces the range's rows in one transaction under an advisory lock (two rolls of the
 same hours never interleave; SQLite's write transaction already excludes them): re-rolling an
 hour after late data arrived gives the rows the data now says, and rolling it again without new
-data gives the same rows. Only hours that have ended by ``now`` are rolled. Nothing here is
+data gives the same rows. In the same transaction the ``UsageDay`` rows of every day the range
+touches are summed again from all of the day's hours (``usage_days_refresh``), so a day always
+equals the sum of its hours and the usage API reads a month of a department in a few rows. Only hours that have ended by ``now`` are rolled. Nothing here is
 audited: the rows are derived from audited grants and from measurements, and can be made again at
 any time (a statement, once closed, keeps its own copy of its lines).
 """
@@ -21,23 +23,24 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Sum
+from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounting import conf
-from accounting.hours import Interval, as_decimal, gpu_hours, hour_floor, hours_in, seconds_by_hour
-from accounting.models import UsageHour
-from allocations.models import Reservation
+from accounting.hours import HOUR, as_decimal, gpu_hours, hour_floor, hours_in, seconds_by_hour
+from accounting.models import UsageDay, UsageHour
+from allocations.selectors import reservations_held_between
+from kernel.intervals import Interval
 from kernel.locks import advisory_xact_lock
 from telemetry.utilisation_reads import ROW_SECONDS, chosen_usage
 
 ROLL_LOCK_ID = 0x6770_7561_6363_0001  # pg_advisory_xact_lock key of the usage roll-up
+DAY = datetime.timedelta(days=1)
 _ROW_SECONDS = Decimal(ROW_SECONDS)
 
 
@@ -91,6 +94,7 @@ def usage_hours_roll(
             ))  # fmt: skip
         UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
         UsageHour.objects.bulk_create(rows, batch_size=2000)
+        usage_days_refresh(start=start, end=end)
     return RollOutcome(start=start, end=end, hours=len(hours_in(start, end)), rows=len(rows), allocations=len(grants))
 
 
@@ -100,30 +104,13 @@ _LIVE_FIELDS = (
 )  # fmt: skip
 
 
-def live_reservations(
-    start: datetime.datetime, end: datetime.datetime, *fields: str
-) -> Iterator[tuple[datetime.datetime, datetime.datetime, tuple[Any, ...]]]:
-    """Each reservation live inside its allocation's period at some time in [start, end): when it
-    was (not clipped to the range) and the ``fields`` asked for. A unit is held exactly then."""
-    rows = Reservation.objects.filter(
-        created_at__lt=end, allocation__starts_at__lt=end, allocation__ends_at__gt=start
-    ).filter(Q(released_at__isnull=True) | Q(released_at__gt=start))
-    for created, released, starts, ends, *values in rows.values_list(
-        "created_at", "released_at", "allocation__starts_at", "allocation__ends_at", *fields
-    ):
-        begin = max(created, starts)
-        finish = min(ends, released) if released is not None else ends
-        if finish > max(begin, start) and begin < end:
-            yield begin, finish, tuple(values)
-
-
 def _granted_seconds(
     start: datetime.datetime, end: datetime.datetime
 ) -> tuple[dict[int, _Grant], dict[tuple[int, datetime.datetime], Decimal]]:
     """Each allocation that held something in [start, end), and its GPU-equivalent-seconds per hour."""
     units: dict[tuple[int, int], list[Interval]] = defaultdict(list)
     grants: dict[int, _Grant] = {}
-    for begin, finish, values in live_reservations(start, end, *_LIVE_FIELDS):
+    for begin, finish, values in reservations_held_between(start=start, end=end, fields=_LIVE_FIELDS):
         allocation_id, unit, cluster_id, department_id, project_id, flavor_id, gpu_eq = values
         units[(allocation_id, unit)].append((begin, finish))
         grants[allocation_id] = _Grant(cluster_id, department_id, project_id, flavor_id, Decimal(gpu_eq))
@@ -149,6 +136,28 @@ def _measured_seconds(
         measured[key] += as_decimal(granted_gpu_eq) * _ROW_SECONDS
         used[key] += as_decimal(max(0.0, used_gpu_eq or 0.0)) * _ROW_SECONDS
     return dict(measured), dict(used)
+
+
+def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime) -> int:
+    """Sum again the ``UsageDay`` rows of every UTC day that [start, end) touches, from all of its
+    hours (those rolled before included); call it in the transaction that rolled the hours."""
+    first = start.replace(hour=0)
+    last = hour_floor(end - HOUR).replace(hour=0) + DAY
+    keys = ("day", "department_id", "project_id", "flavor_id", "cluster_id")
+    grouped = (
+        UsageHour.objects.filter(hour__gte=first, hour__lt=last).annotate(day=TruncDay("hour", tzinfo=datetime.UTC))
+        .values(*keys).annotate(granted_sum=Sum("granted"), measured_sum=Sum("measured"), used_sum=Sum("used"))
+        .order_by(*keys)
+    )  # fmt: skip
+    days = [
+        UsageDay(day=item["day"], department_id=item["department_id"], project_id=item["project_id"],
+                 flavor_id=item["flavor_id"], cluster_id=item["cluster_id"], granted=item["granted_sum"],
+                 measured=item["measured_sum"], used=item["used_sum"])  # fmt: skip
+        for item in grouped
+    ]
+    UsageDay.objects.filter(day__gte=first, day__lt=last).delete()
+    UsageDay.objects.bulk_create(days, batch_size=2000)
+    return len(days)
 
 
 def usage_hours_roll_recent(*, now: datetime.datetime | None = None) -> RollOutcome:

@@ -28,8 +28,9 @@ from accounting import conf
 from accounting.charges import Card, Charges, Hour, charges_from_sums, month_bounds, statement_sha256
 from accounting.hours import PLACES
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
-from accounting.rolling import live_reservations, usage_hours_roll
+from accounting.rolling import usage_hours_roll
 from allocations.models import Flavor
+from allocations.selectors import reservations_held_between
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import FieldError
@@ -174,7 +175,8 @@ def granted_departments(*, start: datetime.datetime, end: datetime.datetime) -> 
     """The departments whose grants held something in [start, end) (read from the reservations, as
     the roll-up reads them, so it does not matter whether the month's hours were rolled yet)."""
     return {
-        department_id for _, _, (department_id,) in live_reservations(start, end, "allocation__project__department_id")
+        department_id for _, _, (department_id,)
+        in reservations_held_between(start=start, end=end, fields=["allocation__project__department_id"])
     }
 
 

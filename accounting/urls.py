@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import URLPattern, URLResolver, path
 
 from accounting import apis, statement_apis
+from accounting.idle import apis as idle_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("usage/", apis.UsageApi.as_view(), name="api-usage"),
@@ -24,4 +25,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
         statement_apis.StatementCorrectApi.as_view(),
         name="api-statement-corrections",
     ),
+    path("idle-policies/", idle_apis.PolicyListApi.as_view(), name="api-idle-policies"),
+    path("idle-policies/<int:policy_id>/", idle_apis.PolicyDetailApi.as_view(), name="api-idle-policy"),
+    path("idle-cases/", idle_apis.CaseListApi.as_view(), name="api-idle-cases"),
+    path("idle-cases/<int:case_id>/", idle_apis.CaseDetailApi.as_view(), name="api-idle-case"),
+    path("idle-cases/<int:case_id>/keep/", idle_apis.CaseKeepApi.as_view(), name="api-idle-case-keep"),
+    path("idle-cases/<int:case_id>/exempt/", idle_apis.CaseExemptApi.as_view(), name="api-idle-case-exempt"),
+    path("idle-cases/<int:case_id>/release/", idle_apis.CaseReleaseApi.as_view(), name="api-idle-case-release"),
 ]

@@ -329,6 +329,7 @@ class AllocationChange(models.Model):
         return f"change #{self.pk} of #{self.allocation_id}: {self.kind} ({self.state})"
 
 
+from allocations.fair_share.models import FairShare  # noqa: E402 - registered with this app
 from allocations.window_models import (  # noqa: E402 - registered with this app; they refer to the models above
     EdgeKind,
     QuotaWindow,
@@ -339,7 +340,7 @@ from allocations.window_models import (  # noqa: E402 - registered with this app
 )
 
 __all__ = [
-    "Allocation", "AllocationChange", "AllocationState", "ChangeKind", "ChangeState", "EdgeKind", "Flavor",
+    "Allocation", "AllocationChange", "AllocationState", "ChangeKind", "ChangeState", "EdgeKind", "FairShare", "Flavor",
     "PreemptionPolicy", "PriorityClass", "Quota", "QuotaWindow", "QuotaWindowEdge", "Reservation", "SharingMode",
     "ShrinkPolicy", "WindowKind", "WindowState",
 ]

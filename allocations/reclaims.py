@@ -41,6 +41,7 @@ WHY = {
     "borrowed": "it borrowed capacity beyond its department's guarantee",
     "oversubscribed": "it held capacity beyond its department's limit through its priority class's oversubscription",
     "lower-priority": "a request of higher priority in its department needed the capacity",
+    "idle": "it stayed idle past its idle policy's window and grace after a warning",
 }
 
 
@@ -65,15 +66,18 @@ def reclaim_reason(*, victim: VictimInfo, requester: Allocation) -> str:
 def reclaims_start(
     *, actor: User | None, requester: Allocation | None = None, victims: list[VictimInfo],
     rows: dict[int, Allocation], now: datetime.datetime, reason: str = "", window_id: int | None = None,
+    cause: str | None = None, extra: dict[str, object] | None = None,
 ) -> tuple[bool, list[Callable[[], None]]]:
     """Move the (locked) victims to reclaiming, or straight to reclaimed when they get no notice:
     for ``requester`` (an approval), or, without one, for the ``reason`` a quota window
-    (``window_id``) lowered their department's quota below what it holds. Returns whether any
-    still runs out its notice, and the audit records to write once every row lock is taken (the
-    caller writes its own rows first)."""
+    (``window_id``) lowered their department's quota below what it holds, or another ``cause``
+    (an idle case). ``extra`` joins the events' details. Returns whether any still runs out its
+    notice, and the audit records to write once every row lock is taken (the caller writes its own
+    rows first)."""
     events: list[Callable[[], None]] = []
     waiting = False
-    cause = f"request #{requester.pk}" if requester is not None else f"quota window #{window_id}"
+    if cause is None:
+        cause = f"request #{requester.pk}" if requester is not None else f"quota window #{window_id}"
     for victim in victims:
         row = rows[victim.allocation_id]
         before = allocation_snapshot(row)
@@ -89,6 +93,7 @@ def reclaims_start(
         }
         if window_id is not None:
             details["window"] = window_id
+        details.update(extra or {})
         reclaiming = allocation_snapshot(row)
         closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for {cause}")
         if notice > 0:
@@ -106,9 +111,28 @@ def reclaims_start(
         events.append(_event(actor, actions.ALLOCATION_RECLAIMING, row, before, details, reclaiming))
         if closed:
             events.append(_closed(actor, row, closed, cause))
-        finished = {"for": details["for"], **({"window": window_id} if window_id is not None else {})}
+        finished = {"for": details["for"], **({"window": window_id} if window_id is not None else {}), **(extra or {})}
         events.append(_event(actor, actions.ALLOCATION_RECLAIMED, row, reclaiming, finished, None))
     return waiting, events
+
+
+def allocation_reclaim_idle(
+    *, row: Allocation, now: datetime.datetime, reason: str, case_id: int
+) -> list[Callable[[], None]]:
+    """Reclaim a grant an idle policy found idle after warning it (``accounting.idle``), through the
+    same path as every reclaim: its class's notice, then its bookings freed and its namespace's
+    quota lowered. ``row`` is locked by the caller (then the case, in ``kernel.locks``'s order);
+    returns the audit records to write once the caller's rows are written."""
+    victim = VictimInfo(
+        allocation_id=row.pk, project=row.project.slug, department=row.project.department.slug,
+        flavor=row.flavor.name, quantity=row.quantity, priority_class=row.priority_class.name, state=row.state,
+        why="idle", notice_minutes=row.priority_class.notice,
+    )  # fmt: skip
+    _, events = reclaims_start(
+        actor=None, victims=[victim], rows={row.pk: row}, now=now, reason=reason, cause=f"idle case #{case_id}",
+        extra={"idle_case": case_id},
+    )  # fmt: skip
+    return events
 
 
 def _closed(actor: User | None, row: Allocation, ids: list[int], cause: str) -> Callable[[], None]:

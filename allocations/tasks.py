@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from allocations.fair_share.services import fair_share_tick
 from allocations.reclaims import allocations_reclaim_due
 from allocations.scheduling import allocations_start_due
 from allocations.services import allocations_expire
@@ -29,6 +30,13 @@ def allocations_timeline_task() -> dict[str, int]:
         "reclaimed": allocations_reclaim_due(),
         "started": allocations_start_due(),
     }
+
+
+@shared_task
+def fair_share_tick_task() -> dict[str, object]:
+    """Each department's decayed usage brought up to now (beat every 5 minutes; the embedded
+    clock every tenth tick)."""
+    return fair_share_tick().as_dict()
 
 
 @shared_task

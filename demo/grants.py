@@ -3,10 +3,12 @@
 requests, the department's admin decides), only while the database holds no allocation at all.
 
 ``vision`` borrows: it holds 9.5 GPU-equivalents against a guarantee of 8, the newest grant (three
-MIG 3g.40gb slices, 1.5) beyond it. ``nlp`` holds 3 whole A100s, and alice's pending request for 4
-more stays within ``nlp``'s guarantee of 8 but not within the organisation's limit of 16: approving
-it reclaims vision's borrowed slices, with 15 minutes' notice (bob sees that on the approvals page
-and in ``GET /api/v1/allocations/{id}/placement-preview/`` before he approves).
+MIG 3g.40gb slices, 1.5) beyond it. ``nlp`` holds 3 whole A100s and a quarter of an H100 (an MPS
+share for a notebook, which has sat idle for the last hours: ``demo.idle`` warns it), and alice's
+pending request for 4 more A100s stays within ``nlp``'s guarantee of 8 but not within the
+organisation's limit of 16: approving it reclaims vision's borrowed slices, with 15 minutes' notice
+(bob sees that on the approvals page and in ``GET /api/v1/allocations/{id}/placement-preview/``
+before he approves).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ DEMO_GRANTS: list[tuple[str, str | None, str, str, int, str]] = [
     ("dave", "erin", "vision-seg", "h100-80gb", 4, "Hyper-parameter sweep"),
     ("dave", "erin", "vision-seg", "a100-mig-3g-40gb", 3, "Inference experiments (borrowed capacity)"),
     ("alice", "bob", "nlp-llm", "a100-80gb", 3, "Fine-tuning runs"),
+    ("alice", "bob", "nlp-llm", "h100-mps-4", 1, "Interactive notebook for data exploration"),
     ("alice", None, "nlp-llm", "a100-80gb", 4, "Evaluation of the new checkpoints (reclaims vision's borrowed slices)"),
 ]
 

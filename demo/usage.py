@@ -6,7 +6,8 @@ GPU-equivalents busy and ends it above 80 %, as the departments move their work 
 they were granted. Each demo grant has a profile (when it started, how busy it was at first and at
 the end); between the two its activity follows a smooth ramp with a working-day rhythm and a little
 noise from a seeded generator, so every run writes the same numbers. One node's readings stop for
-two hours on the third day (an agent restart): those buckets are unknown, not idle.
+two hours on the third day (an agent restart): those buckets are unknown, not idle. The notebook
+has sat idle for the last three and a half hours (``demo.idle`` finds it).
 
 The grants are dated back to their profile's start (their period, approval time and reservations)
 so that what was allocated over the week comes from the grants, as the charts compute it; their
@@ -40,6 +41,7 @@ class Profile:
     first: float  # activity at the start
     last: float  # activity at the end of the week
     memory: float  # the share of its memory it fills when busy
+    idle_hours: float = 0.0  # the last hours of the week spent idle (a notebook left open)
 
 
 # By the demo grant's justification (demo/grants.py); others get DEFAULT.
@@ -48,6 +50,7 @@ PROFILES: dict[str, Profile] = {
     "Hyper-parameter sweep": Profile(6, 0.12, 0.86, 0.6),
     "Inference experiments (borrowed capacity)": Profile(3, 0.45, 0.78, 0.45),
     "Fine-tuning runs": Profile(7, 0.30, 0.84, 0.9),
+    "Interactive notebook for data exploration": Profile(2, 0.45, 0.35, 0.3, idle_hours=3.5),
 }
 DEFAULT = Profile(5, 0.3, 0.8, 0.5)
 OUTAGE = (datetime.timedelta(days=4, hours=10), datetime.timedelta(days=4, hours=12))  # before the end
@@ -105,6 +108,8 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
             while at < end:
                 if on_outage_node and end - OUTAGE[1] <= at < end - OUTAGE[0]:
                     activity = None
+                elif end - at <= datetime.timedelta(hours=profile.idle_hours):
+                    activity = round(rng.uniform(0.0, 0.02), 4)  # open, holding its share, computing nothing
                 else:
                     progress = (at - since).total_seconds() / life
                     activity = _activity(profile, progress=progress, hour=at.hour, rng=rng)

@@ -26,6 +26,9 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
         items.append(NavItem("Usage", "department-usage", ("department-usage",)))
     if access.has_any_role:
         items.append(NavItem("Utilisation", "utilisation", ("utilisation",)))
+        items.append(NavItem("Idle grants", "idle-cases", ("idle-cases", "idle-case-keep", "idle-case-exempt", "idle-case-release")))
+    if access.has_any_role:
+        items.append(NavItem("Fair share", "fair-share", ("fair-share",)))
     if access.has_any_role:
         items.append(NavItem("Quota calendar", "quota-calendar-index",
                              ("quota-calendar-index", "quota-calendar", "quota-window-new")))

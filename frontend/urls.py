@@ -2,7 +2,18 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from frontend.views import allocations, approvals, audit, auth, changes, platform, utilisation, windows
+from frontend.views import (
+    allocations,
+    approvals,
+    audit,
+    auth,
+    changes,
+    fair_share,
+    idle,
+    platform,
+    utilisation,
+    windows,
+)
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
@@ -19,6 +30,11 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("approvals/", approvals.approvals, name="approvals"),
     path("usage/", approvals.department_usage, name="department-usage"),
     path("utilisation/", utilisation.utilisation, name="utilisation"),
+    path("idle/", idle.idle_cases, name="idle-cases"),
+    path("idle/<int:case_id>/keep/", idle.idle_case_act, {"action": "keep"}, name="idle-case-keep"),
+    path("idle/<int:case_id>/exempt/", idle.idle_case_act, {"action": "exempt"}, name="idle-case-exempt"),
+    path("idle/<int:case_id>/release/", idle.idle_case_act, {"action": "release"}, name="idle-case-release"),
+    path("fair-share/", fair_share.fair_share, name="fair-share"),
     path("calendar/", windows.quota_calendar_index, name="quota-calendar-index"),
     path("calendar/<int:department_id>/", windows.quota_calendar, name="quota-calendar"),
     path("calendar/<int:department_id>/windows/", windows.quota_window_new, name="quota-window-new"),

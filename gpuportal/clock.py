@@ -1,7 +1,8 @@
 """The clock of the embedded default: with in-process tasks there is no Celery beat, so the serving
 process runs the time-driven allocation work itself (grants that ended expire, reclaims whose notice
 ran out finish, scheduled grants whose start came are provisioned) every ``TICK_SECONDS``, at most
-that late, and rolls the recent hours' usage into GPU-equivalent-hours every ``ROLL_EVERY_TICKS``. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
+that late, and rolls the recent hours' usage into GPU-equivalent-hours, evaluates idle grants and
+decays the departments' fair-share usage every ``ROLL_EVERY_TICKS``. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import threading
 from celery import current_app
 from django.db import connections
 
-from accounting.tasks import accounting_usage_roll_task
-from allocations.tasks import allocations_timeline_task
+from accounting.tasks import accounting_idle_evaluate_task, accounting_usage_roll_task
+from allocations.tasks import allocations_timeline_task, fair_share_tick_task
 from kernel.periodic import PeriodicThread
 
 log = logging.getLogger(__name__)
@@ -22,7 +23,8 @@ TIMELINE_TASK = "allocations.tasks.allocations_timeline_task"
 the serving process, whose start-up does not import the apps' task modules)."""
 TICK_SECONDS = 30.0
 ROLL_EVERY_TICKS = 10
-"""The usage roll-up (beat's ``accounting-usage-roll``, every 5 minutes) runs every tenth tick."""
+"""The usage roll-up, the idle evaluation and the fair-share tick (beat's ``accounting-usage-roll``,
+``accounting-idle-evaluate`` and ``allocations-fair-share-tick``, every 5 minutes) run every tenth tick."""
 
 
 class Clock(PeriodicThread):
@@ -61,6 +63,14 @@ class Clock(PeriodicThread):
             accounting_usage_roll_task.apply().get(propagate=True)
         except Exception:
             log.exception("the in-process usage roll-up failed")
+        try:
+            accounting_idle_evaluate_task.apply().get(propagate=True)
+        except Exception:
+            log.exception("the in-process idle evaluation failed")
+        try:
+            fair_share_tick_task.apply().get(propagate=True)
+        except Exception:
+            log.exception("the in-process fair-share tick failed")
 
     def run_once(self) -> dict[str, int]:
         return self.tick()

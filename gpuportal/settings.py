@@ -223,11 +223,17 @@ CELERY_BEAT_SCHEDULE = {
     "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
     "accounting-usage-roll": {"task": "accounting.tasks.accounting_usage_roll_task", "schedule": 300.0},
     "accounting-statements-close": {"task": "accounting.tasks.accounting_statements_close_task", "schedule": 3600.0},
+    # Each department's decayed usage, for fair share (docs/accounting.md, "Fair share").
+    "allocations-fair-share-tick": {"task": "allocations.tasks.fair_share_tick_task", "schedule": 300.0},
+    # The idle ladder over every active grant (docs/accounting.md, "Idle grants").
+    "accounting-idle-evaluate": {"task": "accounting.tasks.accounting_idle_evaluate_task", "schedule": 300.0},
 }
 # Usage accounting (docs/accounting.md): each roll makes the hours that ended this long ago again.
 GPUPORTAL_ACCOUNTING_LATE_HOURS = env_int("GPUPORTAL_ACCOUNTING_LATE_HOURS", 3, minimum=1)
 # A month's statements close this long after it ended (docs/accounting.md).
 GPUPORTAL_ACCOUNTING_CLOSE_MARGIN_HOURS = env_int("GPUPORTAL_ACCOUNTING_CLOSE_MARGIN_HOURS", 6, minimum=0)
+# Fair share (docs/accounting.md, "Fair share"): a department's usage weighs half as much this much later.
+GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS = env_int("GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS", 168, minimum=1)
 # Periodic defragmentation (allocations/booking/defrag_schedule.py): off unless an interval is set.
 GPUPORTAL_DEFRAG_EVERY = env_int("GPUPORTAL_DEFRAG_EVERY", 0, minimum=0)
 GPUPORTAL_DEFRAG_MOVE_BUDGET = env_int("GPUPORTAL_DEFRAG_MOVE_BUDGET", 16, minimum=1)

@@ -8,7 +8,9 @@ rows are locked in primary-key order:
    below insert new ones, which nobody else can lock yet);
 2. allocations (one exception: approval locks the grants it reclaims *after* the department chain
    and the clusters, and only with SKIP LOCKED, so it never waits for them; a grant it could not
-   lock is left out and the plan made again without it — see ``allocations.reclaims``);
+   lock is left out and the plan made again without it — see ``allocations.reclaims``), then the
+   idle case that follows a grant (``accounting.IdleCase``: the idle evaluation and the keep,
+   exempt and release of a case lock the grant first, then its case; see ``accounting.idle``);
 3. departments: the department chain, nearest first but locked in primary-key order (admission,
    quota changes), then quota and flavor rows (the catalogue);
 4. clusters: FOR UPDATE by whoever books or moves GPUs on them or changes their credentials, FOR
@@ -20,11 +22,14 @@ rows are locked in primary-key order:
    while holding its rows: a transaction that waits for a row while holding the chain lock
    deadlocks with the holder of that row as soon as that holder records its own event.
 
-Two locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
-advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` rows and, at
-COMMIT, takes the KEY SHARE of the rows they refer to; it records no audit event), and the
+Three locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
+advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` and ``UsageDay``
+rows and, at COMMIT, takes the KEY SHARE of the rows they refer to; it records no audit event), the
 statement close's (``accounting.statements``: it writes a department's statements and lines, then
-takes the audit chain lock last). No transaction that holds a row ever waits for either.
+takes the audit chain lock last), and fair share's (``allocations.fair_share.services``: the decay
+tick then writes only ``FairShare`` rows, records no audit event and, at COMMIT, takes the KEY SHARE
+of their departments; a change of shares writes one ``FairShare`` row, then takes the audit chain
+lock last). No transaction that holds a row ever waits for any of them.
 
 Two consequences that are easy to miss:
 

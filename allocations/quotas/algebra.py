@@ -12,9 +12,10 @@ default lending limit, all of the guarantee is lent and a department holds exact
 A quota's check: what its department holds, the request included, is at most its ``limit`` times
 the request's priority-class oversubscription factor.
 
-When checks fail, victims may be taken, lowest priority first and newest first, oversubscribed
-grants before the others, the fewest that make every check pass (greedy, then pruned so that no
-victim could be given back):
+When checks fail, victims may be taken, oversubscribed grants before the others, then lowest
+priority first, then (among equal priorities) the department furthest over its fair share first
+(``Grant.fair_share``), then newest first, the fewest that make every check pass (greedy, then
+pruned so that no victim could be given back):
 
 * **reclaim** (guarantees): when a failing check's department ``P`` has, on the request's path, a
   child ``C`` that the request keeps within its guarantee, grants that *borrow* under ``P`` are
@@ -94,6 +95,7 @@ class Grant:
     priority: int
     age: int  # larger is newer (the allocation's id does)
     takeable: bool = True  # False: already being reclaimed, or locked by another transaction
+    fair_share: float = 1.0  # its department's Fair Tree factor (allocations.fair_share): lower is taken first
 
 
 @dataclass(frozen=True)
@@ -409,7 +411,8 @@ def plan(
 
     order = sorted(
         (by_id[grant_id] for grant_id in eligible),
-        key=lambda g: (eligible[g.allocation_id] != "oversubscribed", g.priority, -g.age, g.allocation_id),
+        key=lambda g: (eligible[g.allocation_id] != "oversubscribed", g.priority, g.fair_share, -g.age,
+                       g.allocation_id),
     )
     taken: list[Grant] = []
 

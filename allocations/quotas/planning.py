@@ -5,7 +5,9 @@ Time-aware: only holding allocations whose ``[starts_at, ends_at)`` overlaps the
 for quota and for GPUs alike; a booking that ends before another starts does not conflict.
 Grants already being reclaimed *for this request* count for nothing (they are promised to it).
 The quotas are the *effective* ones over the request's interval: the lowest numbers its approved
-quota windows leave at any moment of it (``quota_tree``).
+quota windows leave at any moment of it (``quota_tree``). Each grant carries its department's
+fair-share factor (``allocations.fair_share``), read only when grants are (something may be taken):
+among victims of equal priority, the department furthest over its share gives first.
 
 Read-only: the preview calls it without locks; approval calls it under its locks (see
 ``allocations.services``) and acts on the plan.
@@ -22,9 +24,11 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Sum
+from django.utils import timezone
 
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
 from allocations.booking.view import NodeRow, node_rows
+from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
 from allocations.placement import Workload, default_policy
 from allocations.quotas import algebra
@@ -207,7 +211,9 @@ GRANT_FIELDS = (
 )
 
 
-def _grant(row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool) -> algebra.Grant:
+def _grant(
+    row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool, factors: dict[int, float]
+) -> algebra.Grant:
     amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=row["quantity"],
                             gpu_equivalents=row["flavor__gpu_equivalents"])
     if tree is not None:
@@ -217,6 +223,7 @@ def _grant(row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool) ->
     return algebra.Grant(
         allocation_id=row["pk"], department_id=row["project__department_id"], amounts=amounts,
         priority=row["priority_class__value"], age=row["pk"], takeable=takeable,
+        fair_share=factors.get(row["project__department_id"], 1.0),
     )
 
 
@@ -231,12 +238,14 @@ def overlapping_grants(
     grants: list[algebra.Grant] = []
     info: dict[int, dict[str, Any]] = {}
     promised: set[int] = set()
+    factors = fair_share_factors(now=timezone.now())
     for row in rows:
         if row["reclaimed_for_id"] == allocation.pk:
             promised.add(row["pk"])
             continue
         info[row["pk"]] = dict(row)
-        grants.append(_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked))
+        takeable = row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked
+        grants.append(_grant(row, tree=tree, takeable=takeable, factors=factors))
     return grants, info, promised
 
 
@@ -252,8 +261,9 @@ def grants_at(
         .exclude(state=AllocationState.RECLAIMING).values(*GRANT_FIELDS).order_by("pk")
     )
     info = {row["pk"]: dict(row) for row in rows}
-    grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked)
-              for row in info.values()]
+    factors = fair_share_factors(now=timezone.now())  # the standing now
+    grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked,
+                     factors=factors) for row in info.values()]
     return grants, info
 
 

@@ -17,6 +17,8 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from accounting.idle.selectors import idle_case_list
+from accounting.idle_models import OPEN_STATES
 from allocations.booking.reservations import reservations_where
 from allocations.changes import CHANGEABLE_STATES, self_renew_until
 from allocations.models import Allocation, AllocationState
@@ -25,6 +27,7 @@ from allocations.services import allocation_release, allocation_request
 from frontend.feedback import request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm, ResizeForm
 from frontend.http import form_add_service_error, portal_user
+from frontend.idle import idle_open_count
 from frontend.outlook import AdmissionOutlook, admission_outlook, request_outlook
 from frontend.selectors import (
     allocation_changeable,
@@ -60,6 +63,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "bars": quota_bars(user=user, department_ids=membership_department_ids(user=user)),
         "pending_count": pending_for_decision(user=user).count() if deciding else 0,
         "changes_count": pending_changes_for_decision(user=user).count() if deciding else 0,
+        "idle_count": idle_open_count(user=user) if access.has_any_role else 0,
     }
     return render(request, "frontend/dashboard.html", context)
 
@@ -201,6 +205,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "can_decide": pending and administers and not own,
         "four_eyes": pending and administers and own,
         "usage": allocation_usage_panel(user=user, allocation=allocation),
+        "idle_case": idle_case_list(user=user, states=sorted(OPEN_STATES), allocation_id=allocation.pk).first(),
     }
     context.update(overrides)
     return context

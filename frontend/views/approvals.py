@@ -15,6 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
+from allocations.fair_share.reads import FairShareStanding, fair_share_table
 from allocations.models import Allocation, AllocationChange
 from allocations.services import allocation_approve, allocation_reject
 from allocations.window_models import WindowState
@@ -40,7 +41,8 @@ from tenants.selectors import department_list
 QUEUE_LIMIT = 100
 OUTLOOK_ROWS = 5
 """The approvals queue says what approval would do (reclaim which grants, or why it would be
-refused) for its first ``OUTLOOK_ROWS`` requests, the oldest, which an admin decides first: each
+refused) for its first ``OUTLOOK_ROWS`` requests, which an admin decides first (the queue's order:
+the department least served for its fair share first, then the oldest): each
 outlook is a full admission read (``allocations.quotas.planning.admission_decide``: a few queries
 for the quota tree and the grants overlapping the request, three per candidate cluster), which
 shares no reads with the others, so the queue's cost stays bounded however long it is. Every
@@ -53,6 +55,7 @@ class QueueRow:
     feedback: RequestFeedback
     outlook: AdmissionOutlook | None  # None beyond the first OUTLOOK_ROWS
     own: bool  # the admin's own request: another admin must decide (four-eyes)
+    fair_share: FairShareStanding | None  # its department's: the queue is in this order, then oldest first
 
 
 @dataclass(frozen=True)
@@ -82,9 +85,10 @@ def _require_admin(access: Access) -> None:
         raise PermissionDenied("Only department admins decide on requests.")
 
 
-def _queue(user: User) -> list[QueueRow]:
+def _queue(user: User, standings: dict[int, FairShareStanding]) -> list[QueueRow]:
     reads = SharedReads()  # the requests' previews share their reads: none runs once per request
     four_eyes = settings.GPUPORTAL_FOUR_EYES
+    factors = {department_id: standing.factor for department_id, standing in standings.items()}
     return [
         QueueRow(
             allocation=allocation,
@@ -94,8 +98,9 @@ def _queue(user: User) -> list[QueueRow]:
             ),
             outlook=admission_outlook(user=user, allocation=allocation) if index < OUTLOOK_ROWS else None,
             own=four_eyes and allocation.requested_by_id == user.pk,
+            fair_share=standings.get(allocation.project.department_id),
         )
-        for index, allocation in enumerate(pending_for_decision(user=user)[:QUEUE_LIMIT])
+        for index, allocation in enumerate(pending_for_decision(user=user, factors=factors)[:QUEUE_LIMIT])
     ]
 
 
@@ -122,13 +127,15 @@ def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:
 def approvals(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     _require_admin(access_for(user))
-    pending_ids = list(pending_for_decision(user=user).values_list("pk", flat=True)[:QUEUE_LIMIT])
+    standings = fair_share_table(now=timezone.now()).standings()  # the queue's order: two queries
+    factors = {department_id: standing.factor for department_id, standing in standings.items()}
+    pending_ids = list(pending_for_decision(user=user, factors=factors).values_list("pk", flat=True)[:QUEUE_LIMIT])
     form = DecisionForm(request.POST or None, pending_ids=pending_ids)
     if request.method == "POST":
         if form.is_valid():
             _decide(request, user, form)
             return redirect("approvals")
-    context = {"title": "Approvals", "rows": _queue(user), "changes": _changes(user), "form": form,
+    context = {"title": "Approvals", "rows": _queue(user, standings), "changes": _changes(user), "form": form,
                "windows": _windows(user)}
     return render(request, "frontend/approvals.html", context, status=400 if form.errors else 200)
 

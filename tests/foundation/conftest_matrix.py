@@ -17,7 +17,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from accounting.models import RateCard, Statement
+from accounting.models import IdleCase, IdlePolicy, IdleState, RateCard, Statement
 from allocations import changes, services, window_services
 from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow
 from audit.checkpoints import checkpoint_publish
@@ -50,6 +50,8 @@ class Scene:
     checkpoint: AuditCheckpoint
     rate_card: RateCard  # a100, EUR
     statement: Statement  # nlp's, last month
+    idle_policy: IdlePolicy  # everywhere, reclaim
+    idle_case: IdleCase  # on nlp's failed grant (requested by nlp_member), warned
 
 
 
@@ -108,10 +110,12 @@ def scene_build(world: World) -> Scene:
     raised = changes.allocation_resize(actor=world.users["vision_member"], allocation_id=vision.pk, quantity=2).change
     assert raised is not None
     quota = Quota.objects.get(department=world.nlp, flavor=world.a100)
+    failed_grant = failed(world)
+    idle_policy = IdlePolicy.objects.create(name="matrix", action="reclaim")
     return Scene(
         world=world,
         pending=request(world, persona="nlp_member", project=world.llm, flavor=world.a100),
-        failed=failed(world),
+        failed=failed_grant,
         speech=request(world, persona="speech_member", project=world.speech_project, flavor=world.a100),
         vision=vision,
         change=raised,
@@ -133,6 +137,16 @@ def scene_build(world: World) -> Scene:
             department=world.nlp, period_start=timezone.now() - datetime.timedelta(days=30), period_end=timezone.now(),
             currency="EUR", total=Decimal("0.00"), sha256="0" * 64, closed_at=timezone.now(),
         ),
+        idle_policy=idle_policy,
+        idle_case=idle_case_open(failed_grant, policy=idle_policy),
+    )
+
+
+def idle_case_open(allocation: Allocation, *, policy: IdlePolicy) -> IdleCase:
+    now = timezone.now()
+    return IdleCase.objects.create(
+        allocation=allocation, policy=policy, state=IdleState.WARNED, opened_at=now, idle_since=now - datetime.timedelta(hours=2),
+        idle_minutes=120, last_evaluated_at=now, warned_at=now, action_due_at=now + datetime.timedelta(hours=1),
     )
 
 

@@ -23,6 +23,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from accounting.idle_models import IdleCase, IdlePolicy, IdleState
 from allocations import changes, services
 from allocations.admission import department_usage
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
@@ -39,6 +40,7 @@ from tests.foundation.conftest_matrix import (  # noqa: F401 (fixtures)
     Scene,
     audit_keys_fixture,
     granted,
+    idle_case_open,
     observe,
     request,
     scene_fixture,
@@ -70,8 +72,11 @@ def grow(scene: Scene, count: int, grown: Grown) -> None:
         request(world, persona="nlp_member", project=world.llm, flavor=world.a100)
         request(world, persona="speech_member", project=world.speech_project, flavor=world.a100)
         request(world, persona="vision_member", project=world.seg, flavor=world.h100)
-        granted(world, persona="nlp_member", admin="nlp_admin", project=world.llm, flavor=world.a100)
+        idle = granted(world, persona="nlp_member", admin="nlp_admin", project=world.llm, flavor=world.a100)
         granted(world, persona="vision_member", admin="vision_admin", project=world.seg, flavor=world.h100)
+        kept = idle_case_open(idle, policy=scene.idle_policy)
+        IdleCase.objects.filter(pk=kept.pk).update(state=IdleState.KEPT, closed_at=timezone.now(), reason="grown")
+        idle_case_open(idle, policy=IdlePolicy.objects.create(name=f"idle-{tag}", department=world.nlp))
         project = Project.objects.create(slug=f"nlp-extra-{tag}", name=f"Extra {tag}", department=world.nlp)
         project.members.add(world.users["nlp_member"])
         team = Department.objects.create(slug=f"nlp-team-{tag}", name=f"Team {tag}", parent=world.nlp)
@@ -150,6 +155,10 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "audit events": get("audit:event-list", "auditor", {"action": "allocation.requested"}),
         "audit events (nlp_admin)": get("audit:event-list", "nlp_admin", {"action": "allocation.requested"}),
         "audit export": get("audit:export", "auditor", {"action": "allocation.requested"}),
+        "fair share": get("api-fair-share"),
+        "idle policies": get("api-idle-policies"),
+        "idle cases": get("api-idle-cases"),
+        "idle cases (nlp_member)": get("api-idle-cases", "nlp_member"),
     }
 
 
@@ -198,6 +207,10 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "audit log": get("audit-log", "auditor", requested),
         "audit log (nlp_admin)": get("audit-log", "nlp_admin", requested),
         "audit export": get("audit-export", "auditor", {**requested, "output": "csv"}),
+        "fair share": get("fair-share", "nlp_member"),
+        "fair share (platform)": get("fair-share", "platform"),
+        "idle grants": get("idle-cases", "nlp_member"),
+        "idle grants (nlp_admin)": get("idle-cases", "nlp_admin"),
     }
 
 
@@ -230,7 +243,9 @@ def test_the_growth_reaches_every_list(scene: Scene) -> None:
     sizes: dict[str, int] = {}
     for name, call in calls.items():
         body = call()
-        if name not in ("me", "telemetry node", "audit export"):
+        if name == "fair share":  # the tree, not a page: its rows
+            sizes[name] = len(body.json()["rows"])
+        elif name not in ("me", "telemetry node", "audit export"):
             sizes[name] = body.json()["count"]
     sizes["telemetry node"] = len(calls["telemetry node"]().json()["gpus"])
     sizes["me"] = len(calls["me"]().json()["memberships"])
@@ -240,6 +255,8 @@ def test_the_growth_reaches_every_list(scene: Scene) -> None:
             assert len(call().json()["gpus"]) > sizes[name]
         elif name == "me":
             assert len(call().json()["memberships"]) > sizes[name]
+        elif name == "fair share":
+            assert len(call().json()["rows"]) > sizes[name]
         elif name in sizes:
             assert call().json()["count"] > sizes[name], name
 

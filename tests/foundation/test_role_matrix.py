@@ -231,6 +231,10 @@ ROWS = [
     Row("api-allocation-change-reject", "post", DECIDE_VISION, kwargs=change, body=lambda s, p: {"comment": "no"}),
     Row("api-allocation-change-cancel", "post", WITHDRAW_VISION, kwargs=change),
     Row("api-allocation-placement-preview", "get", READ_ALLOCATION, kwargs=allocation("pending")),
+    # fair share: everyone with a role reads the departments they read; platform admins set shares
+    Row("api-fair-share", "get", ANY_ROLE),
+    Row("api-fair-share-department", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"department_id": s.world.nlp.pk},
+        body=lambda s, p: {"shares": 3}),
     Row("api-allocation-utilisation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     # usage accounting
     Row("api-usage", "get", ANY_ROLE),
@@ -247,6 +251,20 @@ ROWS = [
     Row("api-statement-lines-csv", "get", STATEMENT_READ, kwargs=lambda s: {"statement_id": s.statement.pk}),
     Row("api-statement-corrections", "post", STATEMENT_CORRECT, kwargs=lambda s: {"statement_id": s.statement.pk},
         body=lambda s, p: {"project": s.world.llm.pk, "flavor": s.world.a100.pk, "amount": "1.00", "reason": "matrix"}),
+    # idle grants: the case is on nlp's failed grant, which nlp_member requested
+    Row("api-idle-policies", "get", ANY_ROLE),
+    Row("api-idle-policies", "post", PLATFORM_CREATES_FOR_ROLES,
+        body=lambda s, p: {"name": "interactive", "window_minutes": 120, "grace_minutes": 60, "action": "notify"}),
+    Row("api-idle-policy", "get", ANY_ROLE, kwargs=lambda s: {"policy_id": s.idle_policy.pk}),
+    Row("api-idle-policy", "patch", PLATFORM_CHANGES, kwargs=lambda s: {"policy_id": s.idle_policy.pk},
+        body=lambda s, p: {"grace_minutes": 30}),
+    Row("api-idle-cases", "get", ANY_ROLE),
+    Row("api-idle-case", "get", READ_NLP, kwargs=lambda s: {"case_id": s.idle_case.pk}),
+    Row("api-idle-case-keep", "post", RELEASE, kwargs=lambda s: {"case_id": s.idle_case.pk},
+        body=lambda s, p: {"reason": "a long data-loading phase"}),
+    Row("api-idle-case-exempt", "post", DECIDE, kwargs=lambda s: {"case_id": s.idle_case.pk},
+        body=lambda s, p: {"until": (timezone.now() + datetime.timedelta(days=2)).isoformat(), "reason": "serving"}),
+    Row("api-idle-case-release", "post", RELEASE, kwargs=lambda s: {"case_id": s.idle_case.pk}, body=lambda s, p: {}),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),

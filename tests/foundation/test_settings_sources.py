@@ -96,6 +96,8 @@ def _boot(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess[st
         ({"GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS": "soon"}, "GPUPORTAL_PUSH_BACKOFF_BASE_SECONDS must be a number"),
         ({"GPUPORTAL_KUBE_APPLY_CONCURRENCY": "0"}, "GPUPORTAL_KUBE_APPLY_CONCURRENCY must be at least 1"),
         ({"GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE": "maybe"}, "GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE must be one of"),
+        ({"GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS": "0"}, "GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS must be at least 1"),
+        ({"GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS": "a week"}, "GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS must be an integer"),
     ],
 )
 def test_a_bad_value_stops_the_start_naming_its_variable(env: dict[str, str], message: str, tmp_path: Path) -> None:

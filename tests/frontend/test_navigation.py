@@ -11,16 +11,17 @@ from tests.frontend.conftest import Login
 
 pytestmark = pytest.mark.django_db
 
-LINKS = ["Dashboard", "Request GPUs", "Approvals", "Usage", "Clusters", "Catalogue", "Audit log", "Django admin"]
+LINKS = ["Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log",
+         "Django admin"]
 EXPECTED = {
-    "nlp_member": {"Dashboard", "Request GPUs"},
-    "speech_member": {"Dashboard", "Request GPUs"},
-    "nlp_admin": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Audit log"},
-    "auditor": {"Dashboard", "Audit log"},
-    "platform": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Clusters", "Catalogue", "Audit log"},
+    "nlp_member": {"Dashboard", "Request GPUs", "Idle grants"},
+    "speech_member": {"Dashboard", "Request GPUs", "Idle grants"},
+    "nlp_admin": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Audit log"},
+    "auditor": {"Dashboard", "Idle grants", "Audit log"},
+    "platform": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log"},
     "nobody": set(),
 }
-PAGES = {"Request GPUs": "/allocations/new/", "Approvals": "/approvals/", "Usage": "/usage/",
+PAGES = {"Request GPUs": "/allocations/new/", "Approvals": "/approvals/", "Usage": "/usage/", "Idle grants": "/idle/",
          "Clusters": "/platform/clusters/", "Catalogue": "/platform/catalogue/", "Audit log": "/audit/"}
 
 

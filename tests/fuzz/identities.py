@@ -108,6 +108,7 @@ def _first_report(node_name: str, token_text: str) -> None:
 
 def _ids() -> dict[str, list[int]]:
     """The primary keys of what exists, by the name of the parameters and fields that take them."""
+    from accounting.models import IdleCase, IdlePolicy
     from allocations.models import Allocation, AllocationChange, Flavor, PriorityClass, Quota, QuotaWindow
     from clusters.models import Cluster, Node
     from telemetry.models import NodeToken, ObservedGpu
@@ -116,7 +117,7 @@ def _ids() -> dict[str, list[int]]:
     models: dict[str, Any] = {
         "allocation": Allocation, "change": AllocationChange, "cluster": Cluster, "department": Department, "flavor": Flavor,
         "gpu": ObservedGpu, "node": Node, "priority_class": PriorityClass, "project": Project, "quota": Quota,
-        "token": NodeToken, "window": QuotaWindow,
+        "token": NodeToken, "window": QuotaWindow, "case": IdleCase, "policy": IdlePolicy,
     }  # fmt: skip
     return {name: sorted(model.objects.values_list("pk", flat=True)) for name, model in models.items()}
 

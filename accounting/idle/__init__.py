@@ -1,0 +1,1 @@
+"""Idle-GPU reclamation (docs/accounting.md, "Idle grants")."""
