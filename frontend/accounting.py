@@ -25,6 +25,8 @@ SPAN = datetime.timedelta(days=30)
 IDLE_SPAN = datetime.timedelta(days=7)
 DAY = datetime.timedelta(days=1)
 TOP_IDLE = 10
+MAX_CHARTS = 12
+"""Charts drawn on one page: the departments that held the most; the table lists them all."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +42,9 @@ class IdleGrantRow:
 
 
 def _daily_charts(rows: Sequence[UsageRow], *, start: datetime.datetime, end: datetime.datetime) -> list[DepartmentUsageChart]:
-    """Per department, each UTC day's mean GPU-equivalents granted and busy (hours / 24), the
-    granted hours without a reading hatched as unknown; a day without a grant is zero, not unknown."""
+    """Per department (the ``MAX_CHARTS`` that held the most), each UTC day's mean GPU-equivalents
+    granted and busy (hours / 24), the granted hours without a reading hatched as unknown; a day
+    without a grant is zero, not unknown."""
     by_department: dict[str, dict[datetime.datetime, UsageRow]] = {}
     for row in rows:
         by_department.setdefault(row.name, {})[row.period] = row
@@ -50,16 +53,19 @@ def _daily_charts(rows: Sequence[UsageRow], *, start: datetime.datetime, end: da
     while moment < end:
         days.append(moment)
         moment += DAY
+    granted = {name: sum((row.totals.granted for row in found.values()), Decimal(0)) for name, found in by_department.items()}
+    charted = sorted(by_department, key=lambda name: (-granted[name], name))[:MAX_CHARTS]
     charts = []
-    for name, found in sorted(by_department.items()):
+    for name in sorted(charted):
+        found = by_department[name]
         buckets = []
         for day in days:
             held = found.get(day)
-            granted = float(held.totals.granted) / 24 if held else 0.0
+            allocated = float(held.totals.granted) / 24 if held else 0.0
             measured = float(held.totals.measured) / 24 if held else 0.0
             used = float(held.totals.used) / 24 if held and held.totals.measured > 0 else None
-            buckets.append(ChartBucket(start=day, end=day + DAY, allocated=granted,
-                                       used=used if granted > 0 else 0.0, unknown=max(0.0, granted - measured)))  # fmt: skip
+            buckets.append(ChartBucket(start=day, end=day + DAY, allocated=allocated,
+                                       used=used if allocated > 0 else 0.0, unknown=max(0.0, allocated - measured)))  # fmt: skip
         charts.append(DepartmentUsageChart(department=name, chart=utilisation_chart(
             buckets=buckets, title=f"GPU-equivalents granted and busy per day, {name}, last 30 days",
             chart_id=f"usage-{name}",
