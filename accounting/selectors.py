@@ -12,9 +12,11 @@ for the whole days and one over ``UsageHour`` for the hours at either end; the t
 from __future__ import annotations
 
 import datetime
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import reduce
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -81,8 +83,8 @@ def usage_report(
     and after the last whole day from ``UsageHour``: the same sums, exactly, from far fewer rows."""
     if granularity not in GRANULARITIES or group_by not in GROUPS:
         raise ValueError(f"granularity {granularity!r} or group {group_by!r} unknown")
-    scope = {"department_id": department_id, "project_id": project_id, "cluster_id": cluster_id}
-    hours = _readable(user, UsageHour.objects.all(), **scope)
+    scope = _readable(user, department_id=department_id, project_id=project_id, cluster_id=cluster_id)
+    hours = UsageHour.objects.filter(scope)
     keys: list[str] = ["period"] + ([f"{group_by}_id", _LABELS[group_by]] if group_by != "none" else [])
     if granularity == "hour":
         parts = [_grouped(hours.filter(hour__gte=start, hour__lt=end), F("hour"), keys)]
@@ -90,10 +92,13 @@ def usage_report(
         first_day = _day_ceil(start)
         last_day = max(first_day, end.astimezone(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0))
         trunc: type[TruncDay] | type[TruncMonth] = TruncDay if granularity == "day" else TruncMonth
-        edges = hours.filter(Q(hour__gte=start, hour__lt=min(first_day, end)) | Q(hour__gte=last_day, hour__lt=end))
-        parts = [_grouped(edges, trunc("hour", tzinfo=datetime.UTC), keys)]
+        ranges = [(begin, finish) for begin, finish in ((start, min(first_day, end)), (last_day, end)) if begin < finish]
+        parts = []
+        if ranges:  # the hours before the first and after the last whole day, when there are any
+            edges = reduce(operator.or_, (Q(hour__gte=begin, hour__lt=finish) for begin, finish in ranges))
+            parts.append(_grouped(hours.filter(edges), trunc("hour", tzinfo=datetime.UTC), keys))
         if first_day < last_day:
-            days = _readable(user, UsageDay.objects.all(), **scope).filter(day__gte=first_day, day__lt=last_day)
+            days = UsageDay.objects.filter(scope, day__gte=first_day, day__lt=last_day)
             parts.append(_grouped(days, F("day") if granularity == "day" else TruncMonth("day", tzinfo=datetime.UTC), keys))
     sums: dict[tuple[datetime.datetime, int | None], tuple[str, Decimal, Decimal, Decimal]] = {}
     for part in parts:
@@ -127,30 +132,31 @@ def _grouped(rows: QuerySet[Any], period: Any, keys: list[str]) -> list[dict[str
     return list(rows.annotate(period=period).values(*keys).annotate(**sums).order_by(*keys))
 
 
-def _readable(
-    user: User, rows: QuerySet[Any], *, department_id: int | None, project_id: int | None, cluster_id: int | None
-) -> QuerySet[Any]:
-    """``rows`` (``UsageHour`` or ``UsageDay``) narrowed to what ``user`` reads and to the filters."""
+def _readable(user: User, *, department_id: int | None, project_id: int | None, cluster_id: int | None) -> Q:
+    """What ``user`` reads, narrowed to the filters, as a condition on the columns ``UsageHour`` and
+    ``UsageDay`` share (404 for someone without a role, or for a department, project or cluster
+    that is not there for them)."""
     access = access_for(user)
     if not access.has_any_role:
         raise Http404("No usage to show.")
+    scope = Q()
     if not access.reads_everything:
-        rows = rows.filter(department_id__in=access.readable)
+        scope &= Q(department_id__in=access.readable)
     if department_id is not None:
         parents: dict[int, int | None] = dict(Department.objects.values_list("pk", "parent_id"))
         if not access.can_read_department(department_id) or department_id not in parents:
             raise Http404("No such department.")
-        rows = rows.filter(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
+        scope &= Q(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
     if project_id is not None:
         department = Project.objects.filter(pk=project_id).values_list("department_id", flat=True).first()
         if department is None or not access.can_read_department(department):
             raise Http404("No such project.")
-        rows = rows.filter(project_id=project_id)
+        scope &= Q(project_id=project_id)
     if cluster_id is not None:
         if not Cluster.objects.filter(pk=cluster_id).exists():
             raise Http404("No such cluster.")
-        rows = rows.filter(cluster_id=cluster_id)
-    return rows
+        scope &= Q(cluster_id=cluster_id)
+    return scope
 
 
 def _totals(item: dict[str, Any]) -> UsageTotals:
@@ -186,8 +192,8 @@ def usage_idle_grants(
 ) -> list[IdleGrant]:  # fmt: skip
     """The grants that sat idle longest (measured minus used GPU-equivalent-hours) in [start, end),
     among the departments ``user`` reads (and ``department_ids``, when given); one query."""
-    rows = _readable(user, UsageHour.objects.all(), department_id=None, project_id=None, cluster_id=None).filter(
-        hour__gte=start, hour__lt=end
+    rows = UsageHour.objects.filter(
+        _readable(user, department_id=None, project_id=None, cluster_id=None), hour__gte=start, hour__lt=end
     )
     if department_ids is not None:
         rows = rows.filter(department_id__in=list(department_ids))

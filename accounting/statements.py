@@ -49,10 +49,17 @@ def month_of(moment: datetime.datetime) -> str:
 def department_charges(
     *, department_id: int, start: datetime.datetime, end: datetime.datetime, cards: list[Card] | None = None
 ) -> dict[str, Charges]:
-    """What the department's hours in [start, end) come to, per currency (a draft: nothing stored).
-    The hours are summed in SQL per project, flavor and card in force (one query, a few rows),
+    """What the department's hours in [start, end) come to, per currency (a draft: nothing stored)."""
+    return departments_charges(department_ids=[department_id], start=start, end=end, cards=cards).get(department_id, {})
+
+
+def departments_charges(
+    *, department_ids: list[int], start: datetime.datetime, end: datetime.datetime, cards: list[Card] | None = None
+) -> dict[int, dict[str, Charges]]:
+    """Each department's charges per currency, its hours in [start, end) summed in SQL per
+    project, flavor and card in force (one query for all of them, a few rows per department),
     exactly as ``charges.hour_sums`` sums them one by one (tested against it)."""
-    rows = UsageHour.objects.filter(department_id=department_id, hour__gte=start, hour__lt=end)
+    rows = UsageHour.objects.filter(department_id__in=department_ids, hour__gte=start, hour__lt=end)
     if cards is None:
         cards = month_cards(start=start, end=end)
     windows = [
@@ -68,15 +75,16 @@ def department_charges(
     annotations.update(
         n=Count("pk", filter=unpriced), g=Sum("granted", filter=unpriced), u=Sum("used", filter=unpriced)
     )
-    sums: dict[tuple[str, str, Card | None], tuple[Decimal, Decimal]] = {}
-    for row in rows.values("project__slug", "flavor__name").annotate(**annotations).order_by():
+    sums: dict[int, dict[tuple[str, str, Card | None], tuple[Decimal, Decimal]]] = defaultdict(dict)
+    for row in rows.values("department_id", "project__slug", "flavor__name").annotate(**annotations).order_by():
+        found = sums[row["department_id"]]
         key = (row["project__slug"], row["flavor__name"])
         for index, card in enumerate(cards):
             if row[f"n{index}"]:
-                sums[(*key, card)] = (_exact(row[f"g{index}"]), _exact(row[f"u{index}"]))
+                found[(*key, card)] = (_exact(row[f"g{index}"]), _exact(row[f"u{index}"]))
         if row["n"]:
-            sums[(*key, None)] = (_exact(row["g"]), _exact(row["u"]))
-    return charges_from_sums(sums)
+            found[(*key, None)] = (_exact(row["g"]), _exact(row["u"]))
+    return {department_id: charges_from_sums(found) for department_id, found in sums.items()}
 
 
 def _exact(total: Decimal | None) -> Decimal:
@@ -121,17 +129,24 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
         raise FieldError("period", f"{period} has not ended yet.")
     _month_roll(start, end, now=now)
     closed: list[Statement] = []
-    cards = month_cards(start=start, end=end)  # the same for every department: read once
+    to_close = _departments_to_close(start, end)
+    # Read once for every department (the month's hours are final once its margin has passed):
+    # the cards, the flavors, the departments, their projects and all their charges in one query.
+    charges = departments_charges(department_ids=to_close, start=start, end=end, cards=month_cards(start=start, end=end))
     flavors = dict(Flavor.objects.values_list("name", "pk"))
-    for department_id in _departments_to_close(start, end):
+    departments = Department.objects.in_bulk(to_close)
+    projects: dict[int, dict[str, int]] = defaultdict(dict)
+    for department_id, slug, pk in Project.objects.filter(department_id__in=to_close).values_list("department_id", "slug", "pk"):
+        projects[department_id][slug] = pk
+    for department_id in to_close:
         with transaction.atomic():
             advisory_xact_lock(transaction.get_connection(), CLOSE_LOCK_ID)
             if Statement.objects.filter(department_id=department_id, period_start=start).exists():
-                continue
-            department = Department.objects.get(pk=department_id)
-            found = department_charges(department_id=department_id, start=start, end=end, cards=cards)
+                continue  # another close wrote it since the list was read
+            found = charges.get(department_id, {})
             for currency in sorted(found):
-                closed.append(_statement_write(department, start, end, found[currency], flavors=flavors, now=now))
+                closed.append(_statement_write(departments[department_id], start, end, found[currency], flavors=flavors,
+                                               projects=projects[department_id], now=now))  # fmt: skip
     return closed
 
 
@@ -222,7 +237,7 @@ def _departments_to_close(start: datetime.datetime, end: datetime.datetime) -> l
 
 def _statement_write(
     department: Department, start: datetime.datetime, end: datetime.datetime, found: Charges, *,
-    flavors: dict[str, int], now: datetime.datetime,
+    flavors: dict[str, int], projects: dict[str, int], now: datetime.datetime,
 ) -> Statement:  # fmt: skip
     sha256 = statement_sha256(
         department=department.slug, period_start=start, currency=found.currency, lines=found.lines
@@ -231,7 +246,6 @@ def _statement_write(
         department=department, period_start=start, period_end=end, currency=found.currency, total=found.total,
         sha256=sha256, closed_at=now,
     )  # fmt: skip
-    projects = dict(Project.objects.filter(department=department).values_list("slug", "pk"))
     StatementLine.objects.bulk_create([
         StatementLine(
             statement=statement, number=line.number, kind=line.kind, project_id=projects[line.project],

@@ -16,6 +16,7 @@ from accounting.rolling import usage_hours_roll
 from accounting.statements import (
     department_charges,
     department_hours,
+    departments_charges,
     month_cards,
     month_of,
     statement_correct,
@@ -174,16 +175,19 @@ def test_a_corrections_reason_cannot_run_as_a_formula_in_the_csv(world: World, o
 
 def test_the_sums_in_sql_are_the_hours_summed_one_by_one(world: World, october: None) -> None:
     """``department_charges`` sums in the database what ``charges.charges`` sums hour by hour: the
-    same lines for a price change mid-month, the used basis and hours no card prices."""
+    same lines for a price change mid-month, the used basis and hours no card prices; summed for
+    several departments at once, each gets the same."""
     since = datetime.datetime(2026, 10, 27, 7, tzinfo=UTC)
     mig = grant(world, since=since, flavor="mig", quantity=3, until=END - 2 * HOUR)  # no card prices MIG slices
     fill(mig, start=since, end=END - 2 * HOUR, activity=0.25)
     usage_hours_roll(start=START, end=END, now=AFTER)
+    together = departments_charges(department_ids=[world.nlp.pk, world.vision.pk], start=START, end=END)
     for department in (world.nlp, world.vision):
         in_sql = department_charges(department_id=department.pk, start=START, end=END)
         one_by_one = charges(department_hours(department_id=department.pk, start=START, end=END),
                              month_cards(start=START, end=END))  # fmt: skip
         assert in_sql == one_by_one and in_sql
+        assert together[department.pk] == in_sql  # the close reads every department in one query
     assert {line.kind for line in department_charges(department_id=world.nlp.pk, start=START, end=END)["XXX"].lines} == {
         "unpriced"
     }
