@@ -17,6 +17,7 @@ from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from accounting.idle_models import OPEN_STATES, IdleAction, IdleCase, IdleState
 from allocations.admission import department_usages
 from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas import windows
@@ -55,6 +56,7 @@ class PortalCollector(Collector):
         yield from node_families(now=now)
         yield from audit_families()
         yield from usage_families(now=now)
+        yield from idle_families(now=now)
 
 
 def quota_families(*, now: datetime.datetime) -> Iterator[Metric]:
@@ -232,3 +234,29 @@ def usage_families(*, now: datetime.datetime) -> Iterator[Metric]:
             department_used.add_metric([cluster, department], used_total)
     yield from (activity, granted, department_granted, department_used)
 
+
+
+def idle_families(*, now: datetime.datetime) -> Iterator[Metric]:
+    """The open idle cases (accounting.idle) per department and state, and those whose action is
+    due but waits for known data (the readings stopped after the warning)."""
+    cases = GaugeMetricFamily(
+        "gpuportal_idle_cases", "Open idle cases: grants observed or warned as idle.", labels=["department", "state"]
+    )
+    waiting = GaugeMetricFamily(
+        "gpuportal_idle_cases_waiting_for_data",
+        "Warned idle cases of reclaim policies past their deadline whose grace still lacks known idle readings.",
+        labels=["department"],
+    )
+    counts = (
+        IdleCase.objects.filter(state__in=sorted(OPEN_STATES))
+        .values_list("allocation__project__department__slug", "state").annotate(count=Count("pk")).order_by()
+    )  # fmt: skip
+    for department, state, count in sorted(counts):
+        cases.add_metric([department, state], count)
+    due = (
+        IdleCase.objects.filter(state=IdleState.WARNED, action_due_at__lte=now, policy__action=IdleAction.RECLAIM)
+        .values_list("allocation__project__department__slug").annotate(count=Count("pk")).order_by()
+    )  # fmt: skip
+    for department, count in sorted(due):
+        waiting.add_metric([department], count)
+    yield from (cases, waiting)

@@ -13,6 +13,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from accounting.idle_models import IdleAction, IdleCase, IdlePolicy, IdleState
 from allocations.models import Allocation, AllocationState
 from audit.services import audit_record
 from clusters.models import Cluster, ClusterPush, Node, PushState
@@ -150,6 +151,20 @@ def test_usage_families_prefer_measured_sources_and_leave_unknown_out(world: Wor
     assert not [s for s in samples["gpuportal_allocation_gpu_activity_ratio"] if s[1]["allocation"] == str(unknown.pk)]
     assert value(samples, "gpuportal_department_granted_gpu_equivalents", department="nlp") == 3
     assert value(samples, "gpuportal_department_used_gpu_equivalents", department="nlp") == 1.5
+
+
+def test_idle_families_count_open_cases_and_those_waiting_for_data(world: World) -> None:
+    now = timezone.now()
+    policy = IdlePolicy.objects.create(name="metrics", action=IdleAction.RECLAIM)
+    due = {"opened_at": now, "idle_since": now - datetime.timedelta(hours=3), "last_evaluated_at": now,
+           "warned_at": now - datetime.timedelta(hours=2), "action_due_at": now - datetime.timedelta(hours=1)}
+    for state in (IdleState.WARNED, IdleState.OBSERVING, IdleState.KEPT):
+        IdleCase.objects.create(allocation=allocation(world, state=AllocationState.ACTIVE), policy=policy, state=state, **due)
+    samples = scrape(Client(REMOTE_ADDR="127.0.0.1"))
+    assert value(samples, "gpuportal_idle_cases", department="nlp", state="warned") == 1
+    assert value(samples, "gpuportal_idle_cases", department="nlp", state="observing") == 1
+    assert not [s for s in samples["gpuportal_idle_cases"] if s[1]["state"] == "kept"]
+    assert value(samples, "gpuportal_idle_cases_waiting_for_data", department="nlp") == 1
 
 
 def test_http_requests_are_counted_by_route_not_path(world: World) -> None:
