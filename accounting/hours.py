@@ -28,6 +28,11 @@ def hour_floor(moment: datetime.datetime) -> datetime.datetime:
     return moment.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
 
 
+def day_floor(moment: datetime.datetime) -> datetime.datetime:
+    """The start of the UTC day ``moment`` falls in."""
+    return hour_floor(moment).replace(hour=0)
+
+
 def hours_in(start: datetime.datetime, end: datetime.datetime) -> list[datetime.datetime]:
     """The UTC hours that begin in [start, end), both already on hour edges."""
     hours, hour = [], start

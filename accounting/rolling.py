@@ -32,7 +32,7 @@ from django.db.models.functions import TruncDay
 from django.utils import timezone
 
 from accounting import conf
-from accounting.hours import HOUR, as_decimal, gpu_hours, hour_floor, hours_in, seconds_by_hour
+from accounting.hours import HOUR, as_decimal, day_floor, gpu_hours, hour_floor, hours_in, seconds_by_hour
 from accounting.models import UsageDay, UsageHour
 from allocations.selectors import reservations_held_between
 from kernel.intervals import Interval
@@ -141,8 +141,8 @@ def _measured_seconds(
 def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime) -> int:
     """Sum again the ``UsageDay`` rows of every UTC day that [start, end) touches, from all of its
     hours (those rolled before included); call it in the transaction that rolled the hours."""
-    first = start.replace(hour=0)
-    last = hour_floor(end - HOUR).replace(hour=0) + DAY
+    first = day_floor(start)
+    last = day_floor(end - HOUR) + DAY
     keys = ("day", "department_id", "project_id", "flavor_id", "cluster_id")
     grouped = (
         UsageHour.objects.filter(hour__gte=first, hour__lt=last).annotate(day=TruncDay("hour", tzinfo=datetime.UTC))

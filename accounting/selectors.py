@@ -24,6 +24,7 @@ from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 from django.http import Http404
 
+from accounting.hours import day_floor
 from accounting.models import UsageDay, UsageHour
 from clusters.models import Cluster
 from tenants.access import access_for, department_subtree_ids
@@ -90,7 +91,7 @@ def usage_report(
         parts = [_grouped(hours.filter(hour__gte=start, hour__lt=end), F("hour"), keys)]
     else:
         first_day = _day_ceil(start)
-        last_day = max(first_day, end.astimezone(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0))
+        last_day = max(first_day, day_floor(end))
         trunc: type[TruncDay] | type[TruncMonth] = TruncDay if granularity == "day" else TruncMonth
         ranges = [(begin, finish) for begin, finish in ((start, min(first_day, end)), (last_day, end)) if begin < finish]
         parts = []
@@ -122,7 +123,7 @@ def usage_report(
 
 
 def _day_ceil(moment: datetime.datetime) -> datetime.datetime:
-    day = moment.astimezone(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    day = day_floor(moment)
     return day if day == moment else day + datetime.timedelta(days=1)
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils.safestring import SafeString
 
-from accounting.hours import hour_floor
+from accounting.hours import day_floor, hour_floor
 from accounting.idle.selectors import idle_case_list
 from accounting.idle_models import OPEN_STATES, IdleCase
 from accounting.selectors import IdleGrant, UsageRow, usage_idle_grants, usage_report
@@ -49,7 +49,7 @@ def _daily_charts(rows: Sequence[UsageRow], *, start: datetime.datetime, end: da
     for row in rows:
         by_department.setdefault(row.name, {})[row.period] = row
     days: list[datetime.datetime] = []
-    moment = start.replace(hour=0)
+    moment = day_floor(start)
     while moment < end:
         days.append(moment)
         moment += DAY

@@ -83,18 +83,18 @@ def idle_case_keep(*, actor: User, case_id: int, reason: str, now: datetime.date
         case, before = _locked_open(actor=actor, case_id=case_id)
         idle_case_may_keep(actor=actor, case=case)
         text = _reason(reason)
-        kept_at = IdleCase.objects.filter(
+        kept_at = [moment for moment in IdleCase.objects.filter(
             allocation_id=case.allocation_id, state=IdleState.KEPT, closed_at__gt=now - ladder.KEEP_SPAN
-        ).values_list("closed_at", flat=True)
+        ).values_list("closed_at", flat=True) if moment is not None]  # fmt: skip
         policy = case.policy
-        if ladder.keeps_left(kept_at=[moment for moment in kept_at if moment is not None], now=now,
+        if ladder.keeps_left(kept_at=kept_at, now=now,
                              max_keeps=int(policy.max_keeps)) == 0:  # fmt: skip
             done = (f"idle policy {policy.name!r} allows no keeps" if not policy.max_keeps else
                     f"grant #{case.allocation_id} was kept {policy.max_keeps} times in the last 7 days, as often as "
                     f"its idle policy {policy.name!r} allows")  # fmt: skip
             raise KeepsExhausted(
                 f"Not kept: {done}; ask a department admin for an exemption, or release it.",
-                details={"max_keeps": policy.max_keeps, "kept_at": [moment.isoformat() for moment in kept_at if moment]},
+                details={"max_keeps": policy.max_keeps, "kept_at": [moment.isoformat() for moment in kept_at]},
             )
         case.state, case.closed_at, case.reason, case.decided_by = IdleState.KEPT, now, text, actor
         case.rearm_at = now + datetime.timedelta(hours=int(policy.keep_hours))

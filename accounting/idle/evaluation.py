@@ -68,7 +68,7 @@ def case_audit(
 
 def evidence(watch: Watch, result: ladder.Step, *, last_bucket: datetime.datetime) -> dict[str, Any]:
     """What the ladder went by, for the case and its events."""
-    found = ladder.streak(watch.buckets)
+    found = result.streak or ladder.streak(watch.buckets)
     run = [b.activity for b in watch.buckets
            if result.idle_since is not None and b.start >= result.idle_since and b.activity is not None]  # fmt: skip
     newest = found.newest_known

@@ -24,7 +24,7 @@ from __future__ import annotations
 import datetime
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 BUCKET = datetime.timedelta(minutes=5)
 BUCKET_MINUTES = 5
@@ -134,6 +134,7 @@ class Step:
     action_due_at: datetime.datetime | None = None
     since_warning_minutes: int = 0  # known idle minutes after the warning
     why: str = ""
+    streak: Streak | None = None  # what the readings said (step fills it in)
 
 
 def since_warning(buckets: Iterable[Bucket], warned_at: datetime.datetime) -> int:
@@ -151,6 +152,14 @@ def step(
     keep's or an exemption's end, its start, or the look-back) to ``last_bucket``, the newest
     complete bucket; missing buckets are simply absent (unknown)."""
     found = streak(buckets)
+    return replace(_step(case=case, buckets=buckets, rules=rules, now=now, last_bucket=last_bucket, found=found),
+                   streak=found)
+
+
+def _step(
+    *, case: OpenCase | None, buckets: Sequence[Bucket], rules: Rules, now: datetime.datetime,
+    last_bucket: datetime.datetime, found: Streak,
+) -> Step:  # fmt: skip
     fresh = is_fresh(found, last_bucket=last_bucket)
     if case is None:
         if not fresh or found.idle_since is None:
