@@ -26,6 +26,16 @@ class SharingMode(models.TextChoices):
     MPS = "mps", "CUDA MPS replica"
     TIMESLICE = "timeslice", "Time-slicing replica"
     VGPU = "vgpu", "HAMi vGPU (memory + core limits)"
+    VOLCANO_VGPU = "volcano-vgpu", "Volcano vGPU (memory + core limits)"
+
+
+SHARED_MODES = (SharingMode.MPS, SharingMode.TIMESLICE, SharingMode.VGPU, SharingMode.VOLCANO_VGPU)
+"""Modes whose units share one GPU's memory: the memory reserve applies to them (docs/sharing.md)."""
+
+
+class PlacementPolicy(models.TextChoices):
+    BINPACK = "binpack", "Binpack: fill busy GPUs and nodes first (training)"
+    SPREAD = "spread", "Spread: prefer empty GPUs and nodes (services)"
 
 
 class Flavor(models.Model):
@@ -55,6 +65,25 @@ class Flavor(models.Model):
     )
     cpu_millicores_per_unit = models.PositiveIntegerField(default=8000)
     memory_mib_per_unit = models.PositiveIntegerField(default=65536)
+    # Overrides of the cluster's memory reserve for this flavor's units (null: the cluster's).
+    reserve_percent = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(90)],
+        help_text="Percent of a shared GPU's memory kept free (null: the cluster's setting).",
+    )
+    reserve_per_unit_mib = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MaxValueValidator(65536)],
+        help_text="MiB kept free per unit sharing a GPU (null: the cluster's setting).",
+    )
+    placement_policy = models.CharField(
+        max_length=16, choices=PlacementPolicy.choices, default=PlacementPolicy.BINPACK,
+        help_text="Where units go: binpack (training) or spread (services).",
+    )
+    min_driver_version = models.CharField(
+        max_length=32, blank=True, help_text="Lowest NVIDIA driver version (e.g. 535.104.05) a node must report."
+    )
+    min_cuda_version = models.CharField(
+        max_length=16, blank=True, help_text="Lowest CUDA driver API version (e.g. 12.2) a node must report."
+    )
     is_active = models.BooleanField(default=True)
 
     class Meta:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import models
 
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
@@ -24,6 +25,16 @@ class Cluster(models.Model):
         default=False, help_text="HAMi schedules nvidia.com/gpu: quotas also carry limits.nvidia.com/gpumem and gpucores."
     )
     use_volcano = models.BooleanField(default=False, help_text="Render a Volcano Queue per department.")
+    # The memory kept free on every shared GPU (MPS, time-slicing, HAMi and Volcano vGPU): a share of
+    # the GPU's memory plus an amount per unit sharing it (docs/sharing.md). A flavor may override both.
+    sharing_reserve_percent = models.PositiveSmallIntegerField(
+        default=15, validators=[MaxValueValidator(90)],
+        help_text="Percent of a shared GPU's memory that no unit may book.",
+    )
+    sharing_reserve_per_unit_mib = models.PositiveIntegerField(
+        default=200, validators=[MaxValueValidator(65536)],
+        help_text="MiB of a shared GPU's memory kept free for each unit sharing it (CUDA context overhead).",
+    )
     gpu_operator_namespace = models.CharField(
         max_length=63, default="gpu-operator", validators=[NAMESPACE_SLUG_VALIDATOR],
         help_text="Namespace of the device-plugin and MIG-manager ConfigMaps.",
@@ -82,6 +93,10 @@ class Node(models.Model):
     # The chosen MIG layout, as mig-parted groups: [{"devices": [0, 1], "mig-devices": {"1g.10gb": 7}}].
     # Empty: the layout the placement engine booked (reservations), see delivery.selectors.node_plans.
     mig_layout = models.JSONField(default=list, blank=True)
+    # What the node agent last reported (telemetry keeps them current): flavors with minimums are
+    # offered only on nodes that meet them.
+    driver_version = models.CharField(max_length=80, blank=True, help_text="NVIDIA driver version the node agent reported.")
+    cuda_version = models.CharField(max_length=16, blank=True, help_text="CUDA driver API version the node agent reported.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

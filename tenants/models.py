@@ -24,12 +24,24 @@ class Role(models.TextChoices):
     AUDITOR = "auditor", "Auditor"
 
 
+class Isolation(models.TextChoices):
+    """How a department's (or project's) units keep apart from everyone else's (docs/sharing.md)."""
+
+    SHARED = "shared", "Shares GPUs and nodes with others"
+    DEDICATED_GPUS = "dedicated-gpus", "Dedicated GPUs: never shares a GPU with another tenant"
+    DEDICATED_NODES = "dedicated-nodes", "Dedicated nodes: never shares a node with another tenant"
+
+
 class Department(models.Model):
     """A node of the organisation tree (organisation → department → team)."""
 
     slug = models.SlugField(max_length=63, unique=True, validators=[NAMESPACE_SLUG_VALIDATOR])
     name = models.CharField(max_length=200)
     parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.PROTECT, related_name="children")
+    isolation = models.CharField(
+        max_length=16, choices=Isolation.choices, default=Isolation.SHARED,
+        help_text="A dedicated department's units (its subtree's) never share a GPU, or a node, with another tenant's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -65,6 +77,10 @@ class Project(models.Model):
     department = models.ForeignKey(Department, on_delete=models.PROTECT, related_name="projects")
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="projects")
     description = models.TextField(blank=True, max_length=TEXT_LIMIT)
+    isolation = models.CharField(
+        max_length=16, choices=Isolation.choices, default=Isolation.SHARED,
+        help_text="A dedicated project's units never share a GPU, or a node, with any other project's.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
