@@ -88,7 +88,8 @@ class AllocationPlacementPreviewApi(APIView):
                 "(a granted one shows its placement).",
                 details={"state": allocation.state},
             )
-        fits = placement_preview(flavor=allocation.flavor, quantity=allocation.quantity, cluster=allocation.cluster)
+        fits = placement_preview(flavor=allocation.flavor, quantity=allocation.quantity, cluster=allocation.cluster,
+                                 project=allocation.project)
         body: dict[str, Any] = {"allocation": allocation.pk, "fits": any(fit.fits for fit in fits), "clusters": fits}
         body.update(admission_preview(allocation_id=allocation.pk))
         return Response(PlacementPreviewOut(body).data)

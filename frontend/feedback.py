@@ -94,8 +94,11 @@ def _quota_lines(
     ]
 
 
-def _cluster_lines(*, flavor: Flavor, quantity: int, cluster: Cluster | None, reads: SharedReads) -> list[ClusterLine]:
-    return placement_preview(flavor=flavor, quantity=quantity, cluster=cluster, free_limit=FREE_COUNT_LIMIT, reads=reads)
+def _cluster_lines(
+    *, flavor: Flavor, quantity: int, cluster: Cluster | None, reads: SharedReads, project: Project | None
+) -> list[ClusterLine]:
+    return placement_preview(flavor=flavor, quantity=quantity, cluster=cluster, free_limit=FREE_COUNT_LIMIT, reads=reads,
+                             project=project)
 
 
 def request_feedback(
@@ -117,7 +120,7 @@ def request_feedback(
     if project is not None and priority_class is not None:
         quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
                              reads=reads)
-    clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster, reads=reads)
+    clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster, reads=reads, project=project)
     first_fit = next((line for line in clusters if line.fits), None)
     where = [f"cluster {first_fit.cluster}: {first_fit.where_label}"] if first_fit else []
     return RequestFeedback(

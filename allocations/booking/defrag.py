@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from allocations.booking.reservations import booking_rows, placement_attempt, placement_workload
+from allocations.booking.tenancy import DepartmentTree, Tenant, tenant_of
 from allocations.booking.view import (
     GPU_MILLI,
     NodeRow,
@@ -164,23 +165,28 @@ def _replan(
     *, cluster: Cluster, nodes: list[NodeRow], fixed: list[Reservation], movable: list[Reservation], policy_name: str
 ) -> list[Reservation] | None:
     """New rows (unsaved) for every movable unit, or None when they do not all fit this way."""
-    groups: dict[UnitShape, list[Reservation]] = defaultdict(list)
-    flavors: dict[UnitShape, Flavor] = {}
+    # Units are re-placed per shape and project: a project's units keep to its tenancy rules.
+    groups: dict[tuple[UnitShape, int], list[Reservation]] = defaultdict(list)
+    flavors: dict[tuple[UnitShape, int], Flavor] = {}
+    tree = DepartmentTree.load()
+    tenants: dict[int, Tenant] = {}
     for row in movable:
-        shape = unit_shape(row.allocation.flavor)
-        groups[shape].append(row)
-        flavors[shape] = row.allocation.flavor
+        shape, project = unit_shape(row.allocation.flavor), row.allocation.project
+        if project.pk not in tenants:
+            tenants[project.pk] = tenant_of(project, tree=tree)
+        groups[(shape, project.pk)].append(row)
+        flavors[(shape, project.pk)] = row.allocation.flavor
     workload = placement_workload()
     planned: list[Reservation] = []
-    for shape in sorted(groups, key=lambda shape: (-_unit_size(shape), shape.gpu_model, shape.mig_profile or "")):
-        rows = sorted(groups[shape], key=lambda row: (row.allocation_id, row.unit))
+    for key in sorted(groups, key=lambda key: (-_unit_size(key[0]), key[0].gpu_model, key[0].mig_profile or "", key[1])):
+        rows = sorted(groups[key], key=lambda row: (row.allocation_id, row.unit))
         attempt = placement_attempt(
-            cluster=cluster, flavor=flavors[shape], quantity=len(rows), policy=make_policy(policy_name, workload),
-            nodes=nodes, reservations=fixed + planned,
+            cluster=cluster, flavor=flavors[key], quantity=len(rows), policy=make_policy(policy_name, workload),
+            nodes=nodes, reservations=fixed + planned, tenant=tenants[key[1]],
         )
         if not attempt.complete:
             return None
-        fresh = booking_rows(attempt.bookings, shape=shape)
+        fresh = booking_rows(attempt.bookings, shape=attempt.shape)
         planned.extend(_assign(rows, fresh))
     return planned
 
@@ -221,7 +227,7 @@ def defrag_plan(*, cluster: Cluster, now: datetime.datetime | None = None, movab
     nodes = node_rows(cluster)
     live = list(
         live_reservations_on(cluster=cluster)
-        .select_related("allocation__flavor", "node")
+        .select_related("allocation__flavor", "allocation__project", "node")
         .order_by("pk")
     )
     movable = [row for row in live if row.allocation_id in ids]

@@ -15,12 +15,15 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from allocations.booking.reservations import placement_attempt, placement_workload
+from allocations.booking.sharing import exclusion_for
+from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.booking.view import NodeRow, node_rows
 from allocations.models import Flavor, Reservation
 from allocations.placement import Policy, default_policy
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from clusters.models import Cluster
 from kernel.reads import SharedReads
+from tenants.models import Project
 
 
 @dataclass(frozen=True)
@@ -76,16 +79,22 @@ def _live_on(nodes: list[NodeRow]) -> list[Reservation]:
     return list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
 
 
+def _exclusion(tenant: Tenant | None, nodes: list[NodeRow], reservations: list[Reservation]) -> Exclusion:
+    return exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
+
+
 def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, free_limit: int,
-                 pending_adoption: int, reads: SharedReads) -> ClusterFit:
+                 pending_adoption: int, reads: SharedReads, tenant: Tenant | None) -> ClusterFit:
     # One attempt answers both questions: units are placed one by one, so its first ``quantity``
     # bookings are the request's, and it goes on (up to the limit) to count what else is free.
     # The nodes and reservations are what placement_attempt reads itself when not given them.
     model = flavor.gpu_model
     nodes = reads.once(("nodes", cluster.pk, model), node_rows, cluster, gpu_model=model)
     reservations = reads.once(("live reservations", cluster.pk, model), _live_on, nodes)
+    exclusion = reads.once(("tenancy", cluster.pk, model, tenant.project_id if tenant else 0), _exclusion,
+                           tenant, nodes, reservations)
     attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy,
-                                nodes=nodes, reservations=reservations)
+                                nodes=nodes, reservations=reservations, exclusion=exclusion)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity
     return ClusterFit(
@@ -105,12 +114,14 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
 
 def placement_preview(
     *, flavor: Flavor, quantity: int, cluster: Cluster | None = None, free_limit: int = 32,
-    reads: SharedReads | None = None,
+    reads: SharedReads | None = None, project: Project | None = None,
 ) -> list[ClusterFit]:
     """Per candidate cluster: would ``quantity`` units of ``flavor`` fit now, where, and if not, why.
     Free units are counted by placing units one after another up to ``free_limit`` (or the
     request's quantity, if larger). ``reads`` shares the database reads among the previews of
-    many requests (one page's), so that each distinct read runs once."""
+    many requests (one page's), so that each distinct read runs once. ``project`` is who asks: its
+    tenancy rules apply (None: an unnamed project, kept off every other department's MPS node and
+    every dedicated pool)."""
     reads = reads if reads is not None else SharedReads()
     candidates = reads.once(("candidates", flavor.gpu_model, cluster.pk if cluster else None), _candidates,
                             flavor=flavor, cluster=cluster)
@@ -119,8 +130,9 @@ def placement_preview(
     workload = reads.once(("workload", flavor.pk), placement_workload, include=flavor)
     waiting = reads.once(("not yet booked", tuple(candidate.pk for candidate in candidates)), _not_yet_booked,
                          candidates)
+    tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)
     return [
         _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=default_policy(workload),
-                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), reads=reads)
+                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), reads=reads, tenant=tenant)
         for candidate in candidates
     ]

@@ -16,6 +16,14 @@ from django.contrib.auth.models import User
 from django.db.models import Sum
 from django.utils import timezone
 
+from allocations.booking.sharing import (
+    exclusion_for,
+    model_memory_mib,
+    reserve_refusal,
+    shape_under_reserve,
+    too_big,
+)
+from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.booking.view import (
     PINNED_POLICY,
     NodeRow,
@@ -117,7 +125,15 @@ def _no_offer_reason(view: PlacementView) -> str:
     shape, cluster = view.shape, view.cluster
     if shape.needs_hami and not cluster.use_hami:
         return f"cluster {cluster.name} does not run HAMi, so it offers no vGPU shares"
+    if view.left_out:
+        return f"every node of cluster {cluster.name} that offers {shape.describe()} is kept apart: {_left_out(view)}"
     return f"no schedulable node of cluster {cluster.name} offers {shape.describe()}"
+
+
+def _left_out(view: PlacementView, most: int = 5) -> str:
+    named = sorted(view.left_out.items())
+    text = "; ".join(f"{name}: {why}" for name, why in named[:most])
+    return text + (f"; and {len(named) - most} more" if len(named) > most else "")
 
 
 def placement_attempt(
@@ -128,19 +144,32 @@ def placement_attempt(
     policy: Policy,
     nodes: list[NodeRow] | None = None,
     reservations: list[Reservation] | None = None,
+    tenant: Tenant | None = None,
+    exclusion: Exclusion | None = None,
 ) -> Attempt:
     """Place ``quantity`` units one by one on a scratch copy of the cluster (its live reservations,
     or ``reservations``): free pinned MIG instances first (they exist already), then wherever the
     policy chooses. A MIG unit goes to a GPU that is carved already when one can take it, and
     carves a fresh GPU only when none can: an uncarved GPU stays available whole (measured in
     docs/placement.md §8: more granted and 4 points more allocation than letting the policy
-    choose among empty GPUs too)."""
-    shape = unit_shape(flavor)
-    nodes = node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes
+    choose among empty GPUs too).
+
+    A unit of a shared mode is booked for the share of the GPU its memory needs under the memory
+    reserve, and the nodes and GPUs ``tenant`` may not share (another department's MPS node, a
+    dedicated pool) are left out (``allocations.booking.sharing``; None: an unnamed project)."""
+    nodes = node_rows(cluster, gpu_model=flavor.gpu_model) if nodes is None else nodes
+    gpu_memory = model_memory_mib(nodes, flavor.gpu_model)
+    shape = shape_under_reserve(shape=unit_shape(flavor), flavor=flavor, cluster=cluster, gpu_memory_mib=gpu_memory)
+    attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
+    if too_big(shape):
+        attempt.reason = reserve_refusal(flavor=flavor, cluster=cluster, gpu_memory_mib=gpu_memory)
+        attempt.kind = "memory-reserve"
+        return attempt
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
-    view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations)
-    attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
+    if exclusion is None:
+        exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
+    view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations, exclusion=exclusion)
     if not view.offered:
         if view.pinned_room:
             attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
@@ -153,7 +182,8 @@ def placement_attempt(
         if shape.mig_profile is None or view.engine is None:
             return None
         booked = reservations + booking_rows(attempt.bookings, shape=shape)
-        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False,
+                              exclusion=exclusion)
 
     carved = carved_first()
     room = {name: list(free) for name, free in view.pinned_room.items()}
@@ -186,6 +216,8 @@ def placement_attempt(
         decision = place(view.engine, request, policy)
         if isinstance(decision, Rejection):
             attempt.reason, attempt.kind = decision.reason, decision.kind.value
+            if view.left_out:
+                attempt.reason += f" (left out for tenancy: {_left_out(view)})"
             return attempt
         view.engine.apply(decision)
         attempt.bookings.append(_booking(view, decision, shape))
@@ -262,11 +294,13 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
     """Book every unit of ``allocation`` on the first of ``clusters`` (already locked, primary-key
     order) where all of them fit; raise ``CapacityExceeded`` saying why none does."""
     workload = placement_workload(include=allocation.flavor)
+    tenant = tenant_of(allocation.project)
     attempts = []
     for cluster in clusters:
         reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload),
+            tenant=tenant,
         )
         if attempt.complete:
             reservations_store(allocation=allocation, attempt=attempt)
@@ -304,7 +338,8 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
         if allocation is None:
             continue
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload),
+            tenant=tenant_of(allocation.project),
         )
         if not attempt.complete:
             continue

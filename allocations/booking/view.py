@@ -25,6 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from allocations.booking.tenancy import Exclusion
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement import Gpu as EngineGpu
@@ -190,6 +191,7 @@ class PlacementView:
     engine: EngineCluster | None
     pinned_free: list[tuple[Node, int, int]]  # (node, GPU index, start) of free pinned instances
     pinned_room: dict[str, list[int]]  # pinned node name → [free millicores, free MiB]
+    left_out: dict[str, str] = field(default_factory=dict)  # node name → why the tenant may not use it
 
     @property
     def offered(self) -> bool:
@@ -203,12 +205,15 @@ def placement_view(
     nodes: list[NodeRow] | None = None,
     reservations: list[Reservation] | None = None,
     open_empty_gpus: bool | None = None,
+    exclusion: Exclusion | None = None,
 ) -> PlacementView:
     """Build the engine's picture of ``cluster`` for units of ``shape`` from the live reservations
     (or from ``reservations``, e.g. a defragmentation plan's hypothetical set). Only nodes with
     a GPU of the shape's model take part. ``open_empty_gpus`` (default: for MIG shapes) shows the
     empty MIG-capable GPUs of mixed-strategy nodes in MIG mode, ready to be carved; otherwise
-    they are whole GPUs."""
+    they are whole GPUs. ``exclusion`` leaves out the nodes and GPUs the requesting tenant may
+    not use (``allocations.booking.tenancy``)."""
+    excluded = exclusion if exclusion is not None else Exclusion()
     carve_empty = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
     rows = [row for row in (node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
             if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
@@ -217,6 +222,9 @@ def placement_view(
         row for row in rows
         if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG and row.node.mig_layout
     ]
+    left_out = {row.node.name: excluded.nodes[row.node.pk] for row in offering + pinned if row.node.pk in excluded.nodes}
+    offering = [row for row in offering if row.node.pk not in excluded.nodes]
+    pinned = [row for row in pinned if row.node.pk not in excluded.nodes]
     node_ids = {row.node.pk for row in offering + pinned}
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=node_ids).order_by("pk"))
@@ -233,7 +241,7 @@ def placement_view(
                 gpus=tuple(
                     _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()),
                                 mig_mode_when_empty=carve_empty)
-                    for gpu in row.gpus
+                    for gpu in row.gpus if (node.pk, gpu.index) not in excluded.gpus
                 ),
                 cpu_used_milli=min(cpu[node.pk], cpu_cap),
                 memory_used_mib=min(memory[node.pk], memory_cap),
@@ -245,7 +253,7 @@ def placement_view(
         node = row.node
         pinned_room[node.name] = [_capacity(node.cpu_millicores) - cpu[node.pk], _capacity(node.memory_mib) - memory[node.pk]]
         for gpu in row.gpus:
-            if gpu.model != shape.gpu_model:
+            if gpu.model != shape.gpu_model or (node.pk, gpu.index) in excluded.gpus:
                 continue
             taken = per_gpu.get((node.pk, gpu.index), GpuUse())
             starts = pinned_free_instances(
@@ -259,6 +267,7 @@ def placement_view(
         engine=EngineCluster(engine_nodes) if engine_nodes else None,
         pinned_free=pinned_free,
         pinned_room=pinned_room,
+        left_out=left_out,
     )
 
 

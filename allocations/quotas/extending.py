@@ -29,6 +29,7 @@ from allocations.booking.reservations import (
     placement_refusal,
     placement_workload,
 )
+from allocations.booking.tenancy import tenant_of
 from allocations.booking.view import gpu_label, node_rows
 from allocations.models import Allocation, Reservation
 from allocations.placement import default_policy
@@ -217,7 +218,8 @@ def added_units_attempt(
     rows = _overlapping_rows(node_ids={row.node.pk for row in nodes}, starts_at=starts_at, ends_at=allocation.ends_at)
     workload = placement_workload(include=flavor)
     return placement_attempt(
-        cluster=cluster, flavor=flavor, quantity=added, policy=default_policy(workload), nodes=nodes, reservations=rows
+        cluster=cluster, flavor=flavor, quantity=added, policy=default_policy(workload), nodes=nodes, reservations=rows,
+        tenant=tenant_of(allocation.project),
     )
 
 

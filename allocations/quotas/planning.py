@@ -27,6 +27,7 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
+from allocations.booking.tenancy import Tenant, tenant_of
 from allocations.booking.view import NodeRow, node_rows
 from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
@@ -91,6 +92,7 @@ class _Room:
     rows: dict[int, list[Reservation]] = field(default_factory=dict)
     tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
     workload: Workload | None = None
+    tenant: Tenant | None = None
 
     def read(self, cluster: Cluster) -> None:
         if cluster.pk in self.nodes:
@@ -110,6 +112,8 @@ class _Room:
         if victims not in self.tried:
             if self.workload is None:
                 self.workload = placement_workload(include=self.allocation.flavor)
+            if self.tenant is None:
+                self.tenant = tenant_of(self.allocation.project)
             found: list[Attempt] = []
             for cluster in self.clusters:
                 self.read(cluster)
@@ -117,6 +121,7 @@ class _Room:
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
                     policy=default_policy(self.workload), nodes=self.nodes[cluster.pk],
                     reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
+                    tenant=self.tenant,
                 )
                 found.append(attempt)
                 if attempt.complete:

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from allocations import services
 from allocations.models import Allocation, Flavor, Reservation, SharingMode
+from allocations.placement.reserve import Reserve
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
 from frontend.gpu_map import gpu_map, unit_share
@@ -149,10 +150,14 @@ def test_it_draws_whole_mig_and_replica_units_where_they_were_booked(world: Worl
             assert (gpu.mode, round(gpu.used, 6)) == (mode, round(used, 6)), (name, gpu.index)
             if mode == "mig":
                 assert sorted(segment.offset for segment in gpu.segments) == sorted(offsets)
-    # Five MPS quarters: on the MPS node only, 1.25 GPUs in all, at most four on one GPU.
+    # Five MPS quarters on the MPS node only, each drawn with the share it was booked for: its
+    # daemon's quarter plus the memory reserve (297 thousandths of an 80 GiB GPU), at most three on
+    # one GPU. The half-GPU time-slicing unit likewise draws its 40 GiB plus the reserve.
+    reserve = Reserve()
+    mps_share = Decimal(reserve.unit_milli(81920, 20480, hard_cap_mib=20480)) / 1000
     assert {gpu.mode for gpu in nodes["h100-0"].gpus} <= {"mps/4", None}
-    assert sum((gpu.used for gpu in nodes["h100-0"].gpus), Decimal(0)) == Decimal("1.25")
-    assert max(gpu.used for gpu in nodes["h100-0"].gpus) <= 1
-    assert [gpu.used for gpu in nodes["h100-1"].gpus if gpu.mode] == [Decimal("0.5")]
+    assert sum((gpu.used for gpu in nodes["h100-0"].gpus), Decimal(0)) == 5 * mps_share
+    assert max(gpu.used for gpu in nodes["h100-0"].gpus) == 3 * mps_share <= 1
+    assert [gpu.used for gpu in nodes["h100-1"].gpus if gpu.mode] == [Decimal(reserve.unit_milli(81920, 40960)) / 1000]
     assert sum(gpu.mode == "exclusive" for gpu in nodes["h100-2"].gpus) == 2
     assert unit_share(world.mig) == Decimal(1) / 7
