@@ -44,7 +44,7 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
             "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
-            "is_active",
+            "reserve_percent", "reserve_per_unit_mib", "is_active",
         ]
 
 
@@ -61,6 +61,14 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
     gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=4, min_value=Decimal("0.0001"), max_value=1)
     cpu_millicores_per_unit = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=8000)
     memory_mib_per_unit = serializers.IntegerField(min_value=0, max_value=100_000_000, required=False, default=65536)
+    reserve_percent = serializers.IntegerField(
+        min_value=0, max_value=90, required=False, allow_null=True, default=None,
+        help_text="Percent of a shared GPU's memory its units leave free (null: the cluster's setting).",
+    )
+    reserve_per_unit_mib = serializers.IntegerField(
+        min_value=0, max_value=65536, required=False, allow_null=True, default=None,
+        help_text="MiB of a shared GPU's memory left free per unit on it (null: the cluster's setting).",
+    )
     is_active = serializers.BooleanField(required=False, default=True)
 
 

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.forms.models import model_to_dict
 
+from allocations.booking.sharing import flavor_fit_check
 from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow
 from audit import actions
 from audit.services import audit_record
@@ -54,6 +55,7 @@ def flavor_create(*, actor: User, **fields: Any) -> Flavor:
     require_platform_admin(actor, to=CATALOGUE)
     flavor = Flavor(**fields)
     flavor.full_clean()
+    flavor_fit_check(flavor=flavor)
     flavor.save()
     audit_record(actor=actor, action=actions.FLAVOR_CREATED, target=flavor, after=_plain(model_to_dict(flavor)))
     return flavor
@@ -67,6 +69,7 @@ def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
     for name, value in fields.items():
         setattr(flavor, name, value)
     flavor.full_clean()
+    flavor_fit_check(flavor=flavor)
     flavor.save()
     was, now = _changes(before, _plain(model_to_dict(flavor)))
     audit_record(actor=actor, action=actions.FLAVOR_UPDATED, target=flavor, before=was, after=now)

@@ -42,13 +42,16 @@ FLAVORS: list[dict[str, Any]] = [
      "sharing_mode": SharingMode.MIG, "resource_name": "nvidia.com/mig-3g.40gb", "mig_profile": "3g.40gb",
      "memory_mib": 40192, "compute_percent": 42, "gpu_equivalents": Decimal("0.5"),
      "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768},
-    {"name": "h100-mps-4", "display_name": "H100 quarter (MPS, 4 per GPU)", "gpu_model": H100,
-     "sharing_mode": SharingMode.MPS, "resource_name": "nvidia.com/gpu.shared", "replicas": 4,
-     "memory_mib": 20480, "compute_percent": 25, "gpu_equivalents": Decimal("0.25"),
+    # MPS: the daemon pins each of 5 replicas to 16 GiB; with the memory reserve (15 % + 200 MiB a
+    # unit) 4 are booked per GPU and the fifth replica stays free, so the pinned caps of the booked
+    # units (64 GiB) leave the reserve free (docs/sharing.md).
+    {"name": "h100-mps-4", "display_name": "H100 16 GiB (MPS, 4 per GPU)", "gpu_model": H100,
+     "sharing_mode": SharingMode.MPS, "resource_name": "nvidia.com/gpu.shared", "replicas": 5,
+     "memory_mib": 16384, "compute_percent": 20, "gpu_equivalents": Decimal("0.25"),
      "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
     {"name": "h100-timeslice-2", "display_name": "H100 half (time-sliced, 2 per GPU)", "gpu_model": H100,
      "sharing_mode": SharingMode.TIMESLICE, "resource_name": "nvidia.com/gpu.shared", "replicas": 2,
-     "memory_mib": 40960, "compute_percent": 50, "gpu_equivalents": Decimal("0.5"),
+     "memory_mib": 32768, "compute_percent": 50, "gpu_equivalents": Decimal("0.5"),
      "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768},
     {"name": "h100-vgpu-10gb", "display_name": "H100 vGPU 10 GiB / 20 % (HAMi)", "gpu_model": H100,
      "sharing_mode": SharingMode.VGPU, "resource_name": "nvidia.com/gpu", "memory_mib": 10240,
@@ -62,8 +65,10 @@ DEMO_NODES: list[tuple[str, str, str, int | None]] = [
     ("a100-node-1", A100, NodeSharing.MIG, None),
     ("a100-node-2", A100, NodeSharing.MIG, None),
     ("h100-node-1", H100, NodeSharing.EXCLUSIVE, None),
-    ("h100-node-2", H100, NodeSharing.MPS, 4),
+    ("h100-node-2", H100, NodeSharing.MPS, 5),
     ("h100-node-3", H100, NodeSharing.TIMESLICE, 2),
+    # A second MPS node: an MPS node serves one department at a time (one daemon per node).
+    ("h100-node-4", H100, NodeSharing.MPS, 5),
 ]
 
 PRIORITY_CLASSES: list[dict[str, Any]] = [
@@ -86,6 +91,7 @@ QUOTAS: list[tuple[str, str | None, str, str]] = [
     ("vision", "a100-mig-3g-40gb", "2", "4"),
     ("vision", "h100-timeslice-2", "2", "4"),
     ("vision", "h100-vgpu-10gb", "5", "10"),
+    ("vision", "h100-mps-4", "2", "4"),
     ("vision", None, "8", "12"),
     ("acme", None, "0", "16"),
 ]
