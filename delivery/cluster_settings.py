@@ -35,7 +35,9 @@ class SharingInUse(Conflict):
     code = "sharing_in_use"
 
 
-def _refuse_switching_off_in_use(cluster: Cluster, changes: dict[str, Any]) -> None:
+def switch_off_refusal(cluster: Cluster, changes: dict[str, Any]) -> SharingInUse | None:
+    """Why ``changes`` may not turn a sharing switch of ``cluster`` off now (also the admin
+    form's check), or None."""
     for field, mode, label in SWITCHES:
         if field not in changes or changes[field] or not getattr(cluster, field):
             continue
@@ -43,11 +45,12 @@ def _refuse_switching_off_in_use(cluster: Cluster, changes: dict[str, Any]) -> N
         count = live.count()
         if count:
             flavors = sorted(set(live.values_list("allocation__flavor__name", flat=True)))
-            raise SharingInUse(
+            return SharingInUse(
                 f"Cluster {cluster.name} holds {count} live reservations of {label} flavors ({', '.join(flavors)}); "
                 f"release them (or let them end) before turning {field} off.",
                 details={"field": field, "live_reservations": count, "flavors": flavors},
             )
+    return None
 
 
 @transaction.atomic
@@ -57,7 +60,9 @@ def cluster_settings_change(*, actor: User, cluster_id: int, **changes: Any) -> 
     change of ``use_hami`` needs."""
     require_platform_admin(actor, to="change a cluster's settings")
     cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
-    _refuse_switching_off_in_use(cluster, changes)
+    refusal = switch_off_refusal(cluster, changes)
+    if refusal is not None:
+        raise refusal
     changed = {name for name, value in changes.items() if getattr(cluster, name, value) != value}
     cluster = cluster_settings_update(actor=actor, cluster_id=cluster_id, **changes)
     if PROJECTS_PUSHED & changed:

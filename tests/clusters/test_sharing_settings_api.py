@@ -215,3 +215,17 @@ def test_only_platform_admins_change_a_node(world: World, persona: str) -> None:
     assert patch_node(world, persona, target, {"is_schedulable": False}).status_code == 403
     assert patch_node(world, "nobody", target, {"is_schedulable": False}).status_code == 404
     assert node("h100-0").is_schedulable is True
+
+
+def test_the_admin_form_refuses_switching_hami_off_under_live_hami_vgpu_reservations(world: World) -> None:
+    from delivery.admin import ClusterForm
+
+    Cluster.objects.filter(pk=world.cluster.pk).update(use_hami=True)
+    granted(world, vgpu_flavor(), project="seg", persona="vision_member", approver="vision_admin")
+    cluster = Cluster.objects.get(pk=world.cluster.pk)
+    data = {"name": cluster.name, "display_name": "", "driver": cluster.driver, "is_active": True,
+            "use_hami": False, "use_volcano": False, "gpu_operator_namespace": cluster.gpu_operator_namespace}
+    form = ClusterForm(instance=cluster, data=data)
+    assert not form.is_valid()
+    assert "live reservations of HAMi vGPU flavors" in form.errors["use_hami"][0]
+    assert ClusterForm(instance=cluster, data={**data, "use_hami": True}).is_valid()
