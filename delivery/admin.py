@@ -34,7 +34,7 @@ class ClusterForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         """The API's refusal: no switching HAMi or Volcano off under live vGPU bookings."""
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         if self.instance.pk is not None:
             stored = Cluster.objects.get(pk=self.instance.pk)
             changes = {name: cleaned[name] for name in ("use_hami", "use_volcano") if name in cleaned}
