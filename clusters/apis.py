@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from clusters import credentials, inventory, selectors, settings_change
+from clusters import credentials, inventory, selectors
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
@@ -32,7 +32,7 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         model = Cluster
         fields = [
             "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano",
-            "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
+            "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
             "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at", "created_at",
         ]
 
@@ -78,6 +78,19 @@ class ClusterSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
         child=serializers.CharField(max_length=63, allow_blank=True), required=False,
         help_text="Labels of the PrometheusRule (matched by the Prometheus's ruleSelector), at most 16.",
     )
+    use_hami = serializers.BooleanField(
+        required=False, help_text="HAMi schedules nvidia.com/gpu here: project quotas also carry gpumem and gpucores. "
+        "Refused (409) off while HAMi vGPU units are booked on the cluster.",
+    )
+    use_volcano = serializers.BooleanField(
+        required=False, help_text="Render a Volcano Queue per department. Refused (409) off while Volcano vGPU units are booked.",
+    )
+    sharing_reserve_percent = serializers.IntegerField(
+        required=False, min_value=0, max_value=90, help_text="Percent of a shared GPU's memory that no unit may book.",
+    )
+    sharing_reserve_per_unit_mib = serializers.IntegerField(
+        required=False, min_value=0, max_value=65536, help_text="MiB of a shared GPU's memory kept free per unit sharing it.",
+    )
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
@@ -107,20 +120,10 @@ MANAGED_PREFIXES = ("app.kubernetes.io/managed-by", "gpuportal.io/")
 
 
 class ClusterDetailApi(APIView):
+    """GET here; PATCH (the settings) in :mod:`delivery.apis`, which the route points at."""
+
     @extend_schema(responses={200: ClusterOut, **errors(401, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
-        return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
-
-    @extend_schema(
-        request=ClusterSettingsIn, responses={200: ClusterOut, **errors(400, 401, 403, 404)},
-        description="Change a cluster's display name and monitoring settings (platform admins). Setting or changing "
-        "prometheus_rule_namespace or prometheus_rule_labels queues a push of the cluster-wide objects.",
-    )
-    def patch(self, request: Request, cluster_id: int) -> Response:
-        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
-        require_platform_admin(actor(request), to="change a cluster's settings")
-        data = validated(ClusterSettingsIn, request, partial=True)
-        settings_change.cluster_settings_update(actor=actor(request), cluster_id=cluster_id, **data)
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
 
 
@@ -136,7 +139,10 @@ class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     class Meta:
         model = Node
-        fields = ["id", "name", "cluster", "cluster_id", "cpu_millicores", "memory_mib", "is_schedulable", "labels", "gpus", "updated_at"]
+        fields = [
+            "id", "name", "cluster", "cluster_id", "cpu_millicores", "memory_mib", "is_schedulable", "sharing", "sharing_replicas",
+            "mig_layout", "driver_version", "cuda_version", "labels", "gpus", "updated_at",
+        ]
 
 
 class NodeListApi(APIView):
@@ -153,6 +159,8 @@ class NodeListApi(APIView):
 
 
 class NodeDetailApi(APIView):
+    """GET here; PATCH (the sharing settings) in :mod:`delivery.apis`, which the route points at."""
+
     @extend_schema(responses={200: NodeOut, **errors(401, 404)})
     def get(self, request: Request, node_id: int) -> Response:
         return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)

@@ -1,5 +1,10 @@
-"""A platform admin changes a cluster's settings: its display name and its monitoring (the
-Prometheus the utilisation tick reads, and the PrometheusRule the portal pushes)."""
+"""A platform admin changes a cluster's settings: its display name, its monitoring (the
+Prometheus the utilisation tick reads, and the PrometheusRule the portal pushes) and its GPU
+sharing (HAMi, Volcano, the memory reserve on shared GPUs).
+
+The API reaches this through :func:`delivery.cluster_settings.cluster_settings_change`, which
+first refuses turning off HAMi or Volcano under live bookings (reservations are above this app) and
+queues the project pushes that a change of HAMi needs."""
 
 from __future__ import annotations
 
@@ -14,15 +19,18 @@ from clusters.models import Cluster
 from clusters.outbox import push_enqueue
 from tenants.access import require_platform_admin
 
-EDITABLE = ("display_name", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels")
-# A change to these changes the cluster-wide objects (the PrometheusRule): push them.
-PUSHED = frozenset({"prometheus_rule_namespace", "prometheus_rule_labels"})
+EDITABLE = (
+    "display_name", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
+    "use_hami", "use_volcano", "sharing_reserve_percent", "sharing_reserve_per_unit_mib",
+)
+# A change to these changes the cluster-wide objects (the PrometheusRule, Volcano's Queues): push them.
+PUSHED = frozenset({"prometheus_rule_namespace", "prometheus_rule_labels", "use_hami", "use_volcano"})
 
 
 @transaction.atomic
 def cluster_settings_update(*, actor: User, cluster_id: int, **changes: Any) -> Cluster:
     """Apply ``changes`` (a subset of :data:`EDITABLE`), audit what changed (before and after) and,
-    when the alert rules' place changed, queue a push of the cluster-wide objects."""
+    when the cluster-wide objects change (:data:`PUSHED`), queue a push of them."""
     require_platform_admin(actor, to="change a cluster's settings")
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:

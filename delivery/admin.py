@@ -15,6 +15,7 @@ from audit.admin_base import AuditedAdmin
 from clusters.credentials import cluster_kubeconfig_set
 from clusters.models import Cluster
 from delivery import services
+from delivery.cluster_settings import switch_off_refusal
 from delivery.discovery import cluster_discover
 from delivery.drivers import DriverError
 from kernel.errors import ApplicationError
@@ -30,6 +31,17 @@ class ClusterForm(forms.ModelForm):  # type: ignore[type-arg]
     class Meta:
         model = Cluster
         fields = ["name", "display_name", "driver", "is_active", "use_hami", "use_volcano", "gpu_operator_namespace"]
+
+    def clean(self) -> dict[str, Any]:
+        """The API's refusal: no switching HAMi or Volcano off under live vGPU bookings."""
+        cleaned = super().clean() or {}
+        if self.instance.pk is not None:
+            stored = Cluster.objects.get(pk=self.instance.pk)
+            changes = {name: cleaned[name] for name in ("use_hami", "use_volcano") if name in cleaned}
+            refusal = switch_off_refusal(stored, changes)
+            if refusal is not None:
+                raise forms.ValidationError({str(refusal.details["field"]): refusal.message})
+        return cleaned
 
 
 @admin.register(Cluster)

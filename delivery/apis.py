@@ -1,6 +1,9 @@
-"""The API's cluster actions that talk to the cluster: sync now, and discovery."""
+"""The API's cluster actions that reach above the inventory: sync now, discovery, and the changes of
+a cluster's and a node's settings (their checks read reservations, their pushes the projects)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -8,15 +11,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from clusters import apis as cluster_apis
 from clusters import selectors
-from clusters.apis import NodeOut
-from clusters.models import Cluster, ClusterDriverKind
+from clusters.apis import ClusterOut, ClusterSettingsIn, NodeOut
+from clusters.models import Cluster, ClusterDriverKind, NodeSharing
 from delivery import services
+from delivery.cluster_settings import cluster_settings_change
 from delivery.discovery import cluster_discover
 from delivery.drivers import DriverError
-from kernel.api.base import actor
+from delivery.node_settings import node_settings_update
+from kernel.api.base import actor, validated
 from kernel.api.openapi import errors
 from kernel.errors import ApplicationError, Conflict
+from tenants.access import require_platform_admin
 
 
 class ClusterUnreachable(ApplicationError):
@@ -70,3 +77,54 @@ class ClusterDiscoverApi(APIView):
             raise ClusterUnreachable(str(error)) from None
         queryset = selectors.node_list(user=request.user, cluster_id=cluster_id).filter(pk__in=[node.pk for node in nodes])
         return Response(NodeOut(queryset, many=True).data)
+
+
+class ClusterDetailApi(cluster_apis.ClusterDetailApi):
+    @extend_schema(
+        request=ClusterSettingsIn, responses={200: ClusterOut, **errors(400, 401, 403, 404, 409)},
+        description="Change a cluster's display name, monitoring and GPU sharing settings (platform admins). Setting or "
+        "changing prometheus_rule_namespace, prometheus_rule_labels, use_hami or use_volcano queues a push of the "
+        "cluster-wide objects; use_hami also of every project namespace on the cluster (their quotas change). Turning "
+        "use_hami (use_volcano) off while HAMi (Volcano) vGPU units are booked on the cluster is refused with 409.",
+    )
+    def patch(self, request: Request, cluster_id: int) -> Response:
+        selectors.cluster_get(user=request.user, cluster_id=cluster_id)
+        require_platform_admin(actor(request), to="change a cluster's settings")
+        data = validated(ClusterSettingsIn, request, partial=True)
+        cluster_settings_change(actor=actor(request), cluster_id=cluster_id, **data)
+        return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
+
+
+class NodeSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
+    sharing = serializers.ChoiceField(choices=NodeSharing.choices, required=False)
+    sharing_replicas = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=32767,
+        help_text="Replicas per GPU (mps: 2..48, 2..16 before compute capability 7.5; timeslice: 2 or more); null otherwise.",
+    )
+    is_schedulable = serializers.BooleanField(required=False, help_text="False: the placement engine books nothing new here.")
+    mig_layout = serializers.JSONField(
+        required=False,
+        help_text='The pinned MIG layout as mig-parted groups, [{"devices": "all" or [indexes], "mig-devices": '
+        '{"1g.10gb": 7}}]; [] for the layout the placement engine books.',
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
+        return attrs
+
+
+class NodeDetailApi(cluster_apis.NodeDetailApi):
+    @extend_schema(
+        request=NodeSettingsIn, responses={200: NodeOut, **errors(400, 401, 403, 404, 409)},
+        description="Change how a node offers its GPUs and whether it may be booked (platform admins). A change of "
+        "sharing, sharing_replicas or mig_layout is refused with 409 while the node holds live reservations, and "
+        "queues a push of the cluster's node configurations.",
+    )
+    def patch(self, request: Request, node_id: int) -> Response:
+        selectors.node_get(user=request.user, node_id=node_id)
+        require_platform_admin(actor(request), to="change a node's sharing settings")
+        data = validated(NodeSettingsIn, request, partial=True)
+        node_settings_update(actor=actor(request), node_id=node_id, **data)
+        return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from delivery.container_limits import container_limits
+
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY_VALUE = "gpuportal"
 DEPARTMENT_LABEL = "gpuportal.io/department"
@@ -29,6 +31,9 @@ VIEW_BINDING = "gpuportal-admins-view"
 QUEUE_PREFIX = "gpuportal-"
 HAMI_MEMORY_KEY = "limits.nvidia.com/gpumem"
 HAMI_CORES_KEY = "limits.nvidia.com/gpucores"
+
+# What a retained namespace without a grant may use besides GPUs: nothing.
+IDLE_COMPUTE = {"requests.cpu": "0", "requests.memory": "0", "limits.cpu": "0", "limits.memory": "0"}
 
 # Namespaced kinds a project owns, in the order they are applied (the Namespace first).
 PROJECT_KINDS = ("Namespace", "ResourceQuota", "LimitRange", "RoleBinding", "NetworkPolicy")
@@ -106,13 +111,17 @@ def _gpu_totals(grants: Iterable[GrantedUnits]) -> dict[str, int]:
 
 
 def quota_hard(grants: tuple[GrantedUnits, ...]) -> dict[str, str]:
-    """``requests.``-prefixed keys (``limits.*`` is not enforced for extended resources), CPU and
-    memory from the flavors' per-unit defaults, and HAMi's own ``limits.`` keys where it applies."""
+    """``requests.``-prefixed keys for the GPUs (``limits.*`` is not enforced for extended
+    resources); CPU and memory from the flavors' per-unit values, as requests and as limits (the
+    LimitRange fills in both for containers that name none); HAMi's own ``limits.`` keys where it
+    applies."""
     cpu = sum(grant.quantity * grant.cpu_millicores_per_unit for grant in grants)
     memory = sum(grant.quantity * grant.memory_mib_per_unit for grant in grants)
     hard = {f"requests.{name}": str(count) for name, count in sorted(_gpu_totals(grants).items())}
     hard["requests.cpu"] = f"{cpu}m"
     hard["requests.memory"] = f"{memory}Mi"
+    hard["limits.cpu"] = f"{cpu}m"
+    hard["limits.memory"] = f"{memory}Mi"
     hami_memory = sum(grant.quantity * grant.hami_memory_mib for grant in grants)
     hami_cores = sum(grant.quantity * grant.hami_cores for grant in grants)
     if hami_memory or hami_cores:
@@ -132,7 +141,9 @@ def render_resource_quota(state: ProjectState) -> dict[str, Any]:
 
 def render_priority_quotas(state: ProjectState) -> list[dict[str, Any]]:
     """One quota per granted priority class, capping what pods of that class may request, and one
-    holding every other class (and pods without one) at zero GPUs: a grant is for its class only."""
+    holding every other class (and pods without one) at zero GPUs: a grant is for its class only.
+    They carry GPUs only: CPU and memory are capped for the namespace as a whole (its quota and
+    LimitRange), so a pod that names no class and no GPU (a data copy) still runs within them."""
     by_class: dict[str, list[GrantedUnits]] = defaultdict(list)
     for grant in state.grants:
         if grant.priority_class:
@@ -161,12 +172,14 @@ def _scoped_quota(state: ProjectState, name: str, hard: dict[str, str], operator
 
 
 def render_limit_range(state: ProjectState, defaults: LimitDefaults) -> dict[str, Any]:
-    """Default requests, so pods that name none are still admitted under a cpu/memory quota."""
+    """Default requests and limits, so pods that name none are admitted under the cpu/memory quota
+    and run under cgroup limits, and a per-container maximum (:mod:`delivery.container_limits`)."""
+    limits = container_limits(state.grants, request_cpu=defaults.cpu, request_memory=defaults.memory)
     return {
         "apiVersion": "v1",
         "kind": "LimitRange",
         "metadata": _meta(state, LIMIT_RANGE_NAME),
-        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": defaults.cpu, "memory": defaults.memory}}]},
+        "spec": {"limits": [limits.as_entry()]},
     }
 
 
@@ -221,12 +234,13 @@ def render_network_policy(state: ProjectState) -> dict[str, Any]:
 
 def render_idle_namespace(state: ProjectState) -> list[dict[str, Any]]:
     """What the retain-namespace policy keeps once nothing is granted: the Namespace, with a quota
-    holding every GPU resource at zero, so the namespace cannot take GPUs it no longer has."""
-    hard = {f"requests.{resource}": "0" for resource in sorted(set(state.idle_resources))}
-    objects = [render_namespace(state)]
-    if hard:
-        objects.append({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(state, QUOTA_NAME), "spec": {"hard": hard}})
-    return objects
+    holding every GPU resource, and CPU and memory (requests and limits), at zero, so the namespace
+    cannot take GPUs it no longer has, and no new container runs there without limits (there is no
+    LimitRange to fill them in, so the quota refuses every pod). Running pods are not evicted for
+    CPU or memory."""
+    hard = {f"requests.{resource}": "0" for resource in sorted(set(state.idle_resources))} | IDLE_COMPUTE
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta(state, QUOTA_NAME), "spec": {"hard": hard}}
+    return [render_namespace(state), quota]
 
 
 def render_project(

@@ -52,7 +52,12 @@ def test_a_display_name_change_pushes_nothing_and_an_unchanged_body_audits_nothi
         ({"prometheus_rule_labels": {"release": "has spaces"}}, "prometheus_rule_labels"),
         ({"prometheus_rule_labels": {"app.kubernetes.io/managed-by": "me"}}, "prometheus_rule_labels"),
         ({"prometheus_rule_labels": {f"k{i}": "v" for i in range(17)}}, "prometheus_rule_labels"),
-        ({"use_hami": True}, "use_hami"),
+        ({"use_hami": "maybe"}, "use_hami"),
+        ({"use_volcano": [True]}, "use_volcano"),
+        ({"sharing_reserve_percent": 91}, "sharing_reserve_percent"),
+        ({"sharing_reserve_percent": -1}, "sharing_reserve_percent"),
+        ({"sharing_reserve_per_unit_mib": 65537}, "sharing_reserve_per_unit_mib"),
+        ({"driver": "kubernetes"}, "driver"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field_and_nothing_changes(world: World, body: dict[str, Any], field: str) -> None:

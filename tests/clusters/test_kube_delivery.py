@@ -48,6 +48,7 @@ def test_approval_creates_the_projects_objects_with_their_exact_specs(kube_world
     assert namespace.metadata.labels["gpuportal.io/department"] == "nlp"
     assert quota(core, kube_world.llm.slug).spec.hard == {
         "requests.nvidia.com/gpu": "2", "requests.cpu": "16", "requests.memory": "128Gi",
+        "limits.cpu": "16", "limits.memory": "128Gi",
     }
     scoped = quota(core, kube_world.llm.slug, "gpuportal-priority-gpu-standard")
     assert scoped.spec.hard == {"requests.nvidia.com/gpu": "2"}
@@ -58,6 +59,7 @@ def test_approval_creates_the_projects_objects_with_their_exact_specs(kube_world
     assert other.spec.hard == {"requests.nvidia.com/gpu": "0"}
     limits = core.read_namespaced_limit_range("gpuportal-defaults", kube_world.llm.slug).spec.limits[0]
     assert limits.default_request == {"cpu": "100m", "memory": "256Mi"}
+    assert limits.default == limits.max == {"cpu": "8", "memory": "64Gi"}  # one flavor: its unit
     with kube_cluster.api_client() as api:
         rbac = client.RbacAuthorizationV1Api(api)
         edit = rbac.read_namespaced_role_binding("gpuportal-members-edit", kube_world.llm.slug)

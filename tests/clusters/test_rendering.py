@@ -52,7 +52,9 @@ def test_it_renders_priority_scoped_quotas_and_a_zero_quota_for_other_classes() 
     other = objects["ResourceQuota/gpuportal-priority-other"]["spec"]
     assert other["hard"] == {"requests.nvidia.com/gpu": "0", "requests.nvidia.com/mig-1g.10gb": "0"}
     assert other["scopeSelector"]["matchExpressions"][0]["values"] == ["high", "low"]
-    assert not any(key.startswith("limits.") for key in objects["ResourceQuota/gpuportal-gpu-quota"]["spec"]["hard"])
+    hard = objects["ResourceQuota/gpuportal-gpu-quota"]["spec"]["hard"]
+    assert not any(key.startswith("limits.nvidia.com/") for key in hard)  # no HAMi: never limits of a GPU
+    assert (hard["limits.cpu"], hard["limits.memory"]) == (hard["requests.cpu"], hard["requests.memory"]) == ("30000m", "6144Mi")
 
 
 def test_it_adds_hamis_own_limit_keys_only_where_hami_enforces_them() -> None:
@@ -75,7 +77,10 @@ def test_it_binds_members_to_edit_and_admins_to_view_and_skips_empty_bindings() 
 def test_it_keeps_only_the_namespace_and_a_zero_quota_under_the_retain_policy() -> None:
     objects = render_project(state(idle_resources=("nvidia.com/gpu", "nvidia.com/gpu")), retain_namespace=True)
     assert [o["kind"] for o in objects] == ["Namespace", "ResourceQuota"]
-    assert objects[1]["spec"]["hard"] == {"requests.nvidia.com/gpu": "0"}
+    assert objects[1]["spec"]["hard"] == {
+        "requests.nvidia.com/gpu": "0",
+        "requests.cpu": "0", "requests.memory": "0", "limits.cpu": "0", "limits.memory": "0",
+    }
     assert render_project(state()) == []
 
 

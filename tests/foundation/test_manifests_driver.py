@@ -29,11 +29,18 @@ def test_it_writes_one_file_per_object_and_nothing_on_resync(tmp_path: Path) -> 
     assert (folder / "namespace-team-a.yaml").stat().st_mtime_ns == stamp
 
 
-def test_it_renders_requests_keys_only(tmp_path: Path) -> None:
+def test_it_renders_gpu_requests_and_cpu_memory_requests_and_limits(tmp_path: Path) -> None:
     objects = render_project(state(GrantedUnits("nvidia.com/gpu", 2, 8000, 1024), GrantedUnits("nvidia.com/gpu", 1, 8000, 1024)))
     hard = objects[1]["spec"]["hard"]
-    assert hard == {"requests.nvidia.com/gpu": "3", "requests.cpu": "24000m", "requests.memory": "3072Mi"}
-    assert not any(key.startswith("limits.") for key in hard)
+    assert hard == {
+        "requests.nvidia.com/gpu": "3", "requests.cpu": "24000m", "requests.memory": "3072Mi",
+        "limits.cpu": "24000m", "limits.memory": "3072Mi",
+    }
+    assert not any(key.startswith("limits.nvidia.com/") for key in hard)  # not enforced for extended resources
+    driver = ManifestsDriver(root=tmp_path, cluster="c1")
+    driver.apply_project(namespace="team-a", objects=objects)
+    written = (tmp_path / "c1" / "namespaces" / "team-a" / "limitrange-gpuportal-defaults.yaml").read_text()
+    assert "max:" in written and "default:" in written and "defaultRequest:" in written
 
 
 def test_it_prunes_the_project_folder_when_nothing_is_granted(tmp_path: Path) -> None:

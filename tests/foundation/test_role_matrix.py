@@ -269,13 +269,15 @@ ROWS = [
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),
     Row("api-cluster", "get", ANY_ROLE, kwargs=cluster),
-    Row("api-cluster", "patch", PLATFORM_ACTS, kwargs=cluster, body=lambda s, p: {"display_name": "GPU cluster A"}),
+    Row("api-cluster", "patch", PLATFORM_ACTS, kwargs=cluster,
+        body=lambda s, p: {"display_name": "GPU cluster A", "use_volcano": True, "sharing_reserve_percent": 20}),
     Row("api-cluster-kubeconfig", "put", PLATFORM_PUTS, kwargs=cluster, body=lambda s, p: {"kubeconfig": KUBECONFIG}),
     # Drift and pushes: every role may ask; each sees only its departments' rows (LISTINGS below).
     Row("api-cluster-drift", "get", ANY_ROLE, kwargs=cluster),
     Row("api-cluster-pushes", "get", ANY_ROLE, kwargs=cluster),
     Row("api-nodes", "get", SIGNED_IN),
     Row("api-node", "get", ANY_ROLE, kwargs=lambda s: {"node_id": s.node.pk}),
+    Row("api-node", "patch", PLATFORM_ACTS, kwargs=lambda s: {"node_id": s.node.pk}, body=lambda s, p: {"is_schedulable": True}),
     # delivery
     Row("api-cluster-sync", "post", PLATFORM_QUEUES, kwargs=cluster),
     Row("api-cluster-discover", "post", PLATFORM_ACTS, kwargs=cluster),
