@@ -19,6 +19,7 @@ from allocations.models import (
     AllocationState,
     ChangeKind,
     Flavor,
+    PlacementPolicy,
     PriorityClass,
     SharingMode,
 )
@@ -44,7 +45,7 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
             "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
-            "is_active",
+            "placement_policy", "is_active",
         ]
 
 
@@ -61,6 +62,9 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
     gpu_equivalents = serializers.DecimalField(max_digits=6, decimal_places=4, min_value=Decimal("0.0001"), max_value=1)
     cpu_millicores_per_unit = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=8000)
     memory_mib_per_unit = serializers.IntegerField(min_value=0, max_value=100_000_000, required=False, default=65536)
+    placement_policy = serializers.ChoiceField(
+        choices=PlacementPolicy.choices, required=False, default=PlacementPolicy.BINPACK
+    )
     is_active = serializers.BooleanField(required=False, default=True)
 
 

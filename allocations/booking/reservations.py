@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import Sum
 from django.utils import timezone
 
+from allocations.booking.policy import placement_policy_for
 from allocations.booking.view import (
     PINNED_POLICY,
     NodeRow,
@@ -117,6 +118,8 @@ def _no_offer_reason(view: PlacementView) -> str:
     shape, cluster = view.shape, view.cluster
     if shape.needs_hami and not cluster.use_hami:
         return f"cluster {cluster.name} does not run HAMi, so it offers no vGPU shares"
+    if shape.needs_volcano and not cluster.use_volcano:
+        return f"cluster {cluster.name} does not run Volcano, so it offers no Volcano vGPU shares"
     return f"no schedulable node of cluster {cluster.name} offers {shape.describe()}"
 
 
@@ -266,7 +269,8 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
     for cluster in clusters:
         reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity,
+            policy=placement_policy_for(allocation.flavor, workload),
         )
         if attempt.complete:
             reservations_store(allocation=allocation, attempt=attempt)
@@ -304,7 +308,8 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
         if allocation is None:
             continue
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload)
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity,
+            policy=placement_policy_for(allocation.flavor, workload),
         )
         if not attempt.complete:
             continue
