@@ -13,6 +13,8 @@ import yaml
 from kubernetes import client
 
 from allocations.models import Flavor, PlacementPolicy, SharingMode
+from delivery.drivers import driver_for
+from delivery.services import cluster_desired_scopes
 from delivery.volcano import QUEUE_ANNOTATION, SCHEDULER_CONF_KEY, scheduler_conf_violations
 from kube_testenv import wait_for
 from tests.clusters.test_kube_delivery import _volcano_queue_crd, grant, quota
@@ -68,6 +70,13 @@ def test_a_volcano_vgpu_grant_lands_in_the_quota_the_queue_and_the_scheduler_con
     deviceshare = [p for tier in yaml.safe_load(text)["tiers"] for p in tier["plugins"] if p["name"] == "deviceshare"]
     assert deviceshare == [{"name": "deviceshare", "arguments": {
         "deviceshare.VGPUEnable": True, "deviceshare.SchedulePolicy": "spread"}}]
+    # What the API server stored (defaults included) reads as what was rendered: a resync writes nothing.
+    driver = driver_for(world.cluster)
+    try:
+        plan = driver.plan(cluster_desired_scopes(cluster=world.cluster))
+    finally:
+        driver.close()
+    assert [change.ref for change in plan.changes] == []
 
 
 def _pod(name: str, *, limits: dict[str, str], annotations: dict[str, str] | None = None) -> dict[str, Any]:
