@@ -128,24 +128,24 @@ def priority_class_specs() -> list[PriorityClassSpec]:
 def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
     granted: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     department_ids: dict[str, int] = {}
-    for department_id, slug, resource, quantity, *unit in Allocation.objects.filter(
+    for department_id, slug, resource, quantity, mode, memory, cores in Allocation.objects.filter(
         cluster=cluster, state__in=ON_CLUSTER_STATES
     ).values_list("project__department_id", "project__department__slug", "flavor__resource_name", "quantity",
                   "flavor__sharing_mode", "flavor__memory_mib", "flavor__compute_percent"):
         granted[slug][resource] += quantity
-        for name, amount in _volcano_extras(*unit):
-            granted[slug][name] += quantity * amount
+        for name, per_unit in _volcano_extras(mode, memory, cores):
+            granted[slug][name] += quantity * per_unit
         department_ids[slug] = department_id
     guaranteed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     specs, now = (approved_window_specs() if department_ids else {}), timezone.now()  # the guarantee in force now
-    for quota_id, department_id, resource, amount, most, *unit in Quota.objects.filter(
+    for quota_id, department_id, resource, amount, most, mode, memory, cores in Quota.objects.filter(
         department_id__in=department_ids.values(), flavor__isnull=False
     ).values_list("pk", "department_id", "flavor__resource_name", "guaranteed", "limit",
                   "flavor__sharing_mode", "flavor__memory_mib", "flavor__compute_percent"):
         if specs.get(quota_id):
             amount = effective(guaranteed=amount, limit=most, windows=specs[quota_id], at=now).guaranteed
         guaranteed[department_id][resource] += int(amount)
-        for name, per_unit in _volcano_extras(*unit):
+        for name, per_unit in _volcano_extras(mode, memory, cores):
             guaranteed[department_id][name] += int(amount) * per_unit
     return [
         DepartmentQueue(

@@ -42,7 +42,7 @@ from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-CLUSTER_KINDS = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
+CLUSTER_KINDS: tuple[str, ...] = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
 # The queue admission policy of Volcano clusters (delivery.volcano.render_queue_admission_policy).
 CLUSTER_KINDS += ("MutatingAdmissionPolicyBinding",)
 CLUSTER_KINDS += ("MutatingAdmissionPolicy",)
