@@ -123,3 +123,10 @@ def test_changing_a_volcano_vgpu_flavors_policy_re_pushes_the_volcano_clusters_o
     pushes.update(state=PushState.DONE)
     client.patch(f"/api/v1/flavors/{world.a100.pk}/", {"placement_policy": "spread"}, format="json")
     assert pushes.filter(state=PushState.PENDING).count() == 0  # not a Volcano vGPU flavor
+
+
+def test_the_gpu_map_draws_a_volcano_vgpu_unit_as_its_share_of_a_gpu(world: World) -> None:
+    from frontend.gpu_map import unit_share
+
+    flavor = Flavor(**{**vgpu_flavor(), "sharing_mode": SharingMode.VOLCANO_VGPU})
+    assert unit_share(flavor) == Decimal("0.25")
