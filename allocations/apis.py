@@ -19,6 +19,7 @@ from allocations.models import (
     AllocationState,
     ChangeKind,
     Flavor,
+    PlacementPolicy,
     PriorityClass,
     SharingMode,
 )
@@ -44,7 +45,7 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
             "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
-            "reserve_percent", "reserve_per_unit_mib", "is_active",
+            "reserve_percent", "reserve_per_unit_mib", "placement_policy", "is_active",
         ]
 
 
@@ -68,6 +69,9 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
     reserve_per_unit_mib = serializers.IntegerField(
         min_value=0, max_value=65536, required=False, allow_null=True, default=None,
         help_text="MiB of a shared GPU's memory left free per unit on it (null: the cluster's setting).",
+    )
+    placement_policy = serializers.ChoiceField(
+        choices=PlacementPolicy.choices, required=False, default=PlacementPolicy.BINPACK
     )
     is_active = serializers.BooleanField(required=False, default=True)
 

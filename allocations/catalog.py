@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.forms.models import model_to_dict
 
 from allocations.booking.sharing import flavor_fit_check
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow
+from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow, SharingMode
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
@@ -34,6 +34,9 @@ CATALOGUE = "change the catalogue"
 # one of these re-pushes the cluster-wide objects; the others only matter to the portal's admission.
 PUSHED_FIELDS = frozenset({"value", "preemption_policy", "description"})
 QUOTA_NUMBERS = ("guaranteed", "limit", "lending_limit")
+# What the volcano-scheduler configuration of a Volcano cluster reads of its Volcano vGPU flavors
+# (``delivery.volcano.render_scheduler_configmap``): changing one re-pushes the cluster-wide objects.
+VOLCANO_FIELDS = frozenset({"sharing_mode", "placement_policy", "is_active"})
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
@@ -57,6 +60,8 @@ def flavor_create(*, actor: User, **fields: Any) -> Flavor:
     flavor.full_clean()
     flavor_fit_check(flavor=flavor)
     flavor.save()
+    if flavor.sharing_mode == SharingMode.VOLCANO_VGPU:
+        volcano_clusters_enqueue()
     audit_record(actor=actor, action=actions.FLAVOR_CREATED, target=flavor, after=_plain(model_to_dict(flavor)))
     return flavor
 
@@ -72,8 +77,19 @@ def flavor_update(*, actor: User, flavor_id: int, **fields: Any) -> Flavor:
     flavor_fit_check(flavor=flavor)
     flavor.save()
     was, now = _changes(before, _plain(model_to_dict(flavor)))
+    if SharingMode.VOLCANO_VGPU in (was.get("sharing_mode"), flavor.sharing_mode) and VOLCANO_FIELDS & set(now):
+        volcano_clusters_enqueue()
     audit_record(actor=actor, action=actions.FLAVOR_UPDATED, target=flavor, before=was, after=now)
     return flavor
+
+
+def volcano_clusters_enqueue() -> int:
+    """Queue a push of the cluster-wide objects to every active cluster running Volcano, whose
+    scheduler configuration follows the Volcano vGPU flavors; returns how many were queued."""
+    cluster_ids = list(Cluster.objects.filter(is_active=True, use_volcano=True).order_by("pk").values_list("pk", flat=True))
+    for cluster_id in cluster_ids:
+        push_enqueue(cluster_id=cluster_id, project_id=None)
+    return len(cluster_ids)
 
 
 # ----------------------------------------------------------------------------- priority classes

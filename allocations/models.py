@@ -112,6 +112,7 @@ class Flavor(models.Model):
                 errors["replicas"] = "The MPS control daemon accepts at most 48 replicas per GPU."
         elif self.replicas is not None:
             errors["replicas"] = "Only MPS and time-slicing flavors have replicas."
+        errors.update(self._volcano_vgpu_errors())
         if mode == SharingMode.EXCLUSIVE and self.gpu_equivalents is not None and self.gpu_equivalents != 1:
             errors["gpu_equivalents"] = "An exclusive whole-GPU flavor weighs exactly 1 GPU-equivalent."
         if mode == SharingMode.EXCLUSIVE and self.compute_percent not in (None, 100):
@@ -119,7 +120,19 @@ class Flavor(models.Model):
         if errors:
             raise ValidationError(errors)
 
+    def _volcano_vgpu_errors(self) -> dict[str, str]:
+        """A Volcano vGPU unit is one ``volcano.sh/vgpu-number`` with ``memory_mib`` as its
+        ``volcano.sh/vgpu-memory`` and ``compute_percent`` as its ``volcano.sh/vgpu-cores``
+        (gpu-sharing-formats.md §4); the name is Volcano's, and only Volcano vGPU flavors use it."""
+        volcano = self.sharing_mode == SharingMode.VOLCANO_VGPU
+        if volcano and self.resource_name != VOLCANO_VGPU_RESOURCE:
+            return {"resource_name": f"A Volcano vGPU flavor's resource is {VOLCANO_VGPU_RESOURCE}."}
+        if not volcano and self.resource_name == VOLCANO_VGPU_RESOURCE:
+            return {"resource_name": f"Only Volcano vGPU flavors use {VOLCANO_VGPU_RESOURCE}."}
+        return {}
 
+
+VOLCANO_VGPU_RESOURCE = "volcano.sh/vgpu-number"
 MIG_PROFILE_PATTERN = re.compile(r"^[1-7]g\.[0-9]+gb(\+me)?$")
 
 

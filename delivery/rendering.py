@@ -54,6 +54,9 @@ class GrantedUnits:
     priority_class: str = ""
     hami_memory_mib: int = 0
     hami_cores: int = 0
+    # Per unit, further resources the quota caps with ``requests.`` keys (Volcano vGPU memory and
+    # cores, ``delivery.volcano.vgpu_unit_resources``).
+    extra_requests: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,11 @@ def quota_hard(grants: tuple[GrantedUnits, ...]) -> dict[str, str]:
     hard["requests.memory"] = f"{memory}Mi"
     hard["limits.cpu"] = f"{cpu}m"
     hard["limits.memory"] = f"{memory}Mi"
+    extra: dict[str, int] = defaultdict(int)
+    for grant in grants:
+        for name, amount in grant.extra_requests:
+            extra[name] += grant.quantity * amount
+    hard.update({f"requests.{name}": str(total) for name, total in sorted(extra.items())})
     hami_memory = sum(grant.quantity * grant.hami_memory_mib for grant in grants)
     hami_cores = sum(grant.quantity * grant.hami_cores for grant in grants)
     if hami_memory or hami_cores:

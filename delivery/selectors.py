@@ -17,6 +17,7 @@ from clusters import conf
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
 from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
+from delivery.volcano import vgpu_unit_resources
 from tenants.access import department_ancestor_ids, department_parent_map
 from tenants.models import Membership, Project, Role
 
@@ -41,6 +42,20 @@ def _grant(allocation: Allocation, *, hami: bool) -> GrantedUnits:
         priority_class=allocation.priority_class.name,
         hami_memory_mib=hami_memory,
         hami_cores=hami_cores,
+        extra_requests=_volcano_extras(flavor.sharing_mode, flavor.memory_mib, flavor.compute_percent),
+    )
+
+
+def _volcano_extras(mode: str, memory_mib: int, cores: int) -> tuple[tuple[str, int], ...]:
+    """A Volcano vGPU unit's memory and cores (per unit), for its quota and its Queue."""
+    return vgpu_unit_resources(memory_mib=memory_mib, cores=cores) if mode == SharingMode.VOLCANO_VGPU else ()
+
+
+def volcano_vgpu_policies() -> list[str]:
+    """The placement policy of each active Volcano vGPU flavor (the scheduler configuration's input)."""
+    return list(
+        Flavor.objects.filter(is_active=True, sharing_mode=SharingMode.VOLCANO_VGPU)
+        .order_by("name").values_list("placement_policy", flat=True)
     )
 
 
@@ -113,19 +128,25 @@ def priority_class_specs() -> list[PriorityClassSpec]:
 def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
     granted: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     department_ids: dict[str, int] = {}
-    for department_id, slug, resource, quantity in Allocation.objects.filter(
+    for department_id, slug, resource, quantity, mode, memory, cores in Allocation.objects.filter(
         cluster=cluster, state__in=ON_CLUSTER_STATES
-    ).values_list("project__department_id", "project__department__slug", "flavor__resource_name", "quantity"):
+    ).values_list("project__department_id", "project__department__slug", "flavor__resource_name", "quantity",
+                  "flavor__sharing_mode", "flavor__memory_mib", "flavor__compute_percent"):
         granted[slug][resource] += quantity
+        for name, per_unit in _volcano_extras(mode, memory, cores):
+            granted[slug][name] += quantity * per_unit
         department_ids[slug] = department_id
     guaranteed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     specs, now = (approved_window_specs() if department_ids else {}), timezone.now()  # the guarantee in force now
-    for quota_id, department_id, resource, amount, most in Quota.objects.filter(
+    for quota_id, department_id, resource, amount, most, mode, memory, cores in Quota.objects.filter(
         department_id__in=department_ids.values(), flavor__isnull=False
-    ).values_list("pk", "department_id", "flavor__resource_name", "guaranteed", "limit"):
+    ).values_list("pk", "department_id", "flavor__resource_name", "guaranteed", "limit",
+                  "flavor__sharing_mode", "flavor__memory_mib", "flavor__compute_percent"):
         if specs.get(quota_id):
             amount = effective(guaranteed=amount, limit=most, windows=specs[quota_id], at=now).guaranteed
         guaranteed[department_id][resource] += int(amount)
+        for name, per_unit in _volcano_extras(mode, memory, cores):
+            guaranteed[department_id][name] += int(amount) * per_unit
     return [
         DepartmentQueue(
             department=slug,

@@ -30,6 +30,7 @@ from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentD
 from delivery.eviction_records import pods_evicted_details, pods_evicted_record
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
+from delivery.volcano import VOLCANO_NAMESPACE, is_scheduler_config, render_volcano_objects
 from kernel.transactions import retry_on_deadlock
 from tenants.access import require_platform_admin
 from tenants.models import Project
@@ -60,6 +61,7 @@ def cluster_scope(*, cluster: Cluster) -> Scope:
     objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
     if cluster.use_volcano:
         objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
+        objects += render_volcano_objects(selectors.volcano_vgpu_policies())
     if cluster.prometheus_rule_namespace:
         labels = {str(key): str(value) for key, value in (cluster.prometheus_rule_labels or {}).items()}
         objects.append(
@@ -111,8 +113,22 @@ def _without_node_configs(scope: Scope, *, cluster: Cluster) -> Scope:
 
 def _shared_scope(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) -> tuple[Scope, str]:
     """The cluster-wide scope as it can be pushed now, and the missing prerequisite ("" if none)."""
+    scope, volcano_missing = _volcano_withheld(cluster=cluster, driver=driver, scope=scope)
     missing = missing_prerequisite(cluster=cluster, driver=driver, scope=scope)
-    return (_without_node_configs(scope, cluster=cluster), missing) if missing else (scope, "")
+    return (_without_node_configs(scope, cluster=cluster), missing) if missing else (scope, volcano_missing)
+
+
+def _volcano_withheld(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) -> tuple[Scope, str]:
+    """The scope without the volcano-scheduler configuration when Volcano's namespace is missing
+    (Volcano creates and owns it, as the GPU operator does its own), and why; else unchanged."""
+    if not any(is_scheduler_config(obj) for obj in scope.objects) or driver.namespace_exists(VOLCANO_NAMESPACE):
+        return scope, ""
+    kept = [obj for obj in scope.objects if not is_scheduler_config(obj)]
+    return Scope(namespace=scope.namespace, objects=kept), (
+        f"{MISSING_PREREQUISITE}namespace {VOLCANO_NAMESPACE} does not exist on cluster {cluster.name}. Install "
+        f"Volcano there (its chart creates the namespace) or clear the cluster's use of Volcano. Until then the "
+        f"volcano-scheduler configuration is withheld; everything else is pushed."
+    )
 
 
 def _render_failure(cluster: Cluster, error: RenderError) -> DriverError:

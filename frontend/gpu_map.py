@@ -43,7 +43,7 @@ def unit_share(flavor: Flavor) -> Decimal:
         return Decimal(int(match.group(1)) if match else MIG_SLICES) / MIG_SLICES
     if flavor.sharing_mode in (SharingMode.MPS, SharingMode.TIMESLICE) and flavor.replicas:
         return Decimal(1) / flavor.replicas
-    if flavor.sharing_mode == SharingMode.VGPU:
+    if flavor.sharing_mode in (SharingMode.VGPU, SharingMode.VOLCANO_VGPU):
         return Decimal(flavor.compute_percent) / 100
     return Decimal(1)
 

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 
 from django.db.models import QuerySet
 
+from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import placement_attempt, placement_workload
 from allocations.booking.sharing import exclusion_for
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.booking.view import NodeRow, node_rows
 from allocations.models import Flavor, Reservation
-from allocations.placement import Policy, default_policy
+from allocations.placement import Policy
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from clusters.models import Cluster
 from kernel.reads import SharedReads
@@ -132,7 +133,7 @@ def placement_preview(
                          candidates)
     tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)
     return [
-        _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=default_policy(workload),
+        _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=placement_policy_for(flavor, workload),
                      free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), reads=reads, tenant=tenant)
         for candidate in candidates
     ]

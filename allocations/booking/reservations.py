@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import Sum
 from django.utils import timezone
 
+from allocations.booking.policy import placement_policy_for
 from allocations.booking.sharing import (
     exclusion_for,
     model_memory_mib,
@@ -127,6 +128,8 @@ def _no_offer_reason(view: PlacementView) -> str:
         return f"cluster {cluster.name} does not run HAMi, so it offers no vGPU shares"
     if view.left_out:
         return f"every node of cluster {cluster.name} that offers {shape.describe()} is kept apart: {_left_out(view)}"
+    if shape.needs_volcano and not cluster.use_volcano:
+        return f"cluster {cluster.name} does not run Volcano, so it offers no Volcano vGPU shares"
     return f"no schedulable node of cluster {cluster.name} offers {shape.describe()}"
 
 
@@ -299,8 +302,8 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
     for cluster in clusters:
         reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload),
-            tenant=tenant,
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity,
+            policy=placement_policy_for(allocation.flavor, workload), tenant=tenant,
         )
         if attempt.complete:
             reservations_store(allocation=allocation, attempt=attempt)
@@ -338,8 +341,8 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
         if allocation is None:
             continue
         attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity, policy=default_policy(workload),
-            tenant=tenant_of(allocation.project),
+            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity,
+            policy=placement_policy_for(allocation.flavor, workload), tenant=tenant_of(allocation.project),
         )
         if not attempt.complete:
             continue

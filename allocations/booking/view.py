@@ -53,6 +53,7 @@ class UnitShape:
     sharing: str  # the node sharing mode that offers it (vGPU: exclusive on a HAMi cluster)
     replicas: int | None = None
     needs_hami: bool = False
+    needs_volcano: bool = False  # a Volcano vGPU share: exclusive nodes of a cluster running Volcano
 
     def request(self, *, name: str = "") -> Request:
         return Request(
@@ -72,6 +73,8 @@ class UnitShape:
             return f"{self.gpu_model} {self.sharing} replicas ({self.replicas} per GPU)"
         if self.needs_hami:
             return f"{self.gpu_model} HAMi vGPU shares"
+        if self.needs_volcano:
+            return f"{self.gpu_model} Volcano vGPU shares"
         return f"whole {self.gpu_model} GPUs"
 
 
@@ -83,9 +86,11 @@ def unit_shape(flavor: Flavor) -> UnitShape:
     if mode in (SharingMode.MPS, SharingMode.TIMESLICE):
         replicas = int(flavor.replicas or 1)
         return UnitShape(model, GPU_MILLI // replicas, None, cpu, memory, mode, replicas=replicas)
-    if mode == SharingMode.VGPU:
+    if mode in (SharingMode.VGPU, SharingMode.VOLCANO_VGPU):
         share = max(1, min(GPU_MILLI, int((flavor.gpu_equivalents * GPU_MILLI).to_integral_value())))
-        return UnitShape(model, share, None, cpu, memory, NodeSharing.EXCLUSIVE, needs_hami=True)
+        volcano = mode == SharingMode.VOLCANO_VGPU
+        return UnitShape(model, share, None, cpu, memory, NodeSharing.EXCLUSIVE, needs_hami=not volcano,
+                         needs_volcano=volcano)
     return UnitShape(model, GPU_MILLI, None, cpu, memory, NodeSharing.EXCLUSIVE)
 
 
@@ -95,6 +100,8 @@ def node_offers(*, node: Node, shape: UnitShape, cluster: Cluster) -> bool:
         return False
     if shape.needs_hami:
         return cluster.use_hami and node.sharing == NodeSharing.EXCLUSIVE
+    if shape.needs_volcano:
+        return cluster.use_volcano and node.sharing == NodeSharing.EXCLUSIVE
     if node.mig_layout:
         return False  # a pinned layout: its instances are claimed, see pinned_free_instances
     if shape.mig_profile is not None:

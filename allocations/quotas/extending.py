@@ -23,6 +23,7 @@ from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
+from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import (
     Attempt,
     placement_attempt,
@@ -32,7 +33,6 @@ from allocations.booking.reservations import (
 from allocations.booking.tenancy import tenant_of
 from allocations.booking.view import gpu_label, node_rows
 from allocations.models import Allocation, Reservation
-from allocations.placement import default_policy
 from allocations.placement.mig import COMPUTE_SLICES, geometry_for_model
 from allocations.quotas import algebra
 from allocations.quotas.planning import department_totals, grant_amounts, quota_tree
@@ -218,8 +218,8 @@ def added_units_attempt(
     rows = _overlapping_rows(node_ids={row.node.pk for row in nodes}, starts_at=starts_at, ends_at=allocation.ends_at)
     workload = placement_workload(include=flavor)
     return placement_attempt(
-        cluster=cluster, flavor=flavor, quantity=added, policy=default_policy(workload), nodes=nodes, reservations=rows,
-        tenant=tenant_of(allocation.project),
+        cluster=cluster, flavor=flavor, quantity=added, policy=placement_policy_for(flavor, workload), nodes=nodes,
+        reservations=rows, tenant=tenant_of(allocation.project),
     )
 
 

@@ -26,12 +26,13 @@ from typing import Any
 from django.db.models import Sum
 from django.utils import timezone
 
+from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
 from allocations.booking.tenancy import Tenant, tenant_of
 from allocations.booking.view import NodeRow, node_rows
 from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
-from allocations.placement import Workload, default_policy
+from allocations.placement import Workload
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.wording import QuotaWords
@@ -119,7 +120,7 @@ class _Room:
                 self.read(cluster)
                 attempt = placement_attempt(
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
-                    policy=default_policy(self.workload), nodes=self.nodes[cluster.pk],
+                    policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
                     reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
                     tenant=self.tenant,
                 )

@@ -42,7 +42,10 @@ from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-CLUSTER_KINDS = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
+CLUSTER_KINDS: tuple[str, ...] = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
+# The queue admission policy of Volcano clusters (delivery.volcano.render_queue_admission_policy).
+CLUSTER_KINDS += ("MutatingAdmissionPolicyBinding",)
+CLUSTER_KINDS += ("MutatingAdmissionPolicy",)
 # TLS failures that retrying cannot cure: a wrong CA, an unreadable or mismatched client key.
 _CONFIG_TLS_ERRORS = ("CERTIFICATE_VERIFY_FAILED", "PEM lib", "KEY_VALUES_MISMATCH", "NO_START_LINE", "BAD_BASE64")
 
@@ -73,6 +76,10 @@ KINDS: dict[str, KindInfo] = {
     "PrometheusRule": KindInfo("monitoring.coreos.com/v1", "prometheusrules", True),
     "Node": KindInfo("v1", "nodes", False),
 }
+KINDS["MutatingAdmissionPolicy"] = KindInfo("admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", False)
+KINDS["MutatingAdmissionPolicyBinding"] = KindInfo(
+    "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", False
+)
 
 Key = tuple[str, str, str]  # kind, namespace, name
 

@@ -7,9 +7,11 @@ from .base import Policy, ScoredPolicy
 from .fgd import FGD
 from .ours import Ours
 from .reference import BestFit, Clustering, DotProduct, FirstFit, Packing, RandomPolicy
+from .spread import Spread
 
 REFERENCE_POLICIES = ("random", "dotproduct", "clustering", "packing", "bestfit", "fgd", "firstfit")
 POLICY_NAMES = (*REFERENCE_POLICIES, Ours.name)
+"""The benchmarked policies. ``spread`` (:mod:`.spread`) is a flavor's choice, not a benchmark entry."""
 
 
 def make_policy(name: str, workload: Workload | None = None, seed: int = 0) -> Policy:
@@ -17,7 +19,7 @@ def make_policy(name: str, workload: Workload | None = None, seed: int = 0) -> P
     ``seed`` feeds Random."""
     simple: dict[str, type[Policy]] = {
         "firstfit": FirstFit, "dotproduct": DotProduct, "clustering": Clustering, "packing": Packing,
-        "bestfit": BestFit,
+        "bestfit": BestFit, Spread.name: Spread,
     }
     if name in simple:
         return simple[name]()
@@ -36,5 +38,5 @@ def default_policy(workload: Workload | None = None) -> Policy:
 
 __all__ = [
     "BestFit", "Clustering", "DotProduct", "FGD", "FirstFit", "Ours", "Packing", "Policy", "POLICY_NAMES",
-    "RandomPolicy", "REFERENCE_POLICIES", "ScoredPolicy", "default_policy", "make_policy",
+    "RandomPolicy", "REFERENCE_POLICIES", "ScoredPolicy", "Spread", "default_policy", "make_policy",
 ]
