@@ -22,6 +22,7 @@ from allocations.models import (
     PriorityClass,
     SharingMode,
 )
+from allocations.sharing_apis import SharingModeOut, guidance_of, min_cuda_version_field, min_driver_version_field
 from clusters.selectors import cluster_list
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
@@ -44,8 +45,14 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
             "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
-            "is_active",
+            "is_active", "min_driver_version", "min_cuda_version", "guidance",
         ]
+
+    guidance = serializers.SerializerMethodField(help_text="What the flavor's sharing mode is for and its caveats.")
+
+    @extend_schema_field(SharingModeOut)
+    def get_guidance(self, flavor: Flavor) -> dict[str, Any] | None:
+        return guidance_of(flavor.sharing_mode)
 
 
 class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
@@ -62,6 +69,8 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
     cpu_millicores_per_unit = serializers.IntegerField(min_value=0, max_value=10_000_000, required=False, default=8000)
     memory_mib_per_unit = serializers.IntegerField(min_value=0, max_value=100_000_000, required=False, default=65536)
     is_active = serializers.BooleanField(required=False, default=True)
+    min_driver_version = min_driver_version_field()
+    min_cuda_version = min_cuda_version_field()
 
 
 class FlavorListApi(APIView):
