@@ -15,6 +15,7 @@ from rest_framework.views import APIView
 from allocations.sharing_guide import guide_for, guides
 from allocations.versions import CUDA_VERSION_HELP, CUDA_VERSION_PATTERN, DRIVER_VERSION_HELP, DRIVER_VERSION_PATTERN
 from kernel.api.openapi import errors
+from kernel.api.pagination import Pagination
 
 
 class SharingModeOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -54,10 +55,14 @@ def min_cuda_version_field() -> serializers.CharField:
 
 
 class SharingModeListApi(APIView):
+    pagination_class = Pagination  # the list shape of every list (seven entries: one page)
+
     @extend_schema(
         responses={200: SharingModeOut(many=True), **errors(401)},
         description="Every sharing mode with what it is for, what it isolates and its caveats, including NVIDIA "
         "vGPU, which the portal lists but cannot configure (`managed: false`).",
     )
     def get(self, request: Request) -> Response:
-        return Response([guide.as_dict() for guide in guides()])
+        paginator = Pagination()
+        page = paginator.paginate_queryset([guide.as_dict() for guide in guides()], request, view=self) or []
+        return paginator.get_paginated_response(SharingModeOut(page, many=True).data)

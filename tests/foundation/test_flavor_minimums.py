@@ -116,7 +116,8 @@ def test_only_platform_admins_set_minimums(world: World, persona: str | None, st
 def test_the_sharing_modes_endpoint_lists_every_mode_and_the_unmanaged_nvidia_vgpu(world: World) -> None:
     response = world.client("nlp_member").get("/api/v1/sharing-modes/")
     assert response.status_code == 200
-    modes = {item["mode"]: item for item in response.json()}
+    assert response.json()["count"] == len(SharingMode.values) + 1
+    modes = {item["mode"]: item for item in response.json()["results"]}
     assert set(modes) == {*SharingMode.values, NVIDIA_VGPU}
     assert all(item["managed"] for mode, item in modes.items() if mode != NVIDIA_VGPU)
     vgpu = modes[NVIDIA_VGPU]

@@ -27,8 +27,9 @@ def section(page: str, element_id: str) -> str:
     return text_of(match.group(0))
 
 
-def feedback(world: World, login: Login, flavor: Flavor, **params: object) -> str:
-    query = {"project": world.llm.pk, "flavor": flavor.pk, "quantity": 1, "priority_class": world.standard.pk, **params}
+def feedback(world: World, login: Login, flavor: Flavor, **params: str | int) -> str:
+    query: dict[str, str | int] = {"project": world.llm.pk, "flavor": flavor.pk, "quantity": 1,
+                                   "priority_class": world.standard.pk, **params}
     response = login("nlp_member").get("/allocations/new/feedback/", query)
     assert response.status_code == 200
     return response.content.decode()
