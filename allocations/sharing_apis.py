@@ -64,5 +64,6 @@ class SharingModeListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         paginator = Pagination()
-        page = paginator.paginate_queryset([guide.as_dict() for guide in guides()], request, view=self) or []
-        return paginator.get_paginated_response(SharingModeOut(page, many=True).data)
+        rows = [guide.as_dict() for guide in guides()]
+        page: list[dict[str, Any]] | None = paginator.paginate_queryset(rows, request, view=self)  # type: ignore[arg-type]
+        return paginator.get_paginated_response(SharingModeOut(page or [], many=True).data)
