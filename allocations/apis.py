@@ -23,6 +23,7 @@ from allocations.models import (
     PriorityClass,
     SharingMode,
 )
+from allocations.sharing_apis import SharingModeOut, guidance_of, min_cuda_version_field, min_driver_version_field
 from clusters.selectors import cluster_list
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
@@ -45,8 +46,15 @@ class FlavorOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "gpu_model", "sharing_mode", "resource_name", "mig_profile", "replicas",
             "memory_mib", "compute_percent", "gpu_equivalents", "cpu_millicores_per_unit", "memory_mib_per_unit",
-            "reserve_percent", "reserve_per_unit_mib", "placement_policy", "is_active",
+            "reserve_percent", "reserve_per_unit_mib", "placement_policy", "is_active", "min_driver_version",
+            "min_cuda_version", "guidance",
         ]
+
+    guidance = serializers.SerializerMethodField(help_text="What the flavor's sharing mode is for and its caveats.")
+
+    @extend_schema_field(SharingModeOut)
+    def get_guidance(self, flavor: Flavor) -> dict[str, Any] | None:
+        return guidance_of(flavor.sharing_mode)
 
 
 class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
@@ -74,6 +82,8 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
         choices=PlacementPolicy.choices, required=False, default=PlacementPolicy.BINPACK
     )
     is_active = serializers.BooleanField(required=False, default=True)
+    min_driver_version = min_driver_version_field()
+    min_cuda_version = min_cuda_version_field()
 
 
 class FlavorListApi(APIView):

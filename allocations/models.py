@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from allocations.versions import minimum_errors
 from kernel.limits import TEXT_LIMIT
 from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Project
 
@@ -117,6 +118,7 @@ class Flavor(models.Model):
             errors["gpu_equivalents"] = "An exclusive whole-GPU flavor weighs exactly 1 GPU-equivalent."
         if mode == SharingMode.EXCLUSIVE and self.compute_percent not in (None, 100):
             errors["compute_percent"] = "An exclusive whole-GPU flavor has 100 % of the compute."
+        errors.update(minimum_errors(min_driver_version=self.min_driver_version, min_cuda_version=self.min_cuda_version))
         if errors:
             raise ValidationError(errors)
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, catalog_apis, change_apis, preview_apis, window_apis, window_shrink_apis
+from allocations import apis, catalog_apis, change_apis, preview_apis, sharing_apis, window_apis, window_shrink_apis
 from allocations.fair_share import apis as fair_share_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),
     path("flavors/<int:flavor_id>/", apis.FlavorDetailApi.as_view(), name="api-flavor"),
+    path("sharing-modes/", sharing_apis.SharingModeListApi.as_view(), name="api-sharing-modes"),
     path("priority-classes/", catalog_apis.PriorityClassListApi.as_view(), name="api-priority-classes"),
     path(
         "priority-classes/<int:priority_class_id>/",

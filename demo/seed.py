@@ -37,11 +37,11 @@ FLAVORS: list[dict[str, Any]] = [
     {"name": "a100-mig-1g-10gb", "display_name": "A100 MIG 1g.10gb", "gpu_model": A100,
      "sharing_mode": SharingMode.MIG, "resource_name": "nvidia.com/mig-1g.10gb", "mig_profile": "1g.10gb",
      "memory_mib": 9856, "compute_percent": 14, "gpu_equivalents": Decimal("0.1429"),
-     "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
+     "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384, "min_cuda_version": "11.0"},
     {"name": "a100-mig-3g-40gb", "display_name": "A100 MIG 3g.40gb", "gpu_model": A100,
      "sharing_mode": SharingMode.MIG, "resource_name": "nvidia.com/mig-3g.40gb", "mig_profile": "3g.40gb",
      "memory_mib": 40192, "compute_percent": 42, "gpu_equivalents": Decimal("0.5"),
-     "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768},
+     "cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768, "min_cuda_version": "11.0"},
     # MPS: the daemon pins each of 5 replicas to 16 GiB; with the memory reserve (15 % + 200 MiB a
     # unit) 4 are booked per GPU and the fifth replica stays free, so the pinned caps of the booked
     # units (64 GiB) leave the reserve free (docs/sharing.md).
@@ -59,16 +59,18 @@ FLAVORS: list[dict[str, Any]] = [
      "cpu_millicores_per_unit": 2000, "memory_mib_per_unit": 16384},
 ]
 
-# name, GPU model, how the device plugin offers its GPUs (gpu-sharing-formats.md §1), replicas.
-# The A100 nodes run the mixed MIG strategy: each GPU is carved or offered whole, as booked.
-DEMO_NODES: list[tuple[str, str, str, int | None]] = [
-    ("a100-node-1", A100, NodeSharing.MIG, None),
-    ("a100-node-2", A100, NodeSharing.MIG, None),
-    ("h100-node-1", H100, NodeSharing.EXCLUSIVE, None),
-    ("h100-node-2", H100, NodeSharing.MPS, 5),
-    ("h100-node-3", H100, NodeSharing.TIMESLICE, 2),
+# name, GPU model, how the device plugin offers its GPUs (gpu-sharing-formats.md §1), replicas, and
+# the NVIDIA driver and CUDA driver API versions its node agent reports (flavors' minimums are
+# checked against them). The A100 nodes run the mixed MIG strategy: each GPU is carved or offered
+# whole, as booked.
+DEMO_NODES: list[tuple[str, str, str, int | None, str, str]] = [
+    ("a100-node-1", A100, NodeSharing.MIG, None, "535.183.01", "12.2"),
+    ("a100-node-2", A100, NodeSharing.MIG, None, "535.183.01", "12.2"),
+    ("h100-node-1", H100, NodeSharing.EXCLUSIVE, None, "550.90.07", "12.4"),
+    ("h100-node-2", H100, NodeSharing.MPS, 5, "550.90.07", "12.4"),
+    ("h100-node-3", H100, NodeSharing.TIMESLICE, 2, "525.147.05", "12.0"),
     # A second MPS node: an MPS node serves one department at a time (one daemon per node).
-    ("h100-node-4", H100, NodeSharing.MPS, 5),
+    ("h100-node-4", H100, NodeSharing.MPS, 5, "550.90.07", "12.4"),
 ]
 
 PRIORITY_CLASSES: list[dict[str, Any]] = [
@@ -145,7 +147,7 @@ def demo_seed() -> None:
         )
 
     cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster"})
-    for name, model, sharing, replicas in DEMO_NODES:
+    for name, model, sharing, replicas, driver, cuda in DEMO_NODES:
         if cluster.nodes.filter(name=name).exists():
             continue
         node_upsert(
@@ -157,4 +159,6 @@ def demo_seed() -> None:
             gpus=[GpuSpec(index=i, model=model, memory_mib=81920, mig_capable=model == A100) for i in range(8)],
             labels={"nvidia.com/gpu.product": model, "nvidia.com/gpu.count": "8"},
         )
-        Node.objects.filter(cluster=cluster, name=name).update(sharing=sharing, sharing_replicas=replicas)
+        Node.objects.filter(cluster=cluster, name=name).update(
+            sharing=sharing, sharing_replicas=replicas, driver_version=driver, cuda_version=cuda
+        )

@@ -45,7 +45,8 @@ def servable_flavor_ids(*, flavors: Iterable[Flavor]) -> set[int]:
     """The flavors that some active cluster can serve: a schedulable node configured to offer the
     flavor's unit (``allocations.booking.view.node_offers``; a pinned MIG layout offers its
     profiles) with a GPU of its model (for a MIG flavor, a MIG-capable GPU whose geometry has the
-    profile). Two queries, whatever the number of flavors, clusters and nodes."""
+    profile), reporting the flavor's driver and CUDA minimums or newer. Two queries, whatever the
+    number of flavors, clusters and nodes."""
     nodes = list(
         Node.objects.filter(cluster__is_active=True, is_schedulable=True)
         .select_related("cluster").defer("labels")
@@ -70,8 +71,8 @@ def servable_flavor_ids(*, flavors: Iterable[Flavor]) -> set[int]:
                     for memory, capable in models
                 )
                 pinned = node.sharing == NodeSharing.MIG and bool(node.mig_layout)
-                offered = _pinned_offers(node, shape.mig_profile) if pinned else node_offers(
-                    node=node, shape=shape, cluster=node.cluster)
+                offered = (_pinned_offers(node, shape.mig_profile) and shape.minimums.met_by_node(node)) if pinned \
+                    else node_offers(node=node, shape=shape, cluster=node.cluster)
                 if carvable and offered:
                     servable.add(flavor.pk)
                     break

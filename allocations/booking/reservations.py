@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import Sum
 from django.utils import timezone
 
+from allocations.booking.minimums import minimums_refusal
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.sharing import (
     exclusion_for,
@@ -122,8 +123,10 @@ def placement_workload(*, include: Flavor | None = None) -> Workload:
     return Workload(classes)
 
 
-def _no_offer_reason(view: PlacementView) -> str:
+def _no_offer_reason(view: PlacementView, nodes: list[NodeRow]) -> str:
     shape, cluster = view.shape, view.cluster
+    if below := minimums_refusal(view=view, nodes=nodes):
+        return below
     if shape.needs_hami and not cluster.use_hami:
         return f"cluster {cluster.name} does not run HAMi, so it offers no vGPU shares"
     if view.left_out:
@@ -178,7 +181,7 @@ def placement_attempt(
             attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
             attempt.kind = "mig-slice"
         else:
-            attempt.reason, attempt.kind = _no_offer_reason(view), "not-offered"
+            attempt.reason, attempt.kind = _no_offer_reason(view, nodes), "not-offered"
         return attempt
 
     def carved_first() -> PlacementView | None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from allocations.booking.tenancy import Exclusion
 from allocations.models import Flavor, Reservation, SharingMode
@@ -33,6 +33,7 @@ from allocations.placement import MigSlice, Request
 from allocations.placement import Node as EngineNode
 from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
 from allocations.selectors import live_reservations_on
+from allocations.versions import Minimums
 from clusters.models import Cluster, Gpu, Node, NodeSharing
 
 GPU_MILLI = 1000
@@ -54,6 +55,12 @@ class UnitShape:
     replicas: int | None = None
     needs_hami: bool = False
     needs_volcano: bool = False  # a Volcano vGPU share: exclusive nodes of a cluster running Volcano
+    min_driver_version: str = ""  # the flavor's minimums: a node must report these or newer
+    min_cuda_version: str = ""
+
+    @property
+    def minimums(self) -> Minimums:
+        return Minimums(self.min_driver_version, self.min_cuda_version)
 
     def request(self, *, name: str = "") -> Request:
         return Request(
@@ -79,6 +86,11 @@ class UnitShape:
 
 
 def unit_shape(flavor: Flavor) -> UnitShape:
+    shape = _mode_shape(flavor)
+    return replace(shape, min_driver_version=flavor.min_driver_version, min_cuda_version=flavor.min_cuda_version)
+
+
+def _mode_shape(flavor: Flavor) -> UnitShape:
     mode = flavor.sharing_mode
     model, cpu, memory = flavor.gpu_model, flavor.cpu_millicores_per_unit, flavor.memory_mib_per_unit
     if mode == SharingMode.MIG:
@@ -96,7 +108,7 @@ def unit_shape(flavor: Flavor) -> UnitShape:
 
 def node_offers(*, node: Node, shape: UnitShape, cluster: Cluster) -> bool:
     """Whether the node's device-plugin configuration can hand out units of this shape."""
-    if not node.is_schedulable:
+    if not node.is_schedulable or not shape.minimums.met_by_node(node):
         return False
     if shape.needs_hami:
         return cluster.use_hami and node.sharing == NodeSharing.EXCLUSIVE
@@ -228,6 +240,7 @@ def placement_view(
     pinned = [
         row for row in rows
         if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG and row.node.mig_layout
+        and shape.minimums.met_by_node(row.node)
     ]
     left_out = {row.node.name: excluded.nodes[row.node.pk] for row in offering + pinned if row.node.pk in excluded.nodes}
     offering = [row for row in offering if row.node.pk not in excluded.nodes]

@@ -1,4 +1,4 @@
-"""Template helpers: the role-based navigation and number formatting."""
+"""Template helpers: the role-based navigation, number formatting and the sharing modes' guidance."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from typing import Any
 from django import template
 from django.http import HttpRequest
 
-from allocations.models import Allocation
+from allocations.models import Allocation, Flavor
+from allocations.sharing_guide import ModeGuide, guide_for
+from allocations.versions import Minimums
 from frontend.navigation import nav_items
 from frontend.selectors import requestable_projects
 from frontend.timeline import SyncStatus, sync_status
@@ -63,3 +65,15 @@ def gpu_eq(allocation: Allocation) -> Decimal:
 @register.filter
 def lookup(mapping: dict[Any, Any], key: Any) -> Any:
     return mapping.get(key, key) if key is not None else None
+
+
+@register.filter
+def sharing_guide(mode: str) -> ModeGuide | None:
+    """What a sharing mode is for and its caveats (``allocations.sharing_guide``)."""
+    return guide_for(mode)
+
+
+@register.filter
+def minimums(flavor: Flavor) -> str:
+    """``driver ≥ 535.104.05 and CUDA ≥ 12.2``: what a node must report to be offered the flavor."""
+    return Minimums(flavor.min_driver_version, flavor.min_cuda_version).describe()

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from allocations.booking.defrag import defrag_apply, defrag_plan
 from allocations.selectors import flavor_list, priority_class_list
+from allocations.sharing_guide import guides
 from clusters.selectors import (
     cluster_drift_list,
     cluster_get,
@@ -88,5 +89,6 @@ def catalogue(request: HttpRequest) -> HttpResponse:
         "flavors": flavor_list(user=user),
         "bars": quota_bars(user=user),
         "priority_classes": priority_class_list(user=user),
+        "guides": guides(),
     }
     return render(request, "frontend/catalogue.html", context)

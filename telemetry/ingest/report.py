@@ -6,7 +6,8 @@
 3. ``write``: apply the change set with batched statements, in the lock order below. A steady
    report (readings only) costs five round trips: the lock, the GPUs, one batch of writes (the
    GPUs' readings, the samples, the report state's changed columns, the token's last use when
-   due), and the transaction's BEGIN and COMMIT.
+   due), and the transaction's BEGIN and COMMIT. The inventory node's driver and CUDA versions
+   (what flavors' minimums are checked against) join that batch only when they change.
 
 A report that changes the inventory, GPU presence or a MIG flag, or brings a stale node back,
 writes its audit events in the same transaction. A report that changes nothing but readings
@@ -82,6 +83,7 @@ def node_report_ingest(
                 replanned, report, token_id=token.pk, received_at=received_at, stale_after=stale_after
             ).node
             changes = dataclasses.replace(changes, node=node_changes)
+    write.node_versions_apply(node=node, state=changes.node.state, statements=statements)
     write.node_apply(node=node, state=state, changes=changes.node, statements=statements)
     statements.flush()
     return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.node.state.stale_at)

@@ -19,7 +19,7 @@ from audit.services import audit_record
 from clusters import inventory
 from clusters.models import Node
 from telemetry.ingest.changes import inventory_relinks
-from telemetry.ingest.changeset import InventoryObservation, NodeChanges, RowChanges
+from telemetry.ingest.changeset import InventoryObservation, NodeChanges, ReportStateUpdate, RowChanges
 from telemetry.ingest.sql import Statements
 from telemetry.ingest.stored import (
     GPU_FIELD_NAMES,
@@ -113,6 +113,18 @@ def node_apply(*, node: Node, state: NodeReportState, changes: NodeChanges, stat
     new: dict[str, Any] = {name: getattr(changes.state, name) for name in STATE_FIELDS}
     changed = [name for name, value in new.items() if getattr(state, name) != value]
     statements.update(NodeReportState, changed, [(node.pk, [new[name] for name in changed])])
+
+
+def node_versions_apply(*, node: Node, state: ReportStateUpdate, statements: Statements) -> None:
+    """Keep the inventory node's driver and CUDA versions (what flavors' minimums are checked
+    against) as the report says, writing only a change. A report that could not read a version
+    (empty) leaves the one known before: a failed NVML call is no sign of another driver."""
+    new = {"driver_version": state.driver_version, "cuda_version": state.cuda_driver_version}
+    changed = [name for name, value in new.items() if value and getattr(node, name) != value]
+    if changed:
+        statements.update(Node, changed, [(node.pk, [new[name] for name in changed])])
+        for name in changed:
+            setattr(node, name, new[name])
 
 
 def _inventory_observe(node: Node, observation: InventoryObservation, pks: Mapping[str, int]) -> None:

@@ -190,6 +190,7 @@ ROWS = [
     Row("api-flavor", "get", ANY_ROLE, kwargs=lambda s: {"flavor_id": s.world.a100.pk}),
     Row("api-flavor", "patch", PLATFORM_CHANGES, kwargs=lambda s: {"flavor_id": s.world.a100.pk},
         body=lambda s, p: {"display_name": "A100 80GB"}),
+    Row("api-sharing-modes", "get", SIGNED_IN),
     Row("api-priority-classes", "get", SIGNED_IN),
     Row("api-priority-classes", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "gpu-urgent", "value": 5000}),
     Row("api-priority-class", "get", ANY_ROLE, kwargs=lambda s: {"priority_class_id": s.world.standard.pk}),
