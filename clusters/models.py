@@ -25,6 +25,13 @@ class Cluster(models.Model):
         default=False, help_text="HAMi schedules nvidia.com/gpu: quotas also carry limits.nvidia.com/gpumem and gpucores."
     )
     use_volcano = models.BooleanField(default=False, help_text="Render a Volcano Queue per department.")
+    pin_bookings = models.BooleanField(
+        default=True,
+        help_text=(
+            "Pods of a project run only on the nodes (and, under HAMi, the GPUs) its allocations booked: node labels "
+            "and admission policies (needs Kubernetes 1.36 or later: MutatingAdmissionPolicy v1)."
+        ),
+    )
     # The memory kept free on every shared GPU (MPS, time-slicing, HAMi and Volcano vGPU): a share of
     # the GPU's memory plus an amount per unit sharing it (docs/sharing.md). A flavor may override both.
     sharing_reserve_percent = models.PositiveSmallIntegerField(

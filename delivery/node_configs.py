@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
+from delivery.pinning import node_pool_labels
 from delivery.rendering import cluster_labels
 
 DEVICE_PLUGIN_CONFIGMAP = "gpuportal-device-plugin-configs"
@@ -66,6 +67,8 @@ class NodePlan:
     compute_capability: tuple[int, int] | None = None
     mig_groups: tuple[MigGroup, ...] = field(default_factory=tuple)
     whole_gpus: tuple[int, ...] = ()  # MIG node, mixed strategy: GPUs offered whole, MIG off
+    pools: tuple[str, ...] = ()  # namespaces of the projects with live bookings here (delivery.pinning)
+    mps_tenant: str = ""  # the department an MPS node with bookings serves
 
 
 # ------------------------------------------------------------------------------- device plugin
@@ -232,11 +235,13 @@ def render_mig_parted_configmap(plans: Iterable[NodePlan], *, namespace: str) ->
 
 
 def render_node_labels(plan: NodePlan) -> dict[str, Any]:
-    """A partial Node: only the two labels the portal owns (applied, never created or deleted)."""
+    """A partial Node: only the labels the portal owns (applied, never created or deleted): the
+    device-plugin and MIG configurations, and the tenant pools booked on it (``delivery.pinning``)."""
     labels = {DEVICE_PLUGIN_LABEL: device_plugin_key(plan)}
     mig = mig_label_value(plan)
     if mig is not None:
         labels[MIG_CONFIG_LABEL] = mig
+    labels.update(node_pool_labels(namespaces=plan.pools, mps_tenant=plan.mps_tenant))
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": plan.name, "labels": labels}}
 
 

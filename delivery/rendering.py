@@ -29,6 +29,9 @@ NETWORK_POLICY_NAME = "gpuportal-tenant-isolation"
 EDIT_BINDING = "gpuportal-members-edit"
 VIEW_BINDING = "gpuportal-admins-view"
 QUEUE_PREFIX = "gpuportal-"
+PINNED_LABEL = "gpuportal.io/pinned"
+BOOKED_NODES_ANNOTATION = "gpuportal.io/booked-nodes"
+BOOKED_GPUS_ANNOTATION = "gpuportal.io/booked-gpus"
 HAMI_MEMORY_KEY = "limits.nvidia.com/gpumem"
 HAMI_CORES_KEY = "limits.nvidia.com/gpucores"
 
@@ -70,6 +73,10 @@ class ProjectState:
     viewers: tuple[str, ...] = ()
     # GPU resources to hold at zero while a retained namespace has no grant (retain-namespace policy).
     idle_resources: tuple[str, ...] = ()
+    # Where the project's live bookings are (sorted): node names and, under HAMi, GPU UUIDs.
+    booked_nodes: tuple[str, ...] = ()
+    booked_gpus: tuple[str, ...] = ()
+    pinned: bool = False  # the cluster pins bookings (Cluster.pin_bookings, delivery.pinning)
 
     @property
     def is_empty(self) -> bool:
@@ -98,11 +105,27 @@ def _meta(state: ProjectState, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": state.namespace, "labels": object_labels(state)}
 
 
+def namespace_annotations(state: ProjectState) -> dict[str, str]:
+    """Where the project's pods may run: its booked nodes (none: nowhere, for now) and, on HAMi
+    clusters, its booked GPUs' UUIDs; the admission policies of ``delivery.pinning`` read them
+    (nothing when the cluster does not pin bookings)."""
+    if not state.pinned:
+        return {}
+    annotations = {BOOKED_NODES_ANNOTATION: ",".join(state.booked_nodes)}
+    if state.booked_gpus:
+        annotations[BOOKED_GPUS_ANNOTATION] = ",".join(state.booked_gpus)
+    return annotations
+
+
 def render_namespace(state: ProjectState) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Namespace",
-        "metadata": {"name": state.namespace, "labels": object_labels(state)},
+        "metadata": {
+            "name": state.namespace,
+            "labels": {**object_labels(state), **({PINNED_LABEL: "true"} if state.pinned else {})},
+            "annotations": namespace_annotations(state),
+        },
     }
 
 

@@ -14,7 +14,7 @@ from allocations.quotas.windows import effective
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
-from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
+from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources
@@ -74,6 +74,49 @@ def cluster_project_ids(*, cluster: Cluster, among: Iterable[int] | None = None)
     return sorted(set(rows.values_list("project_id", flat=True)))
 
 
+def project_bookings(*, cluster: Cluster, project_ids: Iterable[int]) -> dict[int, tuple[tuple[str, ...], tuple[str, ...]]]:
+    """Project id → (the nodes its live bookings are on, and on a HAMi cluster the UUIDs of the
+    GPUs booked whole or shared on exclusive nodes), sorted; two queries. The GPUs are left out
+    (no GPU pinning, only nodes) when one of them has no UUID in the inventory."""
+    rows = list(
+        live_reservations_on(cluster=cluster)
+        .filter(allocation__project_id__in=list(project_ids), allocation__state__in=ON_CLUSTER_STATES)
+        .values_list("allocation__project_id", "node_id", "node__name", "node__sharing", "gpu_indices", "mig_profile")
+    )
+    nodes: dict[int, set[str]] = defaultdict(set)
+    wanted: dict[int, set[tuple[int, int]]] = defaultdict(set)
+    for project_id, node_id, name, sharing, indices, profile in rows:
+        nodes[project_id].add(name)
+        if cluster.use_hami and sharing == NodeSharing.EXCLUSIVE and not profile:
+            wanted[project_id].update((node_id, int(index)) for index in indices)
+    uuids: dict[tuple[int, int], str] = {}
+    if wanted:
+        node_ids = {node_id for keys in wanted.values() for node_id, _ in keys}
+        uuids = {(node_id, index): uuid for node_id, index, uuid in
+                 Gpu.objects.filter(node_id__in=node_ids).values_list("node_id", "index", "uuid")}
+    out = {}
+    for project_id, names in nodes.items():
+        found = [uuids.get(key, "") for key in wanted.get(project_id, ())]
+        gpus = tuple(sorted(set(found))) if found and all(found) else ()
+        out[project_id] = (tuple(sorted(names)), gpus)
+    return out
+
+
+def node_pools(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> dict[int, tuple[tuple[str, ...], str]]:
+    """Node id → (the namespaces of the projects with live bookings on it, and the department its
+    MPS daemon serves: an MPS node holding bookings serves one department), one query."""
+    rows = live_reservations_on(cluster=cluster, node_ids=node_ids).filter(allocation__state__in=ON_CLUSTER_STATES)
+    pools: dict[int, set[str]] = defaultdict(set)
+    tenants: dict[int, str] = {}
+    for node_id, sharing, project, department in rows.order_by("pk").values_list(
+        "node_id", "node__sharing", "allocation__project__slug", "allocation__project__department__slug"
+    ):
+        pools[node_id].add(project)
+        if sharing == NodeSharing.MPS:
+            tenants.setdefault(node_id, department)
+    return {node_id: (tuple(sorted(names)), tenants.get(node_id, "")) for node_id, names in pools.items()}
+
+
 def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -> list[ProjectState]:
     """Desired state of several projects at once, in a fixed number of queries."""
     ids = sorted(set(project_ids))
@@ -99,6 +142,7 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
     ):
         watchers[department_id].add(prefix + username)
     idle = tuple(sorted(set(Flavor.objects.values_list("resource_name", flat=True))))
+    bookings = project_bookings(cluster=cluster, project_ids=ids)
     states = []
     for project in projects:
         chain = department_ancestor_ids(department_id=project.department_id, parents=parents)
@@ -113,6 +157,9 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
                 editors=tuple(sorted(editors[project.pk])),
                 viewers=tuple(sorted(viewers)),
                 idle_resources=idle,
+                booked_nodes=bookings.get(project.pk, ((), ()))[0],
+                booked_gpus=bookings.get(project.pk, ((), ()))[1],
+                pinned=cluster.pin_bookings,
             )
         )
     return states
@@ -213,6 +260,7 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
     the one pinned in ``Node.mig_layout`` or else the one its reservations book (the placement
     engine's choice)."""
     booked = booked_gpu_layouts(cluster=cluster, node_ids=node_ids)
+    pools = node_pools(cluster=cluster, node_ids=node_ids)
     nodes = Node.objects.filter(cluster=cluster)
     if node_ids is not None:
         nodes = nodes.filter(pk__in=list(node_ids))
@@ -240,6 +288,8 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
                 compute_capability=_compute_capability(node.labels or {}),
                 mig_groups=_mig_groups(node.mig_layout or [], len(gpus)) if node.mig_layout else booked_groups,
                 whole_gpus=whole,
+                pools=pools.get(node.pk, ((), ""))[0] if cluster.pin_bookings else (),
+                mps_tenant=pools.get(node.pk, ((), ""))[1],
             )
         )
     return plans

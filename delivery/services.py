@@ -29,6 +29,7 @@ from delivery.alert_settings import alert_thresholds
 from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
 from delivery.eviction_records import pods_evicted_details, pods_evicted_record
 from delivery.node_configs import RenderError, mig_plan, render_node_objects
+from delivery.pinning import render_pool_policies
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
 from delivery.volcano import VOLCANO_NAMESPACE, is_scheduler_config, render_volcano_objects
 from kernel.transactions import retry_on_deadlock
@@ -56,9 +57,12 @@ def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scop
 
 
 def cluster_scope(*, cluster: Cluster) -> Scope:
-    """PriorityClasses, Volcano Queues (where used), the alert rules (where the cluster runs the Prometheus
-    Operator: ``prometheus_rule_namespace``) and the per-node GPU configurations."""
+    """PriorityClasses, the tenant pools' admission policies (``delivery.pinning``), Volcano Queues (where
+    used), the alert rules (where the cluster runs the Prometheus Operator: ``prometheus_rule_namespace``)
+    and the per-node GPU configurations (with the tenant pool labels)."""
     objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
+    if cluster.pin_bookings:
+        objects += render_pool_policies(hami=cluster.use_hami)
     if cluster.use_volcano:
         objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
         objects += render_volcano_objects(selectors.volcano_vgpu_policies())

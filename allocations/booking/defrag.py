@@ -309,4 +309,7 @@ def defrag_apply(
             },
         )
     push_enqueue(cluster_id=cluster.pk, project_id=None)
+    # The moved projects' namespaces say where their pods may run (delivery.pinning): push them too.
+    for project_id in sorted({allocation.project_id for allocation in allocations.values()}):
+        push_enqueue(cluster_id=cluster.pk, project_id=project_id)
     return plan

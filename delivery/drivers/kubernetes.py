@@ -42,10 +42,12 @@ from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS
 log = logging.getLogger(__name__)
 
 MANAGED_SELECTOR = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
-CLUSTER_KINDS: tuple[str, ...] = ("PriorityClass", "ConfigMap", "Queue", "PrometheusRule")
-# The queue admission policy of Volcano clusters (delivery.volcano.render_queue_admission_policy).
-CLUSTER_KINDS += ("MutatingAdmissionPolicyBinding",)
-CLUSTER_KINDS += ("MutatingAdmissionPolicy",)
+# The admission policies: the tenant pools' (delivery.pinning) and Volcano's queue policy
+# (delivery.volcano.render_queue_admission_policy).
+CLUSTER_KINDS: tuple[str, ...] = (
+    "PriorityClass", "ConfigMap", "Queue", "PrometheusRule", "MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding",
+    "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+)
 # TLS failures that retrying cannot cure: a wrong CA, an unreadable or mismatched client key.
 _CONFIG_TLS_ERRORS = ("CERTIFICATE_VERIFY_FAILED", "PEM lib", "KEY_VALUES_MISMATCH", "NO_START_LINE", "BAD_BASE64")
 
@@ -64,6 +66,7 @@ class KindInfo:
         return f"{base}/{quote(name)}" if name else base
 
 
+_ADMISSION = "admissionregistration.k8s.io/v1"
 KINDS: dict[str, KindInfo] = {
     "Namespace": KindInfo("v1", "namespaces", False),
     "ResourceQuota": KindInfo("v1", "resourcequotas", True),
@@ -75,11 +78,11 @@ KINDS: dict[str, KindInfo] = {
     "Queue": KindInfo("scheduling.volcano.sh/v1beta1", "queues", False),
     "PrometheusRule": KindInfo("monitoring.coreos.com/v1", "prometheusrules", True),
     "Node": KindInfo("v1", "nodes", False),
+    "MutatingAdmissionPolicy": KindInfo(_ADMISSION, "mutatingadmissionpolicies", False),
+    "MutatingAdmissionPolicyBinding": KindInfo(_ADMISSION, "mutatingadmissionpolicybindings", False),
+    "ValidatingAdmissionPolicy": KindInfo(_ADMISSION, "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": KindInfo(_ADMISSION, "validatingadmissionpolicybindings", False),
 }
-KINDS["MutatingAdmissionPolicy"] = KindInfo("admissionregistration.k8s.io/v1", "mutatingadmissionpolicies", False)
-KINDS["MutatingAdmissionPolicyBinding"] = KindInfo(
-    "admissionregistration.k8s.io/v1", "mutatingadmissionpolicybindings", False
-)
 
 Key = tuple[str, str, str]  # kind, namespace, name
 

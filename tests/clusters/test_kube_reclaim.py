@@ -31,8 +31,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def pool(fake_gpu_nodes: Any) -> Iterator[dict[str, str]]:
-    """A fake node with 16 GPUs only this test's pods land on."""
+def pool(kube_world: World, fake_gpu_nodes: Any) -> Iterator[dict[str, str]]:
+    """A fake node with 16 GPUs only this test's pods land on. It stands for the whole world's
+    GPUs, so the cluster does not pin pods to the nodes their grants booked (that is
+    tests/clusters/test_kube_pinning.py's subject)."""
+    kube_world.cluster.pin_bookings = False
+    kube_world.cluster.save(update_fields=["pin_bookings"])
     label = {"gpuportal.test/pool": uuid.uuid4().hex[:12]}
     fake_gpu_nodes.add(GPUNodeSpec(f"reclaim-{label['gpuportal.test/pool']}", gpus=16, labels=label))
     yield label

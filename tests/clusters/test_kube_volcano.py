@@ -92,7 +92,7 @@ def test_pods_of_a_portal_namespace_are_bound_to_their_departments_queue(
     kube_world: World, core: Any, kube_cluster: Any
 ) -> None:
     world = volcano_world(kube_world, kube_cluster)
-    grant(world, quantity=2, flavor="mps")
+    grant(world, quantity=3, flavor="mps")  # room in the limits quota for the three pods below
     namespace = world.llm.slug
     vgpu = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "20480"}
 

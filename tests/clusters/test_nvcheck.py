@@ -76,7 +76,8 @@ def test_nvidias_parsers_accept_the_configs_of_the_demo_data(nvcheck: Path, tmp_
     result = run(nvcheck, scope.objects, tmp_path)
 
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "nvcheck: 5 config(s) accepted" in result.stdout  # exclusive, mig-mixed, mps-4, ts-2 + config.yaml
+    # exclusive, mig-mixed, mps-4, ts-2, mps-5 (the demo's second MPS node) + config.yaml
+    assert "nvcheck: 6 config(s) accepted" in result.stdout
 
 
 plans = st.builds(

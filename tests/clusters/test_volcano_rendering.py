@@ -36,6 +36,7 @@ def test_a_volcano_vgpu_grant_caps_count_memory_and_cores_with_requests_keys() -
     hard = quota_hard((grant,))
     assert hard == {
         "requests.volcano.sh/vgpu-number": "3", "requests.cpu": "12000m", "requests.memory": "49152Mi",
+        "limits.cpu": "12000m", "limits.memory": "49152Mi",
         "requests.volcano.sh/vgpu-memory": "61440", "requests.volcano.sh/vgpu-cores": "75",
     }
 

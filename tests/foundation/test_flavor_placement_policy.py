@@ -104,7 +104,9 @@ def test_volcano_vgpu_shares_need_a_cluster_that_runs_volcano_and_exclusive_node
     world.cluster.save(update_fields=["use_volcano"])
     booked = approve(world, allocation)
     rows = list(booked.reservations.select_related("node"))
-    assert {row.node.name for row in rows} == {"h100-0"} and [row.gpu_milli for row in rows] == [250, 250, 250]
+    # A quarter of the cores but 20 GiB: each unit is booked for its memory plus the memory reserve
+    # (15 % + 200 MiB a unit) of the 80 GiB GPU, 297 thousandths.
+    assert {row.node.name for row in rows} == {"h100-0"} and [row.gpu_milli for row in rows] == [297, 297, 297]
 
 
 def test_changing_a_volcano_vgpu_flavors_policy_re_pushes_the_volcano_clusters_objects(world: World) -> None:
