@@ -18,7 +18,7 @@ from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants import selectors, services
 from tenants.access import access_for, require_platform_admin
-from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Membership, Project
+from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Isolation, Membership, Project
 
 
 class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -28,7 +28,7 @@ class DepartmentOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     class Meta:
         model = Department
-        fields = ["id", "slug", "name", "parent", "parent_id", "created_at"]
+        fields = ["id", "slug", "name", "parent", "parent_id", "isolation", "created_at"]
 
 
 class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
@@ -55,10 +55,27 @@ class DepartmentListApi(APIView):
         return Response(DepartmentOut(department).data, status=status.HTTP_201_CREATED)
 
 
+class IsolationIn(serializers.Serializer):  # type: ignore[type-arg]
+    isolation = serializers.ChoiceField(
+        choices=Isolation.choices,
+        help_text="shared; dedicated-gpus: its units never share a GPU with outsiders; dedicated-nodes: nor a node.",
+    )
+
+
 class DepartmentDetailApi(APIView):
     @extend_schema(responses={200: DepartmentOut, **errors(401, 404)})
     def get(self, request: Request, department_id: int) -> Response:
         return Response(DepartmentOut(selectors.department_get(user=request.user, department_id=department_id)).data)
+
+    @extend_schema(request=IsolationIn, responses={200: DepartmentOut, **errors(400, 401, 403, 404)},
+                   description="Mark the department (its subtree) dedicated or shared (docs/sharing.md); platform admins.")
+    def patch(self, request: Request, department_id: int) -> Response:
+        department = selectors.department_get(user=request.user, department_id=department_id)
+        require_platform_admin(actor(request), to="change a department's isolation")
+        changed = services.department_isolation_set(
+            actor=actor(request), department_id=department.pk, **validated(IsolationIn, request)
+        )
+        return Response(DepartmentOut(changed).data)
 
 
 class ProjectOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -67,7 +84,7 @@ class ProjectOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     class Meta:
         model = Project
-        fields = ["id", "slug", "name", "department", "department_id", "members", "description", "created_at"]
+        fields = ["id", "slug", "name", "department", "department_id", "members", "description", "isolation", "created_at"]
 
 
 class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
@@ -108,6 +125,14 @@ class ProjectDetailApi(APIView):
     @extend_schema(responses={200: ProjectOut, **errors(401, 404)})
     def get(self, request: Request, project_id: int) -> Response:
         return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project_id)).data)
+
+    @extend_schema(request=IsolationIn, responses={200: ProjectOut, **errors(400, 401, 403, 404)},
+                   description="Mark the project dedicated or shared (docs/sharing.md); platform admins.")
+    def patch(self, request: Request, project_id: int) -> Response:
+        project = selectors.project_get(user=request.user, project_id=project_id)
+        require_platform_admin(actor(request), to="change a project's isolation")
+        services.project_isolation_set(actor=actor(request), project_id=project.pk, **validated(IsolationIn, request))
+        return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project.pk)).data)
 
 
 class MembershipOut(serializers.ModelSerializer):  # type: ignore[type-arg]

@@ -9,7 +9,7 @@ from audit import actions
 from audit.services import audit_record
 from kernel.errors import FieldError, NotAllowed
 from tenants.access import access_for, access_forget, require_platform_admin
-from tenants.models import RESERVED_NAMESPACES, Department, Membership, Project, Role
+from tenants.models import RESERVED_NAMESPACES, Department, Isolation, Membership, Project, Role
 
 
 @transaction.atomic
@@ -104,4 +104,42 @@ def project_create(
             "members": sorted(user.get_username() for user in member_list),
         },
     )
+    return project
+
+
+def _isolation_check(isolation: str) -> None:
+    if isolation not in Isolation.values:
+        raise FieldError("isolation", f"Must be one of {', '.join(Isolation.values)}.")
+
+
+@transaction.atomic
+def department_isolation_set(*, actor: User, department_id: int, isolation: str) -> Department:
+    """Mark a department (its whole subtree) dedicated, or shared again. Platform admins only: a
+    dedicated pool takes GPUs or nodes away from everyone else. New bookings follow it at once;
+    units already booked stay where they are until they end or are moved (defragmentation)."""
+    require_platform_admin(actor, to="change a department's isolation")
+    _isolation_check(isolation)
+    department = Department.objects.select_for_update().get(pk=department_id)
+    if department.isolation != isolation:
+        before = department.isolation
+        department.isolation = isolation
+        department.save(update_fields=["isolation"])
+        audit_record(actor=actor, action=actions.DEPARTMENT_UPDATED, target=department, department_id=department.pk,
+                     before={"isolation": before}, after={"isolation": isolation})
+    return department
+
+
+@transaction.atomic
+def project_isolation_set(*, actor: User, project_id: int, isolation: str) -> Project:
+    """Mark a project dedicated (its units share no GPU, or node, with any other project's), or
+    shared again; platform admins only, as for departments."""
+    require_platform_admin(actor, to="change a project's isolation")
+    _isolation_check(isolation)
+    project = Project.objects.select_for_update().get(pk=project_id)
+    if project.isolation != isolation:
+        before = project.isolation
+        project.isolation = isolation
+        project.save(update_fields=["isolation"])
+        audit_record(actor=actor, action=actions.PROJECT_UPDATED, target=project, department_id=project.department_id,
+                     before={"isolation": before}, after={"isolation": isolation})
     return project

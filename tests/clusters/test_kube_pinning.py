@@ -97,8 +97,8 @@ def test_a_projects_pods_land_on_its_booked_node_and_a_pod_naming_another_is_ref
     # resource) to another node is refused too; to the booked one it is not.
     for name, bind in (("unscheduled", core.create_namespaced_pod_binding), ("unscheduled-2", None)):
         core.create_namespaced_pod(namespace, pod(name, scheduler="nobody"))
-        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name},
-                   "target": {"apiVersion": "v1", "kind": "Node", "name": other}}
+        target: dict[str, str] = {"apiVersion": "v1", "kind": "Node", "name": other}
+        binding: dict[str, Any] = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name}, "target": target}
 
         def create(body: dict[str, Any], bind: Any = bind, name: str = name) -> None:
             if bind is None:
@@ -109,7 +109,7 @@ def test_a_projects_pods_land_on_its_booked_node_and_a_pod_naming_another_is_ref
         with pytest.raises(client.ApiException) as refused:
             create(binding)
         assert refused.value.status == 403 and f"not on {other}" in refused.value.body
-        binding["target"]["name"] = booked
+        target["name"] = booked
         create(binding)
         assert core.read_namespaced_pod(name, namespace).spec.node_name == booked
 

@@ -18,6 +18,7 @@ from allocations import services
 from allocations.booking.sharing import flavor_reserve, mps_hard_cap_mib
 from allocations.models import Allocation, Flavor, Quota, Reservation, SharingMode
 from allocations.placement.reserve import GPU_MILLI, Reserve
+from audit.models import AuditEvent
 from clusters.models import Gpu, Node, NodeSharing
 from kernel.errors import ApplicationError, CapacityExceeded
 from tenants.models import Isolation, Project
@@ -292,3 +293,25 @@ def test_a_flavors_own_reserve_overrides_the_clusters(world: World) -> None:
     assert flavor_reserve(flavor=flavor, cluster=world.cluster) == Reserve(percent=0, per_unit_mib=0)
     response = client.patch(f"/api/v1/flavors/{flavor.pk}/", {"reserve_per_unit_mib": 1}, format="json")
     assert response.status_code == 400 and "memory_mib" in response.json()["error"]["fields"]
+
+
+# ----------------------------------------------------------------------------- isolation through the API
+
+
+def test_a_platform_admin_marks_a_department_dedicated_through_the_api_and_new_bookings_follow(shared: World) -> None:
+    vgpu = Flavor.objects.get(name="h100-vgpu")
+    nlp = grant(shared, flavor=vgpu, department="nlp")
+    client = shared.client("platform")
+    response = client.patch(f"/api/v1/departments/{shared.vision.pk}/", {"isolation": "dedicated-nodes"}, format="json")
+    assert response.status_code == 200 and response.json()["isolation"] == "dedicated-nodes"
+    event = AuditEvent.objects.filter(action="department.updated").get()
+    assert (event.before, event.after) == ({"isolation": "shared"}, {"isolation": "dedicated-nodes"})
+    vision = grant(shared, flavor=vgpu, department="vision")
+    assert not {row.node_id for row in vision.reservations.all()} & {row.node_id for row in nlp.reservations.all()}
+    bad = client.patch(f"/api/v1/projects/{shared.seg.pk}/", {"isolation": "private"}, format="json")
+    assert bad.status_code == 400 and list(bad.json()["error"]["fields"]) == ["isolation"]
+    assert shared.client("vision_admin").patch(
+        f"/api/v1/departments/{shared.vision.pk}/", {"isolation": "shared"}, format="json"
+    ).status_code == 403
+    shared.vision.refresh_from_db()
+    assert shared.vision.isolation == Isolation.DEDICATED_NODES
