@@ -4,9 +4,12 @@ test_kube_pinning.py)."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 
-from allocations.models import Flavor, SharingMode
+from allocations.models import Flavor, Quota, SharingMode
 from clusters.models import Gpu, Node, NodeSharing
 from delivery import selectors
 from delivery.node_configs import NodePlan, render_node_labels
@@ -23,9 +26,10 @@ from tests.conftest import H100, World
 from tests.foundation.test_sharing_rules import grant
 
 
-def state(**changes: object) -> ProjectState:
-    base = ProjectState(cluster="c", namespace="nlp-llm", department="nlp", project="nlp-llm", grants=())
-    return ProjectState(**{**base.__dict__, **changes})  # type: ignore[arg-type]
+def state(**changes: Any) -> ProjectState:
+    return dataclasses.replace(
+        ProjectState(cluster="c", namespace="nlp-llm", department="nlp", project="nlp-llm", grants=()), **changes
+    )
 
 
 def test_a_pinned_namespace_lists_its_booked_nodes_and_gpus_and_an_unpinned_one_says_nothing() -> None:
@@ -87,8 +91,6 @@ def test_hami_gpus_are_pinned_only_when_every_booked_gpu_has_a_uuid(world: World
         name="h100-vgpu", display_name="vGPU", gpu_model=H100, sharing_mode=SharingMode.VGPU, resource_name="nvidia.com/gpu",
         memory_mib=10240, compute_percent=30, gpu_equivalents="0.3", cpu_millicores_per_unit=2000, memory_mib_per_unit=16384,
     )
-    from allocations.models import Quota
-
     Quota.objects.create(department=world.nlp, flavor=vgpu, guaranteed=0, limit=8)
     allocation = grant(world, flavor=vgpu, department="nlp", quantity=4)
     booked = sorted({(row.node_id, index) for row in allocation.reservations.all() for index in row.gpu_indices})
