@@ -24,8 +24,9 @@ from decimal import Decimal
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
-from clusters.models import Cluster, Node
+from clusters.models import Cluster, Node, NodeSharing
 from telemetry.gpu_busy import GpuBusy
+from tenants.models import Isolation
 
 # Colour-blind-friendly hues dark enough for white text and a 3:1 contrast against the light GPU box.
 PALETTE = ("#0b5cad", "#b35900", "#1a7f37", "#8250df", "#bf3989", "#0a6f78", "#9a6700", "#57606a")
@@ -153,6 +154,7 @@ class NodeMap:
     name: str
     schedulable: bool
     gpus: list[GpuCell]
+    pools: tuple[str, ...] = ()  # who the node is kept for: its MPS tenant, dedicated departments or projects
 
     @property
     def svg_width(self) -> int:
@@ -193,6 +195,22 @@ def _draw(cell: GpuCell, row: Reservation, *, colour: str) -> None:
     cell.stack(segment)
 
 
+def _pools(node: Node, rows: list[Reservation]) -> tuple[str, ...]:
+    """Captions for the pools a node's bookings keep it in (docs/sharing.md): the department its
+    MPS daemon serves, and the dedicated departments and projects holding units there."""
+    out: list[str] = []
+    if node.sharing == NodeSharing.MPS and rows:
+        out.append(f"MPS serves {rows[0].allocation.project.department.slug}")
+    for row in rows:
+        project = row.allocation.project
+        for what, isolation in ((project.department.slug, project.department.isolation), (project.slug, project.isolation)):
+            if isolation != Isolation.SHARED:
+                caption = f"{what}: dedicated {'nodes' if isolation == Isolation.DEDICATED_NODES else 'GPUs'}"
+                if caption not in out:
+                    out.append(caption)
+    return tuple(out)
+
+
 def gpu_map(*, cluster: Cluster) -> GpuMap:
     nodes = list(Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"))
     cells: dict[tuple[int, int], GpuCell] = {}
@@ -221,7 +239,9 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
         department.pk: PALETTE[i % len(PALETTE)]
         for i, department in enumerate(sorted(departments, key=lambda department: department.pk))
     }
+    on_node: dict[int, list[Reservation]] = {}
     for reservation in reservations:
+        on_node.setdefault(reservation.node_id, []).append(reservation)
         colour = colours[reservation.allocation.project.department_id]
         for index in reservation.gpu_indices:
             cell = cells.get((reservation.node_id, int(index)))
@@ -232,7 +252,11 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
     unplaced = unplaced_labels(holding)
     legend = sorted((department.slug, colours[department.pk]) for department in departments)
     return GpuMap(
-        nodes=[NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=rows[node.pk]) for node in nodes],
+        nodes=[
+            NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=rows[node.pk],
+                    pools=_pools(node, on_node.get(node.pk, [])))
+            for node in nodes
+        ],
         legend=legend,
         unplaced=unplaced,
     )

@@ -315,3 +315,18 @@ def test_a_platform_admin_marks_a_department_dedicated_through_the_api_and_new_b
     ).status_code == 403
     shared.vision.refresh_from_db()
     assert shared.vision.isolation == Isolation.DEDICATED_NODES
+
+
+def test_the_gpu_map_shows_the_mps_tenant_and_the_dedicated_pools(shared: World) -> None:
+    from frontend.gpu_map import gpu_map
+
+    shared.vision.isolation = Isolation.DEDICATED_GPUS
+    shared.vision.save()
+    grant(shared, flavor=shared.mps, department="nlp")
+    vision = grant(shared, flavor=Flavor.objects.get(name="h100-vgpu"), department="vision")
+    pools = {node.name: node.pools for node in gpu_map(cluster=shared.cluster).nodes}
+    mps_node = Reservation.objects.filter(allocation__project=shared.llm).values_list("node__name", flat=True).first()
+    assert pools[str(mps_node)] == ("MPS serves nlp",)
+    (vision_node,) = {row.node.name for row in vision.reservations.select_related("node")}
+    assert pools[vision_node] == ("vision: dedicated GPUs",)
+    assert all(not captions for name, captions in pools.items() if name not in {mps_node, vision_node})
