@@ -172,3 +172,47 @@ def test_a_cluster_that_does_not_pin_bookings_gets_no_policies_and_no_pool_label
     with kube_cluster.api_client() as api:
         policies = client.AdmissionregistrationV1Api(api).list_validating_admission_policy().items
     assert POLICY_NAME not in {policy.metadata.name for policy in policies}
+
+
+def test_the_mps_reserve_holds_on_the_cluster_the_spare_replica_stays_unused_and_other_departments_keep_off(
+    kube_world: World, core: Any, fake_gpu_nodes: Any
+) -> None:
+    """One 80 GiB GPU shared by MPS with 4 replicas: the daemon pins each client to 20 GiB, so with
+    the memory reserve (15 % + 200 MiB a unit) only 3 units are booked. The device plugin still
+    advertises 4 replicas; the namespace's quota holds the project to its 3, so the fourth (whose
+    20 GiB would eat the reserve) is never used; the node is labelled for the department it serves,
+    and other projects' pods go only where their own bookings are (the test above)."""
+    name = f"pin-mps-{uuid.uuid4().hex[:8]}"
+    node = Node.objects.get(cluster=kube_world.cluster, name="h100-0")
+    node.name, node.sharing, node.sharing_replicas = name, NodeSharing.MPS, 4
+    node.save()
+    Gpu.objects.filter(node=node).exclude(index=0).delete()  # one GPU: its replicas are the whole node's
+    fake_gpu_nodes.add(GPUNodeSpec(name, gpus=1, sharing="mps", replicas=4, rename_shared=True))
+    Flavor.objects.filter(pk=kube_world.mps.pk).update(cpu_millicores_per_unit=2000, memory_mib_per_unit=16384)
+    kube_world.mps.refresh_from_db()
+    namespace = kube_world.llm.slug
+    allocation = grant(kube_world, kube_world.mps, 3)
+    assert sorted(row.gpu_milli for row in allocation.reservations.all()) == [297, 297, 297]
+    with pytest.raises(Exception, match="No room for 1 × h100-mps"):
+        grant(kube_world, kube_world.mps, 1)  # the fourth replica is not booked
+
+    assert core.read_node(name).status.allocatable["nvidia.com/gpu.shared"] == "4"
+    assert core.read_namespaced_resource_quota("gpuportal-gpu-quota", namespace).spec.hard[
+        "requests.nvidia.com/gpu.shared"] == "3"
+    assert core.read_node(name).metadata.labels[MPS_TENANT_LABEL] == "nlp"
+    wait_for(lambda: refused_elsewhere(core, namespace, "no-such-node"), timeout=30,
+             what="the tenant pool policies to take effect")
+
+    def replica(pod_name: str) -> dict[str, Any]:
+        body = pod(pod_name)
+        body["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu.shared"] = "1"
+        return body
+
+    for index in range(3):
+        core.create_namespaced_pod(namespace, replica(f"replica-{index}"))
+    for index in range(3):
+        assert wait_for_pod_bound(core.api_client, namespace, f"replica-{index}").spec.node_name == name
+    with pytest.raises(client.ApiException) as refused:
+        core.create_namespaced_pod(namespace, replica("replica-3"))
+    assert refused.value.status == 403 and "exceeded quota" in refused.value.body
+    assert "limited: requests.nvidia.com/gpu.shared=3" in refused.value.body
