@@ -149,6 +149,6 @@ def flavor_fit_check(*, flavor: Flavor) -> None:
         error.details = {
             "cluster": cluster.name, "gpu_memory_mib": gpu_memory, "reserve_percent": reserve.percent,
             "reserve_per_unit_mib": reserve.per_unit_mib, "reserve_mib": reserve.total_mib(gpu_memory, units),
-            "units_per_gpu": units, "max_memory_mib": max(0, most),
+            "units_counted": units, "max_memory_mib": max(0, most),
         }
         raise error

@@ -99,3 +99,22 @@ def test_hami_gpus_are_pinned_only_when_every_booked_gpu_has_a_uuid(world: World
         Gpu.objects.filter(node_id=node_id, index=index).update(uuid=f"GPU-{index}")
     nodes, gpus = selectors.project_bookings(cluster=world.cluster, project_ids=[world.llm.pk])[world.llm.pk]
     assert gpus == tuple(sorted({f"GPU-{index}" for _, index in booked})) and nodes == ("h100-0",)
+
+
+@pytest.mark.django_db
+def test_the_manifests_api_shows_a_projects_limits_and_pinning_and_the_cluster_wide_policies(world: World) -> None:
+    grant(world, flavor=world.h100, department="vision")
+    url = f"/api/v1/clusters/{world.cluster.pk}/manifests/"
+    project = world.client("vision_member").get(url, {"project": world.seg.pk})
+    assert project.status_code == 200, project.content
+    objects = {obj["kind"]: obj for obj in project.json()["objects"]}
+    assert objects["Namespace"]["metadata"]["annotations"] == {BOOKED_NODES_ANNOTATION: "h100-0"}
+    assert set(objects["LimitRange"]["spec"]["limits"][0]) >= {"default", "defaultRequest", "max"}
+    assert world.client("nlp_member").get(url, {"project": world.seg.pk}).status_code == 404
+    assert world.client("vision_member").get(url).status_code == 403
+    cluster_wide = world.client("auditor").get(url)
+    assert cluster_wide.status_code == 200
+    assert POLICY_NAME in {obj["metadata"]["name"] for obj in cluster_wide.json()["objects"]
+                           if obj["kind"] == "ValidatingAdmissionPolicy"}
+    bad = world.client("platform").get(url, {"project": "x"})
+    assert bad.status_code == 400 and "project" in bad.json()["error"]["fields"]

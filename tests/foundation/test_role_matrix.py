@@ -88,6 +88,7 @@ CANCEL_NLP_WINDOW = DECIDE  # its requester (nlp_admin) or a platform admin
 PLATFORM_CREATES_FOR_ROLES = codes(403,  403,     403,     403,     403,    403,     201,   404,  401)
 STATEMENT_READ = codes(    403,      200,     404,     404,     404,    200,     200,   404,  401)
 STATEMENT_CORRECT = codes( 403,      403,     404,     404,     404,    403,     201,   404,  401)
+PLATFORM_OR_AUDITOR = codes(403,     403,     403,     403,     403,    200,     200,   404,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 
 KUBECONFIG = """apiVersion: v1
@@ -281,6 +282,7 @@ ROWS = [
     Row("api-cluster-drift", "get", ANY_ROLE, kwargs=cluster),
     Row("api-cluster-pushes", "get", ANY_ROLE, kwargs=cluster),
     Row("api-nodes", "get", SIGNED_IN),
+    Row("api-cluster-manifests", "get", PLATFORM_OR_AUDITOR, kwargs=cluster),
     Row("api-node", "get", ANY_ROLE, kwargs=lambda s: {"node_id": s.node.pk}),
     Row("api-node", "patch", PLATFORM_ACTS, kwargs=lambda s: {"node_id": s.node.pk}, body=lambda s, p: {"is_schedulable": True}),
     # delivery

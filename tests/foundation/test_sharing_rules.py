@@ -270,7 +270,7 @@ def test_a_flavor_breaking_the_reserve_is_refused_naming_memory_mib_with_the_num
     assert "memory_mib" in body["fields"]
     assert body["details"] == {
         "cluster": "test-cluster", "gpu_memory_mib": 81920, "reserve_percent": 15, "reserve_per_unit_mib": 200,
-        "reserve_mib": 12488, "units_per_gpu": 1, "max_memory_mib": 20480,
+        "reserve_mib": 12488, "units_counted": 1, "max_memory_mib": 20480,
     }
     assert "pins each of 4 replicas to 20480 MiB" in body["fields"]["memory_mib"][0]
     response = client.post("/api/v1/flavors/", flavor_body(sharing_mode="timeslice", memory_mib=40960, replicas=2,
