@@ -112,6 +112,18 @@ def _isolation_check(isolation: str) -> None:
         raise FieldError("isolation", f"Must be one of {', '.join(Isolation.values)}.")
 
 
+def _isolation_change(*, actor: User, target: Department | Project, isolation: str, department_id: int) -> None:
+    """Set ``target``'s isolation (row-locked by the caller) and audit the change, if any."""
+    if target.isolation == isolation:
+        return
+    before = target.isolation
+    target.isolation = isolation
+    target.save(update_fields=["isolation"])
+    action = actions.DEPARTMENT_UPDATED if isinstance(target, Department) else actions.PROJECT_UPDATED
+    audit_record(actor=actor, action=action, target=target, department_id=department_id,
+                 before={"isolation": before}, after={"isolation": isolation})
+
+
 @transaction.atomic
 def department_isolation_set(*, actor: User, department_id: int, isolation: str) -> Department:
     """Mark a department (its whole subtree) dedicated, or shared again. Platform admins only: a
@@ -120,12 +132,7 @@ def department_isolation_set(*, actor: User, department_id: int, isolation: str)
     require_platform_admin(actor, to="change a department's isolation")
     _isolation_check(isolation)
     department = Department.objects.select_for_update().get(pk=department_id)
-    if department.isolation != isolation:
-        before = department.isolation
-        department.isolation = isolation
-        department.save(update_fields=["isolation"])
-        audit_record(actor=actor, action=actions.DEPARTMENT_UPDATED, target=department, department_id=department.pk,
-                     before={"isolation": before}, after={"isolation": isolation})
+    _isolation_change(actor=actor, target=department, isolation=isolation, department_id=department.pk)
     return department
 
 
@@ -136,10 +143,5 @@ def project_isolation_set(*, actor: User, project_id: int, isolation: str) -> Pr
     require_platform_admin(actor, to="change a project's isolation")
     _isolation_check(isolation)
     project = Project.objects.select_for_update().get(pk=project_id)
-    if project.isolation != isolation:
-        before = project.isolation
-        project.isolation = isolation
-        project.save(update_fields=["isolation"])
-        audit_record(actor=actor, action=actions.PROJECT_UPDATED, target=project, department_id=project.department_id,
-                     before={"isolation": before}, after={"isolation": isolation})
+    _isolation_change(actor=actor, target=project, isolation=isolation, department_id=project.department_id)
     return project
