@@ -58,7 +58,7 @@ class SharingModeListApi(APIView):
     pagination_class = Pagination  # the list shape of every list (seven entries: one page)
 
     @extend_schema(
-        responses={200: SharingModeOut(many=True), **errors(401)},
+        responses={200: SharingModeOut(many=True), **errors(401, 404)},
         description="Every sharing mode with what it is for, what it isolates and its caveats, including NVIDIA "
         "vGPU, which the portal lists but cannot configure (`managed: false`).",
     )
