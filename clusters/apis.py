@@ -31,7 +31,7 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     class Meta:
         model = Cluster
         fields = [
-            "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano",
+            "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano", "pin_bookings",
             "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
             "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at", "created_at",
         ]
@@ -84,6 +84,10 @@ class ClusterSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
     )
     use_volcano = serializers.BooleanField(
         required=False, help_text="Render a Volcano Queue per department. Refused (409) off while Volcano vGPU units are booked.",
+    )
+    pin_bookings = serializers.BooleanField(
+        required=False, help_text="Pods of a project run only on the nodes (and, under HAMi, GPUs) its allocations booked "
+        "(docs/sharing.md); needs Kubernetes 1.36 or later.",
     )
     sharing_reserve_percent = serializers.IntegerField(
         required=False, min_value=0, max_value=90, help_text="Percent of a shared GPU's memory that no unit may book.",

@@ -21,10 +21,10 @@ from tenants.access import require_platform_admin
 
 EDITABLE = (
     "display_name", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
-    "use_hami", "use_volcano", "sharing_reserve_percent", "sharing_reserve_per_unit_mib",
+    "use_hami", "use_volcano", "pin_bookings", "sharing_reserve_percent", "sharing_reserve_per_unit_mib",
 )
 # A change to these changes the cluster-wide objects (the PrometheusRule, Volcano's Queues): push them.
-PUSHED = frozenset({"prometheus_rule_namespace", "prometheus_rule_labels", "use_hami", "use_volcano"})
+PUSHED = frozenset({"prometheus_rule_namespace", "prometheus_rule_labels", "use_hami", "use_volcano", "pin_bookings"})
 
 
 @transaction.atomic

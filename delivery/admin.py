@@ -30,7 +30,10 @@ class ClusterForm(forms.ModelForm):  # type: ignore[type-arg]
 
     class Meta:
         model = Cluster
-        fields = ["name", "display_name", "driver", "is_active", "use_hami", "use_volcano", "gpu_operator_namespace"]
+        fields = [
+            "name", "display_name", "driver", "is_active", "use_hami", "use_volcano", "pin_bookings",
+            "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace",
+        ]
 
     def clean(self) -> dict[str, Any]:
         """The API's refusal: no switching HAMi or Volcano off under live vGPU bookings."""

@@ -6,7 +6,8 @@ inventory (live reservations, the projects on the cluster), so the change goes t
   left on a cluster that no longer schedules them.
 * ``use_hami`` decides the quotas of every project namespace (HAMi's ``limits.nvidia.com/gpumem``
   and ``gpucores``), so a change of it queues a push of each project on the cluster as well as of
-  the cluster-wide objects; ``use_volcano`` changes only the cluster-wide ones (the Queues).
+  the cluster-wide objects; so does ``pin_bookings`` (each Namespace says where its pods may run,
+  docs/sharing.md); ``use_volcano`` changes only the cluster-wide ones (the Queues).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tenants.access import require_platform_admin
 # The switch, and the sharing mode whose live units need it on.
 SWITCHES = (("use_hami", SharingMode.VGPU, "HAMi vGPU"), ("use_volcano", SharingMode.VOLCANO_VGPU, "Volcano vGPU"))
 # A change of these changes what every project namespace of the cluster renders.
-PROJECTS_PUSHED = frozenset({"use_hami"})
+PROJECTS_PUSHED = frozenset({"use_hami", "pin_bookings"})
 
 
 class SharingInUse(Conflict):

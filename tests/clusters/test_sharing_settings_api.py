@@ -76,6 +76,18 @@ def test_turning_hami_on_is_audited_and_pushes_the_cluster_and_every_project_on_
     assert pushed == [None, "nlp-llm"]
 
 
+def test_turning_the_pinning_off_is_audited_and_pushes_the_cluster_and_every_project_on_it(world: World) -> None:
+    granted(world, world.a100)
+    ClusterPush.objects.all().delete()
+    response = patch_cluster(world, "platform", {"pin_bookings": False})
+    assert response.status_code == 200 and response.json()["pin_bookings"] is False
+    record = last_event("cluster.updated")
+    assert (record["before"], record["after"]) == ({"pin_bookings": True}, {"pin_bookings": False})
+    pushed = sorted(ClusterPush.objects.filter(cluster=world.cluster).values_list("project__slug", flat=True), key=str)
+    assert pushed == [None, "nlp-llm"]  # the policies go, and each Namespace stops saying where it may run
+    assert patch_cluster(world, "platform", {"pin_bookings": "sometimes"}).status_code == 400
+
+
 def test_volcano_pushes_only_the_cluster_wide_objects_and_the_reserve_pushes_nothing(world: World) -> None:
     granted(world, world.a100)
     ClusterPush.objects.all().delete()
@@ -224,7 +236,8 @@ def test_the_admin_form_refuses_switching_hami_off_under_live_hami_vgpu_reservat
     granted(world, vgpu_flavor(), project="seg", persona="vision_member", approver="vision_admin")
     cluster = Cluster.objects.get(pk=world.cluster.pk)
     data = {"name": cluster.name, "display_name": "", "driver": cluster.driver, "is_active": True,
-            "use_hami": False, "use_volcano": False, "gpu_operator_namespace": cluster.gpu_operator_namespace}
+            "use_hami": False, "use_volcano": False, "pin_bookings": True, "sharing_reserve_percent": 15,
+            "sharing_reserve_per_unit_mib": 200, "gpu_operator_namespace": cluster.gpu_operator_namespace}
     form = ClusterForm(instance=cluster, data=data)
     assert not form.is_valid()
     assert "live reservations of HAMi vGPU flavors" in form.errors["use_hami"][0]
