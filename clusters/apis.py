@@ -64,7 +64,17 @@ _LABEL_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
-class ClusterSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
+class SettingsIn(serializers.Serializer):  # type: ignore[type-arg]
+    """A PATCH of settings: a field that is not a setting of this object is refused, named."""
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
+        if unknown:
+            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
+        return attrs
+
+
+class ClusterSettingsIn(SettingsIn):
     display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
     prometheus_url = serializers.URLField(
         max_length=500, required=False, allow_blank=True,
@@ -95,12 +105,6 @@ class ClusterSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
     sharing_reserve_per_unit_mib = serializers.IntegerField(
         required=False, min_value=0, max_value=65536, help_text="MiB of a shared GPU's memory kept free per unit sharing it.",
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
-        return attrs
 
     def validate_prometheus_url(self, value: str) -> str:
         if value and not value.lower().startswith(("http://", "https://")):

@@ -3,8 +3,6 @@ a cluster's and a node's settings (their checks read reservations, their pushes 
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -13,7 +11,7 @@ from rest_framework.views import APIView
 
 from clusters import apis as cluster_apis
 from clusters import selectors
-from clusters.apis import ClusterOut, ClusterSettingsIn, NodeOut
+from clusters.apis import ClusterOut, ClusterSettingsIn, NodeOut, SettingsIn
 from clusters.models import Cluster, ClusterDriverKind, NodeSharing
 from delivery import services
 from delivery.cluster_settings import cluster_settings_change
@@ -83,8 +81,8 @@ class ClusterDetailApi(cluster_apis.ClusterDetailApi):
     @extend_schema(
         request=ClusterSettingsIn, responses={200: ClusterOut, **errors(400, 401, 403, 404, 409)},
         description="Change a cluster's display name, monitoring and GPU sharing settings (platform admins). Setting or "
-        "changing prometheus_rule_namespace, prometheus_rule_labels, use_hami or use_volcano queues a push of the "
-        "cluster-wide objects; use_hami also of every project namespace on the cluster (their quotas change). Turning "
+        "changing prometheus_rule_namespace, prometheus_rule_labels, use_hami, use_volcano or pin_bookings queues a push "
+        "of the cluster-wide objects; use_hami and pin_bookings also of every project namespace on the cluster. Turning "
         "use_hami (use_volcano) off while HAMi (Volcano) vGPU units are booked on the cluster is refused with 409.",
     )
     def patch(self, request: Request, cluster_id: int) -> Response:
@@ -95,7 +93,7 @@ class ClusterDetailApi(cluster_apis.ClusterDetailApi):
         return Response(ClusterOut(selectors.cluster_get(user=request.user, cluster_id=cluster_id)).data)
 
 
-class NodeSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
+class NodeSettingsIn(SettingsIn):
     sharing = serializers.ChoiceField(choices=NodeSharing.choices, required=False)
     sharing_replicas = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=32767,
@@ -107,12 +105,6 @@ class NodeSettingsIn(serializers.Serializer):  # type: ignore[type-arg]
         help_text='The pinned MIG layout as mig-parted groups, [{"devices": "all" or [indexes], "mig-devices": '
         '{"1g.10gb": 7}}]; [] for the layout the placement engine books.',
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
-        return attrs
 
 
 class NodeDetailApi(cluster_apis.NodeDetailApi):

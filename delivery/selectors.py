@@ -145,6 +145,7 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
     bookings = project_bookings(cluster=cluster, project_ids=ids)
     states = []
     for project in projects:
+        booked_nodes, booked_gpus = bookings.get(project.pk, ((), ()))
         chain = department_ancestor_ids(department_id=project.department_id, parents=parents)
         viewers = {user for department_id in chain for user in watchers[department_id]} - editors[project.pk]
         states.append(
@@ -157,8 +158,8 @@ def project_states_on_cluster(*, cluster: Cluster, project_ids: Iterable[int]) -
                 editors=tuple(sorted(editors[project.pk])),
                 viewers=tuple(sorted(viewers)),
                 idle_resources=idle,
-                booked_nodes=bookings.get(project.pk, ((), ()))[0],
-                booked_gpus=bookings.get(project.pk, ((), ()))[1],
+                booked_nodes=booked_nodes,
+                booked_gpus=booked_gpus,
                 pinned=cluster.pin_bookings,
             )
         )
@@ -270,6 +271,7 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
         if not gpus:
             continue
         carved, uncarved = booked.get(node.pk, ({}, set()))
+        namespaces, mps_tenant = pools.get(node.pk, ((), ""))
         # A GPU that left the inventory while booked is not rendered (its reservation stays until
         # it is released): one missing card must not stop the whole cluster's configuration.
         present = set(range(len(gpus)))
@@ -288,8 +290,8 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
                 compute_capability=_compute_capability(node.labels or {}),
                 mig_groups=_mig_groups(node.mig_layout or [], len(gpus)) if node.mig_layout else booked_groups,
                 whole_gpus=whole,
-                pools=pools.get(node.pk, ((), ""))[0] if cluster.pin_bookings else (),
-                mps_tenant=pools.get(node.pk, ((), ""))[1],
+                pools=namespaces if cluster.pin_bookings else (),
+                mps_tenant=mps_tenant,
             )
         )
     return plans

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from accounting.charges import charges, month_bounds, statement_sha256
+from accounting.charges import NO_CURRENCY, charges, month_bounds, statement_sha256
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
 from accounting.rate_cards import rate_card_create, rate_card_end
 from accounting.rolling import usage_hours_roll
@@ -188,6 +188,6 @@ def test_the_sums_in_sql_are_the_hours_summed_one_by_one(world: World, october: 
                              month_cards(start=START, end=END))  # fmt: skip
         assert in_sql == one_by_one and in_sql
         assert together[department.pk] == in_sql  # the close reads every department in one query
-    assert {line.kind for line in department_charges(department_id=world.nlp.pk, start=START, end=END)["XXX"].lines} == {
+    assert {line.kind for line in department_charges(department_id=world.nlp.pk, start=START, end=END)[NO_CURRENCY].lines} == {
         "unpriced"
     }
