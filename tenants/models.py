@@ -7,6 +7,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 from kernel.limits import TEXT_LIMIT
+from tenants.roles import Role
 
 # RFC 1123 label, as Kubernetes requires for namespace names.
 NAMESPACE_SLUG_VALIDATOR = RegexValidator(
@@ -17,11 +18,6 @@ NAMESPACE_SLUG_VALIDATOR = RegexValidator(
 RESERVED_NAMESPACES = frozenset({"default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"})
 
 
-class Role(models.TextChoices):
-    RESEARCHER = "researcher", "Researcher"
-    DEPARTMENT_ADMIN = "department_admin", "Department admin"
-    PLATFORM_ADMIN = "platform_admin", "Platform admin"
-    AUDITOR = "auditor", "Auditor"
 
 
 class Isolation(models.TextChoices):
@@ -51,12 +47,23 @@ class Department(models.Model):
         return self.slug
 
 
+class MembershipSource(models.TextChoices):
+    MANUAL = "manual", "Granted in the portal"
+    OIDC = "oidc", "From the OpenID Connect provider's groups"
+    LDAP = "ldap", "From the LDAP directory's groups"
+
+
 class Membership(models.Model):
-    """A user's role in a department; the role applies to the department's whole subtree."""
+    """A user's role in a department; the role applies to the department's whole subtree.
+
+    ``source`` says who keeps it: a sign-in through a provider recomputes only that provider's
+    memberships and never touches manual ones (tenants/identity_models.py).
+    """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
     department = models.ForeignKey(Department, on_delete=models.CASCADE, related_name="memberships")
     role = models.CharField(max_length=32, choices=Role.choices)
+    source = models.CharField(max_length=8, choices=MembershipSource.choices, default=MembershipSource.MANUAL)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -88,3 +95,17 @@ class Project(models.Model):
 
     def __str__(self) -> str:
         return self.slug
+
+
+from tenants.identity_models import (  # noqa: E402 - registered with this app; they refer to the models above
+    ExternalGroupMapping,
+    ExternalIdentity,
+    IdentitySource,
+    PersonalAccessToken,
+    TokenScope,
+)
+
+__all__ = [
+    "Department", "ExternalGroupMapping", "ExternalIdentity", "IdentitySource", "Isolation", "Membership",
+    "MembershipSource", "PersonalAccessToken", "Project", "Role", "TokenScope",
+]
