@@ -48,5 +48,5 @@ helm-clean:
 ## deploy-check: lint and render both charts with several value sets, check the values schemas
 ## refuse bad values, apply everything with a server-side dry run on a real kube-apiserver, then
 ## push a full tenant as the target chart's ServiceAccount (tests/deploy).
-deploy-check: helm kube-testenv
+deploy-check: venv helm kube-testenv
 	GPUPORTAL_HELM=$(HELM) $(HELM_ROOT)/scripts/deploy-check.sh
