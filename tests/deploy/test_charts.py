@@ -207,3 +207,33 @@ def test_the_target_defaults_name_the_portals_labels_policies_and_adopted_object
     [condition] = policy["spec"]["matchConditions"]
     assert "'system:serviceaccount:ops:t-gpu-portal-target'" in condition["expression"]
     assert find(render(TARGET), "ServiceAccount")["automountServiceAccountToken"] is False
+
+
+def test_the_portal_starts_with_the_configuration_the_chart_gives_it(tmp_path: Path) -> None:
+    """The web container's environment (its Secret's files and keys filled in) passes Django's
+    deployment checks: every value is one the settings accept."""
+    import os
+    import subprocess
+    import sys
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    secret = {"secret-key": "k" * 50, "audit-signing-key": pem, "database-url": "postgres://app:app@db:5432/gpuportal",
+              "broker-url": "redis://redis:6379/0", "cache-url": "redis://redis:6379/1", "metrics-token": "t" * 32}
+    for key, value in secret.items():
+        (tmp_path / key).write_text(value)
+    objects = render(PORTAL, values=[PORTAL / "ci" / "production-values.yaml"])
+    [web] = find(objects, "Deployment", "gp-gpu-portal-web")["spec"]["template"]["spec"]["containers"]
+    env = {"PATH": os.environ["PATH"], "DJANGO_SETTINGS_MODULE": "gpuportal.settings"}
+    for name, value in env_of(web).items():
+        if isinstance(value, dict):
+            value = secret[value["secretKeyRef"]["key"]]
+        env[name] = str(value).replace("/etc/gpuportal/secrets", str(tmp_path)).replace("/var/lib/gpuportal", str(tmp_path))
+    env["PROMETHEUS_MULTIPROC_DIR"] = str(tmp_path / "metrics")
+    result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "ERROR"], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr

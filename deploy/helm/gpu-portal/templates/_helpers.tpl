@@ -145,8 +145,6 @@ capabilities:
   value: {{ .Values.config.hstsSeconds | quote }}
 - name: GPUPORTAL_LOG_LEVEL
   value: {{ .Values.config.logLevel | quote }}
-- name: GPUPORTAL_VAR_DIR
-  value: /var/lib/gpuportal
 - name: GPUPORTAL_MANIFESTS_DIR
   value: /var/lib/gpuportal/manifests
 - name: GPUPORTAL_AUDIT_CHECKPOINT_DIR
@@ -197,15 +195,13 @@ capabilities:
 {{- end -}}
 
 {{/* Writable places on a read-only root filesystem: /tmp (gunicorn's heartbeats, the metrics files,
-beat's schedule) and the portal's data folders. */}}
+beat's schedule) and the portal's two data folders. GPUPORTAL_VAR_DIR stays the image's read-only
+/app/var, which holds the static files collected at build time (served by whitenoise). */}}
 {{- define "gpu-portal.dataVolumes" -}}
 - name: tmp
   emptyDir:
     medium: Memory
     sizeLimit: 256Mi
-- name: var
-  emptyDir:
-    sizeLimit: 1Gi
 {{- $root := . -}}
 {{- range $name, $folder := dict "audit-checkpoints" .Values.persistence.auditCheckpoints "manifests" .Values.persistence.manifests }}
 - name: {{ $name }}
@@ -220,7 +216,6 @@ beat's schedule) and the portal's data folders. */}}
 
 {{- define "gpu-portal.dataMounts" -}}
 - {name: tmp, mountPath: /tmp}
-- {name: var, mountPath: /var/lib/gpuportal}
 - {name: audit-checkpoints, mountPath: /var/lib/gpuportal/audit-checkpoints}
 - {name: manifests, mountPath: /var/lib/gpuportal/manifests}
 - {name: secrets, mountPath: /etc/gpuportal/secrets, readOnly: true}
