@@ -37,6 +37,20 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(helm_binary()), *args], capture_output=True, text=True, timeout=120, check=check)
 
 
+def helm_against(kubeconfig: Path, home: Path, *args: str) -> subprocess.Popen[str]:
+    """helm run against a cluster (``install``, ``upgrade``, ``uninstall``), its own state under ``home``."""
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    env.update({f"HELM_{kind}_HOME": str(home / kind.lower()) for kind in ("CACHE", "CONFIG", "DATA")})
+    return subprocess.Popen([str(helm_binary()), *args, "--timeout", "120s"], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def finished(process: subprocess.Popen[str]) -> str:
+    out, err = process.communicate(timeout=150)
+    assert process.returncode == 0, err
+    return out
+
+
 def render_text(chart: Path, *, release: str = "gp", namespace: str = "gpuportal", values: Iterable[Path] = (),
                 sets: Iterable[str] = ()) -> str:
     argv = ["template", release, str(chart), "--namespace", namespace]

@@ -1,4 +1,4 @@
-"""The target chart on the real API server: the portal's push, with a token of the chart's
+"""The target chart installed by helm on the real API server: the portal's push, with a token of the chart's
 ServiceAccount, creates a full tenant (namespace, quotas, limit range, role bindings, network
 policy, priority classes, the tenant pools' admission policies, Volcano's queue and configuration,
 the alert rule, node configurations and labels, evictions beyond a lowered quota), while that
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import tempfile
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from clusters.models import Cluster
 from delivery.services import cluster_sync
 from tests.clusters.conftest import operator_namespace, unique_projects, use_kubeconfig
 from tests.conftest import H100, World, build_world
-from tests.deploy.charts import TARGET, render_text
+from tests.deploy.charts import TARGET, finished, helm_against
 
 if TYPE_CHECKING:
     from kube_testenv.cluster import KubeTestCluster
@@ -107,21 +106,15 @@ def _service_account_kubeconfig(kube_cluster: KubeTestCluster, *, namespace: str
 
 
 @pytest.fixture(scope="module")
-def target(kube_cluster: KubeTestCluster) -> Iterator[Target]:
-    """The target chart rendered by helm (every feature on) and applied by the cluster's admin."""
+def target(kube_cluster: KubeTestCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    """The target chart installed by helm (every feature on), as an operator installs it."""
     from kubernetes import client, config
 
     suffix = uuid.uuid4().hex[:6]
     namespace, release = f"gpuportal-target-{suffix}", f"tgt-{suffix}"
-    rendered = render_text(TARGET, release=release, namespace=namespace,
-                           values=[TARGET / "ci" / "everything-values.yaml"])
-    with kube_cluster.api_client() as api:
-        _namespace(client.CoreV1Api(api), namespace)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as manifest:
-        manifest.write(rendered)
-        manifest.flush()
-        applied = kube_cluster.kubectl("apply", "--server-side", "--field-manager=helm", "-f", manifest.name, check=False)
-    assert applied.returncode == 0, applied.stderr
+    home = tmp_path_factory.mktemp("helm")
+    finished(helm_against(kube_cluster.kubeconfig, home, "install", release, str(TARGET), "--namespace", namespace,
+                          "--create-namespace", "--values", str(TARGET / "ci" / "everything-values.yaml")))
     name = f"{release}-gpu-portal-target"
     kubeconfig = _service_account_kubeconfig(kube_cluster, namespace=namespace, name=name)
     configuration = client.Configuration()
@@ -130,8 +123,7 @@ def target(kube_cluster: KubeTestCluster) -> Iterator[Target]:
     with client.ApiClient(configuration) as api:
         yield Target(namespace=namespace, username=f"system:serviceaccount:{namespace}:{name}", kubeconfig=kubeconfig,
                      api=api)
-    for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy", "clusterrolebinding", "clusterrole"):
-        kube_cluster.kubectl("delete", kind, name, "--ignore-not-found", "--wait=false")
+    finished(helm_against(kube_cluster.kubeconfig, home, "uninstall", release, "--namespace", namespace))
     kube_cluster.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
 
 
