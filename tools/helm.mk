@@ -9,6 +9,7 @@
 # (tools/kube-testenv.mk): a stamp named after the version makes the target a no-op once built.
 # Cold: about 2.5 min on 2 shared cores (module cache warm); Go's caches make a rebuild fast.
 
+# A bump also changes the default path in scripts/deploy-check.sh and tests/deploy/charts.py.
 HELM_VERSION := v3.22.0
 # helm's own Makefile stamps the Kubernetes version of its client-go (k8s.io/client-go v0.37.0).
 HELM_K8S_MINOR := 37

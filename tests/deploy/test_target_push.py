@@ -7,8 +7,9 @@ chart's ValidatingAdmissionPolicy, anything that is not the portal's own."""
 
 from __future__ import annotations
 
-import base64
 import datetime
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -88,21 +89,17 @@ def _namespace(core: Any, name: str, **metadata: Any) -> None:
             raise
 
 
-def _service_account_kubeconfig(kube_cluster: KubeTestCluster, *, namespace: str, name: str) -> str:
-    """A kubeconfig as the chart's NOTES.txt builds one: the server, its CA, a token of the ServiceAccount."""
-    from kubernetes import client
-
-    with kube_cluster.api_client() as api:
-        request = client.CoreV1Api(api).create_namespaced_service_account_token(
-            name, namespace, {"spec": {"expirationSeconds": 3600}}
-        )
-    ca = base64.b64encode(Path(kube_cluster.ca_file).read_bytes()).decode()
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gpuportal",
-        "clusters": [{"name": "target", "cluster": {"server": kube_cluster.server, "certificate-authority-data": ca}}],
-        "users": [{"name": "gpuportal", "user": {"token": request.status.token}}],
-        "contexts": [{"name": "gpuportal", "context": {"cluster": "target", "user": "gpuportal"}}],
-    })  # fmt: skip
+def _notes_kubeconfig(kube_cluster: KubeTestCluster, *, notes: str, release: str, workdir: Path) -> str:
+    """The kubeconfig made by running the commands the chart's NOTES.txt prints, as an operator
+    would (with the cluster admin's kubeconfig and the pinned kubectl)."""
+    lines = notes.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("SERVER="))
+    end = next(i for i, line in enumerate(lines) if line == "KUBECONFIG" and i > start)
+    script = "\n".join(["set -euo pipefail", *lines[start:end + 1]]) + "\n"
+    env = {"PATH": f"{kube_cluster.binaries.kubectl.parent}:{os.environ['PATH']}", "KUBECONFIG": str(kube_cluster.kubeconfig)}
+    result = subprocess.run(["bash", "-c", script], cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return (workdir / f"gpuportal-{release}.kubeconfig").read_text()
 
 
 @pytest.fixture(scope="module")
@@ -113,10 +110,11 @@ def target(kube_cluster: KubeTestCluster, tmp_path_factory: pytest.TempPathFacto
     suffix = uuid.uuid4().hex[:6]
     namespace, release = f"gpuportal-target-{suffix}", f"tgt-{suffix}"
     home = tmp_path_factory.mktemp("helm")
-    finished(helm_against(kube_cluster.kubeconfig, home, "install", release, str(TARGET), "--namespace", namespace,
-                          "--create-namespace", "--values", str(TARGET / "ci" / "everything-values.yaml")))
+    output = finished(helm_against(kube_cluster.kubeconfig, home, "install", release, str(TARGET), "--namespace",
+                                   namespace, "--create-namespace", "--values", str(TARGET / "ci" / "default-values.yaml"),
+                                   "--set", "features.volcano=true", "--set", "features.prometheusRules=true"))
     name = f"{release}-gpu-portal-target"
-    kubeconfig = _service_account_kubeconfig(kube_cluster, namespace=namespace, name=name)
+    kubeconfig = _notes_kubeconfig(kube_cluster, notes=output, release=release, workdir=home)
     configuration = client.Configuration()
     config.load_kube_config_from_dict(yaml.safe_load(kubeconfig), client_configuration=configuration,
                                       persist_config=False)
