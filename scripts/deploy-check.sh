@@ -80,6 +80,10 @@ export KUBECONFIG
 "$KUBECTL" version 2>/dev/null | sed 's/^/   /'
 "$KUBECTL" apply --server-side -f tests/deploy/crds/servicemonitors.yaml >/dev/null
 "$KUBECTL" wait --for=condition=Established --timeout=60s crd/servicemonitors.monitoring.coreos.com >/dev/null
+for _ in $(seq 1 30); do  # established is not yet served: the API server may answer 404 or 429 for a moment
+  "$KUBECTL" get servicemonitors --all-namespaces >/dev/null 2>&1 && break
+  sleep 1
+done
 
 echo "== server-side dry run of every rendered value set"
 for rendered in "$work"/*--*.yaml; do

@@ -101,7 +101,7 @@ def test_every_variable_the_chart_sets_is_one_the_portal_reads() -> None:
         for name, spec in pod_specs(render(PORTAL, values=[values])):
             known = agent if name.endswith("-agent") else read
             for container in spec["containers"]:
-                unknown = set(env_of(container)) - known - {"GPUPORTAL_KUBE_PRUNE_POLICY", "GPUPORTAL_FOUR_EYES"}
+                unknown = set(env_of(container)) - known
                 assert not unknown, f"{values.stem} {name}: nothing reads {sorted(unknown)}"
 
 
