@@ -231,6 +231,27 @@ def test_the_portal_pushes_a_full_tenant_as_the_target_charts_service_account(
     world.cluster.refresh_from_db()
     assert world.cluster.last_sync_error == ""
 
+    # The prune, as the same identity: the last release deletes the project's namespace; a cluster
+    # that stops using the features loses their cluster-wide objects (and this test leaves none behind).
+    for allocation in (mig, vgpu):
+        allocation_services.allocation_release(actor=world.users["nlp_member"], allocation_id=allocation.pk)
+    Cluster.objects.filter(pk=world.cluster.pk).update(pin_bookings=False, use_volcano=False, prometheus_rule_namespace="")
+    plan, _ = cluster_sync(cluster_id=world.cluster.pk)
+    assert any(change.action == "delete" for change in plan.changes)
+    world.cluster.refresh_from_db()
+    assert world.cluster.last_sync_error == ""
+    managed = "app.kubernetes.io/managed-by=gpuportal"
+    with kube_cluster.api_client() as api:
+        assert client.CoreV1Api(api).read_namespace(namespace).metadata.deletion_timestamp is not None
+        admission = client.AdmissionregistrationV1Api(api)
+        assert not admission.list_validating_admission_policy(label_selector=managed).items
+        assert not admission.list_mutating_admission_policy(label_selector=managed).items
+        objects = client.CustomObjectsApi(api)
+        assert not objects.list_cluster_custom_object("scheduling.volcano.sh", "v1beta1", "queues",
+                                                      label_selector=managed)["items"]
+        assert not objects.list_namespaced_custom_object("monitoring.coreos.com", "v1", "monitoring", "prometheusrules",
+                                                         label_selector=managed)["items"]
+
 
 def test_the_service_account_is_refused_secrets_pods_and_cluster_admin(target: Target, kube_cluster: KubeTestCluster) -> None:
     from kubernetes import client
