@@ -10,6 +10,7 @@ UV_VERSION := 0.13.8
 
 include tools/kube-testenv.mk
 include tools/nvcheck.mk
+include tools/helm.mk
 
 .PHONY: help venv run test test-fast lint browser prometheus clean
 
@@ -18,6 +19,7 @@ help:
 	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
+	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -55,7 +57,7 @@ prometheus:
 		if [ "$$(id -u)" -ne 0 ]; then echo "prometheus is missing: apt-get install prometheus (as root)"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
-test: venv kube-testenv nvcheck browser prometheus
+test: venv kube-testenv nvcheck browser prometheus helm
 	scripts/test.sh
 
 test-fast: venv

@@ -25,6 +25,10 @@ echo "== lint"
 .venv/bin/mypy
 .venv/bin/python manage.py makemigrations --check --dry-run --settings=gpuportal.settings_test
 
+echo "== deploy-check: the Helm charts (docs/deploy.md); the push as their ServiceAccount is tests/deploy, below"
+export GPUPORTAL_REQUIRE_HELM=1
+scripts/deploy-check.sh --charts-only
+
 echo "== tests"
 .venv/bin/python -m pytest -q -p no:cacheprovider "$@"
 

@@ -123,9 +123,9 @@ class KubeRest:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         if configuration.refresh_api_key_hook is not None:
             configuration.refresh_api_key_hook(configuration)
-        token = configuration.get_api_key_with_prefix("authorization")
-        if token:
-            headers["Authorization"] = token
+        for setting in configuration.auth_settings().values():  # a bearer token, static or from an exec plugin
+            if setting.get("in") == "header" and setting.get("value"):
+                headers[setting["key"].title()] = setting["value"]
         url = configuration.host + path
         try:
             if method == "GET":
