@@ -47,6 +47,12 @@ AUTH_TOKEN_ISSUED = register(103, "auth.token_issued", "An API token was issued"
 AUTH_LOCKED_OUT = register(104, "auth.locked_out", "Sign-in was locked for a username or address after repeated failures")
 AUTH_UNLOCKED = register(105, "auth.unlocked", "A sign-in lock was lifted by an administrator")
 AUTH_DENIED = register(110, "auth.denied", "An action was refused for lack of permission")
+ACCESS_TOKEN_CREATED = register(120, "access_token.created", "A personal access token was created")
+ACCESS_TOKEN_REVOKED = register(121, "access_token.revoked", "A personal access token was revoked")
+ACCOUNT_DEACTIVATED = register(
+    130, "account.deactivated", "An account was deactivated (its sessions ended, its tokens revoked)"
+)
+ACCOUNT_REACTIVATED = register(131, "account.reactivated", "An account was reactivated")
 
 # 2xx tenants
 DEPARTMENT_CREATED = register(200, "department.created", "A department was created")
@@ -55,6 +61,11 @@ MEMBERSHIP_GRANTED = register(210, "membership.granted", "A role was granted")
 MEMBERSHIP_REVOKED = register(211, "membership.revoked", "A role was revoked")
 PROJECT_CREATED = register(220, "project.created", "A project was created")
 PROJECT_UPDATED = register(221, "project.updated", "A project was changed")
+PROJECT_MEMBER_ADDED = register(222, "project.member_added", "A member was added to a project")
+PROJECT_MEMBER_REMOVED = register(223, "project.member_removed", "A member was removed from a project")
+PROJECT_QUOTA_SET = register(224, "project.quota_set", "A project's share of its department's quota was set")
+GROUP_MAPPING_CREATED = register(230, "group_mapping.created", "An identity provider group was mapped to a role")
+GROUP_MAPPING_DELETED = register(231, "group_mapping.deleted", "A group-to-role mapping was removed")
 
 # 3xx catalogue: flavors, quotas, priority classes
 FLAVOR_CREATED = register(300, "flavor.created", "A flavor was created")
@@ -141,3 +152,9 @@ IDLE_CASE_KEPT = register(835, "idle_case.kept", "A grant's owner kept an idle g
 IDLE_CASE_EXEMPTED = register(836, "idle_case.exempted", "An admin exempted an idle grant until a date, with a reason")
 IDLE_CASE_RECLAIMED = register(837, "idle_case.reclaimed", "A grant still idle after its warning and grace was reclaimed")
 IDLE_CASE_RELEASED = register(838, "idle_case.released", "An idle grant was released from its case")
+
+# Notifications (docs/notifications.md).
+WEBHOOK_CREATED = register(900, "webhook.created", "A notification webhook was added")
+WEBHOOK_UPDATED = register(901, "webhook.updated", "A notification webhook was changed")
+WEBHOOK_DELETED = register(902, "webhook.deleted", "A notification webhook was removed")
+NOTIFICATION_PREFERENCES_SET = register(910, "notification.preferences_set", "A user changed their notification preferences")

@@ -13,7 +13,7 @@ from typing import Any
 REDACTED = "[redacted]"
 _SECRET_KEY = re.compile(r"pass(word|phrase)?|secret|token|kubeconfig|private|credential|api[_-]?key|cookie|session",
                          re.IGNORECASE)
-_ALLOWED_KEY = re.compile(r"_(fingerprint|sha256)$")
+_ALLOWED_KEY = re.compile(r"_(fingerprint|sha256|count)$")
 _SECRET_VALUE = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----|^(Bearer|Token|Basic) \S+", re.IGNORECASE)
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 MAX_STRING = 4000
