@@ -338,3 +338,4 @@ LOGGING = logging_config(log_format=GPUPORTAL_LOG_FORMAT, level=GPUPORTAL_LOG_LE
 # Tracing (observability/tracing.py): spans are exported over OTLP only when an endpoint is set; the
 # OpenTelemetry SDK reads it and every other OTEL_* variable itself.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "gpuportal")
