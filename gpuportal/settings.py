@@ -207,6 +207,8 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 # A broker outage must not hold a request for long: the outbox re-dispatches what was not handed over.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
+# Beat answers `celery inspect ping -d celerybeat@HOST` while its scheduler ticks (its container health check).
+CELERY_BEAT_ENABLE_REMOTE_CONTROL = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 # The audit checkpoint heartbeat (docs/audit.md): events newer than the latest checkpoint can be
 # removed by the database owner without a trace for at most about this long.
