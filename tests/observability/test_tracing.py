@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import requires_postgres
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Serves /livez and an unknown API path (neither needs a database), then flushes the buffered spans.
@@ -63,14 +65,14 @@ def collector() -> Iterator[ThreadingHTTPServer]:
     server.server_close()
 
 
-def serve(tmp_path: Path, env: dict[str, str], prelude: str = "") -> tuple[dict[str, Any], str]:
+def serve(tmp_path: Path, env: dict[str, str], prelude: str = "", code: str = SERVE) -> tuple[dict[str, Any], str]:
     environment = {key: value for key, value in os.environ.items() if not key.startswith(("OTEL_", "GPUPORTAL_LOG"))}
     environment.update({
         "DJANGO_SETTINGS_MODULE": "gpuportal.settings", "GPUPORTAL_DEBUG": "true", "GPUPORTAL_LOG_LEVEL": "DEBUG",
         "GPUPORTAL_ALLOWED_HOSTS": "testserver",
         "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "GPUPORTAL_VAR_DIR": str(tmp_path), **env,
     })
-    done = subprocess.run([sys.executable, "-c", prelude + SERVE], cwd=ROOT, env=environment, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", prelude + code], cwd=ROOT, env=environment, capture_output=True,
                           text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
@@ -114,3 +116,33 @@ def test_an_endpoint_without_the_packages_is_a_warning_not_a_failure(tmp_path: P
     assert (answer["livez"], answer["api"]) == (200, 404)
     warnings = [json.loads(line) for line in stderr.splitlines() if line.startswith("{") and "OpenTelemetry is not installed" in line]
     assert warnings and warnings[0]["level"] == "WARNING" and "gpuportal[otel]" in warnings[0]["message"]
+
+
+QUERY = """
+import django, json
+django.setup()
+from django.db import connection
+from observability.tracing import tracing_flush
+with connection.cursor() as cursor:
+    cursor.execute("SELECT 41 + 1")
+    answer = cursor.fetchone()[0]
+print(json.dumps({"answer": answer, "flushed": tracing_flush()}))
+"""
+
+
+@requires_postgres()
+def test_sql_statements_on_postgresql_are_spans_too(tmp_path: Path, collector: ThreadingHTTPServer) -> None:
+    pytest.importorskip("opentelemetry.sdk")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    endpoint = f"http://127.0.0.1:{collector.server_address[1]}"
+    answer, _ = serve(tmp_path, {"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint, "DATABASE_URL": os.environ["DATABASE_URL"]},
+                      code=QUERY)
+    assert answer == {"answer": 42, "flushed": True}
+    statements = [
+        {attribute.key: attribute.value.string_value for attribute in span.attributes}
+        for body in collector.bodies  # type: ignore[attr-defined]
+        for resource_spans in ExportTraceServiceRequest.FromString(body).resource_spans
+        for scope in resource_spans.scope_spans for span in scope.spans if span.name == "SELECT"
+    ]
+    assert any(statement.get("db.statement") == "SELECT 41 + 1" for statement in statements), statements
