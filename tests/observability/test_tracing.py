@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import requires_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
+POSTGRES: pytest.MarkDecorator = requires_postgres()
 
 # Serves /livez and an unknown API path (neither needs a database), then flushes the buffered spans.
 SERVE = """
@@ -130,7 +131,7 @@ print(json.dumps({"answer": answer, "flushed": tracing_flush()}))
 """
 
 
-@requires_postgres()
+@POSTGRES
 def test_sql_statements_on_postgresql_are_spans_too(tmp_path: Path, collector: ThreadingHTTPServer) -> None:
     pytest.importorskip("opentelemetry.sdk")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
