@@ -90,8 +90,9 @@ def record_context(record: logging.LogRecord | None = None) -> dict[str, Any]:
     http_request = _http_request.get()
     if request_id is None and record is not None:
         late = getattr(record, "request", None)
-        request_id = getattr(late, "request_id", None) if isinstance(getattr(late, "request_id", None), str) else None
-        http_request = late if request_id is not None else None
+        late_id = getattr(late, "request_id", None)  # set by RequestContextMiddleware
+        if isinstance(late_id, str):
+            request_id, http_request = late_id, late
     username, user_id = user_of(http_request)
     fields: dict[str, Any] = {"request_id": request_id, "user": username, "user_id": user_id}
     run = _task.get()
