@@ -41,11 +41,12 @@ def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
 
 class JsonFormatter(_LibraryJsonFormatter):
     """One JSON object a line: ``timestamp``, ``level``, ``logger``, ``message``, ``request_id``,
-    ``user``, ``user_id``, then the task, trace and extra fields, then ``exc_info``."""
+    ``user``, ``user_id``, then the task, trace and extra fields, then ``exc_info``. ASCII only
+    (other characters as ``\\uXXXX``), so a stream of any encoding takes it and a line break in a
+    value never breaks the line."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("reserved_attrs", sorted(_RESERVED))
-        kwargs.setdefault("json_ensure_ascii", False)
         super().__init__(*args, **kwargs)
 
     def add_fields(self, log_data: dict[str, Any], record: logging.LogRecord, message_dict: dict[str, Any]) -> None:

@@ -151,3 +151,11 @@ def test_djangos_own_line_of_a_refused_request_carries_its_request_id(json_logs:
     (line,) = json_logs.of("django.request")
     assert response.status_code == 401 and (line["level"], line["request_id"]) == ("WARNING", "late-1")
     assert "request" not in line  # Django's request object (its repr shows the query string) is dropped
+
+
+def test_a_line_break_or_a_non_ascii_character_in_a_value_never_breaks_the_line(json_logs: Captured) -> None:
+    logging.getLogger("gpuportal.test").info("first line\nforged: line", extra={"owner": "Jürgen\r\nlevel=ERROR"})
+    (line,) = json_logs.text.strip().splitlines()
+    assert line.isascii()
+    (record,) = json_logs.of("gpuportal.test")
+    assert (record["message"], record["owner"]) == ("first line\nforged: line", "Jürgen\r\nlevel=ERROR")
