@@ -7,7 +7,9 @@ loggers of Django, gunicorn and Celery lose their own handlers and propagate to 
 written once and in one format. Two loggers are held back on purpose: ``django.db.backends`` (SQL
 with its parameters) never below INFO, and ``django.server`` (``runserver``'s own line per request,
 written after the request's context is gone) only from ERROR, since ``gpuportal.access`` writes
-that line with the request id.
+that line with the request id. ``gunicorn.access`` is left alone: the portal's gunicorn
+configuration turns gunicorn's access log off (``gpuportal/gunicorn_conf.py``), and a gunicorn run
+with ``--access-logfile`` (the fuzz step's) keeps its own file and format.
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ def logging_config(*, log_format: str, level: str) -> dict[str, Any]:
             "django.server": {**propagate_only, "level": "ERROR"},
             "django.db.backends": {**propagate_only, "level": _at_least("INFO", level)},
             "gunicorn.error": {**propagate_only, "level": level},
-            "gunicorn.access": {**propagate_only, "level": "WARNING"},
             "celery": {**propagate_only, "level": level},
             "gpuportal.access": {**propagate_only, "level": level},
         },

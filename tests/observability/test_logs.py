@@ -121,6 +121,7 @@ def test_the_configuration_routes_django_gunicorn_and_celery_through_one_handler
     for name in ("django", "gunicorn.error", "celery"):
         assert config["loggers"][name]["handlers"] == [] and config["loggers"][name]["propagate"] is True
     assert config["loggers"]["django.db.backends"]["level"] == "INFO"
+    assert "gunicorn.access" not in config["loggers"]  # a gunicorn run with --access-logfile keeps its file
     assert logging_config(log_format="console", level="DEBUG")["loggers"]["django.db.backends"]["level"] == "INFO"
     with pytest.raises(ValueError, match="log format"):
         logging_config(log_format="xml", level="INFO")
