@@ -5,6 +5,7 @@ of them in the output."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -81,11 +82,14 @@ def test_both_formats_redact_messages_extras_and_tracebacks(json_logs: Captured,
 
 @pytest.mark.django_db
 def test_a_token_call_and_a_password_sign_in_leave_no_secret_in_the_output(
-    world: World, json_logs: Captured, settings: object
+    world: World, json_logs: Captured, settings: Any
 ) -> None:
     password = "pw-nlp_member"
     token = Token.objects.create(user=world.users["nlp_member"]).key
+    settings.GPUPORTAL_METRICS_TOKEN = "scrape-bearer-secret-0123456789"
     api = Client()
+    assert api.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-bearer-secret-0123456789").status_code == 200
+    assert api.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong-bearer-secret-9876543210").status_code == 403
     assert api.get("/api/v1/me/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
     assert api.get("/api/v1/me/?token=" + token, HTTP_AUTHORIZATION="Bearer not-a-valid-token-but-secret").status_code == 401
     obtained = api.post("/api/v1/auth/token/", {"username": "nlp_member", "password": password}, content_type="application/json")
@@ -99,5 +103,5 @@ def test_a_token_call_and_a_password_sign_in_leave_no_secret_in_the_output(
     assert refused.status_code == 200
     output = json_logs.text
     assert json_logs.of("gpuportal.access")  # the requests were written
-    for secret in (password, token, obtained.json()["token"], "not-a-valid-token-but-secret"):
+    for secret in (password, token, obtained.json()["token"], "not-a-valid-token-but-secret", "bearer-secret"):
         assert secret not in output
