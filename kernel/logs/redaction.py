@@ -30,9 +30,11 @@ _SECRET_WORDS = "|".join((
 ))
 SECRET_KEY = re.compile(rf"(?:{_SECRET_WORDS})", re.IGNORECASE)
 
-# key=value, key: value, "key": "value", 'key': 'value' where the key names a secret.
+# key=value, key: value, "key": "value", 'key': 'value' where the key names a secret. Every
+# repetition that could run over a long run of word characters (a base64 blob) is anchored to the
+# start of a word and bounded, so that a record is redacted in time linear in its length.
 _KEY_VALUE = re.compile(
-    rf"""(?P<key>["']?[\w.-]*(?:{_SECRET_WORDS})[\w.-]*["']?)(?P<sep>\s*[:=]\s*)"""
+    rf"""(?<![\w.-])(?P<key>["']?[\w.-]{{0,40}}?(?:{_SECRET_WORDS})[\w.-]{{0,40}}["']?)(?P<sep>\s*[:=]\s*)"""
     r"""(?P<value>\[redacted\]|"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s"'&,;)}\]]+)""",
     re.IGNORECASE,
 )
@@ -43,7 +45,9 @@ _AUTHORIZATION = re.compile(
 )
 # A credential after its scheme, anywhere in the text (long enough not to be an ordinary word).
 _SCHEME = re.compile(r"\b(?P<scheme>Bearer|Token|Basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)(?P<value>[^\s@/]+)(?P<tail>@)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(
+    r"(?<![a-z0-9+.-])(?P<head>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?P<value>[^\s@/]{1,256})(?P<tail>@)", re.IGNORECASE
+)
 _PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|$)", re.DOTALL)
 
 

@@ -4,7 +4,9 @@ of them in the output."""
 
 from __future__ import annotations
 
+import base64
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -55,6 +57,15 @@ def test_ordinary_text_is_left_alone_and_redaction_is_idempotent() -> None:
         assert redact_text(text) == text
     once = redact_text("token=abc&password=def")
     assert once == "token=[redacted]&password=[redacted]" and redact_text(once) == once
+
+
+def test_a_long_run_of_word_characters_is_scanned_in_linear_time() -> None:
+    """A 64 KB base64 blob (a certificate in a kubeconfig) took minutes with unbounded key patterns."""
+    blob = base64.b64encode(bytes(range(256)) * 192).decode()
+    started = time.perf_counter()
+    for text in (f"certificate-authority-data: {blob}", blob, "a." * 32768, f"https://{blob}"):
+        assert redact_text(text) == text
+    assert time.perf_counter() - started < 5  # about 0.1 s; the quadratic patterns needed minutes
 
 
 def test_fields_are_redacted_by_key_at_any_depth_and_by_content() -> None:
