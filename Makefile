@@ -65,3 +65,9 @@ test-fast: venv
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+
+## compose-secrets: the two secret files and the .env (database passwords) docker-compose.yml
+## needs, made once with safe permissions; an existing one is never overwritten.
+.PHONY: compose-secrets
+compose-secrets:
+	scripts/compose-secrets.sh

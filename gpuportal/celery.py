@@ -1,13 +1,31 @@
-"""The Celery application. Without ``CELERY_BROKER_URL`` tasks run eagerly in-process."""
+"""The Celery application. Without ``CELERY_BROKER_URL`` tasks run eagerly in-process.
+
+Logging: a worker and beat write through the portal's own configuration (``settings.LOGGING``,
+``kernel.logs``) instead of Celery's; a task's records carry the request id of the request that
+enqueued it (``kernel.logs.tasks``).
+"""
 
 from __future__ import annotations
 
+import logging.config
 import os
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
+
+from kernel.logs.tasks import task_context_signals_connect
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 
 app = Celery("gpuportal")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+task_context_signals_connect()
+
+
+@signals.setup_logging.connect(weak=False)
+def logging_setup(**_: Any) -> None:
+    """Connected, it keeps Celery from configuring logging (and from redirecting standard output)."""
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)

@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
+from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -63,6 +64,7 @@ MIDDLEWARE = [
     "frontend.middleware.PortalSecurityHeadersMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "kernel.request_context.RequestContextMiddleware",
+    "kernel.logs.access.AccessLogMiddleware",  # one line per request, with its request id and user
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -205,6 +207,8 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 # A broker outage must not hold a request for long: the outbox re-dispatches what was not handed over.
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
+# Beat answers `celery inspect ping -d celerybeat@HOST` while its scheduler ticks (its container health check).
+CELERY_BEAT_ENABLE_REMOTE_CONTROL = True
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.2}
 # The audit checkpoint heartbeat (docs/audit.md): events newer than the latest checkpoint can be
 # removed by the database owner without a trace for at most about this long.
@@ -324,9 +328,16 @@ GPUPORTAL_TELEMETRY_1H_RETENTION_DAYS = env_int("GPUPORTAL_TELEMETRY_1H_RETENTIO
 GPUPORTAL_TELEMETRY_STALE_INTERVALS = env_int("GPUPORTAL_TELEMETRY_STALE_INTERVALS", 3, minimum=1)
 GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS = env_int("GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS", 90, minimum=1)
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": env_str("GPUPORTAL_LOG_LEVEL", "INFO")},
-}
+# Logs (kernel/logs/, docs/observability.md "Logs"): one line per record on standard error, JSON
+# unless console is asked for; gunicorn and Celery use this configuration too.
+GPUPORTAL_LOG_FORMAT = env_str("GPUPORTAL_LOG_FORMAT", "json").lower()
+if GPUPORTAL_LOG_FORMAT not in LOG_FORMATS:
+    raise ImproperlyConfigured(f"GPUPORTAL_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}, got {GPUPORTAL_LOG_FORMAT!r}")
+GPUPORTAL_LOG_LEVEL = env_str("GPUPORTAL_LOG_LEVEL", "INFO").upper()
+if GPUPORTAL_LOG_LEVEL not in LOG_LEVELS:
+    raise ImproperlyConfigured(f"GPUPORTAL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {GPUPORTAL_LOG_LEVEL!r}")
+LOGGING = logging_config(log_format=GPUPORTAL_LOG_FORMAT, level=GPUPORTAL_LOG_LEVEL)
+# Tracing (observability/tracing.py): spans are exported over OTLP only when an endpoint is set; the
+# OpenTelemetry SDK reads it and every other OTEL_* variable itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "gpuportal")

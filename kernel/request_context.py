@@ -38,6 +38,16 @@ def current_request_context() -> RequestContext:
     return context
 
 
+def active_request_context() -> RequestContext | None:
+    """The context of the request (or task run) being served, ``None`` outside of one."""
+    return _current.get()
+
+
+def request_id_valid(text: str | None) -> bool:
+    """Whether ``text`` may serve as a request id: 1 to 64 of letters, digits, ``.``, ``_`` and ``-``."""
+    return bool(text) and _REQUEST_ID_PATTERN.match(str(text)) is not None
+
+
 @contextmanager
 def request_context(context: RequestContext) -> Iterator[None]:
     token = _current.set(context)
@@ -49,7 +59,7 @@ def request_context(context: RequestContext) -> Iterator[None]:
 
 def _context_from_request(request: HttpRequest) -> RequestContext:
     supplied = request.headers.get("X-Request-ID", "")
-    request_id = supplied if _REQUEST_ID_PATTERN.match(supplied) else uuid.uuid4().hex
+    request_id = supplied if request_id_valid(supplied) else uuid.uuid4().hex
     return RequestContext(
         request_id=request_id,
         source_ip=client_address(request),  # REMOTE_ADDR, or through GPUPORTAL_TRUSTED_PROXIES proxies
@@ -63,6 +73,7 @@ class RequestContextMiddleware:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         context = _context_from_request(request)
+        request.request_id = context.request_id  # type: ignore[attr-defined]  # for records written after the chain (django.request)
         with request_context(context):
             response = self.get_response(request)
         response["X-Request-ID"] = context.request_id
