@@ -282,6 +282,7 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
     last: tuple[_Event, bool] | None = None
     hidden_after_revealed = False
     ended: dict[str, Any] | None = None
+    suspect: _Event | None = None
     for number, raw in enumerate(iterator, 2):
         line = raw.rstrip(b"\r\n")
         if ended is not None:
@@ -306,9 +307,14 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
                 raise ExportInvalid("malformed", f"line {number} is an unknown {kind!r} line")
             line, context, quarantine = str(meta.get("record", "")).encode("ascii"), kind == "context", kind == "quarantine"
         event = _event(line, f"line {number}")
+        if suspect is not None:  # the event after one out of place tells a swap from a deletion
+            kind = "reordered" if event.seq == tree.size + 1 else "missing"
+            raise ExportInvalid(kind, f"it stands where event {tree.size + 1} belongs", suspect.seq)
         if event.seq != tree.size + 1:
-            kind = "missing" if event.seq > tree.size + 1 else "duplicated"
-            raise ExportInvalid(kind, f"it stands where event {tree.size + 1} belongs", event.seq)
+            if event.seq < tree.size + 1:
+                raise ExportInvalid("duplicated", f"it stands where event {tree.size + 1} belongs", event.seq)
+            suspect = event
+            continue
         chain.add(event)
         tree.append(0, bytes.fromhex(event.hash))
         if quarantine:  # revealed whatever the scope: outside the range, in its place
@@ -321,6 +327,8 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
             report.events += 1
             report.first_seq = report.first_seq or event.seq
             report.last_seq = event.seq
+    if suspect is not None:
+        raise ExportInvalid("missing", f"it stands where event {tree.size + 1} belongs", suspect.seq)
     if ended is None:
         raise ExportInvalid("truncated", "the bundle has no end line: it was cut short")
     if tree.size != checkpoint["size"]:
