@@ -13,6 +13,8 @@ add_commands(root, [
     *audit.COMMANDS, *meta.COMMANDS,
 ])
 
+__all__ = ["main", "root"]
+
 
 def main(argv: Sequence[str] | None = None) -> None:
     """``gpuportal`` (the console script) and ``python -m cli``."""

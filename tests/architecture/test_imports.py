@@ -78,9 +78,12 @@ def test_the_command_line_client_imports_no_django_and_nothing_of_the_portal() -
     offenders = []
     for path in sorted((ROOT / "cli").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
-            if isinstance(node, ast.ImportFrom) and not node.level:
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]
+            else:
+                continue
             offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in portal]
     assert offenders == []
 
