@@ -51,7 +51,7 @@ class Report:
 
     def summary(self) -> str:
         span = f"seq {self.first_seq}..{self.last_seq}" if self.first_seq is not None else "no events"
-        lines = [f"VERIFIED {self.format}: {self.events} events ({span})"]
+        lines = [f"VERIFIED {self.format}: {self.events} event{'' if self.events == 1 else 's'} ({span})"]
         if self.checkpoint:
             cp = self.checkpoint
             lines.append(f"  checkpoint #{cp['number']} (size {cp['size']}, {cp['time']}) signed by {self.signed_by}")

@@ -23,7 +23,7 @@ WHAT_NEXT = {
     "pending": "waiting for a department admin's decision",
     "approved": "approved; waiting for provisioning",
     "provisioning": "being pushed to the cluster",
-    "active": "active: the GPUs are yours",
+    "active": "the GPUs are yours",
     "scheduled": "approved for a later start; it becomes active then",
     "rejected": "rejected",
     "cancelled": "cancelled",

@@ -31,23 +31,28 @@ def _roles(me: dict[str, Any]) -> str:
 @click.option("--token", default=None, help="A token (visible in the shell's history: prefer --token-stdin).")
 @click.option("--token-stdin", is_flag=True, help="Read the token from standard input.")
 @click.option("--username", default=None, help="Sign in with this username; the password is prompted for.")
+@click.option("--password-stdin", is_flag=True, help="With --username: read the password from standard input.")
 @click.option("--context", "name", default=None, help="Save as this context (default: the URL's host).")
-def login(url: str, token: str | None, token_stdin: bool, username: str | None, name: str | None) -> None:
+def login(
+    url: str, token: str | None, token_stdin: bool, username: str | None, password_stdin: bool, name: str | None
+) -> None:
     """Sign in to a portal and save it as a context (and make it the current one).
 
-    Give a token (--token or --token-stdin) or a --username, whose password is asked for and
-    exchanged for a token (POST /api/v1/auth/token/). The token is checked against the API before
-    it is saved.
+    Give a token (--token or --token-stdin) or a --username, whose password is asked for (or read
+    from standard input with --password-stdin) and exchanged for a token (POST /api/v1/auth/token/).
+    The token is checked against the API before it is saved.
     """
     if sum(bool(x) for x in (token, token_stdin, username)) != 1:
         raise click.UsageError("give exactly one of --token, --token-stdin or --username")
+    if password_stdin and not username:
+        raise click.UsageError("--password-stdin goes with --username")
     url = url.rstrip("/")
     if token_stdin:
         token = sys.stdin.readline().strip()
         if not token:
             raise click.UsageError("no token on standard input")
     if username:
-        password = click.prompt("Password", hide_input=True)
+        password = sys.stdin.readline().rstrip("\r\n") if password_stdin else click.prompt("Password", hide_input=True)
         token = token_obtain(url, username=username, password=password)
     assert token is not None
     me = _me(Api(url, token))

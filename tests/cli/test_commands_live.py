@@ -43,6 +43,8 @@ def test_login_refuses_a_wrong_password_or_token_with_exit_3_and_saves_nothing(p
     wrong_password = cli("login", "--url", portal.url, "--username", "nlp_member", input="nope\n")
     assert wrong_password.exit_code == 3
     assert "HTTP 401" in wrong_password.stderr
+    scripted = cli("login", "--url", portal.url, "--username", "nlp_member", "--password-stdin", input="nope\n")
+    assert scripted.exit_code == 3
     wrong_token = cli("login", "--url", portal.url, "--token-stdin", input="0123456789abcdef\n")
     assert wrong_token.exit_code == 3
     assert not cli.config_file.exists()
