@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime
 import json
 import stat
+from typing import Any
 
 import pytest
 import yaml
@@ -172,3 +173,32 @@ def test_quotas_show_for_a_department(portal: Portal, cli: Cli) -> None:
     assert {q["department"] for q in quotas} == {"nlp"}
     table = cli("quotas", "show", "--department", str(portal.world.nlp.pk))
     assert table.stdout.splitlines()[0].split()[:3] == ["ID", "DEPARTMENT", "FLAVOR"]
+
+
+def test_a_renewal_beyond_the_self_service_window_waits_and_the_admin_approves_it_as_a_change(
+    portal: Portal, cli: Cli, settings: Any
+) -> None:
+    settings.GPUPORTAL_SELF_RENEW_DAYS = 1
+    allocation_id = submit(portal)
+    portal.api("nlp_admin", "POST", f"allocations/{allocation_id}/approve/", json={})
+    new_end = Allocation.objects.get(pk=allocation_id).ends_at + datetime.timedelta(days=5)
+    cli.login(portal, "nlp_member", "--context", "member")
+    asked = cli("allocations", "renew", str(allocation_id), "--end", new_end.isoformat(), "--reason", "longer run")
+    assert asked.exit_code == 0, asked.stderr
+    assert "waits for a department admin's approval" in asked.stderr
+    cli.login(portal, "nlp_admin", "--context", "admin")
+    changes = json.loads(cli("approvals", "list", "--changes", "-o", "json").stdout)
+    assert [(c["allocation"], c["kind"], c["state"]) for c in changes] == [(allocation_id, "renew", "pending")]
+    decided = cli("approvals", "approve", str(changes[0]["id"]), "--change", "--note", "fine", "-o", "json")
+    assert decided.exit_code == 0, decided.stderr
+    assert json.loads(decided.stdout)["state"] == "approved"
+    assert Allocation.objects.get(pk=allocation_id).ends_at == new_end
+
+
+def test_completion_offers_the_portals_project_names(portal: Portal, cli: Cli) -> None:
+    words = "gpuportal allocations list --project "
+    result = cli(env={"_GPUPORTAL_COMPLETE": "bash_complete", "COMP_WORDS": words, "COMP_CWORD": "4",
+                      "GPUPORTAL_URL": portal.url, "GPUPORTAL_TOKEN": portal.tokens["nlp_member"]})
+    assert result.exit_code == 0
+    # the projects of nlp and its subtree, which the member may see; not vision's
+    assert [line.split(",", 1)[1] for line in result.stdout.splitlines()] == ["nlp-llm", "speech-asr"]
