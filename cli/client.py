@@ -34,8 +34,8 @@ def _error_from(response: requests.Response) -> CliError:
         details += [f"{key}: {value}" for key, value in sorted((error.get("details") or {}).items())]
         if isinstance(body, dict) and body.get("request_id"):
             details.append(f"request id: {body['request_id']}")
-        return CliError(message, code, details=details)
-    return CliError(f"HTTP {status} {response.reason} from {response.url}", code)
+        return CliError(message, code, details=details, transient=status >= 500)
+    return CliError(f"HTTP {status} {response.reason} from {response.url}", code, transient=status >= 500)
 
 
 class Api:
@@ -63,7 +63,7 @@ class Api:
                 method, self.url_for(path), params=params, json=json, timeout=self.timeout, stream=stream
             )
         except requests.RequestException as error:
-            raise CliError(f"cannot reach the portal at {self.base}: {error}", Exit.ERROR) from None
+            raise CliError(f"cannot reach the portal at {self.base}: {error}", Exit.ERROR, transient=True) from None
         if response.status_code >= 400:
             raise _error_from(response)
         return response

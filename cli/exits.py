@@ -19,6 +19,7 @@ class Exit(IntEnum):
     NOT_GRANTED = 7  # --wait: the request was rejected, cancelled, failed or ended before it was active
     VERIFY_FAILED = 8  # audit export --verify: the export does not verify
     CONFIG = 9  # the configuration file is unsafe (group- or world-readable) or malformed
+    INTERRUPTED = 130  # Ctrl-C (the shells' 128 + SIGINT); --wait stops waiting, the request goes on
 
 
 EXIT_MEANINGS: dict[Exit, str] = {
@@ -33,6 +34,7 @@ EXIT_MEANINGS: dict[Exit, str] = {
     Exit.NOT_GRANTED: "`--wait`: the request was rejected, cancelled or failed, or ended before it was active",
     Exit.VERIFY_FAILED: "`audit export --verify`: the export does not verify",
     Exit.CONFIG: "the configuration file is group- or world-readable, or is not valid",
+    Exit.INTERRUPTED: "interrupted (Ctrl-C); `--wait` stops waiting, the request goes on",
 }
 
 HTTP_EXITS: dict[int, Exit] = {
@@ -48,8 +50,11 @@ HTTP_EXITS: dict[int, Exit] = {
 class CliError(Exception):
     """A failure to report on standard error, ending the command with ``code``."""
 
-    def __init__(self, message: str, code: Exit = Exit.ERROR, *, details: list[str] | None = None) -> None:
+    def __init__(
+        self, message: str, code: Exit = Exit.ERROR, *, details: list[str] | None = None, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code
         self.details = details or []
+        self.transient = transient  # the portal was unreachable or failed (5xx): asking again may work

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cli.client import Api
-from cli.exits import Exit
+from cli.exits import CliError, Exit
 
 GRANTED = frozenset({"active", "scheduled"})
 IN_FLIGHT = frozenset({"pending", "approved", "provisioning"})
@@ -56,10 +56,14 @@ def allocation_wait(
     *,
     timeout: float,
     report: Callable[[str, dict[str, Any]], None],
+    warn: Callable[[str], None] = lambda _message: None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> Outcome:
-    """Poll ``allocation`` until it settles or ``timeout`` seconds pass; ``report`` sees each new state."""
+    """Poll ``allocation`` until it settles or ``timeout`` seconds pass; ``report`` sees each new state.
+
+    A portal that cannot be reached or answers 5xx is asked again (``warn`` hears why) until the
+    timeout: a restart of the portal must not end a long wait. Any other refusal ends it."""
     deadline = clock() + timeout
     delay = FIRST_DELAY
     seen = str(allocation.get("state"))
@@ -74,7 +78,13 @@ def allocation_wait(
             return Outcome(allocation, Exit.TIMEOUT)
         sleep(min(delay, left))
         delay = min(delay * GROWTH, MAX_DELAY)
-        allocation = api.get(f"allocations/{allocation['id']}/")
+        try:
+            allocation = api.get(f"allocations/{allocation['id']}/")
+        except CliError as error:
+            if not error.transient:
+                raise
+            warn(f"{error.message}; asking again")
+            continue
         state = str(allocation.get("state"))
         if state != seen:
             seen = state

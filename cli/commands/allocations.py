@@ -74,7 +74,7 @@ def allocations() -> None:
 @click.option("--mine", is_flag=True, help="Only the allocations I requested.")
 @output_option
 def allocations_list(states: tuple[str, ...], project: str | None, department: str | None, mine: bool) -> None:
-    """The allocations you may see, newest first."""
+    """The allocations you may see (a researcher: their projects'; an admin: the department's)."""
     api = state().api()
     params: dict[str, Any] = {}
     if states:

@@ -47,6 +47,10 @@ def login(
     if password_stdin and not username:
         raise click.UsageError("--password-stdin goes with --username")
     url = url.rstrip("/")
+    host = urlsplit(url).hostname or ""
+    if url.startswith("http://") and host not in ("localhost", "127.0.0.1", "::1"):
+        click.echo(f"warning: {url} is plain HTTP: the password and the token cross the network unencrypted",
+                   err=True)
     if token_stdin:
         token = sys.stdin.readline().strip()
         if not token:

@@ -43,7 +43,7 @@ def request_create(
     Without --wait it prints the new request and ends. With --wait it reports each change of
     state on standard error and ends when the request is active (exit 0), scheduled for a later
     start (exit 0), rejected, cancelled or failed (exit 7), or after --timeout (exit 6); the
-    request is printed last in every case.
+    request is printed last in every case. Ctrl-C stops waiting (exit 130), not the request.
     """
     api = state().api()
     body: dict[str, Any] = {
@@ -67,7 +67,15 @@ def request_create(
         stamp = datetime.datetime.now(datetime.UTC).strftime("%H:%M:%S")
         click.echo(f"{stamp}  {item['id']}  {seen}: {describe(item)}", err=True)
 
-    outcome = allocation_wait(api, allocation, timeout=timeout, report=report)
+    def warn(message: str) -> None:
+        click.echo(f"warning: {message}", err=True)
+
+    try:
+        outcome = allocation_wait(api, allocation, timeout=timeout, report=report, warn=warn)
+    except KeyboardInterrupt:
+        click.echo(f"Stopped waiting; request {allocation['id']} goes on "
+                   f"(follow it with 'gpuportal allocations show {allocation['id']}').", err=True)
+        raise click.exceptions.Exit(int(Exit.INTERRUPTED)) from None
     emit_one(outcome.allocation, DETAIL_COLUMNS, state().output)
     if outcome.code == Exit.TIMEOUT:
         raise CliError(

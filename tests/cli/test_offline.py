@@ -143,6 +143,34 @@ def test_wait_backs_off_and_reports_each_state_once() -> None:
     assert sleeps[4] == 1.0  # back to 1 s after a change
 
 
+class FlakyApi:
+    """Unreachable twice, then a 404 (the request was deleted under us)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def get(self, path: str, params: Any = None) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls <= 2:
+            raise CliError("cannot reach the portal", Exit.ERROR, transient=True)
+        if self.calls == 3:
+            return {"id": 7, "state": "approved"}
+        raise CliError("Not found.", Exit.NOT_FOUND)
+
+
+def test_wait_asks_again_when_the_portal_is_unreachable_and_stops_on_a_refusal() -> None:
+    warnings: list[str] = []
+    seen: list[str] = []
+    api = FlakyApi()
+    with pytest.raises(CliError) as refused:
+        allocation_wait(api, {"id": 7, "state": "pending"}, timeout=600,  # type: ignore[arg-type]
+                        report=lambda state, _: seen.append(state), warn=warnings.append, sleep=lambda _: None,
+                        clock=lambda: 0.0)
+    assert refused.value.code == Exit.NOT_FOUND
+    assert warnings == ["cannot reach the portal; asking again"] * 2
+    assert seen == ["pending", "approved"] and api.calls == 4
+
+
 def test_wait_times_out_without_sleeping_past_the_deadline() -> None:
     now = [0.0]
     sleeps: list[float] = []
@@ -169,3 +197,11 @@ def test_the_tree_folds_leaves_and_aligned_subtrees_to_the_rfc_6962_root(size: i
         for leaf in leaves[8:]:
             with_nodes.append(0, leaf)
         assert with_nodes.root() == reference_root(leaves)
+
+
+def test_login_over_plain_http_to_another_host_warns_that_secrets_cross_unencrypted(tmp_path: Path) -> None:
+    result = CliRunner().invoke(root, ["login", "--url", "http://gpus.example.invalid", "--token", "t"],
+                                env={"XDG_CONFIG_HOME": str(tmp_path)})
+    assert "plain HTTP: the password and the token cross the network unencrypted" in result.stderr
+    assert result.exit_code == 1 and "cannot reach the portal" in result.stderr
+    assert not (tmp_path / "gpuportal").exists()
