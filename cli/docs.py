@@ -24,7 +24,8 @@ also needs `cryptography`). Install the project (`pip install .`) for the `gpupo
 ## Signing in and contexts
 
 `gpuportal login --url URL --username NAME` asks for the password and exchanges it for a token
-(`POST /api/v1/auth/token/`); `--token-stdin` takes a token instead. The token is checked
+(`POST /api/v1/auth/token/`; `--password-stdin` reads it from standard input, for scripts);
+`--token-stdin` takes a token instead. The token is checked
 (`GET /api/v1/me/`) and saved as a *context* (URL and token) in
 `$XDG_CONFIG_HOME/gpuportal/config.yaml` (default `~/.config/gpuportal/config.yaml`;
 `GPUPORTAL_CONFIG` names another file), which becomes the current context:
@@ -50,8 +51,8 @@ Every command takes `-o table|json|yaml`, before or after the command's name. `t
 shows the columns that matter, times in UTC; `json` and `yaml` print the API's objects whole (a
 list for list commands), for scripts. Lists follow every page. Messages and progress go to standard
 error, so standard output stays parseable. An error prints the API's message and its field
-messages (`error: Invalid input (HTTP 400, invalid)` then `  quantity: …`) and exits with the code
-below.
+messages (`error: <message> (HTTP 400, <code>)`, then one `  <field>: <messages>` line each, and the
+request id to quote to the operators) and exits with the code below.
 
 Times (`--start`, `--end`, `--from`, `--to`) are ISO 8601 (`2026-12-24`, `2026-12-24T09:00`,
 `2026-12-24T09:00+01:00`; without an offset, local time), `now`, or an offset from now: `+90m`,
@@ -64,6 +65,9 @@ change), prints each state it reaches on standard error, and ends when it is **a
 **scheduled** (approved for a later start: exit 0, nothing more happens until then), ended without
 a grant (**rejected**, **cancelled**, **failed**, …: exit 7), or after `--timeout` seconds (exit 6; the
 request goes on, follow it with `allocations show`). The request is printed last in every case.
+While the portal cannot be reached or answers 5xx (a restart, say) it is asked again, with a
+warning, until the timeout; any other refusal ends the wait with its exit code. Ctrl-C stops
+waiting (exit 130), not the request.
 
 ## Audit exports and `--verify`
 
