@@ -63,3 +63,8 @@ test-fast: venv
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+
+## cli-docs: regenerate docs/cli.md from the command tree of the gpuportal client (tests/cli checks it).
+.PHONY: cli-docs
+cli-docs: venv
+	$(BIN)/python -m cli docs > docs/cli.md
