@@ -205,3 +205,15 @@ def test_login_over_plain_http_to_another_host_warns_that_secrets_cross_unencryp
     assert "plain HTTP: the password and the token cross the network unencrypted" in result.stderr
     assert result.exit_code == 1 and "cannot reach the portal" in result.stderr
     assert not (tmp_path / "gpuportal").exists()
+
+
+def test_the_console_script_gpuportal_is_the_command_tree() -> None:
+    import importlib
+    import tomllib
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attribute = scripts["gpuportal"].partition(":")
+    entry = getattr(importlib.import_module(module), attribute)
+    with pytest.raises(SystemExit) as done:
+        entry(["--version"])
+    assert done.value.code == 0
