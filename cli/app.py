@@ -15,7 +15,7 @@ import click
 from cli import __version__
 from cli.client import Api
 from cli.config import Context, context_resolve
-from cli.exits import CliError, Exit
+from cli.exits import EXIT_MEANINGS, CliError, Exit
 from cli.output import FORMATS
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -81,7 +81,11 @@ def _set_context(ctx: click.Context, _param: click.Parameter, value: str | None)
     ctx.ensure_object(State).context_name = value
 
 
-@click.group(cls=GuardedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {int(code):>3}  {meaning.replace('`', '')}" for code, meaning in EXIT_MEANINGS.items())
+
+
+@click.group(cls=GuardedGroup, epilog=EPILOG,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.option(
     "--context", "context_name", metavar="NAME", default=None, expose_value=False, callback=_set_context,
     help="Use this context of the configuration file (default: its current context).",
@@ -94,7 +98,7 @@ def root() -> None:
 
     Sign in once with 'gpuportal login --url URL'; the token is kept in
     $XDG_CONFIG_HOME/gpuportal/config.yaml (mode 0600). GPUPORTAL_URL and GPUPORTAL_TOKEN
-    override it. Exit codes are listed under 'gpuportal docs' and in docs/cli.md.
+    override it. The full reference is docs/cli.md.
     """
 
 
