@@ -264,6 +264,28 @@ def jsonl_verify(lines: Iterable[bytes], *, filtered: bool) -> Report:
     return report
 
 
+def _meta(line: bytes, number: int) -> dict[str, Any]:
+    try:
+        meta = json.loads(line)
+    except ValueError:
+        meta = None
+    if not isinstance(meta, dict):
+        raise ExportInvalid("malformed", f"line {number} is not a JSON object")
+    return meta
+
+
+def _nodes(meta: dict[str, Any], number: int) -> list[tuple[int, int, bytes]]:
+    """A nodes line's ``[start, level, hex]`` items, checked for shape."""
+    try:
+        nodes = [(start, level, bytes.fromhex(hex_)) for start, level, hex_ in meta["nodes"]]
+    except (KeyError, TypeError, ValueError):
+        raise ExportInvalid("malformed", f"line {number} is not a list of [start, level, hash] nodes") from None
+    if any(type(start) is not int or type(level) is not int or not 0 <= level < 64 or len(hash_) != 32
+           for start, level, hash_ in nodes):
+        raise ExportInvalid("malformed", f"line {number} has a node that is not [leaf, level 0-63, SHA-256]")
+    return nodes
+
+
 def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Report:
     """A bundle: signature, places, links, the signed root and head, and a global scope's completeness."""
     iterator = iter(lines)
@@ -289,13 +311,13 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
             raise ExportInvalid("malformed", f"line {number} follows the end line")
         context = quarantine = False
         if line.startswith(META):
-            meta = json.loads(line)
+            meta = _meta(line, number)
             kind = meta.get("@")
             if kind == "nodes":
-                for start, level, hex_ in meta["nodes"]:
+                for start, level, hash_ in _nodes(meta, number):
                     if start != tree.size:
                         raise ExportInvalid("missing", f"a proof node starts at leaf {start}, not {tree.size}", tree.size + 1)
-                    tree.append(level, bytes.fromhex(hex_))
+                    tree.append(level, hash_)
                     hidden_after_revealed = first is not None
                 continue
             if kind == "end":
@@ -305,7 +327,10 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
                 continue
             if kind not in ("context", "quarantine"):
                 raise ExportInvalid("malformed", f"line {number} is an unknown {kind!r} line")
-            line, context, quarantine = str(meta.get("record", "")).encode("ascii"), kind == "context", kind == "quarantine"
+            record = meta.get("record")
+            if not isinstance(record, str) or not record.isascii():
+                raise ExportInvalid("malformed", f"line {number}'s record is not an ASCII string")
+            line, context, quarantine = record.encode("ascii"), kind == "context", kind == "quarantine"
         event = _event(line, f"line {number}")
         if suspect is not None:  # the event after one out of place tells a swap from a deletion
             kind = "reordered" if event.seq == tree.size + 1 else "missing"

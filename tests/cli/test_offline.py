@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from audit.integrity.keys import signing_key_generate
 from audit.integrity.merkle import reference_root
 from cli import __version__
 from cli.auditcheck import _Tree
@@ -217,3 +218,20 @@ def test_the_console_script_gpuportal_is_the_command_tree() -> None:
     with pytest.raises(SystemExit) as done:
         entry(["--version"])
     assert done.value.code == 0
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"seq,occurred_at\n1,2026-12-01\n",  # a CSV export
+        b'{"@":"bundle","version":1,"checkpoint":"x"}\n',  # a bundle whose checkpoint is no signed note
+        b'not json at all\n',
+    ],
+)
+def test_a_file_that_is_no_export_fails_verification_as_malformed(tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "export.jsonl"
+    path.write_bytes(content)
+    key = signing_key_generate("gpuportal/audit").verifier.vkey()
+    result = CliRunner().invoke(root, ["audit", "verify", str(path), "--key", key])
+    assert result.exit_code == 8
+    assert "[malformed]" in result.stderr
