@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,11 +17,12 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 
 from audit import verify as portal_verifier
 from audit.integrity.keys import signing_key_generate
 from tests.cli.conftest import Cli
-from tests.cli.demo_server import DemoServer
+from tests.cli.demo_server import ROOT, DemoServer
 
 FLAVOR = "a100-mig-1g-10gb"
 
@@ -203,3 +207,18 @@ def test_a_researcher_cannot_export_the_audit_log(demo: DemoServer, cli: Cli) ->
     result = cli("audit", "export", "--format", "jsonl")
     assert result.exit_code == 4 and "HTTP 404" in result.stderr
     assert cli("audit", "export", "--format", "csv", "--verify").exit_code == 2
+
+
+def test_the_installed_entry_point_runs_as_its_own_process_with_the_environment_only(
+    demo: DemoServer, tmp_path: Path
+) -> None:
+    env = {"PATH": os.environ.get("PATH", ""), "XDG_CONFIG_HOME": str(tmp_path / "empty"),
+           "GPUPORTAL_URL": demo.url, "GPUPORTAL_TOKEN": demo.token("bob")}
+    done = subprocess.run([sys.executable, "-m", "cli", "quotas", "show", "--department", "nlp", "-o", "yaml"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    quotas = yaml.safe_load(done.stdout)
+    assert {q["department"] for q in quotas} == {"nlp"} and any(q["flavor"] == FLAVOR for q in quotas)
+    refused = subprocess.run([sys.executable, "-m", "cli", "whoami"], cwd=ROOT, capture_output=True, text=True,
+                             env={**env, "GPUPORTAL_TOKEN": "not-a-token"}, timeout=60, check=False)
+    assert refused.returncode == 3 and "error:" in refused.stderr
