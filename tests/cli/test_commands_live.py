@@ -146,7 +146,8 @@ def test_the_apis_field_messages_are_shown_with_exit_1(portal: Portal, cli: Cli)
                  "--end", "+1d", "--reason", "backwards")
     assert result.exit_code == 1
     assert "HTTP 400" in result.stderr
-    assert "ends_at:" in result.stderr or "starts_at:" in result.stderr
+    assert "  ends_at: The end must be after the start." in result.stderr.splitlines()
+    assert any(line.startswith("  request id: ") for line in result.stderr.splitlines())
 
 
 def test_approvals_as_the_department_admin_and_a_researcher_refused_with_exit_3(portal: Portal, cli: Cli) -> None:
