@@ -71,3 +71,8 @@ clean:
 .PHONY: compose-secrets
 compose-secrets:
 	scripts/compose-secrets.sh
+
+## cli-docs: regenerate docs/cli.md from the command tree of the gpuportal client (tests/cli checks it).
+.PHONY: cli-docs
+cli-docs: venv
+	$(BIN)/python -m cli docs > docs/cli.md

@@ -31,11 +31,13 @@ LAYERS: tuple[str, ...] = (
     "gpuportal",
 )
 # Packages that run on their own, outside the portal: the node agent (a DaemonSet without
-# Django) and the Kubernetes control plane for tests and developers (never deployed).
-STANDALONE: tuple[str, ...] = ("agent", "kube_testenv")
+# Django), the command-line client (over the REST API only) and the Kubernetes control plane for
+# tests and developers (never deployed).
+STANDALONE: tuple[str, ...] = ("agent", "cli", "kube_testenv")
 # What the standalone packages and the portal's apps may import of each other.
 EXTRA_ALLOWED: dict[str, frozenset[str]] = {
     "agent": frozenset(),
+    "cli": frozenset(),
     "kube_testenv": frozenset(),
     # The portal reads the agent's report schema (one document, validated on both sides).
     "telemetry": frozenset({"agent"}),

@@ -3,6 +3,7 @@ stays free of Django, and no file grows past the size a reader can hold (docs/ar
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 from tests.architecture.imports import (
@@ -57,7 +58,7 @@ def test_no_app_imports_the_test_control_plane_and_only_telemetry_reads_the_agen
         source, target = app_of(item.source), app_of(item.target)
         if target in users and source != target:
             users[target].add(source)
-    assert users == {"agent": {"telemetry"}, "kube_testenv": set()}
+    assert users == {"agent": {"telemetry"}, "cli": set(), "kube_testenv": set()}
 
 
 def test_the_node_agent_imports_no_django() -> None:
@@ -67,6 +68,23 @@ def test_the_node_agent_imports_no_django() -> None:
             stripped = line.strip()
             if stripped.startswith(("import django", "from django", "import rest_framework", "from rest_framework")):
                 offenders.append(f"{path.relative_to(ROOT)}:{line_no}")
+    assert offenders == []
+
+
+def test_the_command_line_client_imports_no_django_and_nothing_of_the_portal() -> None:
+    """cli/ works over the REST API only: it may import itself and third-party packages, never an
+    app of the portal, the other standalone packages or Django."""
+    portal = set(LAYERS) | {"agent", "kube_testenv", "django", "rest_framework"}
+    offenders = []
+    for path in sorted((ROOT / "cli").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in portal]
     assert offenders == []
 
 
