@@ -9,13 +9,15 @@ views at run time, so that what the schema documents and what a view accepts can
   unknown query parameter or body field: ``kernel.api.views``), 401, 404 (a path id or a page that
   does not exist), 406 (an ``Accept`` no renderer offers), 413 and 415 (a body over the limit, or
   not JSON).
-- ``documented_query_params``: the query parameters the schema documents for one view and method,
-  computed by this same class; ``kernel.api.views.ApiView`` refuses every other one.
+- ``documented``: the query parameters and whether a request body is documented for one view and
+  method, computed by this same class; ``kernel.api.views.ApiView`` refuses every other parameter,
+  and any body sent to an operation that takes none.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from drf_spectacular import openapi
@@ -76,22 +78,35 @@ class AutoSchema(openapi.AutoSchema):
         return statuses
 
 
-_documented: dict[tuple[type[APIView], str], frozenset[str]] = {}
+@dataclass(frozen=True)
+class Documented:
+    """What the schema says one operation takes."""
+
+    query_params: frozenset[str]
+    body: bool
 
 
-def documented_query_params(view: APIView, request: Request) -> frozenset[str]:
-    """The query parameters the schema documents for ``view`` answering ``request.method`` (HEAD as
-    GET), plus ``ALWAYS_ACCEPTED``: worked out once per view class and method by the schema class
-    itself, from the view's ``extend_schema`` parameters, pagination and ordering."""
+_documented: dict[tuple[type[APIView], str], Documented] = {}
+
+
+def documented(view: APIView, request: Request) -> Documented:
+    """What the schema documents for ``view`` answering ``request.method`` (HEAD as GET): worked
+    out once per view class and method by the schema class itself, from the view's
+    ``extend_schema`` parameters and request body, its pagination and its ordering."""
     method = "GET" if request.method == "HEAD" else str(request.method)
     key = (type(view), method)
     found = _documented.get(key)
     if found is None:
-        found = _documented[key] = frozenset(_query_parameters(request, method)) | ALWAYS_ACCEPTED
+        found = _documented[key] = _operation(request, method)
     return found
 
 
-def _query_parameters(request: Request, method: str) -> set[str]:
+def documented_query_params(view: APIView, request: Request) -> frozenset[str]:
+    """The query parameters the schema documents for the operation, plus ``ALWAYS_ACCEPTED``."""
+    return documented(view, request).query_params | ALWAYS_ACCEPTED
+
+
+def _operation(request: Request, method: str) -> Documented:
     match = request.resolver_match
     assert match is not None, "an API view answers only a resolved URL"
     route = str(match.route)
@@ -107,5 +122,7 @@ def _query_parameters(request: Request, method: str) -> set[str]:
     schema.method = method
     with GENERATOR_STATS.silence():
         parameters = schema._get_parameters()
+        body = method in ("PUT", "PATCH", "POST") and schema.get_request_serializer() is not None
     del generator
-    return {str(parameter["name"]) for parameter in parameters if parameter.get("in") == "query"}
+    query = frozenset(str(parameter["name"]) for parameter in parameters if parameter.get("in") == "query")
+    return Documented(query_params=query, body=body)

@@ -3,7 +3,8 @@
 After authentication (so an anonymous caller still gets its 401 first), a query parameter the
 schema does not document for the operation is a 400 naming it (``fields: {"name": ["Unknown
 parameter."]}``): the accepted set is the documented one (``kernel.api.schema``), so the two cannot
-drift. Unknown body fields are refused where the body is read (``kernel.api.base.validated``).
+drift. Unknown body fields are refused where the body is read (``kernel.api.base.validated``), and
+here any body sent to an operation whose schema documents none.
 ``tests/foundation/test_api_conventions.py`` checks that every API route's view is an ``ApiView``.
 """
 
@@ -16,10 +17,11 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from kernel.api.base import refuse_hostile_text
-from kernel.api.schema import documented_query_params
+from kernel.api.base import UNKNOWN_FIELD, refuse_hostile_text
+from kernel.api.schema import documented, documented_query_params
 
 UNKNOWN_PARAMETER = "Unknown parameter."
+NO_BODY = "This operation takes no body."
 
 
 class ApiView(APIView):
@@ -32,6 +34,26 @@ class ApiView(APIView):
         method = str(request.method).lower()
         if method != "options" and method in self.http_method_names and hasattr(self, method):
             refuse_unknown_query_params(self, request)  # (a method the view lacks is DRF's 405, after this)
+            if method in ("post", "put", "patch", "delete") and not documented(self, request).body:
+                refuse_a_body(request)
+
+
+def refuse_a_body(request: Request) -> None:
+    """An operation that takes no body refuses one with content (an empty object is no content):
+    each field is unknown, or, for a body that is not an object, the body."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 1
+    if declared <= 0:
+        return
+    data = request.data
+    if not data:
+        return
+    refuse_hostile_text(data)  # before a name is written into the answer
+    if isinstance(data, Mapping):
+        raise ValidationError({str(name): [UNKNOWN_FIELD] for name in data})
+    raise ValidationError({"body": [NO_BODY]})
 
 
 def refuse_unknown_query_params(view: APIView, request: Request) -> None:

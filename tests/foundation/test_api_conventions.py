@@ -24,8 +24,8 @@ from rest_framework.test import APIRequestFactory
 
 from clusters.models import Node
 from kernel.api.base import UNKNOWN_FIELD, unknown_fields
-from kernel.api.schema import ALWAYS_ACCEPTED, documented_query_params
-from kernel.api.views import UNKNOWN_PARAMETER, ApiView
+from kernel.api.schema import ALWAYS_ACCEPTED, documented, documented_query_params
+from kernel.api.views import NO_BODY, UNKNOWN_PARAMETER, ApiView
 from telemetry.models import ObservedGpu
 from tenants.models import Project
 from tests.conftest import World
@@ -144,6 +144,7 @@ def test_each_view_accepts_exactly_the_query_parameters_the_schema_documents(sch
         view, request = _view_for(path, method)
         assert isinstance(view, ApiView), path
         assert documented_query_params(view, request) == query_names(operation) | ALWAYS_ACCEPTED, f"{method} {path}"
+        assert documented(view, request).body == ("requestBody" in operation), f"{method} {path}"
 
 
 def _api_views(patterns: list[URLPattern | URLResolver], prefix: str = "") -> list[tuple[str, Any]]:
@@ -209,6 +210,18 @@ def test_a_settings_patch_names_a_field_that_is_not_a_setting(world: World) -> N
     response = world.client("platform").patch(f"/api/v1/clusters/{world.cluster.pk}/", {"name": "renamed"}, format="json")
     assert response.status_code == 400
     assert response.json()["error"]["fields"] == {"name": [UNKNOWN_FIELD]}
+
+
+def test_an_operation_that_takes_no_body_refuses_one(world: World) -> None:
+    client = world.client("platform")
+    url = f"/api/v1/clusters/{world.cluster.pk}/sync/"
+    response = client.post(url, {"force": True}, format="json")
+    assert response.status_code == 400
+    assert response.json()["error"]["fields"] == {"force": [UNKNOWN_FIELD]}
+    response = client.post(url, "[1]", content_type="application/json")
+    assert response.status_code == 400 and response.json()["error"]["fields"] == {"body": [NO_BODY]}
+    assert client.post(url, {}, format="json").status_code == 202  # an empty object is no body
+    assert client.post(url).status_code == 202
 
 
 class _Member(serializers.Serializer[Any]):
