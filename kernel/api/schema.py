@@ -5,6 +5,7 @@ views at run time, so that what the schema documents and what a view accepts can
   ``/api/v1/`` (``allocations``, ``audit``…); ``SPECTACULAR_SETTINGS["TAGS"]`` describes each.
 - Ordering: a list view's ``ordering_fields`` become its documented ``ordering`` parameter, an enum
   of each name and its ``-name`` (``kernel.api.ordering``).
+- Request bodies: each object says ``additionalProperties: false``, as an unknown field is refused.
 - Errors every operation shares, documented where the view's own ``errors(...)`` did not: 400 (an
   unknown query parameter or body field: ``kernel.api.views``), 401, 404 (a path id or a page that
   does not exist), 406 (an ``Accept`` no renderer offers), 413 and 415 (a body over the limit, or
@@ -51,6 +52,13 @@ class AutoSchema(openapi.AutoSchema):
                 OpenApiParameter(ORDERING_PARAM, str, enum=ordering_choices(fields), description=ordering_description(fields))
             )
         return parameters
+
+    def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
+        """A request body's object takes no other field (``kernel.api.base.validated`` refuses it)."""
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        if direction == "request":
+            schema["additionalProperties"] = False
+        return schema
 
     def get_operation(self, path: str, path_regex: str, path_prefix: str, method: str, registry: ComponentRegistry) -> Any:
         operation = super().get_operation(path, path_regex, path_prefix, method, registry)

@@ -104,6 +104,19 @@ def test_every_operation_documents_the_errors_it_can_answer(schema: dict[str, An
     assert missing == []
 
 
+def test_every_request_body_refuses_other_fields(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    open_bodies = []
+    for path, method, operation in operations(schema):
+        if "requestBody" not in operation:
+            continue
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        body = components[body["$ref"].rpartition("/")[2]] if "$ref" in body else body
+        if body.get("additionalProperties") is not False:
+            open_bodies.append(f"{method.upper()} {path}")
+    assert open_bodies == []
+
+
 def test_every_operation_is_tagged_with_its_described_resource(schema: dict[str, Any]) -> None:
     described = {tag["name"]: tag["description"] for tag in schema["tags"]}
     assert all(described.values())
