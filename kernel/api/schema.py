@@ -55,7 +55,7 @@ class AutoSchema(openapi.AutoSchema):
 
     def _map_basic_serializer(self, serializer: Any, direction: str) -> dict[str, Any]:
         """A request body's object takes no other field (``kernel.api.base.validated`` refuses it)."""
-        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)
+        schema: dict[str, Any] = super()._map_basic_serializer(serializer, direction)  # type: ignore[no-untyped-call]
         if direction == "request":
             schema["additionalProperties"] = False
         return schema
