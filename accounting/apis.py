@@ -10,12 +10,12 @@ from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from accounting import selectors
 from accounting.hours import HOUR, hour_floor
 from kernel.api.base import IdField, filters, iso_datetime
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 
 DEFAULT_SPAN = datetime.timedelta(days=7)
 # The longest range per granularity: a reply stays a few thousand rows.
@@ -92,7 +92,7 @@ class ReportOut(serializers.Serializer[Any]):
     total = TotalsOut()
 
 
-class UsageApi(APIView):
+class UsageApi(ApiView):
     @extend_schema(parameters=[UsageFilter], responses={200: ReportOut, **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(UsageFilter, request)

@@ -14,7 +14,6 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from accounting import rate_cards, statement_reads, statements
 from accounting.charges import month_bounds
@@ -23,6 +22,7 @@ from audit.export import csv_cell
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from tenants.access import require_platform_admin
 
 
@@ -57,8 +57,9 @@ class RateCardEndIn(serializers.Serializer[Any]):
     valid_to = serializers.DateTimeField()
 
 
-class RateCardListApi(APIView):
+class RateCardListApi(ApiView):
     pagination_class = Pagination
+    ordering_fields = {"id": "id", "valid_from": "valid_from", "created_at": "created_at"}
 
     @extend_schema(responses={200: RateCardOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
@@ -74,13 +75,13 @@ class RateCardListApi(APIView):
         return Response(RateCardOut(card).data, status=status.HTTP_201_CREATED)
 
 
-class RateCardDetailApi(APIView):
+class RateCardDetailApi(ApiView):
     @extend_schema(responses={200: RateCardOut, **errors(401, 404)})
     def get(self, request: Request, rate_card_id: int) -> Response:
         return Response(RateCardOut(statement_reads.rate_card_get(user=request.user, rate_card_id=rate_card_id)).data)
 
 
-class RateCardEndApi(APIView):
+class RateCardEndApi(ApiView):
     @extend_schema(request=RateCardEndIn, responses={200: RateCardOut, **errors(400, 401, 403, 404)})
     def post(self, request: Request, rate_card_id: int) -> Response:
         statement_reads.rate_card_get(user=request.user, rate_card_id=rate_card_id)
@@ -136,8 +137,9 @@ def _corrections(statement: Statement) -> Decimal:
     return sum((line.amount for line in statement.lines.all() if line.kind == LineKind.CORRECTION), Decimal(0))
 
 
-class StatementListApi(APIView):
+class StatementListApi(ApiView):
     pagination_class = Pagination
+    ordering_fields = {"id": "id", "period_start": "period_start", "closed_at": "closed_at", "total": "total"}
 
     class Filter(serializers.Serializer[Any]):
         department = IdField(required=False)
@@ -153,7 +155,7 @@ class StatementListApi(APIView):
         return paginated(view=self, request=request, queryset=rows, serializer=StatementOut)
 
 
-class StatementDetailApi(APIView):
+class StatementDetailApi(ApiView):
     @extend_schema(responses={200: StatementDetailOut, **errors(401, 403, 404)})
     def get(self, request: Request, statement_id: int) -> Response:
         statement = statement_reads.statement_get(user=request.user, statement_id=statement_id)
@@ -163,7 +165,7 @@ class StatementDetailApi(APIView):
 CSV_COLUMNS = ["number", "kind", "project", "flavor", "rate_card", "basis", "gpu_hours", "rate", "amount", "reason"]
 
 
-class StatementLinesCsvApi(APIView):
+class StatementLinesCsvApi(ApiView):
     @extend_schema(responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR), **errors(401, 403, 404)})
     def get(self, request: Request, statement_id: int) -> HttpResponse:
         statement = statement_reads.statement_get(user=request.user, statement_id=statement_id)
@@ -190,7 +192,7 @@ class CorrectionIn(serializers.Serializer[Any]):
     reason = serializers.CharField(max_length=500)
 
 
-class StatementCorrectApi(APIView):
+class StatementCorrectApi(ApiView):
     @extend_schema(request=CorrectionIn, responses={201: LineOut, **errors(400, 401, 403, 404)})
     def post(self, request: Request, statement_id: int) -> Response:
         statement_reads.statement_get(user=request.user, statement_id=statement_id)
@@ -230,7 +232,7 @@ class DraftOut(serializers.Serializer[Any]):
     statements = DraftCurrencyOut(many=True, help_text="One per currency the month's hours are priced in.")
 
 
-class StatementPreviewApi(APIView):
+class StatementPreviewApi(ApiView):
     class Filter(serializers.Serializer[Any]):
         department = IdField()
         period = serializers.CharField(required=False, validators=[_period], help_text="YYYY-MM; default: this month")

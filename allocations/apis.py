@@ -10,7 +10,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations import catalog, selectors, services
 from allocations.models import (
@@ -28,6 +27,7 @@ from clusters.selectors import cluster_list
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for, require_platform_admin
@@ -86,8 +86,9 @@ class FlavorIn(serializers.Serializer):  # type: ignore[type-arg]
     min_cuda_version = min_cuda_version_field()
 
 
-class FlavorListApi(APIView):
+class FlavorListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "name": "name", "gpu_model": "gpu_model", "gpu_equivalents": "gpu_equivalents"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         active = serializers.BooleanField(required=False, default=False)
@@ -105,7 +106,7 @@ class FlavorListApi(APIView):
         return Response(FlavorOut(flavor).data, status=status.HTTP_201_CREATED)
 
 
-class FlavorDetailApi(APIView):
+class FlavorDetailApi(ApiView):
     @extend_schema(responses={200: FlavorOut, **errors(401, 404)})
     def get(self, request: Request, flavor_id: int) -> Response:
         return Response(FlavorOut(selectors.flavor_get(user=request.user, flavor_id=flavor_id)).data)
@@ -197,8 +198,12 @@ class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
         return attrs
 
 
-class AllocationListApi(APIView):
+class AllocationListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {
+        "id": "id", "created_at": "created_at", "updated_at": "updated_at", "starts_at": "starts_at", "ends_at": "ends_at",
+        "state": "state", "quantity": "quantity",
+    }
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         state = serializers.MultipleChoiceField(choices=AllocationState.choices, required=False)
@@ -244,7 +249,7 @@ class AllocationListApi(APIView):
         return Response(AllocationOut(allocation).data, status=status.HTTP_201_CREATED)
 
 
-class AllocationDetailApi(APIView):
+class AllocationDetailApi(ApiView):
     @extend_schema(responses={200: AllocationOut, **errors(401, 404)})
     def get(self, request: Request, allocation_id: int) -> Response:
         return Response(AllocationOut(selectors.allocation_get(user=request.user, allocation_id=allocation_id)).data)
@@ -257,7 +262,7 @@ class DecisionIn(serializers.Serializer):  # type: ignore[type-arg]
 DECISION_RESPONSES = {200: AllocationOut, **errors(400, 401, 403, 404, 409)}
 
 
-class _AllocationActionApi(APIView):
+class _AllocationActionApi(ApiView):
     """POST /allocations/{id}/<action>/: the allocation must be visible first (404 otherwise), then
     the caller must hold the role the action needs (403), and only then is the body read."""
 

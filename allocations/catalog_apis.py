@@ -13,13 +13,14 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations import catalog, selectors
 from allocations.models import PreemptionPolicy, PriorityClass
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
+from kernel.api.ordering import ordered
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from tenants.access import require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 from tenants.selectors import department_list
@@ -56,8 +57,9 @@ class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class PriorityClassListApi(APIView):
+class PriorityClassListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "name": "name", "value": "value"}
 
     @extend_schema(responses={200: PriorityClassOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
@@ -71,7 +73,7 @@ class PriorityClassListApi(APIView):
         return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
 
 
-class PriorityClassDetailApi(APIView):
+class PriorityClassDetailApi(ApiView):
     @extend_schema(responses={200: PriorityClassOut, **errors(401, 404)})
     def get(self, request: Request, priority_class_id: int) -> Response:
         found = selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
@@ -162,8 +164,9 @@ def _quota_out(quota: Any) -> dict[str, Any]:
     return dict(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
 
 
-class QuotaListApi(APIView):
+class QuotaListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "department": "department__slug", "guaranteed": "guaranteed", "limit": "limit"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         department = IdField(required=False)
@@ -173,7 +176,7 @@ class QuotaListApi(APIView):
         params = filters(self.Filter, request)
         quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
         paginator = Pagination()
-        page = paginator.paginate_queryset(quotas, request, view=self) or []
+        page = paginator.paginate_queryset(ordered(quotas, view=self, request=request), request, view=self) or []
         return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
 
     @extend_schema(
@@ -188,7 +191,7 @@ class QuotaListApi(APIView):
         return Response(_quota_out(quota), status=status.HTTP_201_CREATED)
 
 
-class QuotaDetailApi(APIView):
+class QuotaDetailApi(ApiView):
     @extend_schema(responses={200: QuotaOut, **errors(401, 404)})
     def get(self, request: Request, quota_id: int) -> Response:
         return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id)))

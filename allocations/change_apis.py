@@ -15,7 +15,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations import changes, selectors
 from allocations.apis import AllocationOut, DecisionIn, _AllocationActionApi
@@ -23,6 +22,7 @@ from allocations.models import Allocation, AllocationChange, ChangeState
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -106,8 +106,9 @@ class AllocationResizeApi(_ChangeRequestApi):
         return self._outcome(changes.allocation_resize(actor=actor(request), allocation_id=allocation_id, **data))
 
 
-class AllocationChangeListApi(APIView):
+class AllocationChangeListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "created_at": "created_at", "decided_at": "decided_at", "state": "state"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         state = serializers.ChoiceField(choices=ChangeState.choices, required=False)
@@ -125,7 +126,7 @@ class AllocationChangeListApi(APIView):
         return paginated(view=self, request=request, queryset=queryset, serializer=ChangeOut)
 
 
-class AllocationChangeDetailApi(APIView):
+class AllocationChangeDetailApi(ApiView):
     @extend_schema(responses={200: ChangeOut, **errors(401, 404)})
     def get(self, request: Request, change_id: int) -> Response:
         return Response(ChangeOut(changes.allocation_change_get(user=request.user, change_id=change_id)).data)
@@ -134,7 +135,7 @@ class AllocationChangeDetailApi(APIView):
 DECIDE_RESPONSES = {200: ChangeOut, **errors(400, 401, 403, 404, 409)}
 
 
-class _ChangeActionApi(APIView):
+class _ChangeActionApi(ApiView):
     def _decider(self, request: Request, change_id: int) -> None:
         change = changes.allocation_change_get(user=request.user, change_id=change_id)
         if not access_for(request.user).can_administer_department(change.allocation.project.department_id):

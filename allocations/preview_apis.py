@@ -11,13 +11,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations import selectors
 from allocations.booking.preview import candidate_clusters, placement_preview
 from allocations.models import Allocation, AllocationState
 from allocations.quotas.planning import admission_decide
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from kernel.errors import TransitionNotAllowed
 
 
@@ -75,7 +75,7 @@ class PlacementPreviewOut(serializers.Serializer):  # type: ignore[type-arg]
     clusters = ClusterFitOut(many=True, help_text="The clusters approval would try, in its order.")
 
 
-class AllocationPlacementPreviewApi(APIView):
+class AllocationPlacementPreviewApi(ApiView):
     """GET /allocations/{id}/placement-preview/: whether a pending allocation fits now, where, or why not.
     Read without locks: approval decides again."""
 

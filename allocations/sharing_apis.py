@@ -10,12 +10,12 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations.sharing_guide import guide_for, guides
 from allocations.versions import CUDA_VERSION_HELP, CUDA_VERSION_PATTERN, DRIVER_VERSION_HELP, DRIVER_VERSION_PATTERN
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 
 
 class SharingModeOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -54,7 +54,7 @@ def min_cuda_version_field() -> serializers.CharField:
     )
 
 
-class SharingModeListApi(APIView):
+class SharingModeListApi(ApiView):
     pagination_class = Pagination  # the list shape of every list (seven entries: one page)
 
     @extend_schema(

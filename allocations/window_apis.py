@@ -20,7 +20,6 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations import selectors, window_services
 from allocations.apis import DecisionIn
@@ -30,6 +29,7 @@ from allocations.window_models import EdgeKind, QuotaWindow, ShrinkPolicy, Windo
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import FieldError, NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -166,8 +166,9 @@ def _window_out(window: QuotaWindow) -> dict[str, Any]:
     return dict(WindowOut(fresh).data)
 
 
-class QuotaWindowListApi(APIView):
+class QuotaWindowListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "created_at": "created_at", "begins_at": "begins_at", "ends_at": "ends_at", "state": "state"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         quota = IdField(required=False)
@@ -210,7 +211,7 @@ class QuotaWindowListApi(APIView):
         return Response(_window_out(window), status=status.HTTP_201_CREATED)
 
 
-class QuotaWindowDetailApi(APIView):
+class QuotaWindowDetailApi(ApiView):
     @extend_schema(responses={200: WindowOut, **errors(401, 404)})
     def get(self, request: Request, window_id: int) -> Response:
         window = window_services.quota_window_get(user=request.user, window_id=window_id)
@@ -227,7 +228,7 @@ def _decider(request: Request, window_id: int) -> None:
         raise NotAllowed("Only platform admins decide on quota windows.")
 
 
-class QuotaWindowApproveApi(APIView):
+class QuotaWindowApproveApi(ApiView):
     @extend_schema(
         request=DecisionIn, responses=DECIDE_RESPONSES,
         description="Approve a pending window (409 when it is not pending, or has ended)." + FOUR_EYES,
@@ -239,7 +240,7 @@ class QuotaWindowApproveApi(APIView):
             actor=actor(request), window_id=window_id, comment=data["comment"])))
 
 
-class QuotaWindowRejectApi(APIView):
+class QuotaWindowRejectApi(ApiView):
     @extend_schema(
         request=DecisionIn, responses=DECIDE_RESPONSES,
         description="Reject a pending window; a rejection needs a comment (400 naming `comment`)." + FOUR_EYES,
@@ -251,7 +252,7 @@ class QuotaWindowRejectApi(APIView):
             actor=actor(request), window_id=window_id, comment=data["comment"])))
 
 
-class QuotaWindowCancelApi(APIView):
+class QuotaWindowCancelApi(ApiView):
     @extend_schema(
         request=None, responses={200: WindowOut, **errors(401, 403, 404, 409)},
         description="Withdraw a pending window or end an approved one now (its requester or a platform admin).",
@@ -340,7 +341,7 @@ def _base(quota: Quota) -> dict[str, Decimal]:
     return {"guaranteed": quota.guaranteed, "limit": quota.limit}
 
 
-class QuotaEffectiveApi(APIView):
+class QuotaEffectiveApi(ApiView):
     @extend_schema(
         parameters=[OpenApiParameter("at", OpenApiTypes.DATETIME, description=f"Default now; {AT_HELP}."),
                     CLASS_PARAMETER],
@@ -360,7 +361,7 @@ class QuotaEffectiveApi(APIView):
         return Response(EffectiveOut(body).data)
 
 
-class QuotaTimelineApi(APIView):
+class QuotaTimelineApi(ApiView):
     @extend_schema(
         parameters=[
             OpenApiParameter("from", OpenApiTypes.DATETIME, description=f"Default now; {AT_HELP}."),

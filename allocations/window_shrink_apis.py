@@ -12,13 +12,13 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations.window_models import EdgeKind, ShrinkPolicy
 from allocations.window_shrinks import WARN_WITHIN, ComingShrink, plain, quota_window_shrinks_coming
 from kernel.api.base import filters
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from tenants.access import access_for
 
 LONGEST_WITHIN = 7 * 24 * 60
@@ -75,7 +75,7 @@ def _shrink_out(shrink: ComingShrink) -> dict[str, Any]:
     }
 
 
-class QuotaWindowShrinksApi(APIView):
+class QuotaWindowShrinksApi(ApiView):
     pagination_class = Pagination  # the schema's list shape
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]

@@ -9,13 +9,13 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from clusters import credentials, inventory, selectors
 from clusters.models import Cluster, ClusterDrift, ClusterDriverKind, ClusterPush, Gpu, Node
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from tenants.access import require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 
@@ -46,8 +46,9 @@ class ClusterIn(serializers.Serializer):  # type: ignore[type-arg]
     driver = serializers.ChoiceField(choices=ClusterDriverKind.choices, default=ClusterDriverKind.MANIFESTS)
 
 
-class ClusterListApi(APIView):
+class ClusterListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "name": "name", "created_at": "created_at", "last_sync_at": "last_sync_at"}
 
     @extend_schema(responses={200: ClusterOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
@@ -65,13 +66,8 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 
 
 class SettingsIn(serializers.Serializer):  # type: ignore[type-arg]
-    """A PATCH of settings: a field that is not a setting of this object is refused, named."""
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(self.initial_data) - set(self.fields)) if isinstance(self.initial_data, dict) else []
-        if unknown:
-            raise serializers.ValidationError({name: "Not a setting that can be changed here." for name in unknown})
-        return attrs
+    """A PATCH of settings: a field that is not a setting of this object is refused, named, as every
+    unknown body field is (``kernel.api.base.validated``)."""
 
 
 class ClusterSettingsIn(SettingsIn):
@@ -127,7 +123,7 @@ class ClusterSettingsIn(SettingsIn):
 MANAGED_PREFIXES = ("app.kubernetes.io/managed-by", "gpuportal.io/")
 
 
-class ClusterDetailApi(APIView):
+class ClusterDetailApi(ApiView):
     """GET here; PATCH (the settings) in :mod:`delivery.apis`, which the route points at."""
 
     @extend_schema(responses={200: ClusterOut, **errors(401, 404)})
@@ -153,8 +149,9 @@ class NodeOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
 
 
-class NodeListApi(APIView):
+class NodeListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "name": "name", "cluster": "cluster__name", "created_at": "created_at"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
@@ -166,7 +163,7 @@ class NodeListApi(APIView):
         return paginated(view=self, request=request, queryset=queryset, serializer=NodeOut)
 
 
-class NodeDetailApi(APIView):
+class NodeDetailApi(ApiView):
     """GET here; PATCH (the sharing settings) in :mod:`delivery.apis`, which the route points at."""
 
     @extend_schema(responses={200: NodeOut, **errors(401, 404)})
@@ -174,7 +171,7 @@ class NodeDetailApi(APIView):
         return Response(NodeOut(selectors.node_get(user=request.user, node_id=node_id)).data)
 
 
-class ClusterKubeconfigApi(APIView):
+class ClusterKubeconfigApi(ApiView):
     """Write-only: the kubeconfig is stored encrypted and never returned."""
 
     class Input(serializers.Serializer):  # type: ignore[type-arg]
@@ -194,8 +191,9 @@ class ClusterDriftOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["id", "kind", "namespace", "name", "change", "fields", "detected_at"]
 
 
-class ClusterDriftListApi(APIView):
+class ClusterDriftListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "detected_at": "detected_at", "kind": "kind", "name": "name"}
 
     @extend_schema(responses={200: ClusterDriftOut(many=True), **errors(401, 403, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:
@@ -211,8 +209,9 @@ class ClusterPushOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["id", "project", "allocation_id", "state", "attempts", "available_at", "last_error", "created_at", "completed_at"]
 
 
-class ClusterPushListApi(APIView):
+class ClusterPushListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "created_at": "created_at", "completed_at": "completed_at", "state": "state"}
 
     @extend_schema(responses={200: ClusterPushOut(many=True), **errors(401, 403, 404)})
     def get(self, request: Request, cluster_id: int) -> Response:

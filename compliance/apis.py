@@ -18,7 +18,6 @@ from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from audit.actions import get_action
 from audit.checkpoints import AuditIntegrityError
@@ -32,6 +31,7 @@ from compliance.services import audit_checkpoint_publish
 from kernel.api.base import IdField
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import ApplicationError, NotAllowed
 
 _T = TypeVar("_T")
@@ -93,7 +93,7 @@ def _filters(request: Request, serializer_class: type[FilterSerializer] = Filter
     return filters, data
 
 
-class AuditEventListApi(APIView):
+class AuditEventListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
 
     @extend_schema_serializer(component_name="AuditEvent")
@@ -135,7 +135,7 @@ class _JsonErrors(BaseContentNegotiation):
         return parsers[0] if parsers else None
 
 
-class AuditExportApi(APIView):
+class AuditExportApi(ApiView):
     content_negotiation_class = _JsonErrors
     renderer_classes = [JSONRenderer]
 
@@ -164,7 +164,7 @@ class _CheckpointOutput(serializers.Serializer[AuditCheckpoint]):
     note = serializers.CharField()
 
 
-class AuditCheckpointLatestApi(APIView):
+class AuditCheckpointLatestApi(ApiView):
     OutputSerializer = _CheckpointOutput
 
     @extend_schema(responses={200: _CheckpointOutput, **errors(401, 404)})
@@ -176,7 +176,7 @@ class AuditCheckpointLatestApi(APIView):
         return Response(self.OutputSerializer(latest).data)
 
 
-class AuditCheckpointPublishApi(APIView):
+class AuditCheckpointPublishApi(ApiView):
     OutputSerializer = _CheckpointOutput
 
     @extend_schema(request=None, responses={201: _CheckpointOutput, **errors(401, 403, 404, 503)})
@@ -187,7 +187,7 @@ class AuditCheckpointPublishApi(APIView):
         return Response(self.OutputSerializer(checkpoint).data, status=201)
 
 
-class AuditKeysApi(APIView):
+class AuditKeysApi(ApiView):
     """The verifier keys for checkpoints. Check them against a copy obtained out of band: a
     compromised server could serve its own."""
 

@@ -7,7 +7,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from clusters import apis as cluster_apis
 from clusters import selectors
@@ -20,6 +19,7 @@ from delivery.drivers import DriverError
 from delivery.node_settings import node_settings_update
 from kernel.api.base import actor, validated
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from kernel.errors import ApplicationError, Conflict
 from tenants.access import require_platform_admin
 
@@ -51,7 +51,7 @@ def _not_discoverable(cluster: Cluster) -> str | None:
     return None
 
 
-class ClusterSyncApi(APIView):
+class ClusterSyncApi(ApiView):
     class Output(serializers.Serializer):  # type: ignore[type-arg]
         queued = serializers.IntegerField()
 
@@ -62,7 +62,7 @@ class ClusterSyncApi(APIView):
         return Response({"queued": queued}, status=status.HTTP_202_ACCEPTED)
 
 
-class ClusterDiscoverApi(APIView):
+class ClusterDiscoverApi(ApiView):
     @extend_schema(request=None, responses={200: NodeOut(many=True), **errors(401, 403, 404, 409, 502)})
     def post(self, request: Request, cluster_id: int) -> Response:
         cluster = selectors.cluster_get(user=request.user, cluster_id=cluster_id)

@@ -11,7 +11,6 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from clusters import selectors as cluster_selectors
 from delivery import services
@@ -19,6 +18,7 @@ from delivery.drivers import DriverError
 from delivery.drivers.base import Scope
 from kernel.api.base import IdField, filters
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from kernel.errors import Conflict, NotAllowed
 from tenants import selectors as tenant_selectors
 from tenants.access import access_for
@@ -30,7 +30,7 @@ class ManifestsOut(serializers.Serializer):  # type: ignore[type-arg]
     objects = serializers.ListField(child=serializers.DictField(), help_text="Kubernetes objects, in apply order.")
 
 
-class ClusterManifestsApi(APIView):
+class ClusterManifestsApi(ApiView):
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         project = IdField(required=False, help_text="A project's namespace instead of the cluster-wide objects.")
 

@@ -166,7 +166,7 @@ REST_FRAMEWORK = {
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": ["kernel.api.parsers.JSONParser"],  # DRF's, with the nesting depth bounded
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "kernel.api.schema.AutoSchema",  # resource tags, ordering, the shared errors
     "EXCEPTION_HANDLER": "kernel.api.errors.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "kernel.api.pagination.Pagination",
     "PAGE_SIZE": 50,
@@ -183,6 +183,31 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    # One tag per resource: the first segment of the path after /api/v1/ (kernel.api.schema).
+    "TAGS": [
+        {"name": "auth", "description": "API tokens for a username and password, and lifting a sign-in lockout."},
+        {"name": "me", "description": "The caller: username, roles and memberships."},
+        {"name": "departments", "description": "Departments, the tenants that hold quotas and approve their members' requests."},
+        {"name": "projects", "description": "Projects of a department: a namespace per cluster and its members."},
+        {"name": "flavors", "description": "The catalogue of GPU shapes that can be requested (whole GPUs, MIG slices, shared GPUs)."},
+        {"name": "sharing-modes", "description": "What each way of sharing a GPU is for, what it isolates and its caveats."},
+        {"name": "priority-classes", "description": "Priority classes: which grants may reclaim which."},
+        {"name": "quotas", "description": "Each department's quota per flavor or in GPU-equivalents, its usage, effective value and timeline."},
+        {"name": "quota-windows", "description": "Temporary raises or cuts of a quota over a time window, their approval and the shrinks coming."},
+        {"name": "allocations", "description": "Requests for GPUs and the grants they become: approve, reject, release, renew, resize, retry, placement and utilisation."},
+        {"name": "allocation-changes", "description": "Renewals and resizes waiting for, or past, a decision."},
+        {"name": "fair-share", "description": "Each department's fair-share weight, usage and rank."},
+        {"name": "clusters", "description": "Target Kubernetes clusters: registration, credentials, settings, sync, discovery, drift, pushes and rendered manifests."},
+        {"name": "nodes", "description": "GPU nodes of the clusters, their settings, and the node agent's report."},
+        {"name": "node-tokens", "description": "Tokens of the node agents: issue, list, revoke."},
+        {"name": "telemetry", "description": "What the node agents observe: GPUs, MIG instances and utilisation samples."},
+        {"name": "usage", "description": "GPU-equivalent-hours used, by department, project, flavor or cluster over time."},
+        {"name": "rate-cards", "description": "Prices per GPU-equivalent-hour, for the statements."},
+        {"name": "statements", "description": "Monthly statements per department, their lines and corrections."},
+        {"name": "idle-policies", "description": "When a grant counts as idle, and what happens to it then."},
+        {"name": "idle-cases", "description": "Idle grants found by the policies: keep, exempt or release them."},
+        {"name": "audit", "description": "The hash-chained audit log: events, exports, signed checkpoints and their keys."},
+    ],
     # Several serializers have a "state": name each set of choices once.
     "ENUM_NAME_OVERRIDES": {
         "AllocationOutStateEnum": "allocations.models.AllocationState",

@@ -22,13 +22,13 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from agent.report import AgentReport, load_schema
 from clusters.models import Node
 from kernel.api.base import IdField, actor, filters, iso_datetime, paginated, refuse_hostile_text, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import ApplicationError, NotAllowed
 from telemetry import conf, node_tokens, selectors
 from telemetry.ingest.report import node_report_ingest, report_check
@@ -154,7 +154,7 @@ def _may_hold_hostile_text(body: bytes) -> bool:
     return not body.isascii() or b"\x00" in body or _HOSTILE_ESCAPE.search(body) is not None
 
 
-class NodeReportApi(APIView):
+class NodeReportApi(ApiView):
     authentication_classes = [NodeTokenAuthentication]
     permission_classes = [HasNodeToken]
 
@@ -220,8 +220,9 @@ class NodeTokenIssuedOut(NodeTokenOut):
         return str(self.context["token"])
 
 
-class NodeTokenListApi(APIView):
+class NodeTokenListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "created_at": "created_at", "last_used_at": "last_used_at", "node_name": "node_name"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
@@ -254,13 +255,13 @@ class NodeTokenListApi(APIView):
         return Response(body, status=status.HTTP_201_CREATED, headers={"Cache-Control": "no-store"})
 
 
-class NodeTokenDetailApi(APIView):
+class NodeTokenDetailApi(ApiView):
     @extend_schema(responses={200: NodeTokenOut, **errors(401, 403, 404)})
     def get(self, request: Request, token_id: int) -> Response:
         return Response(NodeTokenOut(selectors.node_token_get(user=request.user, token_id=token_id)).data)
 
 
-class NodeTokenRevokeApi(APIView):
+class NodeTokenRevokeApi(ApiView):
     @extend_schema(request=None, responses={200: NodeTokenOut, **errors(401, 403, 404)})
     def post(self, request: Request, token_id: int) -> Response:
         token = node_tokens.node_token_revoke(actor=actor(request), token_id=token_id)
@@ -369,8 +370,9 @@ class TelemetryNodeDetailOut(TelemetryNodeOut):
     gpu_serializer = ObservedGpuDetailOut
 
 
-class TelemetryNodeListApi(APIView):
+class TelemetryNodeListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "name": "name"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         cluster = IdField(required=False)
@@ -391,7 +393,7 @@ class TelemetryNodeListApi(APIView):
         )  # fmt: skip
 
 
-class TelemetryNodeDetailApi(APIView):
+class TelemetryNodeDetailApi(ApiView):
     @extend_schema(responses={200: TelemetryNodeDetailOut, **errors(401, 404)})
     def get(self, request: Request, node_id: int) -> Response:
         node = selectors.telemetry_node_get(user=request.user, node_id=node_id)
@@ -407,8 +409,9 @@ class GpuSampleOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 _TIERS = {"raw": SampleTier.RAW, "5m": SampleTier.FIVE_MINUTES, "1h": SampleTier.HOUR}
 
 
-class GpuSampleListApi(APIView):
+class GpuSampleListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "at": "at"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         tier = serializers.ChoiceField(choices=list(_TIERS), required=False, default="5m")

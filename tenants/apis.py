@@ -9,11 +9,11 @@ from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants import selectors, services
@@ -39,8 +39,9 @@ class DepartmentIn(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class DepartmentListApi(APIView):
+class DepartmentListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "slug": "slug", "name": "name", "created_at": "created_at"}
 
     @extend_schema(responses={200: DepartmentOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
@@ -62,7 +63,7 @@ class IsolationIn(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class DepartmentDetailApi(APIView):
+class DepartmentDetailApi(ApiView):
     @extend_schema(responses={200: DepartmentOut, **errors(401, 404)})
     def get(self, request: Request, department_id: int) -> Response:
         return Response(DepartmentOut(selectors.department_get(user=request.user, department_id=department_id)).data)
@@ -97,8 +98,9 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class ProjectListApi(APIView):
+class ProjectListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
+    ordering_fields = {"id": "id", "slug": "slug", "name": "name", "created_at": "created_at"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
         department = IdField(required=False)
@@ -121,7 +123,7 @@ class ProjectListApi(APIView):
         return Response(ProjectOut(project).data, status=status.HTTP_201_CREATED)
 
 
-class ProjectDetailApi(APIView):
+class ProjectDetailApi(ApiView):
     @extend_schema(responses={200: ProjectOut, **errors(401, 404)})
     def get(self, request: Request, project_id: int) -> Response:
         return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project_id)).data)
@@ -149,7 +151,7 @@ class MeOut(serializers.Serializer):  # type: ignore[type-arg]
     memberships = MembershipOut(many=True)
 
 
-class MeApi(APIView):
+class MeApi(ApiView):
     @extend_schema(responses={200: MeOut, **errors(401)})
     def get(self, request: Request) -> Response:
         user = actor(request)

@@ -11,10 +11,10 @@ from rest_framework.exceptions import Throttled
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from kernel.api.base import actor, validated
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from kernel.errors import ApplicationError
 from tenants.access import require_platform_admin
 from tenants.auth import auth_token_issue
@@ -36,7 +36,7 @@ class TokenOut(serializers.Serializer):  # type: ignore[type-arg]
     token = serializers.CharField()
 
 
-class TokenObtainApi(APIView):
+class TokenObtainApi(ApiView):
     """A locked username or address gets 429 ``throttled`` with ``Retry-After``, the right password too."""
 
     authentication_classes: list[type] = []
@@ -70,7 +70,7 @@ class UnlockOut(serializers.Serializer):  # type: ignore[type-arg]
     was_locked = serializers.BooleanField()
 
 
-class SigninUnlockApi(APIView):
+class SigninUnlockApi(ApiView):
     """Platform admins only (403 for everyone else): lift the lock on a username or an address, audited
     ``auth.unlocked``. Answers whether a lock was in force."""
 

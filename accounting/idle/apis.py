@@ -12,7 +12,6 @@ from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from accounting.idle import cases, policies, selectors
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
@@ -21,6 +20,7 @@ from clusters.models import Cluster
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
+from kernel.api.views import ApiView
 from kernel.limits import TEXT_LIMIT
 from tenants.access import require_platform_admin
 from tenants.models import Department
@@ -59,8 +59,9 @@ class PolicyIn(serializers.ModelSerializer[IdlePolicy]):
         extra_kwargs: dict[str, dict[str, Any]] = {"name": {"validators": []}}  # uniqueness: the service's full_clean names it
 
 
-class PolicyListApi(APIView):
+class PolicyListApi(ApiView):
     pagination_class = Pagination
+    ordering_fields = {"id": "id", "name": "name", "created_at": "created_at", "updated_at": "updated_at"}
 
     @extend_schema(responses={200: PolicyOut(many=True), **errors(401, 404)})
     def get(self, request: Request) -> Response:
@@ -76,7 +77,7 @@ class PolicyListApi(APIView):
         return Response(PolicyOut(created).data, status=status.HTTP_201_CREATED)
 
 
-class PolicyDetailApi(APIView):
+class PolicyDetailApi(ApiView):
     @extend_schema(responses={200: PolicyOut, **errors(401, 404)})
     def get(self, request: Request, policy_id: int) -> Response:
         return Response(PolicyOut(selectors.idle_policy_get(user=request.user, policy_id=policy_id)).data)
@@ -125,8 +126,9 @@ class CaseFilter(serializers.Serializer[Any]):
     allocation = IdField(required=False, help_text="An allocation id.")
 
 
-class CaseListApi(APIView):
+class CaseListApi(ApiView):
     pagination_class = Pagination
+    ordering_fields = {"id": "id", "opened_at": "opened_at", "idle_since": "idle_since", "action_due_at": "action_due_at", "state": "state"}
 
     @extend_schema(parameters=[CaseFilter], responses={200: CaseOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
@@ -140,7 +142,7 @@ class CaseListApi(APIView):
         return paginated(view=self, request=request, queryset=rows, serializer=CaseOut)
 
 
-class CaseDetailApi(APIView):
+class CaseDetailApi(ApiView):
     @extend_schema(responses={200: CaseOut, **errors(401, 404)})
     def get(self, request: Request, case_id: int) -> Response:
         return Response(CaseOut(selectors.idle_case_get(user=request.user, case_id=case_id)).data)
@@ -162,7 +164,7 @@ class ReleaseIn(serializers.Serializer[Any]):
 ACTION_ERRORS = errors(400, 401, 403, 404, 409)
 
 
-class CaseKeepApi(APIView):
+class CaseKeepApi(ApiView):
     @extend_schema(request=KeepIn, responses={200: CaseOut, **ACTION_ERRORS},
                    description="Keep an idle grant for the policy's keep_hours (its project's members and its "
                    "department's admins; at most max_keeps times in 7 days, 409 `keeps_exhausted` beyond).")  # fmt: skip
@@ -173,7 +175,7 @@ class CaseKeepApi(APIView):
         return Response(CaseOut(selectors.idle_case_get(user=request.user, case_id=kept.pk)).data)
 
 
-class CaseExemptApi(APIView):
+class CaseExemptApi(ApiView):
     @extend_schema(request=ExemptIn, responses={200: CaseOut, **ACTION_ERRORS},
                    description="Exempt an idle grant until a date (its department's admins, never their own grant "
                    "under four-eyes).")  # fmt: skip
@@ -184,7 +186,7 @@ class CaseExemptApi(APIView):
         return Response(CaseOut(selectors.idle_case_get(user=request.user, case_id=exempted.pk)).data)
 
 
-class CaseReleaseApi(APIView):
+class CaseReleaseApi(ApiView):
     @extend_schema(request=ReleaseIn, responses={200: CaseOut, **ACTION_ERRORS},
                    description="Release the idle grant now and close its case.")  # fmt: skip
     def post(self, request: Request, case_id: int) -> Response:

@@ -14,13 +14,13 @@ from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations.fair_share.models import SHARES_MAX
 from allocations.fair_share.reads import fair_share_department_get, fair_share_table_for
 from allocations.fair_share.services import fair_share_shares_set
 from kernel.api.base import actor, validated
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from tenants.access import require_platform_admin
 
 
@@ -62,13 +62,13 @@ class SharesIn(serializers.Serializer[Any]):
     shares = serializers.IntegerField(min_value=1, max_value=SHARES_MAX)
 
 
-class FairShareApi(APIView):
+class FairShareApi(ApiView):
     @extend_schema(responses={200: TableOut, **errors(401, 404)})
     def get(self, request: Request) -> Response:
         return Response(TableOut(fair_share_table_for(user=request.user, now=timezone.now())).data)
 
 
-class FairShareDepartmentApi(APIView):
+class FairShareDepartmentApi(ApiView):
     @extend_schema(request=SharesIn, responses={200: RowOut, **errors(400, 401, 403, 404)},
                    description="Set a department's shares (platform admins; audited `fair_share.shares_set`).")
     def patch(self, request: Request, department_id: int) -> Response:

@@ -24,6 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from kernel.api.ordering import ordered
 from kernel.api.pagination import Pagination
 
 DB_INT_MAX = 2**63 - 1
@@ -120,8 +121,9 @@ def actor(request: Request) -> User:
 def paginated(
     *, view: APIView, request: Request, queryset: QuerySet[Any], serializer: type[serializers.Serializer[Any]], context: dict[str, Any] | None = None
 ) -> Response:
+    """One page of ``queryset``, sorted as ``?ordering=`` asks (``kernel.api.ordering``)."""
     paginator = Pagination()
-    page = paginator.paginate_queryset(queryset, request, view=view)
+    page = paginator.paginate_queryset(ordered(queryset, view=view, request=request), request, view=view)
     data = serializer(page, many=True, context=context or {"request": request}).data
     return paginator.get_paginated_response(data)
 
@@ -132,8 +134,38 @@ def validated(
     """The body, validated by ``serializer``. Check the caller's permission before calling this."""
     refuse_hostile_text(request.data)
     instance = serializer(data=request.data, partial=partial, context={"request": request, **context})
-    instance.is_valid(raise_exception=True)
+    unknown = unknown_fields(instance, request.data)
+    if not instance.is_valid() or unknown:
+        raise ValidationError({**instance.errors, **unknown})
     return dict(instance.validated_data)
+
+
+UNKNOWN_FIELD = "Unknown field."
+
+
+def unknown_fields(serializer: serializers.BaseSerializer[Any], data: Any, prefix: str = "") -> dict[str, list[str]]:
+    """``{"name": ["Unknown field."]}`` for each key of ``data`` that ``serializer`` does not take
+    (read-only fields included: the schema does not document them in a request), through nested
+    serializers and lists of them; a nested name is written with dots (``members.0.role``)."""
+    found: dict[str, list[str]] = {}
+    if isinstance(serializer, serializers.ListSerializer):
+        if isinstance(data, list) and isinstance(serializer.child, serializers.BaseSerializer):
+            for index, item in enumerate(data):
+                found.update(unknown_fields(serializer.child, item, f"{prefix}{index}."))
+        return found
+    if not isinstance(serializer, serializers.Serializer) or not isinstance(data, Mapping):
+        return found
+    fields = serializer.fields
+    for name, value in data.items():
+        field = fields.get(name)
+        if field is None or field.read_only:
+            found[f"{prefix}{name}"] = [UNKNOWN_FIELD]
+        elif isinstance(field, serializers.BaseSerializer):
+            found.update(unknown_fields(field, value, f"{prefix}{name}."))
+        elif isinstance(field, serializers.ListField) and isinstance(field.child, serializers.BaseSerializer) and isinstance(value, list):
+            for index, item in enumerate(value):
+                found.update(unknown_fields(field.child, item, f"{prefix}{name}.{index}."))
+    return found
 
 
 def target(serializer: type[serializers.Serializer[Any]], request: Request, name: str, **context: Any) -> Any:

@@ -2,8 +2,8 @@
 
 ``exception_handler`` is DRF's: every error a view raises. The ``api_*`` views are Django's error
 handlers (``gpuportal/urls.py``): under ``/api/`` they answer the same envelope for what never
-reaches a DRF view's handler (an unknown URL, an unhandled exception: a 500), and hand every other
-path to Django's own HTML pages. The request id is the one in the ``X-Request-ID`` header
+reaches a DRF view's handler (an unhandled exception: a 500), and hand every other path to Django's
+own HTML pages. ``api_unknown_path`` is the last route under ``/api/``: an unknown API URL. The request id is the one in the ``X-Request-ID`` header
 (``kernel.request_context``): the caller quotes it, the operator finds it in the log.
 """
 
@@ -16,7 +16,9 @@ from typing import Any
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.urls import Resolver404, ResolverMatch, resolve
 from django.views import defaults
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.serializers import as_serializer_error
@@ -127,7 +129,27 @@ def api_server_error(request: HttpRequest, template_name: str = defaults.ERROR_5
 def api_not_found(request: HttpRequest, exception: Exception, template_name: str = defaults.ERROR_404_TEMPLATE_NAME) -> HttpResponse:
     if not _is_api(request):
         return defaults.page_not_found(request, exception, template_name)
-    return _json("not_found", "No API endpoint at this URL.", 404)
+    return api_unknown_path(request)
+
+
+@csrf_exempt  # an unknown URL is a 404 whoever asks: no CSRF 403 for a POST without a token
+def api_unknown_path(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    """The last route under ``/api/`` (``gpuportal/urls.py``): any path no API view takes is a JSON
+    404, whatever the method and even with ``DEBUG`` on (Django's own 404 page is HTML). A path that
+    exists with a trailing slash says so instead of redirecting (a redirected POST loses its body)."""
+    message = "No API endpoint at this URL."
+    if not request.path_info.endswith("/"):
+        match = _resolve(request.path_info + "/")
+        if match is not None and match.func is not api_unknown_path:
+            message += f" Did you mean {request.path}/ (with a trailing slash)?"
+    return _json("not_found", message, 404)
+
+
+def _resolve(path: str) -> ResolverMatch | None:
+    try:
+        return resolve(path)
+    except Resolver404:
+        return None
 
 
 def api_bad_request(request: HttpRequest, exception: Exception, template_name: str = defaults.ERROR_400_TEMPLATE_NAME) -> HttpResponse:

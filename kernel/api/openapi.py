@@ -16,10 +16,12 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer, inl
 from rest_framework import serializers
 
 ERROR_DESCRIPTIONS: dict[int, str] = {
-    400: "Invalid input: `fields` names each bad field (or query parameter) with its messages.",
+    400: "Invalid input: `fields` names each bad field or query parameter with its messages, an unknown one as "
+    "\"Unknown field.\" or \"Unknown parameter.\".",
     401: "No valid credentials.",
     403: "The object is visible, but the caller's role does not allow the action.",
     404: "No such object within the caller's reach (or no such page of a list).",
+    406: "No representation the `Accept` header allows (the API answers `application/json`).",
     409: "The object's state forbids the action, or a quota or capacity would be exceeded (`details` has the numbers).",
     413: "The request body is over the limit.",
     415: "The request body is not JSON.",

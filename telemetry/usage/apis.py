@@ -13,11 +13,11 @@ from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from allocations.selectors import allocation_get
 from kernel.api.base import filters
 from kernel.api.openapi import errors
+from kernel.api.views import ApiView
 from telemetry.models import UsageSource
 from telemetry.usage import reads
 
@@ -72,7 +72,7 @@ class UtilisationOut(serializers.Serializer[Any]):
     summary = SummaryOut()
 
 
-class AllocationUtilisationApi(APIView):
+class AllocationUtilisationApi(ApiView):
     class Filter(serializers.Serializer[Any]):
         window = serializers.ChoiceField(choices=list(reads.WINDOWS), required=False, default="24h")
 

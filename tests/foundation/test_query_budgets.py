@@ -128,14 +128,14 @@ def measure(calls: dict[str, Callable[[], Any]]) -> dict[str, int]:
 def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
     world = scene.world
 
-    def get(route: str, persona: str = "platform", params: dict[str, Any] | None = None,
+    def get(route: str, persona: str = "platform", params: dict[str, Any] | None = None, paged: bool = True,
             **kwargs: Any) -> Callable[[], Any]:  # fmt: skip
-        url = reverse(route, kwargs=kwargs)
-        return lambda: world.client(persona).get(url, {**PAGE, **(params or {})})
+        url = reverse(route, kwargs=kwargs)  # page_size only where there are pages: elsewhere it is unknown (400)
+        return lambda: world.client(persona).get(url, {**(PAGE if paged else {}), **(params or {})})
 
     cluster = world.cluster.pk
     return {
-        "me": get("api-me"),
+        "me": get("api-me", paged=False),
         "departments": get("api-departments"),
         "projects": get("api-projects"),
         "flavors": get("api-flavors"),
@@ -150,12 +150,12 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "cluster pushes": get("api-cluster-pushes", cluster_id=cluster),
         "node tokens": get("api-node-tokens"),
         "telemetry nodes": get("api-telemetry-nodes"),
-        "telemetry node": get("api-telemetry-node", node_id=scene.node.pk),
+        "telemetry node": get("api-telemetry-node", node_id=scene.node.pk, paged=False),
         "gpu samples": get("api-telemetry-gpu-samples", gpu_id=scene.observed.pk),
         "audit events": get("audit:event-list", "auditor", {"action": "allocation.requested"}),
         "audit events (nlp_admin)": get("audit:event-list", "nlp_admin", {"action": "allocation.requested"}),
-        "audit export": get("audit:export", "auditor", {"action": "allocation.requested"}),
-        "fair share": get("api-fair-share"),
+        "audit export": get("audit:export", "auditor", {"action": "allocation.requested"}, paged=False),
+        "fair share": get("api-fair-share", paged=False),
         "idle policies": get("api-idle-policies"),
         "idle cases": get("api-idle-cases"),
         "idle cases (nlp_member)": get("api-idle-cases", "nlp_member"),

@@ -111,7 +111,7 @@ def test_no_rows_is_an_empty_answer_not_an_idle_one(world: World) -> None:
 def test_the_openapi_schema_describes_the_route(world: World) -> None:
     schema = world.client(None).get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
     operation = schema["paths"]["/api/v1/allocations/{allocation_id}/utilisation/"]["get"]
-    assert set(operation["responses"]) == {"200", "400", "401", "404"}
+    assert set(operation["responses"]) == {"200", "400", "401", "404", "406"}
     assert [parameter["name"] for parameter in operation["parameters"] if parameter["in"] == "query"] == ["window"]
     bucket = schema["components"]["schemas"]["UtilisationBucket"]
     assert bucket["properties"]["activity"]["nullable"] is True
