@@ -22,14 +22,18 @@ rows are locked in primary-key order:
    while holding its rows: a transaction that waits for a row while holding the chain lock
    deadlocks with the holder of that row as soon as that holder records its own event.
 
-Three locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
+Four locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
 advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` and ``UsageDay``
 rows and, at COMMIT, takes the KEY SHARE of the rows they refer to; it records no audit event), the
 statement close's (``accounting.statements``: it writes a department's statements and lines, then
 takes the audit chain lock last), and fair share's (``allocations.fair_share.services``: the decay
 tick then writes only ``FairShare`` rows, records no audit event and, at COMMIT, takes the KEY SHARE
 of their departments; a change of shares writes one ``FairShare`` row, then takes the audit chain
-lock last). No transaction that holds a row ever waits for any of them.
+lock last). No transaction that holds a row ever waits for any of them. A user's account row is
+the fourth: the sync of a user's roles from an identity provider and an account's deactivation
+(``tenants.identity``) lock it first, FOR NO KEY UPDATE, which never conflicts with the KEY SHARE of
+a foreign-key check, and then write only that user's memberships, sessions and tokens before the
+audit chain lock.
 
 Two consequences that are easy to miss:
 

@@ -45,8 +45,10 @@ def external_roles_sync(*, user: User, source: str, groups: Collection[str]) -> 
     """
     if source not in IdentitySource.values:
         raise ValueError(f"unknown identity source {source!r}")
+    # Two sign-ins of one user at once must not both insert the same membership (kernel/locks.py).
+    User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
     wanted = _wanted_roles(source=source, groups=groups)
-    held = list(Membership.objects.select_for_update().filter(user=user).select_related("department"))
+    held = list(Membership.objects.filter(user=user))
     from_source = {(m.department_id, m.role): m for m in held if m.source == source}
     other = {(m.department_id, m.role) for m in held if m.source != source}
     changes: list[RoleChange] = []
@@ -84,6 +86,7 @@ def _sessions_end(user: User) -> int:
 @transaction.atomic
 def account_deactivate(*, actor: User | None, user: User, reason: str) -> None:
     """Deactivate an account: its sessions end and every token it holds stops working, now."""
+    User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
     now = timezone.now()
     sessions = _sessions_end(user)
     tokens = PersonalAccessToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now)
