@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections import Counter
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db.models import ProtectedError, RestrictedError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.urls import Resolver404, ResolverMatch, resolve
 from django.views import defaults
@@ -70,6 +72,8 @@ def _response(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
         extra = {"details": exc.details} if exc.details else {}
         return Response(error_body(exc.code, exc.message, exc.fields, **extra), status=exc.status)
+    if isinstance(exc, (ProtectedError, RestrictedError)):
+        return _still_referenced(exc)
     if isinstance(exc, DjangoValidationError):
         fields = _flatten(as_serializer_error(exc))
         return Response(error_body("invalid", _summary(fields), fields), status=status.HTTP_400_BAD_REQUEST)
@@ -93,6 +97,17 @@ def _response(exc: Exception, context: dict[str, Any]) -> Response | None:
         code = exc.get_codes() if not isinstance(exc.get_codes(), (dict, list)) else exc.default_code
         response.data = error_body(str(code), str(detail))
     return response
+
+
+def _still_referenced(exc: ProtectedError | RestrictedError) -> Response:
+    """A delete that rows elsewhere still refer to (a foreign key that protects its target): 409
+    naming what refers to it, whichever app those rows belong to."""
+    rows = exc.protected_objects if isinstance(exc, ProtectedError) else exc.restricted_objects
+    counts = Counter(str(row._meta.verbose_name_plural) for row in rows)
+    singular = {str(row._meta.verbose_name_plural): str(row._meta.verbose_name) for row in rows}
+    what = ", ".join(f"{count} {singular[name] if count == 1 else name}" for name, count in sorted(counts.items()))
+    message = f"It is still referred to by {what}; it cannot be removed."
+    return Response(error_body("conflict", message, details={"referenced_by": dict(sorted(counts.items()))}), status=409)
 
 
 def _summary(fields: dict[str, list[str]]) -> str:

@@ -22,6 +22,9 @@ from drf_spectacular.validation import validate_schema
 from rest_framework import serializers
 from rest_framework.test import APIRequestFactory
 
+from accounting.idle_models import IdlePolicy
+from allocations.models import PriorityClass
+from audit.models import AuditEvent
 from clusters.models import Node
 from kernel.api.base import UNKNOWN_FIELD, unknown_fields
 from kernel.api.schema import ALWAYS_ACCEPTED, documented, documented_query_params
@@ -382,3 +385,17 @@ def test_a_body_that_is_not_json_is_a_415_and_an_unmet_accept_a_406(world: World
     assert response.status_code == 415 and response.json()["error"]["code"] == "unsupported_media_type"
     response = client.get("/api/v1/projects/", HTTP_ACCEPT="application/xml")
     assert response.status_code == 406 and response.json()["error"]["code"] == "not_acceptable"
+
+
+# ------------------------------------------------------------------------ deleting what is in use
+
+
+def test_deleting_what_rows_of_another_app_still_refer_to_is_a_409_naming_them(world: World) -> None:
+    IdlePolicy.objects.create(name="idle-standard", priority_class=world.preemptible)
+    response = world.client("platform").delete(f"/api/v1/priority-classes/{world.preemptible.pk}/")
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "conflict" and error["details"] == {"referenced_by": {"idle policies": 1}}
+    assert "1 idle policy;" in error["message"]
+    assert PriorityClass.objects.filter(pk=world.preemptible.pk).exists()
+    assert not AuditEvent.objects.filter(action="priority_class.deleted").exists()
