@@ -63,7 +63,11 @@ def runtime_closure() -> set[str]:
             if key in seen:
                 continue
             seen.add(key)
-            for text in metadata.requires(name) or []:
+            try:
+                requires = metadata.requires(name) or []
+            except metadata.PackageNotFoundError:  # a backport this Python does not install (async-timeout)
+                continue
+            for text in requires:
                 child = Requirement(text)
                 if child.marker is None or any(child.marker.evaluate({**env, "extra": extra}) for env in ENVIRONMENTS):
                     wanted.append(child)
