@@ -37,7 +37,7 @@ DEVELOPMENT_ONLY_MODULES = {"allocations/placement/mig_optimum.py", "allocations
 
 def pins(name: str) -> dict[str, tuple[str, str]]:
     """The lock's pins: canonical name → (version, marker or "")."""
-    found = {}
+    found: dict[str, tuple[str, str]] = {}
     for line in (ROOT / name).read_text().splitlines():
         match = PIN.match(line.strip())
         if match:
@@ -155,7 +155,7 @@ def test_every_package_the_shipped_code_imports_is_in_the_runtime_lock() -> None
             if "/migrations/" in relative or relative in DEVELOPMENT_ONLY_MODULES:
                 continue
             for module in third_party_imports(path):
-                owners = {canonicalize_name(name) for name in distributions.get(module, [])} - {"gpuportal"}
+                owners = {str(canonicalize_name(name)) for name in distributions.get(module, [])} - {"gpuportal"}
                 if owners and not owners & runtime:
                     missing[f"{relative}: {module}"] = ", ".join(sorted(owners))
     assert missing == {}
