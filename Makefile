@@ -19,6 +19,7 @@ help:
 	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
+	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
 
 ## venv: the development lock (runtime + test and lint tools); venv-run: the runtime lock only.
 ## One venv serves both: scripts/venv.sh stamps it with the lock installed (docs/install.md).
