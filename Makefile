@@ -33,7 +33,8 @@ venv-run:
 
 ## lock: recompile both locks after a change to pyproject.toml (the dev lock first; the runtime
 ## lock takes its pins from it, so both hold the same versions) for every supported Python.
-lock: venv
+lock:
+	@test -x $(BIN)/uv || $(VENV_ENV) scripts/venv.sh runtime
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
 	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 -c requirements-dev.lock -o requirements.lock
 
