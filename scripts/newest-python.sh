@@ -76,5 +76,5 @@ server=""
 
 # 2. The development lock and a part of the suite.
 VENV=$venv PYTHON=$python scripts/venv.sh dev
-read -r -a args <<<"${PYTEST_ARGS:-tests/demo tests/foundation/test_api_basics.py tests/foundation/test_workflow.py tests/foundation/test_locks.py tests/architecture}"
+read -r -a args <<<"${PYTEST_ARGS:-tests/demo tests/foundation/test_api_basics.py tests/foundation/test_workflow.py tests/foundation/test_locks.py tests/foundation/test_quantity.py tests/architecture}"
 "$venv/bin/python" -m pytest -q -p no:cacheprovider "${args[@]}"
