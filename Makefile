@@ -2,8 +2,9 @@
 #   make run    the portal on the embedded default (SQLite, in-process tasks, manifests folder, demo data)
 #   make test   the whole suite against PostgreSQL, Redis and a real kube-apiserver (installed as needed)
 
-PYTHON ?= python3.11
-VENV   := .venv
+# PYTHON: the interpreter for a new venv; empty: scripts/find-python.sh picks 3.11, 3.12 or 3.13.
+PYTHON ?=
+VENV   ?= .venv
 BIN    := $(VENV)/bin
 PORT   ?= 8000
 UV_VERSION := 0.13.8
@@ -12,7 +13,7 @@ include tools/kube-testenv.mk
 include tools/nvcheck.mk
 include tools/helm.mk
 
-.PHONY: help venv run test test-fast lint browser prometheus clean
+.PHONY: help venv venv-run lock run test test-fast lint browser prometheus clean
 
 help:
 	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
@@ -20,24 +21,27 @@ help:
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
 	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
+	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
 
-$(BIN)/python:
-	$(PYTHON) -m venv $(VENV)
+## venv: the development lock (runtime + test and lint tools); venv-run: the runtime lock only.
+## One venv serves both: scripts/venv.sh stamps it with the lock installed (docs/install.md).
+VENV_ENV := VENV=$(VENV) PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION)
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml requirements.lock
-	$(BIN)/python -m pip install -q "uv==$(UV_VERSION)"
-	$(BIN)/uv pip sync -q --python $(BIN)/python requirements.lock
-	$(BIN)/uv pip install -q --python $(BIN)/python --no-deps -e .
-	@touch $@
+venv:
+	@$(VENV_ENV) scripts/venv.sh dev
 
-venv: $(VENV)/.installed
+venv-run:
+	@$(VENV_ENV) scripts/venv.sh runtime
 
-run: venv
-	GPUPORTAL_DEBUG=true $(BIN)/python manage.py migrate --noinput
-	GPUPORTAL_DEBUG=true $(BIN)/python manage.py seed_demo
-	GPUPORTAL_DEBUG=true $(BIN)/python manage.py collectstatic --noinput -v0
-	@echo "GPU Portal on http://127.0.0.1:$(PORT)/ (users alice, bob, carol, dave, erin, admin; password: demo)"
-	GPUPORTAL_DEBUG=true $(BIN)/python manage.py runserver 127.0.0.1:$(PORT)
+## lock: recompile both locks after a change to pyproject.toml (the dev lock first; the runtime
+## lock takes its pins from it, so both hold the same versions) for every supported Python.
+lock:
+	@test -x $(BIN)/uv || $(VENV_ENV) scripts/venv.sh runtime
+	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
+	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 -c requirements-dev.lock -o requirements.lock
+
+run: venv-run
+	@VENV=$(VENV) PORT=$(PORT) scripts/run.sh
 
 ## browser: Debian's Chromium for the browser tests (never a downloaded browser build).
 browser:

@@ -16,12 +16,12 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from kubernetes.utils import parse_quantity
 
 from audit import actions
 from audit.services import audit_record
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node
+from kernel.quantity import parse_quantity
 
 _PRODUCT_SUFFIX = re.compile(r"(-MIG-[0-9a-z.+]+)?(-SHARED)?$")
 KEPT_LABEL_PREFIXES = ("nvidia.com/", "kubernetes.io/hostname", "node.kubernetes.io/instance-type")

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from kubernetes.utils import parse_quantity
+from kernel.quantity import parse_quantity
 
 MIB = 1024 * 1024
 

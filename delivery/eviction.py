@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils import parse_quantity
+from kernel.quantity import parse_quantity
 
 REQUESTS_PREFIX = "requests."
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})

@@ -1,53 +1,78 @@
-"""Demo grants for ``manage.py seed_demo``: enough use to show the quota promises on a fresh
-``make run`` (docs/quotas.md). Written once, through the services (four-eyes: a researcher
-requests, the department's admin decides), only while the database holds no allocation at all.
+"""Demo grants for ``manage.py seed_demo``: today's state of the demo organisation, written once,
+through the services (four-eyes: a researcher requests, the department's admin decides), only
+while the database holds no allocation at all. ``demo.history`` writes the released, rejected and
+withdrawn requests first.
 
-``vision`` borrows: it holds 9.5 GPU-equivalents against a guarantee of 8, the newest grant (three
-MIG 3g.40gb slices, 1.5) beyond it. ``nlp`` holds 3 whole A100s and a quarter of an H100 (an MPS
-share for a notebook, which has sat idle for the last hours: ``demo.idle`` warns it), and alice's
-pending request for 4 more A100s stays within ``nlp``'s guarantee of 8 but not within the
-organisation's limit of 16: approving it reclaims vision's borrowed slices, with 15 minutes' notice
-(bob sees that on the approvals page and in ``GET /api/v1/allocations/{id}/placement-preview/``
-before he approves).
+Today: ``vision`` borrows: it holds 9.9 GPU-equivalents against a guarantee of 8 (whole H100s,
+HAMi vGPU shares of an H100 and, newest, three MIG 3g.40gb slices: 1.5, beyond the guarantee).
+``nlp`` holds 3 whole A100s and a quarter of an H100 (an MPS share for a notebook, which has sat
+idle for the last hours: ``demo.idle`` warns it), and has two MIG 1g.10gb slices booked for a
+distillation run that starts in two days (``scheduled``). Two requests wait for a decision: dave's
+time-sliced H100s (erin decides) and alice's 4 more A100s (bob decides), which stay within
+``nlp``'s guarantee of 8 but not within the organisation's limit of 16: approving them reclaims
+vision's borrowed slices, with 15 minutes' notice (bob sees that on the approvals page and in
+``GET /api/v1/allocations/{id}/placement-preview/`` before he approves).
 """
 
 from __future__ import annotations
 
 import datetime
+from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 from django.utils import timezone
 
 from allocations.models import Allocation, Flavor, PriorityClass
 from allocations.services import allocation_approve, allocation_request
+from demo.history import demo_history_seed
 from tenants.models import Project
 
-# requester, decider (None: left pending), project, flavor, quantity, justification
-DEMO_GRANTS: list[tuple[str, str | None, str, str, int, str]] = [
-    ("dave", "erin", "vision-seg", "h100-80gb", 4, "Segmentation model training"),
-    ("dave", "erin", "vision-seg", "h100-80gb", 4, "Hyper-parameter sweep"),
-    ("dave", "erin", "vision-seg", "a100-mig-3g-40gb", 3, "Inference experiments (borrowed capacity)"),
-    ("alice", "bob", "nlp-llm", "a100-80gb", 3, "Fine-tuning runs"),
-    ("alice", "bob", "nlp-llm", "h100-mps-4", 1, "Interactive notebook for data exploration"),
-    ("alice", None, "nlp-llm", "a100-80gb", 4, "Evaluation of the new checkpoints (reclaims vision's borrowed slices)"),
+
+@dataclass(frozen=True)
+class Grant:
+    requester: str
+    decider: str | None  # None: left pending
+    project: str
+    flavor: str
+    quantity: int
+    justification: str
+    starts_in_days: int = 0  # > 0: approved ahead of its start (scheduled)
+    days: int = 30
+
+
+# In the order they are made: vision's MIG slices last, so they are its newest grant (the one a
+# reclaim takes first).
+DEMO_GRANTS: list[Grant] = [
+    Grant("dave", "erin", "vision-seg", "h100-80gb", 4, "Segmentation model training"),
+    Grant("dave", "erin", "vision-seg", "h100-80gb", 4, "Hyper-parameter sweep"),
+    Grant("dave", "erin", "vision-seg", "h100-vgpu-10gb", 2, "Inference service for the annotation tool"),
+    Grant("dave", "erin", "vision-seg", "a100-mig-3g-40gb", 3, "Inference experiments (borrowed capacity)"),
+    Grant("alice", "bob", "nlp-llm", "a100-80gb", 3, "Fine-tuning runs"),
+    Grant("alice", "bob", "nlp-llm", "h100-mps-4", 1, "Interactive notebook for data exploration"),
+    Grant("alice", "bob", "nlp-speech", "a100-mig-1g-10gb", 2, "Distillation of the speech model", starts_in_days=2,
+          days=5),
+    Grant("dave", None, "vision-seg", "h100-timeslice-2", 2, "Workshop notebooks for the summer students", days=14),
+    Grant("alice", None, "nlp-llm", "a100-80gb", 4, "Evaluation of the new checkpoints (reclaims vision's borrowed slices)"),
 ]
 
 
-def demo_grants_seed(*, days: int = 30) -> int:
-    """Create the demo grants unless any allocation exists; returns how many were created."""
+def demo_grants_seed(*, now: datetime.datetime | None = None) -> int:
+    """Create the demo's history and grants unless any allocation exists; returns how many were created."""
     if Allocation.objects.exists():
         return 0
+    created = demo_history_seed(now=now)
     standard = PriorityClass.objects.get(name="gpu-standard")
-    ends_at = timezone.now() + datetime.timedelta(days=days)
-    created = 0
-    for requester, decider, project, flavor, quantity, justification in DEMO_GRANTS:
+    moment = now or timezone.now()
+    for grant in DEMO_GRANTS:
+        starts_at = moment + datetime.timedelta(days=grant.starts_in_days) if grant.starts_in_days else None
         allocation = allocation_request(
-            actor=User.objects.get(username=requester), project=Project.objects.get(slug=project),
-            flavor=Flavor.objects.get(name=flavor), quantity=quantity, priority_class=standard, starts_at=None,
-            ends_at=ends_at, justification=justification,
-        )
+            actor=User.objects.get(username=grant.requester), project=Project.objects.get(slug=grant.project),
+            flavor=Flavor.objects.get(name=grant.flavor), quantity=grant.quantity, priority_class=standard,
+            starts_at=starts_at, ends_at=(starts_at or moment) + datetime.timedelta(days=grant.days),
+            justification=grant.justification,
+        )  # fmt: skip
         created += 1
-        if decider is not None:
-            allocation_approve(actor=User.objects.get(username=decider), allocation_id=allocation.pk,
+        if grant.decider is not None:
+            allocation_approve(actor=User.objects.get(username=grant.decider), allocation_id=allocation.pk,
                                comment="Approved for the demo")
     return created

@@ -71,6 +71,8 @@ DEMO_NODES: list[tuple[str, str, str, int | None, str, str]] = [
     ("h100-node-3", H100, NodeSharing.TIMESLICE, 2, "525.147.05", "12.0"),
     # A second MPS node: an MPS node serves one department at a time (one daemon per node).
     ("h100-node-4", H100, NodeSharing.MPS, 5, "550.90.07", "12.4"),
+    # Whole H100s shared by HAMi (the demo cluster has use_hami): the vGPU flavor's units, or whole GPUs.
+    ("h100-node-5", H100, NodeSharing.EXCLUSIVE, None, "550.90.07", "12.4"),
 ]
 
 PRIORITY_CLASSES: list[dict[str, Any]] = [
@@ -146,7 +148,7 @@ def demo_seed() -> None:
             defaults={"guaranteed": Decimal(guaranteed), "limit": Decimal(limit)},
         )
 
-    cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster"})
+    cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster", "use_hami": True})
     for name, model, sharing, replicas, driver, cuda in DEMO_NODES:
         if cluster.nodes.filter(name=name).exists():
             continue

@@ -9,7 +9,8 @@ noise from a seeded generator, so every run writes the same numbers. One node's 
 two hours on the third day (an agent restart): those buckets are unknown, not idle. The notebook
 has sat idle for the last three and a half hours (``demo.idle`` finds it).
 
-The grants are dated back to their profile's start (their period, approval time and reservations)
+Released grants (``demo.history``, already dated back) get rows from their start to their release.
+The grants on the cluster are dated back to their profile's start (their period, approval time and reservations)
 so that what was allocated over the week comes from the grants, as the charts compute it; their
 audit events keep the time they were written. Written once: nothing happens when any demo grant
 already has a utilisation row (the utilisation tick's rows included).
@@ -25,8 +26,8 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from allocations.models import Allocation, Reservation
-from allocations.states import HOLDING_STATES
+from allocations.models import Allocation, AllocationState, Reservation
+from allocations.states import ON_CLUSTER_STATES
 from telemetry.models import AllocationUsage, UsageSource
 
 BUCKET = datetime.timedelta(minutes=5)
@@ -51,6 +52,11 @@ PROFILES: dict[str, Profile] = {
     "Inference experiments (borrowed capacity)": Profile(3, 0.45, 0.78, 0.45),
     "Fine-tuning runs": Profile(7, 0.30, 0.84, 0.9),
     "Interactive notebook for data exploration": Profile(2, 0.45, 0.35, 0.3, idle_hours=3.5),
+    "Inference service for the annotation tool": Profile(5, 0.40, 0.90, 0.5),
+    # Released grants (demo.history): busy while they ran, their period ends at their release.
+    "Tokeniser sweeps on small MIG slices": Profile(9, 0.25, 0.50, 0.6),
+    "Annotation tool demos on shared H100s": Profile(8, 0.30, 0.45, 0.4),
+    "Baseline reproduction": Profile(10, 0.30, 0.60, 0.8),
 }
 DEFAULT = Profile(5, 0.3, 0.8, 0.5)
 OUTAGE = (datetime.timedelta(days=4, hours=10), datetime.timedelta(days=4, hours=12))  # before the end
@@ -82,9 +88,11 @@ def _date_back(allocation: Allocation, since: datetime.datetime) -> None:
 
 
 def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
-    """Write the week's rows for the demo cluster's holding grants; returns how many were written."""
+    """Write the week's rows for the demo cluster's grants on the cluster and its released ones;
+    returns how many were written. (A scheduled grant has not started: it has no history.)"""
     grants = list(
-        Allocation.objects.filter(cluster__name=DEMO_CLUSTER, state__in=HOLDING_STATES, reservations__isnull=False)
+        Allocation.objects.filter(cluster__name=DEMO_CLUSTER, reservations__isnull=False,
+                                  state__in=[*ON_CLUSTER_STATES, AllocationState.RELEASED])
         .select_related("flavor", "project").distinct().order_by("pk")
     )  # fmt: skip
     if not grants or AllocationUsage.objects.filter(allocation__in=grants).exists():
@@ -98,17 +106,23 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
             profile = PROFILES.get(grant.justification, DEFAULT)
             cluster_id = grant.cluster_id
             assert cluster_id is not None  # filtered on the demo cluster
-            since = _floor(end - datetime.timedelta(days=profile.started_days_ago))
-            _date_back(grant, since)
+            until = end
+            if grant.state == AllocationState.RELEASED:
+                since = _floor(grant.starts_at)
+                released = [row.released_at for row in grant.reservations.all() if row.released_at is not None]
+                until = _floor(max(released)) if released else end
+            else:
+                since = _floor(end - datetime.timedelta(days=profile.started_days_ago))
+                _date_back(grant, since)
             on_outage_node = grant.reservations.filter(node_id=outage_node).exists()
             granted = float(grant.flavor.gpu_equivalents) * grant.quantity
             memory = grant.flavor.memory_mib * MIB * grant.quantity
-            life = (end - since).total_seconds()
+            life = max((until - since).total_seconds(), 1.0)
             at = since
-            while at < end:
+            while at < until:
                 if on_outage_node and end - OUTAGE[1] <= at < end - OUTAGE[0]:
                     activity = None
-                elif end - at <= datetime.timedelta(hours=profile.idle_hours):
+                elif until - at <= datetime.timedelta(hours=profile.idle_hours):
                     activity = round(rng.uniform(0.0, 0.02), 4)  # open, holding its share, computing nothing
                 else:
                     progress = (at - since).total_seconds() / life

@@ -37,6 +37,13 @@ echo "== audit tamper tests, as the database owner"
 # run above (as the application role) cannot use; the signed checkpoints must still catch it.
 GPUPORTAL_TESTS_AS_OWNER=1 .venv/bin/python -m pytest -q -p no:cacheprovider tests/audit
 
+echo "== the newest supported Python"
+# make run's path with the runtime lock, then part of the suite with the development lock, on the
+# newest of Python 3.11-3.13 found (docs/install.md); GPUPORTAL_NEWEST_PYTHON=0 skips it.
+if [ "${GPUPORTAL_NEWEST_PYTHON:-1}" != 0 ]; then
+  scripts/newest-python.sh
+fi
+
 echo "== API fuzzing: schemathesis against gunicorn, as the application role"
 # Every operation of the OpenAPI schema, as several identities, on a database of its own next to
 # the suite's (docs/security.md, "Fuzzing"); fails on any 5xx or answer the schema does not

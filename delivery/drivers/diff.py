@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from kubernetes.utils import parse_quantity
+from kernel.quantity import parse_quantity
 
 FIELD_MANAGER = "gpuportal"
 _IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}

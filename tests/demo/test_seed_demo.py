@@ -1,0 +1,124 @@
+"""``seed_demo`` gives ``make run`` a history to look at: grants in every state that matters, in
+both departments and every sharing mode, made through the services (so audited), shown on the
+pages at first look; running it again adds nothing; every demo flavor fits a demo node."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.test import Client
+
+from allocations.booking.policy import placement_policy_for
+from allocations.booking.reservations import placement_attempt
+from allocations.models import Allocation, Flavor, Reservation
+from allocations.preview_apis import admission_preview
+from audit.models import AuditEvent
+from clusters.models import Cluster
+from demo.seed import FLAVORS, demo_seed
+from telemetry.models import AllocationUsage
+
+pytestmark = pytest.mark.django_db
+
+GRANTED = {"approved", "provisioning", "active"}  # active on make run, where the pushes run; approved in tests
+STORY = {
+    # state: {(department, sharing mode)}
+    "granted": {("vision", "exclusive"), ("vision", "vgpu"), ("vision", "mig"), ("nlp", "exclusive"), ("nlp", "mps")},
+    "scheduled": {("nlp", "mig")},
+    "pending": {("vision", "timeslice"), ("nlp", "exclusive")},
+    "released": {("nlp", "mig"), ("vision", "timeslice"), ("nlp", "exclusive")},
+    "rejected": {("vision", "vgpu")},
+    "cancelled": {("nlp", "mps")},
+}
+
+
+def counts() -> tuple[int, ...]:
+    return (Allocation.objects.count(), Reservation.objects.count(), AuditEvent.objects.count(),
+            AllocationUsage.objects.count())  # fmt: skip
+
+
+def page(username: str, path: str) -> str:
+    client = Client()
+    client.force_login(User.objects.get(username=username))
+    response = client.get(path)
+    assert response.status_code == 200, (username, path, response.status_code)
+    return response.content.decode()
+
+
+def test_the_demo_holds_every_state_in_both_departments_and_every_sharing_mode_once() -> None:
+    call_command("seed_demo")
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for state, department, mode in Allocation.objects.values_list(
+        "state", "project__department__slug", "flavor__sharing_mode"
+    ):
+        seen.setdefault("granted" if state in GRANTED else state, set()).add((department, mode))
+    assert seen == STORY
+    assert {mode for pairs in STORY.values() for _, mode in pairs} == {flavor["sharing_mode"] for flavor in FLAVORS}
+    before = counts()
+    call_command("seed_demo")
+    assert counts() == before
+
+
+def test_each_demo_allocation_was_made_through_the_services_and_audited() -> None:
+    call_command("seed_demo")
+    actions = Counter(
+        (event.target_id, event.action)
+        for event in AuditEvent.objects.filter(target_type="allocations.allocation", action__startswith="allocation.")
+    )
+    for allocation in Allocation.objects.all():
+        key = str(allocation.pk)
+        assert actions[(key, "allocation.requested")] == 1, allocation
+        decided = "rejected" if allocation.state == "rejected" else "approved"
+        if allocation.state != "pending" and allocation.state != "cancelled":
+            assert actions[(key, f"allocation.{decided}")] == 1, allocation
+        if allocation.state in ("released", "cancelled"):
+            assert actions[(key, f"allocation.{allocation.state}")] == 1, allocation
+
+
+def test_the_released_grants_lie_in_the_past_with_their_usage_and_the_scheduled_one_ahead() -> None:
+    call_command("seed_demo")
+    for grant in Allocation.objects.filter(state="released"):
+        ended = max(row.released_at for row in grant.reservations.all() if row.released_at is not None)
+        usage = AllocationUsage.objects.filter(allocation=grant)
+        assert usage.exists(), grant
+        assert usage.order_by("-bucket_start").first().bucket_start < ended  # type: ignore[union-attr]
+        assert grant.starts_at < ended < grant.ends_at
+    scheduled = Allocation.objects.get(state="scheduled")
+    assert scheduled.reservations.filter(released_at__isnull=True).count() == scheduled.quantity
+    assert not AllocationUsage.objects.filter(allocation=scheduled).exists()
+
+
+def test_approving_alices_pending_request_would_reclaim_visions_borrowed_slices_only() -> None:
+    call_command("seed_demo")
+    request = Allocation.objects.get(state="pending", project__slug="nlp-llm")
+    preview = admission_preview(allocation_id=request.pk)
+    assert preview["admitted"] and preview["starts"] == "after-notice"
+    assert [(victim["flavor"], victim["why"]) for victim in preview["reclaim"]] == [("a100-mig-3g-40gb", "borrowed")]
+
+
+def test_the_pages_show_the_demo_at_first_look() -> None:
+    call_command("seed_demo")
+    mine = Allocation.objects.filter(requested_by__username="alice").exclude(state__in=["rejected", "cancelled"])
+    dashboard = page("alice", "/")
+    assert all(f'aria-label="Allocation {pk}"' in dashboard for pk in mine.values_list("pk", flat=True))
+    assert "Evaluation of the new checkpoints" in page("bob", "/approvals/")
+    assert "Workshop notebooks for the summer students" in page("erin", "/approvals/")
+    assert "allocation.released" in page("carol", "/audit/")
+    cluster = Cluster.objects.get(name="demo")
+    assert "h100-node-5" in page("admin", f"/platform/clusters/{cluster.pk}/")
+
+
+def test_every_demo_flavor_fits_a_demo_node() -> None:
+    """One unit of each flavor, placed by the real engine on the empty demo inventory."""
+    demo_seed()
+    cluster = Cluster.objects.get(name="demo")
+    refused = {}
+    for flavor in Flavor.objects.all():
+        attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=1, policy=placement_policy_for(flavor),
+                                    reservations=[])  # fmt: skip
+        if len(attempt.bookings) != 1:
+            refused[flavor.name] = attempt.reason
+    assert Flavor.objects.count() == len(FLAVORS)
+    assert refused == {}
