@@ -33,7 +33,7 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano", "pin_bookings",
             "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
-            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client_id",
+            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client",
             "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at", "created_at",
         ]
 
@@ -114,7 +114,7 @@ class ClusterSettingsIn(SettingsIn):
     user_oidc_issuer_url = serializers.URLField(
         max_length=500, required=False, allow_blank=True, help_text="The OIDC issuer the API server trusts (https).",
     )
-    user_oidc_client_id = serializers.CharField(
+    user_oidc_client = serializers.CharField(
         max_length=200, required=False, allow_blank=True,
         help_text="The OIDC client id users sign in with (kubelogin's --oidc-client-id).",
     )
@@ -125,7 +125,7 @@ class ClusterSettingsIn(SettingsIn):
     def validate_user_oidc_issuer_url(self, value: str) -> str:
         return _https(value)
 
-    def validate_user_oidc_client_id(self, value: str) -> str:
+    def validate_user_oidc_client(self, value: str) -> str:
         if value and not _CLIENT_ID.match(value):
             raise serializers.ValidationError("Letters, digits and . _ : / @ - only.")
         return value

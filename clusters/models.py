@@ -73,7 +73,7 @@ class Cluster(models.Model):
     user_oidc_issuer_url = models.URLField(
         max_length=500, blank=True, help_text="OIDC issuer the API server trusts (its --oidc-issuer-url).",
     )
-    user_oidc_client_id = models.CharField(
+    user_oidc_client = models.CharField(
         max_length=200, blank=True, help_text="OIDC client id users sign in with (the API server's --oidc-client-id).",
     )
     last_sync_at = models.DateTimeField(null=True, blank=True)

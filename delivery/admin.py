@@ -39,7 +39,7 @@ class ClusterForm(forms.ModelForm):  # type: ignore[type-arg]
         fields = [
             "name", "display_name", "driver", "is_active", "use_hami", "use_volcano", "pin_bookings",
             "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace",
-            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client_id",
+            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client",
         ]
 
     def clean(self) -> dict[str, Any]:

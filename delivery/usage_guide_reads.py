@@ -90,7 +90,7 @@ def guide_input(*, user: AbstractBaseUser | AnonymousUser, allocation: Allocatio
             api_server_url=cluster.user_api_server_url,
             ca_certificate=cluster.user_ca_certificate,
             oidc_issuer_url=cluster.user_oidc_issuer_url,
-            oidc_client_id=cluster.user_oidc_client_id,
+            oidc_client_id=cluster.user_oidc_client,
         ),
     )
 

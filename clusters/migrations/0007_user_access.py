@@ -22,7 +22,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='cluster',
-            name='user_oidc_client_id',
+            name='user_oidc_client',
             field=models.CharField(blank=True, help_text="OIDC client id users sign in with (the API server's --oidc-client-id).", max_length=200),
         ),
         migrations.AddField(

@@ -175,14 +175,14 @@ def test_the_clusters_user_access_settings_turn_on_the_kubelogin_snippet(world: 
     allocation = granted(world, world.a100)
     path = f"/api/v1/clusters/{world.cluster.pk}/"
     settings = {"user_api_server_url": "https://k8s.example:6443", "user_oidc_issuer_url": "https://idp.example",
-                "user_oidc_client_id": "kubernetes"}
+                "user_oidc_client": "kubernetes"}
     assert world.client("nlp_admin").patch(path, settings, format="json").status_code == 403
     bad = world.client("platform").patch(path, {"user_api_server_url": "http://k8s.example"}, format="json")
     assert bad.status_code == 400 and "user_api_server_url" in bad.json()["error"]["fields"]
     bad = world.client("platform").patch(path, {"user_ca_certificate": "not a pem"}, format="json")
     assert bad.status_code == 400 and "user_ca_certificate" in bad.json()["error"]["fields"]
     changed = world.client("platform").patch(path, settings, format="json")
-    assert changed.status_code == 200 and changed.json()["user_oidc_client_id"] == "kubernetes"
+    assert changed.status_code == 200 and changed.json()["user_oidc_client"] == "kubernetes"
     body = world.client("nlp_member").get(url(allocation)).json()
     assert body["kubeconfig"]["method"] == "oidc"
     assert "--exec-arg=--oidc-issuer-url=https://idp.example" in body["kubeconfig"]["snippet"]
