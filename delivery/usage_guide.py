@@ -301,8 +301,6 @@ def _notes(guide: GuideInput) -> list[str]:
     if guide.pinned:
         notes.append("Pods here run only on the nodes this project booked: the cluster adds the node selector, "
                      "do not set nodeName or nodeSelector yourself.")
-    notes.append(f"CPU and memory per container: at most {guide.limits.max['cpu']} and {guide.limits.max['memory']}; "
-                 f"a container that names none gets {guide.limits.default['cpu']} and {guide.limits.default['memory']}.")
     notes.append("Apply with: kubectl apply -f pod.yaml (or job.yaml). The Job's pods together use the whole grant: "
                  "what already runs in the namespace counts against the same quota.")
     return notes
