@@ -21,6 +21,7 @@ on the cluster add them (docs/sharing.md). docs/using.md describes the output.
 from __future__ import annotations
 
 import base64
+import math
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,8 +64,8 @@ class ClusterAccess:
 
 @dataclass(frozen=True)
 class GuideInput:
-    """One allocation as the cluster sees it. ``units_per_node``: the most units the grant has
-    booked on one node (0: none booked yet); ``kube_role``: the Kubernetes role the viewer holds
+    """One allocation as the cluster sees it. ``node_units``: how many units the grant has booked
+    on each node it uses (empty: none booked yet); ``kube_role``: the Kubernetes role the viewer holds
     in the namespace (``edit`` for project members, ``view`` for its department's admins and
     auditors, empty for nobody)."""
 
@@ -83,7 +84,7 @@ class GuideInput:
     memory_mib_per_unit: int
     limits: ContainerLimits
     mig_profile: str = ""
-    units_per_node: int = 0
+    node_units: tuple[int, ...] = ()
     use_hami: bool = False
     pinned: bool = False
     preview: bool = False
@@ -130,9 +131,19 @@ def units_per_pod(guide: GuideInput) -> int:
     """The most units one pod can use: one for shared modes, else what one node holds of the grant."""
     if guide.sharing_mode in ONE_PER_POD:
         return 1
-    if guide.units_per_node > 0:
-        return min(guide.units_per_node, guide.quantity)
+    if guide.node_units:
+        return min(max(guide.node_units), guide.quantity)
     return guide.quantity
+
+
+def units_per_job_pod(guide: GuideInput) -> int:
+    """The size of the Job example's pods: the largest size that divides every node's share of the
+    grant, so that the Job's pods together use all of it (8 + 4 units on two nodes: 3 pods of 4)."""
+    if guide.sharing_mode in ONE_PER_POD:
+        return 1
+    if guide.node_units and sum(guide.node_units) == guide.quantity:
+        return math.gcd(*guide.node_units)
+    return units_per_pod(guide)
 
 
 def resource_lines(guide: GuideInput) -> tuple[ResourceLine, ...]:
@@ -152,10 +163,13 @@ def resource_lines(guide: GuideInput) -> tuple[ResourceLine, ...]:
     return (ResourceLine(guide.resource_name, per_pod, total),)
 
 
-def pod_limits(guide: GuideInput) -> dict[str, str]:
+def pod_limits(guide: GuideInput, units: int | None = None) -> dict[str, str]:
     """The limits of the example's one container: its GPU resources (requests default to them;
-    extended resources cannot be overcommitted) and one unit's CPU and memory."""
+    extended resources cannot be overcommitted), ``units`` of them where a pod may hold several,
+    and one unit's CPU and memory."""
     limits = {line.name: str(line.per_pod) for line in resource_lines(guide)}
+    if units is not None and guide.sharing_mode not in ONE_PER_POD:
+        limits[guide.resource_name] = str(units)
     limits["cpu"] = cpu_quantity(guide.cpu_millicores_per_unit)
     limits["memory"] = memory_quantity(guide.memory_mib_per_unit)
     return limits
@@ -171,8 +185,8 @@ def memory_quantity(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
-def _pod_spec(guide: GuideInput, *, restart: str) -> dict[str, Any]:
-    limits = pod_limits(guide)
+def _pod_spec(guide: GuideInput, *, restart: str, units: int | None = None) -> dict[str, Any]:
+    limits = pod_limits(guide, units)
     spec: dict[str, Any] = {"priorityClassName": guide.priority_class, "restartPolicy": restart}
     if guide.sharing_mode == VOLCANO_VGPU:
         spec["schedulerName"] = SCHEDULER_NAME
@@ -202,8 +216,9 @@ def pod_example(guide: GuideInput) -> dict[str, Any]:
 
 
 def job_example(guide: GuideInput) -> dict[str, Any]:
-    """A Job running as many pods at once as the grant holds (each the Pod example's size)."""
-    pods = max(1, guide.quantity // units_per_pod(guide))
+    """A Job running at once as many pods as together use the whole grant."""
+    size = units_per_job_pod(guide)
+    pods = max(1, guide.quantity // size)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -212,7 +227,7 @@ def job_example(guide: GuideInput) -> dict[str, Any]:
             "parallelism": pods,
             "completions": pods,
             "backoffLimit": 0,
-            "template": {"spec": _pod_spec(guide, restart="Never")},
+            "template": {"spec": _pod_spec(guide, restart="Never", units=size)},
         },
     }
 
@@ -296,8 +311,9 @@ def _notes(guide: GuideInput) -> list[str]:
     if guide.use_hami and guide.sharing_mode == EXCLUSIVE:
         notes.append(f"HAMi schedules {HAMI_COUNT} on this cluster: each GPU is given whole ({HAMI_CORES}: 100).")
     if per_pod < guide.quantity and guide.sharing_mode not in ONE_PER_POD:
-        notes.append(f"At most {per_pod} units are booked on one node: run several pods (the Job example) to use all "
-                     f"{guide.quantity}.")
+        size = units_per_job_pod(guide)
+        notes.append(f"At most {per_pod} units are booked on one node: run several pods to use all {guide.quantity} "
+                     f"(the Job example runs {guide.quantity // size} pods of {size}).")
     if guide.pinned:
         notes.append("Pods here run only on the nodes this project booked: the cluster adds the node selector, "
                      "do not set nodeName or nodeSelector yourself.")

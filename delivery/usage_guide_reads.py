@@ -80,7 +80,7 @@ def guide_input(*, user: AbstractBaseUser | AnonymousUser, allocation: Allocatio
         memory_mib_per_unit=flavor.memory_mib_per_unit,
         limits=limits,
         mig_profile=flavor.mig_profile,
-        units_per_node=max(per_node.values(), default=0),
+        node_units=tuple(sorted(per_node.values(), reverse=True)),
         use_hami=cluster.use_hami,
         pinned=cluster.pin_bookings,
         preview=allocation.state in PREVIEW_STATES,

@@ -36,7 +36,7 @@ def guide_input(mode: str, resource: str, **overrides: Any) -> GuideInput:
 
 
 MODES = [
-    (SharingMode.EXCLUSIVE, "nvidia.com/gpu", {"nvidia.com/gpu": "2"}, {"units_per_node": 2}),
+    (SharingMode.EXCLUSIVE, "nvidia.com/gpu", {"nvidia.com/gpu": "2"}, {"node_units": (2, 2)}),
     (SharingMode.MIG, "nvidia.com/mig-1g.10gb", {"nvidia.com/mig-1g.10gb": "4"}, {"mig_profile": "1g.10gb"}),
     (SharingMode.MPS, "nvidia.com/gpu.shared", {"nvidia.com/gpu.shared": "1"}, {}),
     (SharingMode.TIMESLICE, "nvidia.com/gpu.shared", {"nvidia.com/gpu.shared": "1"}, {}),
@@ -80,9 +80,16 @@ def test_shared_units_are_one_per_pod_and_vgpu_totals_multiply_memory_and_cores(
 
 
 def test_a_whole_gpu_grant_split_over_nodes_says_how_many_fit_in_one_pod() -> None:
-    guide = usage_guide(guide_input(SharingMode.EXCLUSIVE, "nvidia.com/gpu", quantity=12, units_per_node=8))
+    guide = usage_guide(guide_input(SharingMode.EXCLUSIVE, "nvidia.com/gpu", quantity=12, node_units=(8, 4)))
     assert [(line.per_pod, line.total) for line in guide.resources] == [(8, 12)]
-    assert any("At most 8 units are booked on one node" in note for note in guide.notes)
+    assert any("At most 8 units are booked on one node" in note and "3 pods of 4" in note for note in guide.notes)
+    pod, job = yaml.safe_load(guide.examples["pod"]), yaml.safe_load(guide.examples["job"])
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "8"
+    # The Job's pods fill both nodes' shares exactly: 3 pods of 4 (2 on the first node, 1 on the second).
+    assert job["spec"]["parallelism"] == 3
+    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+    odd = usage_guide(guide_input(SharingMode.EXCLUSIVE, "nvidia.com/gpu", quantity=11, node_units=(8, 3)))
+    assert yaml.safe_load(odd.examples["job"])["spec"]["parallelism"] == 11
 
 
 def test_without_oidc_settings_the_guide_says_to_ask_the_platform_team() -> None:
