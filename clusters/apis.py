@@ -33,6 +33,7 @@ class ClusterOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = [
             "id", "name", "display_name", "driver", "is_active", "node_count", "has_kubeconfig", "use_hami", "use_volcano", "pin_bookings",
             "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
+            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client",
             "last_sync_at", "last_sync_error", "missing_prerequisite", "last_drift_at", "created_at",
         ]
 
@@ -102,6 +103,38 @@ class ClusterSettingsIn(SettingsIn):
         required=False, min_value=0, max_value=65536, help_text="MiB of a shared GPU's memory kept free per unit sharing it.",
     )
 
+    user_api_server_url = serializers.URLField(
+        max_length=500, required=False, allow_blank=True,
+        help_text="The API server's URL as users reach it with kubectl (https); shown in the allocations' usage guide.",
+    )
+    user_ca_certificate = serializers.CharField(
+        max_length=20000, required=False, allow_blank=True, trim_whitespace=True,
+        help_text="PEM CA certificate of that API server; empty: the users' trust store.",
+    )
+    user_oidc_issuer_url = serializers.URLField(
+        max_length=500, required=False, allow_blank=True, help_text="The OIDC issuer the API server trusts (https).",
+    )
+    user_oidc_client = serializers.CharField(
+        max_length=200, required=False, allow_blank=True,
+        help_text="The OIDC client id users sign in with (kubelogin's --oidc-client-id).",
+    )
+
+    def validate_user_api_server_url(self, value: str) -> str:
+        return _https(value)
+
+    def validate_user_oidc_issuer_url(self, value: str) -> str:
+        return _https(value)
+
+    def validate_user_oidc_client(self, value: str) -> str:
+        if value and not _CLIENT_ID.match(value):
+            raise serializers.ValidationError("Letters, digits and . _ : / @ - only.")
+        return value
+
+    def validate_user_ca_certificate(self, value: str) -> str:
+        if value and not (value.startswith("-----BEGIN CERTIFICATE-----") and value.endswith("-----END CERTIFICATE-----")):
+            raise serializers.ValidationError("A PEM certificate (-----BEGIN CERTIFICATE----- ... -----END CERTIFICATE-----).")
+        return value
+
     def validate_prometheus_url(self, value: str) -> str:
         if value and not value.lower().startswith(("http://", "https://")):
             raise serializers.ValidationError("Only http:// and https:// URLs.")
@@ -118,6 +151,15 @@ class ClusterSettingsIn(SettingsIn):
             if not _LABEL_VALUE.match(text):
                 raise serializers.ValidationError(f"The value of {key!r} is not a Kubernetes label value.")
         return value
+
+
+_CLIENT_ID = re.compile(r"^[A-Za-z0-9._:/@-]+$")
+
+
+def _https(value: str) -> str:
+    if value and not value.lower().startswith("https://"):
+        raise serializers.ValidationError("Only https:// URLs.")
+    return value
 
 
 MANAGED_PREFIXES = ("app.kubernetes.io/managed-by", "gpuportal.io/")

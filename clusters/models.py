@@ -61,6 +61,21 @@ class Cluster(models.Model):
     prometheus_rule_labels = models.JSONField(
         default=dict, blank=True, help_text="Extra labels of the PrometheusRule, matched by the Prometheus's ruleSelector."
     )
+    # How users reach the cluster with kubectl (docs/using.md): the API server's address as users
+    # see it, its CA and the OIDC client the API server trusts. All three of URL, issuer and client
+    # set: the allocation page shows a kubelogin snippet; else it says to ask the platform team.
+    user_api_server_url = models.URLField(
+        max_length=500, blank=True, help_text="The API server's URL as users reach it (https://...); empty: not shown.",
+    )
+    user_ca_certificate = models.TextField(
+        max_length=20000, blank=True, help_text="PEM CA certificate of the API server users reach (empty: their trust store).",
+    )
+    user_oidc_issuer_url = models.URLField(
+        max_length=500, blank=True, help_text="OIDC issuer the API server trusts (its --oidc-issuer-url).",
+    )
+    user_oidc_client = models.CharField(
+        max_length=200, blank=True, help_text="OIDC client id users sign in with (the API server's --oidc-client-id).",
+    )
     last_sync_at = models.DateTimeField(null=True, blank=True)
     # Pushes that ended in an error, ever (the counter behind gpuportal_cluster_push_failures_total).
     push_failures = models.PositiveBigIntegerField(default=0, editable=False)

@@ -22,6 +22,7 @@ from tenants.access import require_platform_admin
 EDITABLE = (
     "display_name", "prometheus_url", "prometheus_rule_namespace", "prometheus_rule_labels",
     "use_hami", "use_volcano", "pin_bookings", "sharing_reserve_percent", "sharing_reserve_per_unit_mib",
+    "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client",
 )
 # A change to these changes the cluster-wide objects (the PrometheusRule, Volcano's Queues): push them.
 PUSHED = frozenset({"prometheus_rule_namespace", "prometheus_rule_labels", "use_hami", "use_volcano", "pin_bookings"})

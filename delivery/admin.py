@@ -28,11 +28,18 @@ class ClusterForm(forms.ModelForm):  # type: ignore[type-arg]
         help_text="Paste a kubeconfig to replace the stored one (stored encrypted, never shown again).",
     )
 
+    # https by default when the scheme is left out (the users' API server and OIDC issuer).
+    user_api_server_url = forms.URLField(required=False, max_length=500, assume_scheme="https",
+                                         help_text="The API server's URL as users reach it; empty: not shown.")
+    user_oidc_issuer_url = forms.URLField(required=False, max_length=500, assume_scheme="https",
+                                          help_text="OIDC issuer the API server trusts (its --oidc-issuer-url).")
+
     class Meta:
         model = Cluster
         fields = [
             "name", "display_name", "driver", "is_active", "use_hami", "use_volcano", "pin_bookings",
             "sharing_reserve_percent", "sharing_reserve_per_unit_mib", "gpu_operator_namespace",
+            "user_api_server_url", "user_ca_certificate", "user_oidc_issuer_url", "user_oidc_client",
         ]
 
     def clean(self) -> dict[str, Any]:

@@ -80,7 +80,8 @@ class ClusterDiscoverApi(ApiView):
 class ClusterDetailApi(cluster_apis.ClusterDetailApi):
     @extend_schema(
         request=ClusterSettingsIn, responses={200: ClusterOut, **errors(400, 401, 403, 404, 409)},
-        description="Change a cluster's display name, monitoring and GPU sharing settings (platform admins). Setting or "
+        description="Change a cluster's display name, monitoring, GPU sharing settings and how users reach it with "
+        "kubectl (user_*: shown in the allocations' usage guide) (platform admins). Setting or "
         "changing prometheus_rule_namespace, prometheus_rule_labels, use_hami, use_volcano or pin_bookings queues a push "
         "of the cluster-wide objects; use_hami and pin_bookings also of every project namespace on the cluster. Turning "
         "use_hami (use_volcano) off while HAMi (Volcano) vGPU units are booked on the cluster is refused with 409.",

@@ -46,6 +46,11 @@ def _grant(allocation: Allocation, *, hami: bool) -> GrantedUnits:
     )
 
 
+def granted_units(allocation: Allocation, *, hami: bool) -> GrantedUnits:
+    """What one allocation contributes to its project's desired state (also the usage guide's input)."""
+    return _grant(allocation, hami=hami)
+
+
 def _volcano_extras(mode: str, memory_mib: int, cores: int) -> tuple[tuple[str, int], ...]:
     """A Volcano vGPU unit's memory and cores (per unit), for its quota and its Queue."""
     return vgpu_unit_resources(memory_mib=memory_mib, cores=cores) if mode == SharingMode.VOLCANO_VGPU else ()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from delivery import apis, manifest_apis
+from delivery import apis, manifest_apis, usage_guide_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/", apis.ClusterDetailApi.as_view(), name="api-cluster"),
@@ -12,4 +12,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/sync/", apis.ClusterSyncApi.as_view(), name="api-cluster-sync"),
     path("clusters/<int:cluster_id>/discover/", apis.ClusterDiscoverApi.as_view(), name="api-cluster-discover"),
     path("clusters/<int:cluster_id>/manifests/", manifest_apis.ClusterManifestsApi.as_view(), name="api-cluster-manifests"),
+    path("allocations/<int:allocation_id>/usage-guide/", usage_guide_apis.AllocationUsageGuideApi.as_view(),
+         name="api-allocation-usage-guide"),
 ]

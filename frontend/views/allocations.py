@@ -24,6 +24,7 @@ from allocations.changes import CHANGEABLE_STATES, self_renew_until
 from allocations.models import Allocation, AllocationState
 from allocations.selectors import allocation_get, allocation_may_change, pending_changes
 from allocations.services import allocation_release, allocation_request
+from delivery.usage_guide_reads import allocation_usage_guide_or_none
 from frontend.feedback import request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm, ResizeForm
 from frontend.http import form_add_service_error, portal_user
@@ -205,6 +206,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "can_decide": pending and administers and not own,
         "four_eyes": pending and administers and own,
         "usage": allocation_usage_panel(user=user, allocation=allocation),
+        "guide": allocation_usage_guide_or_none(user=user, allocation=allocation),
         "idle_case": idle_case_list(user=user, states=sorted(OPEN_STATES), allocation_id=allocation.pk).first(),
     }
     context.update(overrides)

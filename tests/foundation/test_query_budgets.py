@@ -198,6 +198,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
             "duration_days": 2,  # with the window, the feedback also says what approval would do
         }),
         "allocation detail": get("allocation-detail", "nlp_member", allocation_id=detail.pk),
+        "allocation detail (nlp_admin, usage guide as viewer)": get("allocation-detail", "nlp_admin", allocation_id=detail.pk),
         "approvals": get("approvals", "nlp_admin"),
         "department usage": get("department-usage", "nlp_admin"),
         "department usage (platform)": get("department-usage", "platform"),

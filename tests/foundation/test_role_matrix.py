@@ -237,6 +237,7 @@ ROWS = [
     Row("api-allocation-change-reject", "post", DECIDE_VISION, kwargs=change, body=lambda s, p: {"comment": "no"}),
     Row("api-allocation-change-cancel", "post", WITHDRAW_VISION, kwargs=change),
     Row("api-allocation-placement-preview", "get", READ_ALLOCATION, kwargs=allocation("pending")),
+    Row("api-allocation-usage-guide", "get", READ_VISION, kwargs=allocation("vision")),
     # fair share: everyone with a role reads the departments they read; platform admins set shares
     Row("api-fair-share", "get", ANY_ROLE),
     Row("api-fair-share-department", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"department_id": s.world.nlp.pk},
