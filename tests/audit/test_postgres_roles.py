@@ -85,6 +85,13 @@ def test_the_application_role_may_not_change_or_remove_anything(runtime: Any, st
         "ALTER TABLE audit_event RENAME TO audit_event_old",
         "SET session_replication_role = replica",
         "CREATE OR REPLACE FUNCTION audit_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN OLD; END $$",
+        "DROP FUNCTION audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)",
+        "ALTER FUNCTION audit_event_append(text[], bigint, bigint, text, text, text, text, text, text) "
+        "SECURITY DEFINER",
+        "CREATE OR REPLACE FUNCTION audit_event_append(template text[], p_department_id bigint, p_actor_id bigint, "
+        "p_actor_username text, p_action text, p_target_type text, p_target_id text, p_outcome text, "
+        "p_request_id text, OUT new_seq bigint, OUT new_occurred_at timestamptz, OUT new_department_seq bigint, "
+        "OUT new_hash text, OUT new_record text) LANGUAGE sql AS $$ SELECT 1::bigint, now(), 1::bigint, '', '' $$",
     ],
 )
 def test_the_application_role_may_not_switch_the_protection_off(runtime: Any, statement: str) -> None:
