@@ -9,6 +9,9 @@ carries its own statements, never by editing these in place.
 A BEFORE INSERT trigger also refuses any event whose ``seq`` or ``department_seq`` is not the next
 number, so the database itself keeps both sequences gapless.
 
+``audit_event_append`` (``POSTGRESQL_APPEND``, migration 0004) is ``audit_record``'s chain step on
+PostgreSQL: one statement under the chain lock (see docs/audit.md, "Appending").
+
 The quarantine tables (``QUARANTINE_TABLES``, migration 0003) hold rows moved out of the chain by
 ``manage.py audit_recover`` (``audit.recovery``), as they were. They are append-only too, and the
 application's role has no privilege on them at all: only the owner reads or writes them.
@@ -306,8 +309,10 @@ SQLITE_EVENT_DELETE_ON = [statement for statement in SQLITE_TRIGGERS if statemen
 # before the chain lock, never while holding it), takes the chain lock, which stays held until the
 # transaction ends, reads both chain heads, assigns seq, department_seq and the time (the database's
 # clock, never earlier than the previous event's), puts the five chain fields into the template,
-# hashes it (the RFC 6962 leaf hash) and inserts the row. SECURITY INVOKER: it can do only what its
-# caller's role may (the application's: SELECT and INSERT), and the insert triggers still check it.
+# hashes it (the RFC 6962 leaf hash) and inserts the row. VOLATILE, so each statement in it takes a
+# new snapshot: the heads are read after the lock is granted, and so include the previous holder's
+# committed event. SECURITY INVOKER: it can do only what its caller's role may (the application's:
+# SELECT and INSERT), and the insert triggers still check the row.
 POSTGRESQL_APPEND = [
     f"""
     CREATE FUNCTION audit_event_append(
@@ -315,7 +320,7 @@ POSTGRESQL_APPEND = [
         p_target_type text, p_target_id text, p_outcome text, p_request_id text,
         OUT new_seq bigint, OUT new_occurred_at timestamptz, OUT new_department_seq bigint, OUT new_hash text,
         OUT new_record text
-    ) LANGUAGE plpgsql AS $$
+    ) LANGUAGE plpgsql VOLATILE AS $$
     DECLARE
         last_hash text;
         last_time timestamptz;

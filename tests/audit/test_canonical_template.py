@@ -52,7 +52,7 @@ def other_fields(data: st.DataObject) -> dict[str, Any]:
 def test_the_filled_template_is_the_canonical_record(data: st.DataObject) -> None:
     fields = other_fields(data)
     department = fields["department_id"] is not None
-    chain = {
+    chain: dict[str, Any] = {
         "seq": data.draw(st.integers(1, 2**62)), "prev_hash": data.draw(HASH),
         "occurred_at": "2026-12-02T06:07:08.123456Z",
         "department_seq": data.draw(st.integers(1, 2**62)) if department else None,
