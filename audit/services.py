@@ -35,7 +35,6 @@ from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, leaf_hash, reco
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
 from audit.schema import CHAIN_LOCK_ID
-from kernel.locks import deferred_checks_run
 from kernel.request_context import current_request_context
 
 
@@ -136,6 +135,4 @@ def audit_record(
     )
     if connection.vendor == "postgresql":
         return _append_in_database(connection, template, columns)
-    deferred_checks_run(connection)  # the commit's foreign-key waits, before the chain lock (kernel.locks)
-    chain_lock(connection)
-    return _append_in_python(template, columns)
+    return _append_in_python(template, columns)  # SQLite: its write transaction is the chain lock
