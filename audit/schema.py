@@ -356,6 +356,8 @@ POSTGRESQL_APPEND = [
     """,  # noqa: S608 (fixed names; the lock key is a constant)
 ]
 
+APPEND_FUNCTION = "audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)"
+
 POSTGRESQL_APPEND_DROP = [
     "DROP FUNCTION IF EXISTS audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)",
 ]

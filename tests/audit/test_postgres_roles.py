@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from audit.conf import audit_runtime_role
+from audit.schema import APPEND_FUNCTION
 from tests.audit.conftest import record, requires_postgres
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres]
@@ -54,6 +55,27 @@ def test_the_application_role_may_read_and_append(runtime: Any) -> None:
         assert cursor.fetchone()[0] == event.hash
         cursor.execute("SELECT has_table_privilege('audit_event', 'INSERT')")
         assert cursor.fetchone()[0] is True
+        cursor.execute("SELECT has_function_privilege(%s, 'EXECUTE')", [APPEND_FUNCTION])
+        assert cursor.fetchone()[0] is True
+
+
+def test_the_application_role_appends_through_the_function_with_its_own_privileges(runtime: Any) -> None:
+    """``audit_event_append`` is SECURITY INVOKER: granted EXECUTE, the application's role still
+    may only do what it could do itself."""
+    with runtime.cursor() as cursor:
+        cursor.execute("SELECT prosecdef FROM pg_proc WHERE oid = to_regprocedure(%s)", [APPEND_FUNCTION])
+        assert cursor.fetchone() == (False,)
+        cursor.execute("SELECT has_function_privilege(%s, 'EXECUTE')", [APPEND_FUNCTION])
+        assert cursor.fetchone()[0] is True
+        cursor.execute("BEGIN")
+        cursor.execute(
+            "SELECT new_seq, new_hash FROM audit_event_append(ARRAY['{\"a\":', ',\"b\":', ',\"c\":', "
+            "',\"d\":', ',\"e\":', '}'], NULL, NULL, '', 'node.updated', '', '', 'success', '')"
+        )
+        seq, hash_ = cursor.fetchone()
+        cursor.execute("SELECT hash FROM audit_event WHERE seq = %s", [seq])
+        assert cursor.fetchone() == (hash_,)
+        cursor.execute("ROLLBACK")
 
 
 @pytest.mark.parametrize(
