@@ -9,6 +9,9 @@ carries its own statements, never by editing these in place.
 A BEFORE INSERT trigger also refuses any event whose ``seq`` or ``department_seq`` is not the next
 number, so the database itself keeps both sequences gapless.
 
+``audit_event_append`` (``POSTGRESQL_APPEND``, migration 0004) is ``audit_record``'s chain step on
+PostgreSQL: one statement under the chain lock (see docs/audit.md, "Appending").
+
 The quarantine tables (``QUARANTINE_TABLES``, migration 0003) hold rows moved out of the chain by
 ``manage.py audit_recover`` (``audit.recovery``), as they were. They are append-only too, and the
 application's role has no privilege on them at all: only the owner reads or writes them.
@@ -19,6 +22,7 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 
 AUDIT_TABLES = ("audit_event", "audit_checkpoint", "audit_merkle_node")
+CHAIN_LOCK_ID = 0x6770_7561_7564_0001  # pg_advisory_xact_lock key of the event chain
 QUARANTINE_TABLES = ("audit_quarantine", "audit_quarantined_event")
 
 _APPEND_ONLY_MESSAGE = "audit tables are append-only"
@@ -298,15 +302,76 @@ SQLITE_EVENT_DELETE_OFF = ["DROP TRIGGER audit_event_no_delete"]
 SQLITE_EVENT_DELETE_ON = [statement for statement in SQLITE_TRIGGERS if statement.startswith(
     "CREATE TRIGGER audit_event_no_delete ")]
 
+# Migration 0004: the chain step of ``audit_record`` on PostgreSQL, in one round trip. Everything that
+# does not depend on the chain (the record's other fields, canonical JSON: ``template``, the six pieces
+# of ``audit.integrity.canonical.record_template``) is prepared by the caller before it. The function
+# runs the pending deferred constraint checks (as ``kernel.locks.deferred_checks_run``: their waits come
+# before the chain lock, never while holding it), takes the chain lock, which stays held until the
+# transaction ends, reads both chain heads, assigns seq, department_seq and the time (the database's
+# clock, never earlier than the previous event's), puts the five chain fields into the template,
+# hashes it (the RFC 6962 leaf hash) and inserts the row. VOLATILE, so each statement in it takes a
+# new snapshot: the heads are read after the lock is granted, and so include the previous holder's
+# committed event. SECURITY INVOKER: it can do only what its caller's role may (the application's:
+# SELECT and INSERT), and the insert triggers still check the row.
+POSTGRESQL_APPEND = [
+    f"""
+    CREATE FUNCTION audit_event_append(
+        template text[], p_department_id bigint, p_actor_id bigint, p_actor_username text, p_action text,
+        p_target_type text, p_target_id text, p_outcome text, p_request_id text,
+        OUT new_seq bigint, OUT new_occurred_at timestamptz, OUT new_department_seq bigint, OUT new_hash text,
+        OUT new_record text
+    ) LANGUAGE plpgsql VOLATILE AS $$
+    DECLARE
+        last_hash text;
+        last_time timestamptz;
+        department_hash text;
+    BEGIN
+        IF array_length(template, 1) IS DISTINCT FROM 6 THEN
+            RAISE EXCEPTION 'audit_event_append: the template has 6 pieces' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SET CONSTRAINTS ALL IMMEDIATE;
+        SET CONSTRAINTS ALL DEFERRED;
+        PERFORM pg_advisory_xact_lock({CHAIN_LOCK_ID});
+        SELECT e.seq, e.hash, e.occurred_at INTO new_seq, last_hash, last_time
+            FROM audit_event AS e ORDER BY e.seq DESC LIMIT 1;
+        new_seq := COALESCE(new_seq, 0) + 1;
+        new_occurred_at := GREATEST(clock_timestamp(), last_time);
+        IF p_department_id IS NOT NULL THEN
+            SELECT e.department_seq, e.hash INTO new_department_seq, department_hash
+                FROM audit_event AS e WHERE e.department_id = p_department_id ORDER BY e.department_seq DESC LIMIT 1;
+            new_department_seq := COALESCE(new_department_seq, 0) + 1;
+            department_hash := '"' || COALESCE(department_hash, repeat('0', 64)) || '"';
+        END IF;
+        new_record := template[1] || COALESCE(department_hash, 'null') || template[2]
+            || COALESCE(new_department_seq::text, 'null') || template[3]
+            || '"' || to_char(new_occurred_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"') || '"' || template[4]
+            || '"' || COALESCE(last_hash, repeat('0', 64)) || '"' || template[5] || new_seq::text || template[6];
+        new_hash := encode(sha256('\\x00'::bytea || convert_to(new_record, 'UTF8')), 'hex');
+        INSERT INTO audit_event (seq, occurred_at, actor_id, actor_username, action, target_type, target_id,
+                                 department_id, department_seq, outcome, request_id, hash, record)
+            VALUES (new_seq, new_occurred_at, p_actor_id, p_actor_username, p_action, p_target_type, p_target_id,
+                    p_department_id, new_department_seq, p_outcome, p_request_id, new_hash, new_record);
+    END
+    $$
+    """,  # noqa: S608 (fixed names; the lock key is a constant)
+]
+
+APPEND_FUNCTION = "audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)"
+
+POSTGRESQL_APPEND_DROP = [
+    "DROP FUNCTION IF EXISTS audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)",
+]
+
 STATEMENTS = {
     "postgresql": {"tables": POSTGRESQL_TABLES, "drop": POSTGRESQL_DROP, "triggers": POSTGRESQL_TRIGGERS,
                    "drop_triggers": POSTGRESQL_DROP_TRIGGERS, "quarantine": POSTGRESQL_QUARANTINE,
                    "quarantine_drop": POSTGRESQL_QUARANTINE_DROP, "event_delete_off": POSTGRESQL_EVENT_DELETE_OFF,
-                   "event_delete_on": POSTGRESQL_EVENT_DELETE_ON},
+                   "event_delete_on": POSTGRESQL_EVENT_DELETE_ON, "append": POSTGRESQL_APPEND,
+                   "append_drop": POSTGRESQL_APPEND_DROP},
     "sqlite": {"tables": SQLITE_TABLES, "drop": SQLITE_DROP, "triggers": SQLITE_TRIGGERS,
                "drop_triggers": SQLITE_DROP_TRIGGERS, "quarantine": SQLITE_QUARANTINE,
                "quarantine_drop": SQLITE_QUARANTINE_DROP, "event_delete_off": SQLITE_EVENT_DELETE_OFF,
-               "event_delete_on": SQLITE_EVENT_DELETE_ON},
+               "event_delete_on": SQLITE_EVENT_DELETE_ON, "append": [], "append_drop": []},
 }
 
 

@@ -5,11 +5,18 @@ taken here is held until that commit.
 Each event gets the next ``seq`` and its department's next ``department_seq``, the hashes of the
 previous events (globally and in its department), and a time never earlier than its predecessor's,
 all assigned under one lock (a transaction-scoped advisory lock on PostgreSQL; SQLite's write
-transaction on SQLite), so concurrent writers can neither fork nor gap the chain.
+transaction on SQLite), so concurrent writers can neither fork nor gap the chain, and the order of
+the chain is the order of the commits.
 
-That lock is the last of the global lock order (:mod:`kernel.locks`): before taking it,
-``audit_record`` runs the foreign-key checks PostgreSQL would otherwise run at COMMIT, so that their
-waits for other transactions' row locks come before the chain lock, never while holding it.
+Everything else is prepared before the lock: the record's other fields, scrubbed, and their
+canonical JSON (``record_template``). On PostgreSQL the chain step is then one statement, the
+``audit_event_append`` function (``audit.schema.POSTGRESQL_APPEND``): deferred checks, lock, both
+chain heads, the five chain fields, the hash and the INSERT in one round trip. On SQLite the same
+step runs in Python (``_append_in_python``), with the same template.
+
+That lock is the last of the global lock order (:mod:`kernel.locks`): before taking it, the
+foreign-key checks PostgreSQL would otherwise run at COMMIT are run, so that their waits for other
+transactions' row locks come before the chain lock, never while holding it.
 """
 
 from __future__ import annotations
@@ -24,13 +31,11 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
 from audit.actions import AuditAction, get_action
-from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, canonical_json, leaf_hash, record_fields
+from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, leaf_hash, record_fill, record_template
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
-from kernel.locks import deferred_checks_run
+from audit.schema import CHAIN_LOCK_ID
 from kernel.request_context import current_request_context
-
-CHAIN_LOCK_ID = 0x6770_7561_7564_0001  # pg_advisory_xact_lock key of the event chain
 
 
 class AuditOutsideTransaction(RuntimeError):
@@ -50,33 +55,43 @@ def chain_lock(connection: BaseDatabaseWrapper, lock_id: int = CHAIN_LOCK_ID) ->
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [lock_id])
 
 
-_LAST_EVENTS = """
-    SELECT e.seq, e.hash, e.occurred_at, d.department_seq, d.hash
-    FROM (SELECT seq, hash, occurred_at FROM audit_event ORDER BY seq DESC LIMIT 1) AS e
-    LEFT JOIN LATERAL (
-        SELECT department_seq, hash FROM audit_event WHERE department_id = %s ORDER BY seq DESC LIMIT 1
-    ) AS d ON true
-"""
-
-
-def _chain_heads(
-    connection: BaseDatabaseWrapper, department_id: int | None
-) -> tuple[tuple[int, str, datetime.datetime] | None, tuple[int, str] | None]:
-    """The latest event, and the department's latest event, read under the chain lock."""
-    if connection.vendor == "postgresql":  # one round trip while the lock is held
-        with connection.cursor() as cursor:
-            cursor.execute(_LAST_EVENTS, [department_id])
-            row = cursor.fetchone()
-        if row is None:
-            return None, None
-        return (row[0], row[1], row[2]), ((row[3], row[4]) if row[3] is not None else None)
+def _append_in_python(template: tuple[str, ...], columns: dict[str, Any]) -> AuditEvent:
+    """The chain step where the database has no ``audit_event_append`` (SQLite, whose write
+    transaction is the lock): the heads, the chain fields, the hash and the INSERT."""
+    department_id = columns["department_id"]
     last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash", "occurred_at").first()
-    department_last = None
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    occurred_at = timezone.now()
+    if last is not None and occurred_at < last[2]:
+        occurred_at = last[2]  # never earlier than the previous event: time order is seq order
+    department_seq, department_prev_hash = None, None
     if department_id is not None:
         found = (AuditEvent.objects.filter(department_id=department_id).order_by("-seq")
                  .values_list("department_seq", "hash").first())
-        department_last = (int(found[0] or 0), found[1]) if found else None
-    return last, department_last
+        department_seq = int(found[0] or 0) + 1 if found else 1
+        department_prev_hash = found[1] if found else GENESIS_HASH
+    data = record_fill(template, seq=seq, prev_hash=prev_hash, occurred_at=audit_time_format(occurred_at),
+                       department_seq=department_seq, department_prev_hash=department_prev_hash)
+    return AuditEvent.objects.create(seq=seq, occurred_at=occurred_at, department_seq=department_seq,
+                                     hash=leaf_hash(data).hex(), record=data.decode("ascii"), **columns)
+
+
+_APPEND = "SELECT * FROM audit_event_append(%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)"
+
+
+def _append_in_database(connection: BaseDatabaseWrapper, template: tuple[str, ...], columns: dict[str, Any]) -> AuditEvent:
+    """The chain step on PostgreSQL: one round trip (see ``audit.schema.POSTGRESQL_APPEND``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_APPEND, [
+            list(template), columns["department_id"], columns["actor_id"], columns["actor_username"],
+            columns["action"], columns["target_type"], columns["target_id"], columns["outcome"],
+            columns["request_id"],
+        ])
+        seq, occurred_at, department_seq, hash_, record = cursor.fetchone()
+    event = AuditEvent(seq=seq, occurred_at=occurred_at, department_seq=department_seq, hash=hash_, record=record,
+                       **columns)
+    event._state.adding, event._state.db = False, connection.alias  # as if read back: it is stored
+    return event
 
 
 def _actor_fields(actor: AbstractBaseUser | AnonymousUser | None) -> tuple[int | None, str]:
@@ -107,37 +122,17 @@ def audit_record(
         raise ValueError(f"unknown audit outcome {outcome!r}")
     context = current_request_context()
     actor_id, actor_username = _actor_fields(actor)
-    target_type = target._meta.label_lower if target is not None else ""
-    target_id = escape_text(str(target.pk), limit=64) if target is not None else ""
-    request_id = escape_text(context.request_id, limit=64)
-    fields = {  # everything that does not depend on the chain, prepared before taking the lock
-        "nonce": secrets.token_hex(16), "actor_id": actor_id, "actor_username": actor_username,
-        "action": action.code, "action_number": action.number, "target_type": target_type, "target_id": target_id,
-        "department_id": department_id, "outcome": outcome, "before": scrub(before or {}),
-        "after": scrub(after or {}), "details": scrub(details or {}), "request_id": request_id,
-        "source_ip": context.source_ip, "user_agent": escape_text(context.user_agent, limit=512),
+    columns = {  # the record's fields that are also columns, for filtering
+        "actor_id": actor_id, "actor_username": actor_username, "action": action.code,
+        "target_type": target._meta.label_lower if target is not None else "",
+        "target_id": escape_text(str(target.pk), limit=64) if target is not None else "",
+        "department_id": department_id, "outcome": outcome, "request_id": escape_text(context.request_id, limit=64),
     }
-
-    deferred_checks_run(connection)  # the commit's foreign-key waits, before the chain lock (kernel.locks)
-    chain_lock(connection)
-    last, department_last = _chain_heads(connection, department_id)
-    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    occurred_at = timezone.now()
-    if last is not None and occurred_at < last[2]:
-        occurred_at = last[2]  # never earlier than the previous event: time order is seq order
-    department_seq, department_prev_hash = None, None
-    if department_id is not None:
-        department_seq = department_last[0] + 1 if department_last else 1
-        department_prev_hash = department_last[1] if department_last else GENESIS_HASH
-    data = canonical_json(
-        record_fields(
-            seq=seq, prev_hash=prev_hash, occurred_at=audit_time_format(occurred_at),
-            department_seq=department_seq, department_prev_hash=department_prev_hash, **fields,
-        )
+    template = record_template(  # everything that does not depend on the chain, prepared before the lock
+        nonce=secrets.token_hex(16), action_number=action.number, before=scrub(before or {}), after=scrub(after or {}),
+        details=scrub(details or {}), source_ip=context.source_ip, user_agent=escape_text(context.user_agent, limit=512),
+        **columns,
     )
-    return AuditEvent.objects.create(
-        seq=seq, occurred_at=occurred_at, actor_id=actor_id, actor_username=actor_username, action=action.code,
-        target_type=target_type, target_id=target_id, department_id=department_id, department_seq=department_seq,
-        outcome=outcome, request_id=request_id, hash=leaf_hash(data).hex(),
-        record=data.decode("ascii"),
-    )
+    if connection.vendor == "postgresql":
+        return _append_in_database(connection, template, columns)
+    return _append_in_python(template, columns)  # SQLite: its write transaction is the chain lock

@@ -1,20 +1,26 @@
 """Benchmark of the audit log on PostgreSQL (a benchmark, not a timed test).
 
     DATABASE_URL=postgres://OWNER:PW@HOST:PORT/DB [GPUPORTAL_APP_DATABASE_URL=postgres://APP:PW@...] \\
-        nice .venv/bin/python bench/audit.py [--events 1000000] [--writers 8] [--append-each 250]
+        nice .venv/bin/python bench/audit.py [--events 1000000] [--writers 8] [--append-each 250] \\
+        [--rounds 1] [--append-only]
 
 It creates a scratch database next to DB (``<DB>_audit_bench``, dropped first; the owner needs
 CREATEDB), migrates it, and prints:
 
 1. append throughput of ``audit_record`` with N concurrent writer processes (each event its own
-   transaction, as services write them), as the application role when its URL is given;
+   transaction, as services write them), as the application role when its URL is given, against
+   the same writers running the same transactions without an event (one INSERT each, no chain
+   lock: what the machine allows them at that moment; rounds alternate the two, so both see the
+   same load on a shared machine), and the server's rate of commits made one at a time (the bound
+   of anything that serialises commits);
 2. the time to bulk-load the log up to ``--events`` (COPY of generated, correctly chained events)
    and to publish the first checkpoint over all of them (which replays and checks every event);
 3. export of all events as JSON Lines, against ``COPY (SELECT record ...) TO STDOUT`` of the same
    rows in the same run (ratio of throughputs, target >= 0.5), and the peak memory of each;
 4. a full export bundle, and its offline verification (``python -m audit.verify``; target < 20 s).
 
-Each measured step runs in a fresh child process, so peak memory (ru_maxrss) is its own.
+``--append-only`` stops after step 1. Each measured step runs in a fresh child process, so peak
+memory (ru_maxrss) is its own.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import os  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
 import secrets  # noqa: E402
+import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -83,9 +90,9 @@ def child_migrate(url: str) -> dict[str, Any]:
     return {}
 
 
-def _writer(url: str, count: int, barrier: Any, writer: int) -> None:
+def _writer(url: str, count: int, barrier: Any, writer: int, bare: bool) -> None:
     django_setup(url)
-    from django.db import transaction
+    from django.db import connection, transaction
 
     from audit import actions
     from audit.services import audit_record
@@ -93,14 +100,20 @@ def _writer(url: str, count: int, barrier: Any, writer: int) -> None:
     barrier.wait()
     for index in range(count):
         with transaction.atomic():
-            audit_record(actor=None, action=actions.ALLOCATION_APPROVED, department_id=1 + (writer + index) % 20,
-                         before={"state": "pending"}, after={"state": "approved"}, details={"writer": writer})
+            if bare:  # the same transaction without its event: one INSERT, no chain lock
+                with connection.cursor() as cursor:
+                    cursor.execute("INSERT INTO bench_bare VALUES (%s, %s)", [writer, index])
+            else:
+                audit_record(actor=None, action=actions.ALLOCATION_APPROVED, department_id=1 + (writer + index) % 20,
+                             before={"state": "pending"}, after={"state": "approved"}, details={"writer": writer})
 
 
-def child_append(url: str, writers: int, each: int) -> dict[str, Any]:
+def child_append(url: str, writers: int, each: int, bare: bool = False) -> dict[str, Any]:
+    """``writers`` processes, each ``each`` transactions that record one event (or, ``bare``, that
+    insert one row into an unaudited table instead: what the machine allows the same writers)."""
     context = multiprocessing.get_context("spawn")
     barrier = context.Barrier(writers + 1)
-    processes = [context.Process(target=_writer, args=(url, each, barrier, writer)) for writer in range(writers)]
+    processes = [context.Process(target=_writer, args=(url, each, barrier, writer, bare)) for writer in range(writers)]
     for process in processes:
         process.start()
     barrier.wait()
@@ -110,11 +123,25 @@ def child_append(url: str, writers: int, each: int) -> dict[str, Any]:
     elapsed = time.perf_counter() - started
     if any(process.exitcode for process in processes):
         raise SystemExit("a writer failed")
+    if bare:
+        return {"events": writers * each, "seconds": elapsed}
     django_setup(url)
     from audit.models import AuditEvent
 
     seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
     return {"events": writers * each, "seconds": elapsed, "gapless": seqs == list(range(1, len(seqs) + 1))}
+
+
+def child_bare_table(url: str, create: bool) -> dict[str, Any]:
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        if create:
+            connection.execute("CREATE TABLE bench_bare (writer int, index int)")
+            connection.execute("GRANT INSERT ON bench_bare TO PUBLIC")
+        else:
+            connection.execute("DROP TABLE bench_bare")
+    return {}
 
 
 def child_commits(url: str, count: int) -> dict[str, Any]:
@@ -267,7 +294,7 @@ def child_live_verify(url: str) -> dict[str, Any]:
 
 
 CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
-    "migrate": child_migrate, "append": child_append, "commits": child_commits, "load": child_load, "checkpoint": child_checkpoint,
+    "migrate": child_migrate, "append": child_append, "bare-table": child_bare_table, "commits": child_commits, "load": child_load, "checkpoint": child_checkpoint,
     "copy": child_copy, "export": child_export, "verify": child_verify, "live-verify": child_live_verify,
 }
 
@@ -300,7 +327,11 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--append-each", type=int, default=250)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the append measurement (alternating with "
+                        "the same writers' transactions without an event)")
     parser.add_argument("--live-verify", action="store_true", help="also time manage.py audit_verify's check")
+    parser.add_argument("--append-only", action="store_true",
+                        help="measure the append (and the commit ceiling) only, not the load, exports and verification")
     parser.add_argument("--keep", action="store_true", help="keep the scratch database and files")
     arguments = parser.parse_args()
 
@@ -326,15 +357,39 @@ def main() -> None:
     say(f"audit log benchmark: database {name}, {arguments.events:,} events, {arguments.writers} writers")
     run_child("migrate", owner, env=env)
 
-    append = run_child("append", writer_url, arguments.writers, arguments.append_each, env=env)
-    say(f"append: {append['events']:,} events by {arguments.writers} concurrent writers in {append['seconds']:.2f} s "
-        f"= {append['events'] / append['seconds']:,.0f} events/s (one transaction each); "
-        f"gapless: {append['gapless']}")
+    run_child("bare-table", owner, True, env=env)
+    rates, bare_rates = [], []
+    for _ in range(arguments.rounds):  # alternated, so that both see the same load on a shared machine
+        append = run_child("append", writer_url, arguments.writers, arguments.append_each, env=env)
+        bare = run_child("append", writer_url, arguments.writers, arguments.append_each, True, env=env)
+        rates.append(append["events"] / append["seconds"])
+        bare_rates.append(bare["events"] / bare["seconds"])
+        say(f"append: {append['events']:,} events by {arguments.writers} concurrent writers in "
+            f"{append['seconds']:.2f} s = {rates[-1]:,.0f} events/s (one transaction each); "
+            f"gapless: {append['gapless']}; the same writers without the event (one INSERT each): "
+            f"{bare_rates[-1]:,.0f} transactions/s; ratio {rates[-1] / bare_rates[-1]:.2f}")
+    run_child("bare-table", owner, False, env=env)
+    if arguments.rounds > 1:
+        say(f"append, median of {arguments.rounds}: {statistics.median(rates):,.0f} events/s; without the event: "
+            f"{statistics.median(bare_rates):,.0f} transactions/s")
 
     commits = run_child("commits", owner, 200, env=env)
     say(f"ceiling: one-row transactions committed one at a time on this server: "
         f"{commits['commits'] / commits['seconds']:,.0f} commits/s (the chain lock serialises commits)")
+    if not arguments.append_only:
+        measure_log(arguments, owner, env, workdir, key)
+    if not arguments.keep:
+        import shutil
 
+        import psycopg
+
+        shutil.rmtree(workdir, ignore_errors=True)
+        with psycopg.connect(owner_url, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def measure_log(arguments: argparse.Namespace, owner: str, env: dict[str, str], workdir: Path, key: Any) -> None:
+    """Steps 2 to 4: the log loaded to ``--events``, its first checkpoint, exports, verification."""
     load = run_child("load", owner, arguments.events, env=env)
     size = load["events"]
     say(f"bulk load to {size:,} events (COPY of generated chained events): {load['seconds']:.1f} s")
@@ -363,14 +418,6 @@ def main() -> None:
         live = run_child("live-verify", owner, env=env)
         say(f"live verification (manage.py audit_verify) of {live['events']:,} events: {live['seconds']:.1f} s, "
             f"peak {live['peak_mib']:.0f} MiB")
-    if not arguments.keep:
-        import shutil
-
-        import psycopg
-
-        shutil.rmtree(workdir, ignore_errors=True)
-        with psycopg.connect(owner_url, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 if __name__ == "__main__":

@@ -131,3 +131,39 @@ def record_fields(
         "before": before, "after": after, "details": details, "request_id": request_id, "source_ip": source_ip,
         "user_agent": user_agent,
     }
+
+
+CHAIN_FIELDS = ("department_prev_hash", "department_seq", "occurred_at", "prev_hash", "seq")  # in key order
+
+
+def record_template(**fields: Any) -> tuple[str, ...]:
+    """The canonical record of an event before it is chained: the six pieces of text between which
+    the JSON values of the five fields assigned under the chain lock go (``CHAIN_FIELDS``, in key
+    order). ``fields`` are ``record_fields``' other arguments. ``record_fill`` (and, on PostgreSQL,
+    the ``audit_event_append`` function) joins them; the result is exactly ``canonical_json`` of the
+    whole record, because a canonical object is its sorted members joined by commas."""
+    record = record_fields(seq=1, prev_hash=GENESIS_HASH, occurred_at="", department_seq=None,
+                           department_prev_hash=None, **fields)
+    pieces: list[str] = []
+    current = "{"
+    for index, key in enumerate(sorted(record)):
+        current += ("," if index else "") + canonical_json(key).decode("ascii") + ":"
+        if key in CHAIN_FIELDS:
+            pieces.append(current)
+            current = ""
+        else:
+            current += canonical_json(record[key]).decode("ascii")
+    pieces.append(current + "}")
+    return tuple(pieces)
+
+
+def record_fill(
+    template: tuple[str, ...], *, seq: int, prev_hash: str, occurred_at: str, department_seq: int | None,
+    department_prev_hash: str | None,
+) -> bytes:
+    """The record's canonical bytes: ``template`` with the chain fields put in."""
+    values = (department_prev_hash, department_seq, occurred_at, prev_hash, seq)
+    text = template[0]
+    for value, piece in zip(values, template[1:], strict=True):
+        text += canonical_json(value).decode("ascii") + piece
+    return text.encode("ascii")

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 
 from audit.conf import audit_runtime_role
+from audit.schema import APPEND_FUNCTION
 from tests.audit.conftest import record, requires_postgres
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres]
@@ -54,6 +55,27 @@ def test_the_application_role_may_read_and_append(runtime: Any) -> None:
         assert cursor.fetchone()[0] == event.hash
         cursor.execute("SELECT has_table_privilege('audit_event', 'INSERT')")
         assert cursor.fetchone()[0] is True
+        cursor.execute("SELECT has_function_privilege(%s, 'EXECUTE')", [APPEND_FUNCTION])
+        assert cursor.fetchone()[0] is True
+
+
+def test_the_application_role_appends_through_the_function_with_its_own_privileges(runtime: Any) -> None:
+    """``audit_event_append`` is SECURITY INVOKER: granted EXECUTE, the application's role still
+    may only do what it could do itself."""
+    with runtime.cursor() as cursor:
+        cursor.execute("SELECT prosecdef FROM pg_proc WHERE oid = to_regprocedure(%s)", [APPEND_FUNCTION])
+        assert cursor.fetchone() == (False,)
+        cursor.execute("SELECT has_function_privilege(%s, 'EXECUTE')", [APPEND_FUNCTION])
+        assert cursor.fetchone()[0] is True
+        cursor.execute("BEGIN")
+        cursor.execute(
+            "SELECT new_seq, new_hash FROM audit_event_append(ARRAY['{\"a\":', ',\"b\":', ',\"c\":', "
+            "',\"d\":', ',\"e\":', '}'], NULL, NULL, '', 'node.updated', '', '', 'success', '')"
+        )
+        seq, hash_ = cursor.fetchone()
+        cursor.execute("SELECT hash FROM audit_event WHERE seq = %s", [seq])
+        assert cursor.fetchone() == (hash_,)
+        cursor.execute("ROLLBACK")
 
 
 @pytest.mark.parametrize(
@@ -85,6 +107,13 @@ def test_the_application_role_may_not_change_or_remove_anything(runtime: Any, st
         "ALTER TABLE audit_event RENAME TO audit_event_old",
         "SET session_replication_role = replica",
         "CREATE OR REPLACE FUNCTION audit_refuse_change() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN OLD; END $$",
+        "DROP FUNCTION audit_event_append(text[], bigint, bigint, text, text, text, text, text, text)",
+        "ALTER FUNCTION audit_event_append(text[], bigint, bigint, text, text, text, text, text, text) "
+        "SECURITY DEFINER",
+        "CREATE OR REPLACE FUNCTION audit_event_append(template text[], p_department_id bigint, p_actor_id bigint, "
+        "p_actor_username text, p_action text, p_target_type text, p_target_id text, p_outcome text, "
+        "p_request_id text, OUT new_seq bigint, OUT new_occurred_at timestamptz, OUT new_department_seq bigint, "
+        "OUT new_hash text, OUT new_record text) LANGUAGE sql AS $$ SELECT 1::bigint, now(), 1::bigint, '', '' $$",
     ],
 )
 def test_the_application_role_may_not_switch_the_protection_off(runtime: Any, statement: str) -> None:

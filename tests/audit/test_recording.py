@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.db import DatabaseError, transaction
 
-from audit import actions
+from audit import actions, services
 from audit.integrity.canonical import GENESIS_HASH, leaf_hash
 from audit.models import AuditEvent
 from audit.services import AuditOutsideTransaction, audit_record
@@ -100,7 +100,8 @@ def test_a_failed_audit_write_rolls_the_action_back(world: World, monkeypatch: p
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise DatabaseError("disk full")
 
-    monkeypatch.setattr(AuditEvent.objects, "create", refuse)
+    monkeypatch.setattr(services, "_append_in_database", refuse)  # PostgreSQL's chain step
+    monkeypatch.setattr(services, "_append_in_python", refuse)  # SQLite's
     with pytest.raises(DatabaseError, match="disk full"), transaction.atomic():
         department = Department.objects.create(slug="unaudited", name="Unaudited", parent=world.acme)
         audit_record(actor=world.users["platform"], action=actions.DEPARTMENT_CREATED, target=department)
