@@ -25,12 +25,13 @@ from dataclasses import dataclass
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet
+from django.http import Http404
 from django.utils import timezone
 
 from audit import actions
 from audit.services import audit_record
 from kernel.conf import setting_int
-from kernel.errors import ApplicationError, FieldError, NotAllowed
+from kernel.errors import FieldError, NotAllowed
 from tenants.access import access_for
 from tenants.models import PersonalAccessToken, TokenScope
 
@@ -43,11 +44,6 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _ALPHABET = string.ascii_letters + string.digits
 _FORM = re.compile(rf"{TOKEN_PREFIX}(?P<id>[A-Za-z0-9]{{{ID_LENGTH}}})[A-Za-z0-9]{{{SECRET_LENGTH}}}")
 _NO_SUCH_HASH = hashlib.sha256(b"no such token").hexdigest()
-
-
-class TokenNotFound(ApplicationError):
-    status = 404
-    code = "not_found"
 
 
 @dataclass(frozen=True)
@@ -161,7 +157,7 @@ def access_token_revoke(*, actor: User, token_id: int, via: str = "api") -> Pers
     revoked token changes nothing and records nothing."""
     token = PersonalAccessToken.objects.select_for_update().filter(pk=token_id).first()
     if token is None or (token.user_id != actor.pk and not access_for(actor).is_platform_admin):
-        raise TokenNotFound("No such token among yours.")
+        raise Http404("No such token among yours.")
     if token.revoked_at is not None:
         return token
     token.revoked_at = timezone.now()
@@ -227,7 +223,7 @@ def access_token_get(*, user: User, token_id: int) -> PersonalAccessToken:
     """One of the user's own tokens; anyone else's reads as missing (404)."""
     token = PersonalAccessToken.objects.filter(user=user, pk=token_id).first()
     if token is None:
-        raise TokenNotFound("No such token among yours.")
+        raise Http404("No such token among yours.")
     return token
 
 

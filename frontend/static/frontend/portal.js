@@ -10,6 +10,25 @@ document.addEventListener("DOMContentLoaded", function () {
       boxes.forEach(function (box) { box.checked = all.checked; });
     });
   });
+  // Copy buttons (the API token shown once): shown only when scripts run.
+  document.body.addEventListener("click", function (event) {
+    var button = event.target.closest ? event.target.closest("button[data-copy]") : null;
+    if (!button) { return; }
+    var id = button.getAttribute("data-copy");
+    var field = document.getElementById(id);
+    var status = document.querySelector('[data-copy-status="' + id + '"]');
+    if (!field) { return; }
+    field.select();
+    var done = function (ok) { if (status) { status.textContent = ok ? "Copied." : "Select the text and copy it."; } };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(field.value).then(function () { done(true); }, function () { done(false); });
+    } else { done(false); }
+  });
+  var revealCopyButtons = function (root) {
+    root.querySelectorAll("button[data-copy]").forEach(function (button) { button.hidden = false; });
+  };
+  revealCopyButtons(document);
+  document.body.addEventListener("htmx:afterSettle", function () { revealCopyButtons(document); });
   // After a refused submit, put the keyboard on the first field that needs correcting.
   if (document.querySelector(".form-errors[role=alert]")) {
     var invalid = document.querySelector('main [aria-invalid="true"]');
