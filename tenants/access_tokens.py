@@ -35,7 +35,7 @@ from kernel.errors import FieldError, NotAllowed
 from tenants.access import access_for
 from tenants.models import PersonalAccessToken, TokenScope
 
-TOKEN_PREFIX = "gpp_"
+TOKEN_PREFIX = "gpp_"  # noqa: S105 - the public marker of a portal token, no secret
 ID_LENGTH = 12
 SECRET_LENGTH = 43  # 43 characters of 62: 256 bits
 NAME_MAX_LENGTH = 100

@@ -261,3 +261,34 @@ def test_a_token_made_by_the_service_is_shown_only_once(world: World) -> None:
     assert issued.key.startswith(issued.token.prefix)
     row = world.client("vision_member").get(f"{TOKENS}{issued.token.pk}/").json()
     assert issued.key not in str(row)
+
+
+def test_a_token_in_a_log_line_is_redacted_keeping_its_prefix(world: World) -> None:
+    from kernel.logs.redaction import redact_text
+
+    issued = access_token_create(actor=world.users["nlp_member"], name="ci", scope="read")
+    secret = issued.key[len(issued.token.prefix):]
+    for line in (f"pasted {issued.key} by mistake", f"Authorization: Bearer {issued.key}", f"Token {issued.key}",
+                 f'{{"header": "Bearer {issued.key}"}}'):
+        redacted = redact_text(line)
+        assert secret not in redacted and "[redacted]" in redacted, line
+    assert redact_text(f"pasted {issued.key}") == f"pasted {issued.token.prefix}[redacted]"
+
+
+def test_a_platform_admin_revokes_anyones_token_in_the_admin_site_audited(world: World) -> None:
+    issued = access_token_create(actor=world.users["nlp_member"], name="leaked", scope="write")
+    admin_user = world.users["platform"]
+    admin_user.is_staff = True
+    admin_user.is_superuser = True
+    admin_user.save()
+    client = Client()
+    client.force_login(admin_user)
+    listing = client.get("/admin/tenants/personalaccesstoken/")
+    assert listing.status_code == 200 and issued.token.prefix in listing.content.decode()
+    assert issued.token.key_hash not in client.get(f"/admin/tenants/personalaccesstoken/{issued.token.pk}/change/").content.decode()
+    response = client.post("/admin/tenants/personalaccesstoken/",
+                           {"action": "revoke", "_selected_action": [issued.token.pk]}, follow=True)
+    assert response.status_code == 200 and "1 token(s) revoked" in response.content.decode()
+    event = AuditEvent.objects.get(action="access_token.revoked")
+    assert event.actor_username == "platform" and event.details["via"] == "admin" and event.details["owner"] == "nlp_member"
+    assert bearer(issued.key).get("/api/v1/me/").status_code == 401
