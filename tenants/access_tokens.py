@@ -38,6 +38,7 @@ from tenants.models import PersonalAccessToken, TokenScope
 TOKEN_PREFIX = "gpp_"  # noqa: S105 - the public marker of a portal token, no secret
 ID_LENGTH = 12
 SECRET_LENGTH = 43  # 43 characters of 62: 256 bits
+PREFIX_LENGTH = len(TOKEN_PREFIX) + ID_LENGTH  # 16, the model's prefix field
 NAME_MAX_LENGTH = 100
 USE_RECORD_INTERVAL = datetime.timedelta(minutes=1)
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -68,7 +69,7 @@ def token_hash(text: str) -> str:
 def token_prefix_of(text: str) -> str | None:
     """The public prefix (``gpp_`` and the id) of a well-formed token, else None."""
     match = _FORM.fullmatch(text)
-    return text[: len(TOKEN_PREFIX) + ID_LENGTH] if match is not None else None
+    return text[:PREFIX_LENGTH] if match is not None else None
 
 
 def is_access_token(text: str) -> bool:
@@ -138,10 +139,10 @@ def access_token_create(
     now = timezone.now()
     expiry = token_expiry_check(expires_at=expires_at, now=now, not_after=not_after)
     text = _token_text()
-    while PersonalAccessToken.objects.filter(prefix=token_prefix_of(text)).exists():  # 71 bits: never, in practice
+    while PersonalAccessToken.objects.filter(prefix=text[:PREFIX_LENGTH]).exists():  # 71 bits: never, in practice
         text = _token_text()
     token = PersonalAccessToken.objects.create(
-        user=actor, name=name, prefix=token_prefix_of(text), key_hash=token_hash(text), scope=scope, expires_at=expiry,
+        user=actor, name=name, prefix=text[:PREFIX_LENGTH], key_hash=token_hash(text), scope=scope, expires_at=expiry,
     )
     audit_record(
         actor=actor, action=actions.ACCESS_TOKEN_CREATED, target=token,

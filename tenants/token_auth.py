@@ -91,7 +91,8 @@ def credential_expiry(credential: object) -> datetime.datetime | None:
     if isinstance(credential, PersonalAccessToken):
         return credential.expires_at
     if isinstance(credential, Token):
-        return credential.created + datetime.timedelta(days=token_default_days())
+        created: datetime.datetime = credential.created
+        return created + datetime.timedelta(days=token_default_days())
     return None
 
 

@@ -9,6 +9,7 @@ and the list; without scripts every step is a whole page.
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from django import forms
@@ -57,8 +58,10 @@ class TokenCreateForm(DescribedFieldsMixin, forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["expires_in_days"].choices = expiry_choices()
-        self.fields["expires_in_days"].initial = str(token_default_days())
+        lifetime = self.fields["expires_in_days"]
+        assert isinstance(lifetime, forms.TypedChoiceField)
+        lifetime.choices = expiry_choices()
+        lifetime.initial = str(token_default_days())
         self.describe_fields()
 
 
@@ -83,7 +86,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         try:
             issued = access_token_create(
                 actor=user, name=data["name"], scope=data["scope"], via="portal",
-                expires_at=timezone.now() + timezone.timedelta(days=data["expires_in_days"]),
+                expires_at=timezone.now() + datetime.timedelta(days=data["expires_in_days"]),
             )
         except ApplicationError as error:
             form_add_service_error(form, error, field_map={"expires_at": "expires_in_days"})

@@ -120,7 +120,8 @@ def test_only_the_hash_is_stored_and_the_secret_is_nowhere_in_the_database_or_th
     secret_part = text[len(created["prefix"]):]
     bearer(text).get("/api/v1/me/")  # a use too
     dump = io.StringIO()
-    call_command("dumpdata", stdout=dump)
+    # every table the runtime role may read (the audit quarantine is closed to it on PostgreSQL)
+    call_command("dumpdata", exclude=["audit.AuditQuarantine", "audit.AuditQuarantinedEvent"], stdout=dump)
     assert secret_part not in dump.getvalue() and text not in dump.getvalue()
     for event in AuditEvent.objects.all():
         assert secret_part not in str([event.before, event.after, event.details])
@@ -195,7 +196,8 @@ def test_use_is_recorded_at_most_once_a_minute(world: World) -> None:
     earlier = first - USE_RECORD_INTERVAL - datetime.timedelta(seconds=1)
     PersonalAccessToken.objects.filter(pk=created["id"]).update(last_used_at=earlier)
     client.get("/api/v1/me/")
-    assert PersonalAccessToken.objects.get(pk=created["id"]).last_used_at > first
+    latest = PersonalAccessToken.objects.get(pk=created["id"]).last_used_at
+    assert latest is not None and latest > first
 
 
 def test_an_inactive_users_token_is_refused(world: World) -> None:
