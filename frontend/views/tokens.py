@@ -52,7 +52,7 @@ class TokenCreateForm(DescribedFieldsMixin, forms.Form):
     scope = forms.ChoiceField(
         choices=[(TokenScope.READ, "Read only: it may only look (GET)"),
                  (TokenScope.WRITE, "Read and write: whatever your roles allow")],
-        initial=TokenScope.READ, widget=forms.RadioSelect,
+        initial=TokenScope.READ, widget=forms.RadioSelect(attrs={"class": "radio-choices"}),
     )
     expires_in_days = forms.TypedChoiceField(label="Expires in", coerce=int, choices=[])
 
