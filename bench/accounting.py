@@ -32,7 +32,7 @@ import datetime, json, sys, time
 from decimal import Decimal
 from django.contrib.auth.models import User
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
+from tenants.access_tokens import access_token_create
 from accounting.models import RateCard, UsageHour
 from accounting.rolling import usage_hours_roll
 from accounting.statements import statements_close
@@ -83,7 +83,7 @@ rows = UsageHour.objects.filter(hour__gte=start, hour__lt=this_month).count()
 began = time.perf_counter()
 closed = statements_close(period=period, now=now)
 closing = time.perf_counter() - began
-token = Token.objects.get_or_create(user=admin)[0].key
+token = access_token_create(actor=admin, name="bench", scope="write").key
 print(json.dumps({"period": period, "start": start.isoformat(), "end": this_month.isoformat(), "rows": rows,
                   "rolled": rolled, "closing": closing, "statements": len(closed), "token": token,
                   "grants": len(grants), "department": departments[0].pk}))

@@ -31,7 +31,7 @@ from decimal import Decimal
 from demo.seed import demo_seed
 from allocations.models import Quota
 from clusters.models import Cluster, Gpu, Node
-from rest_framework.authtoken.models import Token
+from tenants.access_tokens import access_token_create
 from django.contrib.auth.models import User
 import json
 demo_seed()
@@ -41,7 +41,8 @@ cluster = Cluster.objects.get(name="demo")
 nodes = Node.objects.bulk_create([Node(cluster=cluster, name=f"bench-a100-{n:04d}") for n in range(2500)])
 Gpu.objects.bulk_create([Gpu(node=node, index=i, model="NVIDIA-A100-SXM4-80GB", memory_mib=81920)
                          for node in nodes for i in range(8)])
-tokens = {name: Token.objects.get_or_create(user=User.objects.get(username=name))[0].key for name in ("alice", "bob")}
+tokens = {name: access_token_create(actor=User.objects.get(username=name), name="bench", scope="write").key
+          for name in ("alice", "bob")}
 from tenants.models import Project
 from allocations.models import Flavor
 print(json.dumps({"tokens": tokens, "project": Project.objects.get(slug="nlp-llm").pk,

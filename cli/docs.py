@@ -25,7 +25,10 @@ also needs `cryptography`). Install the project (`pip install .`) for the `gpupo
 
 `gpuportal login --url URL --username NAME` asks for the password and exchanges it for a token
 (`POST /api/v1/auth/token/`; `--password-stdin` reads it from standard input, for scripts);
-`--token-stdin` takes a token instead. The token is checked
+`--token-stdin` takes a token instead, such as a personal access token made on the portal's
+*API tokens* page (read-only if the client only needs to look). Tokens expire: the one a password
+gives lasts `GPUPORTAL_TOKEN_DEFAULT_DAYS` (90 days by default), then the portal answers 401 (exit
+3) and you sign in again (docs/identity.md "API tokens"). The token is checked
 (`GET /api/v1/me/`) and saved as a *context* (URL and token) in
 `$XDG_CONFIG_HOME/gpuportal/config.yaml` (default `~/.config/gpuportal/config.yaml`;
 `GPUPORTAL_CONFIG` names another file), which becomes the current context:
@@ -35,7 +38,7 @@ current-context: gpus.example.org
 contexts:
   gpus.example.org:
     url: https://gpus.example.org
-    token: 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b
+    token: gpp_Xq3k9ZpT2mWbL4v8Rt1nCy7ZaQe5Ku0oHj2sDf6gNw9xPb3mVc8lTr1eYi4uOa7
 ```
 
 The file holds tokens: the client writes it with mode 0600 (its folder 0700) and **refuses to use

@@ -11,6 +11,7 @@ from frontend.views import (
     fair_share,
     idle,
     platform,
+    tokens,
     utilisation,
     windows,
 )
@@ -19,6 +20,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
     path("login/", auth.LoginView.as_view(), name="login"),
     path("logout/", auth.LogoutView.as_view(), name="logout"),
+    path("account/tokens/", tokens.api_tokens, name="api-tokens"),
+    path("account/tokens/<int:token_id>/revoke/", tokens.api_token_revoke, name="api-token-revoke"),
     path("allocations/new/", allocations.allocation_new, name="allocation-new"),
     path("allocations/new/feedback/", allocations.allocation_feedback, name="allocation-feedback"),
     path("allocations/<int:allocation_id>/", allocations.allocation_detail, name="allocation-detail"),

@@ -154,6 +154,12 @@ AUTHENTICATION_BACKENDS = [
     "django.contrib.auth.backends.ModelBackend",
 ]
 
+# Personal access tokens (tenants/access_tokens.py, docs/identity.md "API tokens").
+GPUPORTAL_TOKEN_MAX_DAYS = env_int("GPUPORTAL_TOKEN_MAX_DAYS", 365, minimum=1)
+GPUPORTAL_TOKEN_DEFAULT_DAYS = env_int("GPUPORTAL_TOKEN_DEFAULT_DAYS", 90, minimum=1)
+if GPUPORTAL_TOKEN_DEFAULT_DAYS > GPUPORTAL_TOKEN_MAX_DAYS:
+    raise ImproperlyConfigured("GPUPORTAL_TOKEN_DEFAULT_DAYS must not exceed GPUPORTAL_TOKEN_MAX_DAYS")
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 # JSON bodies nested deeper than this are refused with a 400 (kernel/api/parsers.py).
@@ -161,7 +167,8 @@ GPUPORTAL_API_JSON_MAX_DEPTH = env_int("GPUPORTAL_API_JSON_MAX_DEPTH", 64, minim
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "tenants.token_auth.AccessTokenAuthentication",  # Bearer/Token gpp_…; None for anything else
+        "tenants.token_auth.LegacyTokenAuthentication",  # DRF Token keys issued before tokens expired
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

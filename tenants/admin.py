@@ -6,6 +6,7 @@ from audit import actions
 from audit.admin_base import AuditedAdmin
 from tenants.models import Department, Membership, Project
 from tenants.signin import AdminSigninForm
+from tenants.token_admin import PersonalAccessTokenAdmin  # noqa: F401 - registers the tokens' admin
 
 
 @admin.register(Department)

@@ -1,15 +1,17 @@
 """Sign-in events: a login that succeeded, one that failed (or was refused by the throttle), an API
-token issued. Each is written to the audit log in its own transaction."""
+token issued for a password. Each is written to the audit log in its own transaction."""
 
 from __future__ import annotations
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
-from rest_framework.authtoken.models import Token
+from django.utils import timezone
 
 from audit import actions
 from audit.models import AuditEvent, Outcome
 from audit.services import audit_record
+from tenants.access_tokens import IssuedToken, access_token_create
+from tenants.models import TokenScope
 from tenants.signin_lockout import USERNAME_MAX_LENGTH
 
 
@@ -29,8 +31,9 @@ def auth_login_failed(*, username: str, via: str, reason: str | None = None) -> 
 
 
 @transaction.atomic
-def auth_token_issue(*, user: AbstractBaseUser) -> Token:
-    """The user's API token (created on first use), audited without the token itself."""
-    token, _ = Token.objects.get_or_create(user=user)
-    audit_record(actor=user, action=actions.AUTH_TOKEN_ISSUED, target=user, details={"via": "api_token"})
-    return token
+def auth_token_issue(*, user: User) -> IssuedToken:
+    """An expiring API token for a user who signed in with a password (``POST /api/v1/auth/token/``):
+    a new personal access token of scope ``write`` named "password sign-in <date>", with the default
+    expiry, audited ``access_token.created`` (via ``password``) without the token itself."""
+    name = f"password sign-in {timezone.now():%Y-%m-%d %H:%M} UTC"
+    return access_token_create(actor=user, name=name, scope=TokenScope.WRITE, via="password")

@@ -1,10 +1,11 @@
-"""``POST /api/v1/auth/token/``: username and password in, an API token out, under the sign-in lockout
-and audited. ``POST /api/v1/auth/unlock/``: a platform admin lifts a sign-in lock."""
+"""``POST /api/v1/auth/token/``: username and password in, an expiring API token out (a personal
+access token of scope write, ``tenants.access_tokens``), under the sign-in lockout and audited. ``POST /api/v1/auth/unlock/``: a platform admin lifts a sign-in lock."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.exceptions import Throttled
@@ -12,7 +13,7 @@ from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from kernel.api.base import actor, validated
+from kernel.api.base import actor, iso_datetime, validated
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
 from kernel.errors import ApplicationError
@@ -33,11 +34,14 @@ class TokenIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class TokenOut(serializers.Serializer):  # type: ignore[type-arg]
-    token = serializers.CharField()
+    token = serializers.CharField(help_text="gpp_...: send as 'Authorization: Bearer <token>' or 'Token <token>'.")
+    expires_at = serializers.DateTimeField(help_text="When the token stops working (GPUPORTAL_TOKEN_DEFAULT_DAYS).")
+    scope = serializers.CharField(help_text="Always write: whatever the user's roles allow.")
 
 
 class TokenObtainApi(ApiView):
-    """A locked username or address gets 429 ``throttled`` with ``Retry-After``, the right password too."""
+    """A locked username or address gets 429 ``throttled`` with ``Retry-After``, the right password too.
+    Each call issues a new token of scope write that expires after ``GPUPORTAL_TOKEN_DEFAULT_DAYS``."""
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
@@ -51,7 +55,11 @@ class TokenObtainApi(ApiView):
             raise Throttled(wait=outcome.lock.retry_after)
         if outcome.user is None:
             raise InvalidCredentials("Unable to log in with the given username and password.")
-        return Response({"token": auth_token_issue(user=outcome.user).key})
+        if not isinstance(outcome.user, User):
+            raise InvalidCredentials("Unable to log in with the given username and password.")
+        issued = auth_token_issue(user=outcome.user)
+        body = {"token": issued.key, "expires_at": iso_datetime(issued.token.expires_at), "scope": issued.token.scope}
+        return Response(body, headers={"Cache-Control": "no-store"})
 
 
 class UnlockIn(serializers.Serializer):  # type: ignore[type-arg]

@@ -6,9 +6,12 @@ from django.urls import URLPattern, URLResolver, path
 
 from tenants import apis
 from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
+from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
+    path("auth/tokens/", AccessTokenListApi.as_view(), name="api-access-tokens"),
+    path("auth/tokens/<int:token_id>/", AccessTokenDetailApi.as_view(), name="api-access-token"),
     path("auth/unlock/", SigninUnlockApi.as_view(), name="api-auth-unlock"),
     path("me/", apis.MeApi.as_view(), name="api-me"),
     path("departments/", apis.DepartmentListApi.as_view(), name="api-departments"),

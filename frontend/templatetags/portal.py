@@ -36,6 +36,7 @@ def portal_nav(context: template.Context) -> dict[str, Any]:
     return {
         "items": [(item, current in item.section) for item in items],
         "user": user,
+        "current": current,
         "request": request,
         "csrf_token": context.get("csrf_token"),
     }

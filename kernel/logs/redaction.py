@@ -8,6 +8,7 @@ extra fields (by key and by value, nested), the exception text and the stack. Wh
   kubeconfig's ``client-key-data`` …), as an extra field or written in the text as ``key=value``,
   ``key: value``, ``"key": "value"`` (query strings, YAML, JSON, Python reprs);
 - the credentials of an ``Authorization`` header and of the ``Bearer``/``Token``/``Basic`` schemes;
+- the portal's tokens (``gpp_…``, ``gpn_…``) anywhere, their public prefix kept;
 - the password of a URL (``postgres://user:[redacted]@host/db``);
 - a PEM private key block.
 
@@ -45,6 +46,9 @@ _AUTHORIZATION = re.compile(
 )
 # A credential after its scheme, anywhere in the text (long enough not to be an ordinary word).
 _SCHEME = re.compile(r"\b(?P<scheme>Bearer|Token|Basic)\s+(?P<value>[A-Za-z0-9._~+/=-]{16,})", re.IGNORECASE)
+# The portal's own tokens wherever they appear, scheme or not: personal access tokens (gpp_) and node
+# agent tokens (gpn_). The public prefix stays, so an operator can still tell which token it was.
+_PORTAL_TOKEN = re.compile(r"\b(?P<prefix>gp[pn]_[A-Za-z0-9]{1,12})[A-Za-z0-9_-]{8,}")
 _URL_PASSWORD = re.compile(
     r"(?<![a-z0-9+.-])(?P<head>[a-z][a-z0-9+.-]{0,30}://[^\s:/@]{1,256}:)(?P<value>[^\s@/]{1,256})(?P<tail>@)", re.IGNORECASE
 )
@@ -62,6 +66,7 @@ def redact_text(text: str) -> str:
     if not text:
         return text
     text = _PRIVATE_KEY.sub("[redacted private key]", text)
+    text = _PORTAL_TOKEN.sub(lambda match: f"{match['prefix']}{REDACTED}", text)
     text = _AUTHORIZATION.sub(lambda match: f"{match['key']}{REDACTED}", text)
     text = _SCHEME.sub(lambda match: f"{match['scheme']} {REDACTED}", text)
     text = _URL_PASSWORD.sub(lambda match: f"{match['head']}{REDACTED}{match['tail']}", text)

@@ -23,7 +23,8 @@ def test_it_issues_a_token_that_authenticates_api_calls(world: World) -> None:
     me = client.get("/api/v1/me/").json()
     assert me["username"] == "nlp_member"
     assert me["memberships"] == [{"department": "nlp", "department_id": world.nlp.pk, "role": "researcher"}]
-    issued = AuditEvent.objects.get(action="auth.token_issued")
+    issued = AuditEvent.objects.get(action="access_token.created")
+    assert issued.details == {"via": "password"}
     assert token not in str(issued.details) and token not in str(issued.after)
 
 

@@ -34,6 +34,7 @@ from frontend.feedback import request_feedback
 from kernel.reads import SharedReads
 from telemetry.models import GpuSample, SampleTier
 from tenants.access import department_parent_map, department_subtree_ids
+from tenants.access_tokens import access_token_create, access_token_revoke
 from tenants.models import Department, Membership, Project, Role
 from tests.conftest import A100, H100
 from tests.foundation.conftest_matrix import (  # noqa: F401 (fixtures)
@@ -106,6 +107,10 @@ def grow(scene: Scene, count: int, grown: Grown) -> None:
         world.client("platform").post(
             "/api/v1/node-tokens/", {"cluster": world.cluster.pk, "node_name": node.name}, format="json"
         )
+        for persona in ("platform", "nlp_member"):
+            issued = access_token_create(actor=world.users[persona], name=f"grown {tag}", scope="read")
+            if tag % 2:
+                access_token_revoke(actor=world.users[persona], token_id=issued.token.pk)
         GpuSample.objects.create(gpu=scene.observed, tier=SampleTier.FIVE_MINUTES,
                                  at=timezone.now() - datetime.timedelta(minutes=10 + tag), gpu_percent=50.0)
 
@@ -159,6 +164,7 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "idle policies": get("api-idle-policies"),
         "idle cases": get("api-idle-cases"),
         "idle cases (nlp_member)": get("api-idle-cases", "nlp_member"),
+        "access tokens": get("api-access-tokens"),
     }
 
 
@@ -212,6 +218,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "fair share (platform)": get("fair-share", "platform"),
         "idle grants": get("idle-cases", "nlp_member"),
         "idle grants (nlp_admin)": get("idle-cases", "nlp_admin"),
+        "api tokens": get("api-tokens", "nlp_member"),
     }
 
 

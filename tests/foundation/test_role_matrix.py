@@ -26,6 +26,8 @@ from rest_framework.test import APIClient
 
 from allocations import services
 from allocations.models import Allocation
+from tenants.access_tokens import access_token_create
+from tenants.models import PersonalAccessToken
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
 
@@ -89,6 +91,9 @@ PLATFORM_CREATES_FOR_ROLES = codes(403,  403,     403,     403,     403,    403,
 STATEMENT_READ = codes(    403,      200,     404,     404,     404,    200,     200,   404,  401)
 STATEMENT_CORRECT = codes( 403,      403,     404,     404,     404,    403,     201,   404,  401)
 PLATFORM_OR_AUDITOR = codes(403,     403,     403,     403,     403,    200,     200,   404,  401)
+CREATE_OWN = codes(        201,      201,     201,     201,     201,    201,     201,   201,  401)
+OWN_TOKEN = codes(         200,      404,     404,     404,     404,    404,     404,   404,  401)
+REVOKE_OWN_TOKEN = codes(  204,      404,     404,     404,     404,    404,     404,   404,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 
 KUBECONFIG = """apiVersion: v1
@@ -145,6 +150,15 @@ def sign_in(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"username": persona, "password": f"pw-{persona}"}
 
 
+def own_token(scene: Scene) -> dict[str, Any]:
+    """A personal access token of nlp_member's (made once per scene): only its owner reaches it."""
+    owner = scene.world.users["nlp_member"]
+    token = PersonalAccessToken.objects.filter(user=owner, name="role matrix").first()
+    if token is None:
+        token = access_token_create(actor=owner, name="role matrix", scope="read").token
+    return {"token_id": token.pk}
+
+
 def flavor_body(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"name": "l40s", "display_name": "L40S", "gpu_model": "NVIDIA-L40S", "sharing_mode": "exclusive",
             "resource_name": "nvidia.com/gpu", "memory_mib": 46068, "compute_percent": 100, "gpu_equivalents": "1"}
@@ -176,6 +190,10 @@ def renew_body(scene: Scene, persona: str | None) -> dict[str, Any]:
 ROWS = [
     # tenants
     Row("api-token", "post", SIGN_IN, body=sign_in),
+    Row("api-access-tokens", "get", SIGNED_IN),
+    Row("api-access-tokens", "post", CREATE_OWN, body=lambda s, p: {"name": "ci", "scope": "read"}),
+    Row("api-access-token", "get", OWN_TOKEN, kwargs=own_token),
+    Row("api-access-token", "delete", REVOKE_OWN_TOKEN, kwargs=own_token),
     Row("api-auth-unlock", "post", UNLOCK_SIGN_IN, body=lambda s, p: {"username": "nlp_member"}),
     Row("api-me", "get", SIGNED_IN),
     Row("api-departments", "get", SIGNED_IN),

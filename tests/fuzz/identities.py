@@ -4,7 +4,7 @@ in paths exist.
 
 Run by ``tests/fuzz/run.py`` as the database owner after ``manage.py seed_demo``
 (``python -m tests.fuzz.identities``); prints one JSON object: ``{"users": {identity: token},
-"node": {"name", "token"}}``. Safe to run again (tokens and the outsider are reused).
+"node": {"name", "token"}}``. Safe to run again (the outsider is reused; each run gets new tokens).
 """
 
 from __future__ import annotations
@@ -29,18 +29,18 @@ NODE_NAME = "a100-node-1"
 def prepare() -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.utils import timezone
-    from rest_framework.authtoken.models import Token
 
     from allocations.changes import allocation_resize
     from allocations.models import Allocation, Flavor, PriorityClass
     from allocations.services import allocation_approve, allocation_request
     from clusters.models import Cluster
     from telemetry.node_tokens import node_token_issue
+    from tenants.access_tokens import access_token_create
     from tenants.models import Project
 
     User.objects.get_or_create(username="outsider", defaults={"email": "outsider@example.org"})
     tokens = {
-        identity: Token.objects.get_or_create(user=User.objects.get(username=username))[0].key
+        identity: access_token_create(actor=User.objects.get(username=username), name="fuzz", scope="write").key
         for identity, username in USERS.items()
     }
     admin = User.objects.get(username="admin")

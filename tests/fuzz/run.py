@@ -42,6 +42,7 @@ BIN = Path(sys.executable).parent
 SCHEMA_PATH = "/api/schema/"
 TOKEN_OPERATION = "v1_auth_token_create"
 NODE_REPORT_OPERATION = "v1_nodes_report_create"
+ACCESS_TOKEN_REVOKE_OPERATION = "v1_auth_tokens_destroy"
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 DEFAULT_MAX_EXAMPLES = 10
@@ -73,16 +74,18 @@ class Identity:
 # platform admin, who may revoke node tokens (its token among them); the identities of the other
 # lane cannot. The token endpoint takes no credentials (its caller is anonymous) and costs a
 # password hash per request: it is fuzzed once, as the platform admin. The node report takes a node
-# token only: the identities with a user's token check that it gets 401 there.
+# token only: the identities with a user's token check that it gets 401 there. Revoking an API
+# token may revoke the very token an identity runs with (ids are small): only the last identity of
+# a lane runs it, so no identity after it loses its credentials.
 LANES: list[list[Identity]] = [
     [
         Identity("node-agent", coverage=True, operations=(NODE_REPORT_OPERATION,), node_token=True, examples_factor=5),
-        Identity("platform-admin", coverage=True, skip=(NODE_REPORT_OPERATION,)),
+        Identity("platform-admin", coverage=True, skip=(NODE_REPORT_OPERATION, ACCESS_TOKEN_REVOKE_OPERATION)),
         Identity("outsider", coverage=False, skip=(TOKEN_OPERATION,)),
     ],
     [
-        Identity("researcher", coverage=False, skip=(TOKEN_OPERATION,)),
-        Identity("department-admin", coverage=False, skip=(TOKEN_OPERATION,)),
+        Identity("researcher", coverage=False, skip=(TOKEN_OPERATION, ACCESS_TOKEN_REVOKE_OPERATION)),
+        Identity("department-admin", coverage=False, skip=(TOKEN_OPERATION, ACCESS_TOKEN_REVOKE_OPERATION)),
         Identity("auditor", coverage=False, skip=(TOKEN_OPERATION,)),
     ],
 ]

@@ -1,0 +1,117 @@
+"""The API's token authentication (``REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]``).
+
+- ``AccessTokenAuthentication``: a personal access token (``tenants.access_tokens``) as
+  ``Authorization: Bearer gpp_…`` or ``Authorization: Token gpp_…`` (the scheme the CLI and older
+  scripts send). A value that does not start with ``gpp_`` is not its business: it returns None,
+  so the classes after it (the identity provider's JWT bearer class, the legacy token class) may
+  take it. A ``gpp_`` value that is malformed, unknown, revoked or expired, or whose user is
+  inactive, is a 401; a ``read`` token on an unsafe method is a 403 ``insufficient_scope``.
+- ``LegacyTokenAuthentication``: DRF's ``Token`` keys that ``POST /api/v1/auth/token/`` issued
+  before tokens expired. Accepted for ``GPUPORTAL_TOKEN_DEFAULT_DAYS`` after their creation, like a
+  new token of the default expiry, then refused with a 401 that says to sign in again.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.utils import timezone
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework import exceptions
+from rest_framework.authentication import BaseAuthentication, TokenAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.request import Request
+
+from tenants.access_tokens import (
+    SAFE_METHODS,
+    TokenRefused,
+    access_token_authenticate,
+    is_access_token,
+    token_default_days,
+)
+from tenants.models import PersonalAccessToken, TokenScope
+
+SCHEMES = ("bearer", "token")
+
+
+class InsufficientScope(exceptions.PermissionDenied):
+    default_code = "insufficient_scope"
+
+
+def _credentials(request: Request) -> str | None:
+    """The credentials of an ``Authorization: Bearer|Token <value>`` header, else None."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    if not isinstance(header, str):
+        return None
+    scheme, _, value = header.strip().partition(" ")
+    if scheme.lower() not in SCHEMES:
+        return None
+    return value.strip()
+
+
+class AccessTokenAuthentication(BaseAuthentication):
+    """``request.auth`` is the ``PersonalAccessToken``."""
+
+    def authenticate(self, request: Request) -> tuple[User, PersonalAccessToken] | None:
+        value = _credentials(request)
+        if value is None or not is_access_token(value):
+            return None
+        try:
+            token = access_token_authenticate(text=value)
+        except TokenRefused as refused:
+            raise exceptions.AuthenticationFailed(str(refused)) from None
+        method = str(request.method).upper()
+        if token.scope != TokenScope.WRITE and method not in SAFE_METHODS:
+            raise InsufficientScope(
+                f"This token's scope is {token.scope}: it may only read (GET, HEAD, OPTIONS). "
+                f"{method} needs a token of scope write."
+            )
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="gpuportal"'
+
+
+class LegacyTokenAuthentication(TokenAuthentication):
+    """DRF's token keys, accepted until ``GPUPORTAL_TOKEN_DEFAULT_DAYS`` after their creation."""
+
+    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
+        user, token = super().authenticate_credentials(key)
+        assert isinstance(token, Token)
+        if token.created + datetime.timedelta(days=token_default_days()) <= timezone.now():
+            raise exceptions.AuthenticationFailed("This API token has expired: sign in again for a new one.")
+        return user, token
+
+
+def credential_expiry(credential: object) -> datetime.datetime | None:
+    """When the token a request authenticated with stops working (None for a session): a token may
+    not mint a token that outlives it, or a leaked one could renew itself past its expiry."""
+    if isinstance(credential, PersonalAccessToken):
+        return credential.expires_at
+    if isinstance(credential, Token):
+        created: datetime.datetime = credential.created
+        return created + datetime.timedelta(days=token_default_days())
+    return None
+
+
+class AccessTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = AccessTokenAuthentication
+    name = "accessToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http", "scheme": "bearer",
+            "description": "A personal access token (gpp_...): 'Authorization: Bearer gpp_...' "
+                           "(or 'Token gpp_...'). Scope read: GET only.",
+        }
+
+
+class LegacyTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    target_class = LegacyTokenAuthentication
+    name = "tokenAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "'Token <key>': a key issued before tokens expired (accepted for a while)."}
