@@ -14,11 +14,14 @@ from frontend.views import (
     utilisation,
     windows,
 )
+from tenants.oidc.views import OidcCallbackView, OidcLoginView
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
     path("login/", auth.LoginView.as_view(), name="login"),
     path("logout/", auth.LogoutView.as_view(), name="logout"),
+    path("oidc/login/", OidcLoginView.as_view(), name="oidc-login"),
+    path("oidc/callback/", OidcCallbackView.as_view(), name="oidc-callback"),
     path("allocations/new/", allocations.allocation_new, name="allocation-new"),
     path("allocations/new/feedback/", allocations.allocation_feedback, name="allocation-feedback"),
     path("allocations/<int:allocation_id>/", allocations.allocation_detail, name="allocation-detail"),

@@ -34,3 +34,8 @@ def auth_token_issue(*, user: AbstractBaseUser) -> Token:
     token, _ = Token.objects.get_or_create(user=user)
     audit_record(actor=user, action=actions.AUTH_TOKEN_ISSUED, target=user, details={"via": "api_token"})
     return token
+
+
+@transaction.atomic
+def auth_logged_out(*, user: AbstractBaseUser, via: str) -> AuditEvent:
+    return audit_record(actor=user, action=actions.AUTH_LOGOUT, details={"via": via})
