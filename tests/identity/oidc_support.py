@@ -66,8 +66,8 @@ class MockProvider:
         requests.put(f"{self.issuer}/users/{sub}", json=claims, timeout=5).raise_for_status()
 
 
-@pytest.fixture
-def mock_provider(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockProvider]:
+@pytest.fixture(name="mock_provider")
+def mock_provider_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[MockProvider]:
     from oidc_provider_mock import run_server_in_thread
 
     monkeypatch.setenv("AUTHLIB_INSECURE_TRANSPORT", "1")  # plain HTTP on loopback
@@ -173,8 +173,8 @@ class TestIssuer:
         return Response(json.dumps(body), status=status, content_type="application/json")
 
 
-@pytest.fixture
-def test_issuer() -> Iterator[TestIssuer]:
+@pytest.fixture(name="test_issuer")
+def issuer_fixture() -> Iterator[TestIssuer]:
     issuer = TestIssuer()
     issuer.key_add("k1")
     issuer.ec_keys["e1"] = ec.generate_private_key(ec.SECP256R1())
@@ -209,4 +209,4 @@ def sso_login(client: DjangoClient, *, sub: str | None = None, next_url: str = "
     return Walk(authorization=authorization, callback=client.get(f"{back.path}?{back.query}"))
 
 
-__all__ = ["CLIENT_ID", "Client", "MockProvider", "TestIssuer", "Walk", "mock_provider", "sso_login", "test_issuer"]
+__all__ = ["CLIENT_ID", "Client", "MockProvider", "TestIssuer", "Walk", "issuer_fixture", "mock_provider_fixture", "sso_login"]

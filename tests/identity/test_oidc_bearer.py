@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from tenants.models import ExternalIdentity
 from tests.conftest import World
-from tests.identity.oidc_support import CLIENT_ID, TestIssuer, test_issuer  # noqa: F401 (fixture)
+from tests.identity.oidc_support import CLIENT_ID, TestIssuer, issuer_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
 

@@ -22,9 +22,9 @@ from tests.identity.oidc_support import (  # noqa: F401 (fixtures)
     CLIENT_SECRET,
     MockProvider,
     TestIssuer,
-    mock_provider,
+    issuer_fixture,
+    mock_provider_fixture,
     sso_login,
-    test_issuer,
 )
 
 pytestmark = pytest.mark.django_db
