@@ -386,7 +386,9 @@ if GPUPORTAL_OIDC_ISSUER:
         raise ImproperlyConfigured("GPUPORTAL_OIDC_CLIENT_ID must be set when GPUPORTAL_OIDC_ISSUER is")
     if "openid" not in GPUPORTAL_OIDC_SCOPES.split():
         raise ImproperlyConfigured("GPUPORTAL_OIDC_SCOPES must include openid")
-    REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"].insert(1, "tenants.oidc.drf.OidcBearerAuthentication")
+    _api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]
+    assert isinstance(_api_authentication, list)
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # after Token, before Session
 elif not GPUPORTAL_AUTH_PASSWORD:
     raise ImproperlyConfigured("GPUPORTAL_AUTH_PASSWORD=false needs single sign-on (GPUPORTAL_OIDC_ISSUER)")
 AUTHENTICATION_BACKENDS.append("tenants.oidc.backend.OidcBackend")  # takes only the OIDC callback's credentials

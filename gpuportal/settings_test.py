@@ -15,5 +15,7 @@ SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 # OIDC providers come and go per test (override_settings), and DRF reads its authentication classes
 # once: the provider's bearer class is always there (it stands aside while OIDC is off).
-if "tenants.oidc.drf.OidcBearerAuthentication" not in REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]:  # noqa: F405
-    REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"].insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # noqa: F405
+_api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]  # noqa: F405
+assert isinstance(_api_authentication, list)
+if "tenants.oidc.drf.OidcBearerAuthentication" not in _api_authentication:
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")

@@ -26,7 +26,7 @@ class GroupMappingOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 class GroupMappingIn(serializers.Serializer):  # type: ignore[type-arg]
-    source = serializers.ChoiceField(choices=IdentitySource.choices)
+    source = serializers.ChoiceField(choices=IdentitySource.choices)  # type: ignore[assignment]  # shadows Field.source
     external_group = serializers.CharField(
         max_length=500, help_text="As the provider names it: a value of the OIDC groups claim, or an LDAP group's DN."
     )
@@ -39,7 +39,7 @@ class GroupMappingListApi(ApiView):
     ordering_fields = {"id": "id", "external_group": "external_group", "created_at": "created_at"}
 
     class Filter(serializers.Serializer):  # type: ignore[type-arg]
-        source = serializers.ChoiceField(choices=IdentitySource.choices, required=False)
+        source = serializers.ChoiceField(choices=IdentitySource.choices, required=False)  # type: ignore[assignment]  # shadows Field.source
 
     @extend_schema(parameters=[Filter], responses={200: GroupMappingOut(many=True), **errors(400, 401, 403, 404)})
     def get(self, request: Request) -> Response:

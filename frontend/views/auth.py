@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 
 from tenants.auth import auth_logged_out, auth_login_succeeded
@@ -56,11 +56,11 @@ class LogoutView(auth_views.LogoutView):
     """Django's logout (POST only, so a link or image cannot log anyone out), audited; a session that
     signed in through the provider goes on to the provider's end-session endpoint."""
 
-    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         provider_logout = oidc_logout_url(request)
         if request.user.is_authenticated:
             auth_logged_out(user=request.user, via="oidc" if provider_logout else "portal")
-        response: HttpResponseBase = super().post(request, *args, **kwargs)
+        response: HttpResponse = super().post(request, *args, **kwargs)
         if provider_logout is not None:
             return HttpResponseRedirect(provider_logout)
         return response

@@ -39,7 +39,7 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # the libra
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.UserModel = get_user_model()  # the endpoints are looked up when a callback comes
 
-    def authenticate(  # type: ignore[override]
+    def authenticate(
         self, request: HttpRequest | None, *, nonce: str | None, code_verifier: str | None
     ) -> AbstractBaseUser | None:
         config = oidc_config()
