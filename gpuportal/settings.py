@@ -218,6 +218,7 @@ SPECTACULAR_SETTINGS = {
         "WindowKindEnum": "allocations.window_models.WindowKind",
         "EdgeKindEnum": "allocations.window_models.EdgeKind",
         "UsageSourceEnum": "telemetry.models.UsageSource",
+        "IdentitySourceEnum": "tenants.identity_models.IdentitySource",
     },
 }
 

@@ -46,7 +46,7 @@ def external_roles_sync(*, user: User, source: str, groups: Collection[str]) -> 
     if source not in IdentitySource.values:
         raise ValueError(f"unknown identity source {source!r}")
     wanted = _wanted_roles(source=source, groups=groups)
-    held = list(Membership.objects.select_for_update().filter(user=user).select_related("department"))
+    held = list(Membership.objects.select_for_update(of=("self",)).filter(user=user).select_related("department"))
     from_source = {(m.department_id, m.role): m for m in held if m.source == source}
     other = {(m.department_id, m.role) for m in held if m.source != source}
     changes: list[RoleChange] = []

@@ -59,7 +59,7 @@ def oidc_signin(*, issuer: str, claims: dict[str, Any], groups_claim: str) -> Us
     deactivated account (nothing changes then)."""
     subject = str(claims["sub"])
     identity = (
-        ExternalIdentity.objects.select_for_update().select_related("user")
+        ExternalIdentity.objects.select_for_update(of=("self",)).select_related("user")
         .filter(issuer=issuer, subject=subject).first()
     )
     profile = _profile(claims)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
@@ -67,3 +68,14 @@ class OidcBearerAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="api"'
+
+
+class OidcBearerScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
+    """The schema's name for the provider's access tokens (registered when this module is imported)."""
+
+    target_class = OidcBearerAuthentication
+    name = "oidcAccessToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+                "description": "An access token of the OpenID Connect provider (docs/identity.md)."}
