@@ -35,7 +35,7 @@ from werkzeug.wrappers import Request, Response
 from tenants.oidc.provider import provider_cache_clear
 
 CLIENT_ID = "gpuportal"
-CLIENT_SECRET = "portal-client-secret"
+CLIENT_SECRET = "portal-client-secret-of-the-tests-0123456789"
 
 
 def oidc_settings(issuer: str, **extra: Any) -> Any:

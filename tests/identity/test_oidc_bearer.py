@@ -14,7 +14,7 @@ from rest_framework.test import APIClient
 
 from tenants.models import ExternalIdentity
 from tests.conftest import World
-from tests.identity.oidc_support import CLIENT_ID, TestIssuer, issuer_fixture  # noqa: F401 (fixture)
+from tests.identity.oidc_support import CLIENT_ID, CLIENT_SECRET, TestIssuer, issuer_fixture  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +51,7 @@ def test_the_api_audience_setting_decides_which_tokens_are_for_the_api(ada: User
 
 
 def _hs256(issuer: TestIssuer) -> str:
-    return jwt.encode(access(issuer), "portal-client-secret", algorithm="HS256", headers={"kid": "k1"})
+    return jwt.encode(access(issuer), CLIENT_SECRET, algorithm="HS256", headers={"kid": "k1"})
 
 
 def _none(issuer: TestIssuer) -> str:
