@@ -53,6 +53,9 @@ ACCOUNT_DEACTIVATED = register(
     130, "account.deactivated", "An account was deactivated (its sessions ended, its tokens revoked)"
 )
 ACCOUNT_REACTIVATED = register(131, "account.reactivated", "An account was reactivated")
+ACCOUNT_PROVISIONED_OIDC = register(
+    145, "account.provisioned_oidc", "An account was created at its first sign-in through an OpenID Connect provider"
+)
 
 # 2xx tenants
 DEPARTMENT_CREATED = register(200, "department.created", "A department was created")

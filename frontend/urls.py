@@ -15,6 +15,7 @@ from frontend.views import (
     utilisation,
     windows,
 )
+from tenants.oidc.views import OidcCallbackView, OidcLoginView
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", allocations.dashboard, name="home"),
@@ -22,6 +23,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", auth.LogoutView.as_view(), name="logout"),
     path("account/tokens/", tokens.api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", tokens.api_token_revoke, name="api-token-revoke"),
+    path("oidc/login/", OidcLoginView.as_view(), name="oidc-login"),
+    path("oidc/callback/", OidcCallbackView.as_view(), name="oidc-callback"),
     path("allocations/new/", allocations.allocation_new, name="allocation-new"),
     path("allocations/new/feedback/", allocations.allocation_feedback, name="allocation-feedback"),
     path("allocations/<int:allocation_id>/", allocations.allocation_detail, name="allocation-detail"),

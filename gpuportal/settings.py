@@ -70,6 +70,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "audit.middleware.AuditDenialMiddleware",
+    "frontend.middleware.HtmxLoginRedirectMiddleware",  # an HTMX request of an expired session: HX-Redirect
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
@@ -194,6 +195,7 @@ SPECTACULAR_SETTINGS = {
     "TAGS": [
         {"name": "auth", "description": "API tokens for a username and password, and lifting a sign-in lockout."},
         {"name": "me", "description": "The caller: username, roles and memberships."},
+        {"name": "group-mappings", "description": "Which group of an identity provider (OIDC, LDAP) grants which role in which department."},
         {"name": "departments", "description": "Departments, the tenants that hold quotas and approve their members' requests."},
         {"name": "projects", "description": "Projects of a department: a namespace per cluster and its members."},
         {"name": "flavors", "description": "The catalogue of GPU shapes that can be requested (whole GPUs, MIG slices, shared GPUs)."},
@@ -223,6 +225,7 @@ SPECTACULAR_SETTINGS = {
         "WindowKindEnum": "allocations.window_models.WindowKind",
         "EdgeKindEnum": "allocations.window_models.EdgeKind",
         "UsageSourceEnum": "telemetry.models.UsageSource",
+        "IdentitySourceEnum": "tenants.identity_models.IdentitySource",
     },
 }
 
@@ -373,3 +376,27 @@ LOGGING = logging_config(log_format=GPUPORTAL_LOG_FORMAT, level=GPUPORTAL_LOG_LE
 # OpenTelemetry SDK reads it and every other OTEL_* variable itself.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "gpuportal")
+
+# OpenID Connect sign-in (tenants/oidc/, docs/identity.md "OpenID Connect"): on when an issuer is set.
+GPUPORTAL_OIDC_ISSUER = env_str("GPUPORTAL_OIDC_ISSUER")
+GPUPORTAL_OIDC_CLIENT_ID = env_str("GPUPORTAL_OIDC_CLIENT_ID")
+GPUPORTAL_OIDC_CLIENT_SECRET = env_secret("GPUPORTAL_OIDC_CLIENT_SECRET")
+GPUPORTAL_OIDC_NAME = env_str("GPUPORTAL_OIDC_NAME", "single sign-on")  # "Sign in with <name>"
+GPUPORTAL_OIDC_SCOPES = env_str("GPUPORTAL_OIDC_SCOPES", "openid profile email")
+GPUPORTAL_OIDC_GROUPS_CLAIM = env_str("GPUPORTAL_OIDC_GROUPS_CLAIM", "groups")  # a dotted path: realm_access.roles
+GPUPORTAL_OIDC_AUDIENCE = env_str("GPUPORTAL_OIDC_AUDIENCE")  # the API's access tokens; unset: the client id
+GPUPORTAL_OIDC_TIMEOUT_SECONDS = env_float("GPUPORTAL_OIDC_TIMEOUT_SECONDS", 5.0)
+GPUPORTAL_OIDC_LEEWAY_SECONDS = env_int("GPUPORTAL_OIDC_LEEWAY_SECONDS", 30, minimum=0)
+# Username and password sign-in (the portal's form, the admin's, POST /api/v1/auth/token/).
+GPUPORTAL_AUTH_PASSWORD = env_bool("GPUPORTAL_AUTH_PASSWORD", True)
+if GPUPORTAL_OIDC_ISSUER:
+    if not GPUPORTAL_OIDC_CLIENT_ID:
+        raise ImproperlyConfigured("GPUPORTAL_OIDC_CLIENT_ID must be set when GPUPORTAL_OIDC_ISSUER is")
+    if "openid" not in GPUPORTAL_OIDC_SCOPES.split():
+        raise ImproperlyConfigured("GPUPORTAL_OIDC_SCOPES must include openid")
+    _api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]
+    assert isinstance(_api_authentication, list)
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # after Token, before Session
+elif not GPUPORTAL_AUTH_PASSWORD:
+    raise ImproperlyConfigured("GPUPORTAL_AUTH_PASSWORD=false needs single sign-on (GPUPORTAL_OIDC_ISSUER)")
+AUTHENTICATION_BACKENDS.append("tenants.oidc.backend.OidcBackend")  # takes only the OIDC callback's credentials

@@ -13,3 +13,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
+# OIDC providers come and go per test (override_settings), and DRF reads its authentication classes
+# once: the provider's bearer class is always there (it stands aside while OIDC is off).
+_api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]  # noqa: F405
+assert isinstance(_api_authentication, list)
+if "tenants.oidc.drf.OidcBearerAuthentication" not in _api_authentication:
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")

@@ -4,7 +4,7 @@ from django.contrib import admin
 
 from audit import actions
 from audit.admin_base import AuditedAdmin
-from tenants.models import Department, Membership, Project
+from tenants.models import Department, ExternalGroupMapping, Membership, Project
 from tenants.signin import AdminSigninForm
 from tenants.token_admin import PersonalAccessTokenAdmin  # noqa: F401 - registers the tokens' admin
 
@@ -37,6 +37,18 @@ class ProjectAdmin(AuditedAdmin):
     filter_horizontal = ["members"]
     audit_created = actions.PROJECT_CREATED
     audit_updated = actions.PROJECT_UPDATED
+
+@admin.register(ExternalGroupMapping)
+class ExternalGroupMappingAdmin(AuditedAdmin):
+    """Platform admins map identity-provider groups to department roles (also ``/api/v1/group-mappings/``)."""
+
+    list_display = ["source", "external_group", "department", "role"]
+    list_filter = ["source", "role", "department"]
+    search_fields = ["external_group"]
+    audit_created = actions.GROUP_MAPPING_CREATED
+    audit_updated = actions.GROUP_MAPPING_CREATED  # an edit grants the mapping as it now reads
+    audit_deleted = actions.GROUP_MAPPING_DELETED
+
 
 # The admin site's login checks passwords under the sign-in lockout, like the portal's and the API's.
 admin.site.login_form = AdminSigninForm

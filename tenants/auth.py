@@ -37,3 +37,8 @@ def auth_token_issue(*, user: User) -> IssuedToken:
     expiry, audited ``access_token.created`` (via ``password``) without the token itself."""
     name = f"password sign-in {timezone.now():%Y-%m-%d %H:%M} UTC"
     return access_token_create(actor=user, name=name, scope=TokenScope.WRITE, via="password")
+
+
+@transaction.atomic
+def auth_logged_out(*, user: AbstractBaseUser, via: str) -> AuditEvent:
+    return audit_record(actor=user, action=actions.AUTH_LOGOUT, details={"via": via})

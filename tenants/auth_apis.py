@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from kernel.api.base import actor, iso_datetime, validated
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
-from kernel.errors import ApplicationError
+from kernel.errors import ApplicationError, NotAllowed
 from tenants.access import require_platform_admin
 from tenants.auth import auth_token_issue
 from tenants.signin import signin_authenticate
@@ -46,11 +46,13 @@ class TokenObtainApi(ApiView):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
 
-    @extend_schema(request=TokenIn, responses={200: TokenOut, **errors(400, 401, 429)}, auth=[])
+    @extend_schema(request=TokenIn, responses={200: TokenOut, **errors(400, 401, 403, 429)}, auth=[])
     def post(self, request: Request) -> Response:
         data = validated(TokenIn, request)
         outcome = signin_authenticate(request._request, username=data["username"], password=data["password"],
                                       via="api_token")
+        if outcome.disabled:
+            raise NotAllowed("Sign-in with a password is turned off: use single sign-on.")
         if outcome.lock is not None:
             raise Throttled(wait=outcome.lock.retry_after)
         if outcome.user is None:

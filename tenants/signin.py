@@ -26,6 +26,7 @@ from django.views.decorators.debug import sensitive_variables
 
 from kernel.client_address import client_address
 from tenants.auth import auth_login_failed
+from tenants.oidc.conf import password_signin_enabled
 from tenants.signin_lockout import (
     SigninLock,
     signin_failure_record,
@@ -43,13 +44,18 @@ class SignIn:
 
     user: AbstractBaseUser | None = None
     lock: SigninLock | None = None
+    disabled: bool = False  # password sign-in is turned off (GPUPORTAL_AUTH_PASSWORD)
 
 
 @sensitive_variables("password")
 def signin_authenticate(request: HttpRequest | None, *, username: str, password: str, via: str) -> SignIn:
     """Check ``username`` and ``password`` unless a lock refuses the attempt; audit a refusal or a
     failure as ``auth.login_failed`` (reason ``throttled`` or ``bad credentials``) with ``via``.
-    The attempt whose failure places a lock is still answered as wrong credentials."""
+    The attempt whose failure places a lock is still answered as wrong credentials. With password
+    sign-in turned off (single sign-on only), every attempt is refused and audited, and counts nothing."""
+    if not password_signin_enabled():
+        auth_login_failed(username=username, via=via, reason="password sign-in off")
+        return SignIn(disabled=True)
     address = client_address(request) if request is not None else None
     lock = signin_lock_find(username=username, address=address)
     if lock is None:
@@ -112,6 +118,8 @@ class SigninForm(AuthenticationForm):
         password = self.cleaned_data.get("password")
         if username is not None and password:
             outcome = signin_authenticate(self.request, username=username, password=password, via=self.via)
+            if outcome.disabled:
+                raise ValidationError("Sign-in with a password is turned off here.", code="disabled")
             if outcome.lock is not None:
                 self.lock = outcome.lock
                 raise ValidationError(LOCKED_MESSAGE.format(minutes=outcome.lock.retry_after_minutes), code="locked")

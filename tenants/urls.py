@@ -7,6 +7,7 @@ from django.urls import URLPattern, URLResolver, path
 from tenants import apis
 from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
 from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
+from tenants.group_mapping_apis import GroupMappingDetailApi, GroupMappingListApi
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
@@ -14,6 +15,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/tokens/<int:token_id>/", AccessTokenDetailApi.as_view(), name="api-access-token"),
     path("auth/unlock/", SigninUnlockApi.as_view(), name="api-auth-unlock"),
     path("me/", apis.MeApi.as_view(), name="api-me"),
+    path("group-mappings/", GroupMappingListApi.as_view(), name="api-group-mappings"),
+    path("group-mappings/<int:mapping_id>/", GroupMappingDetailApi.as_view(), name="api-group-mapping"),
     path("departments/", apis.DepartmentListApi.as_view(), name="api-departments"),
     path("departments/<int:department_id>/", apis.DepartmentDetailApi.as_view(), name="api-department"),
     path("projects/", apis.ProjectListApi.as_view(), name="api-projects"),

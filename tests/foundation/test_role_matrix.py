@@ -94,6 +94,9 @@ PLATFORM_OR_AUDITOR = codes(403,     403,     403,     403,     403,    200,    
 CREATE_OWN = codes(        201,      201,     201,     201,     201,    201,     201,   201,  401)
 OWN_TOKEN = codes(         200,      404,     404,     404,     404,    404,     404,   404,  401)
 REVOKE_OWN_TOKEN = codes(  204,      404,     404,     404,     404,    404,     404,   404,  401)
+GROUP_MAPPINGS = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
+MAP_GROUP = codes(         403,      403,     403,     403,     403,    403,     201,   403,  401)
+UNMAP_GROUP = codes(       403,      403,     403,     403,     403,    403,     204,   403,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 
 KUBECONFIG = """apiVersion: v1
@@ -187,6 +190,14 @@ def renew_body(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"ends_at": (scene.pending.ends_at + datetime.timedelta(days=1)).isoformat()}
 
 
+def group_mapping(scene: Scene) -> dict[str, Any]:
+    from tenants.models import ExternalGroupMapping
+
+    mapping, _ = ExternalGroupMapping.objects.get_or_create(
+        source="oidc", external_group="/gpu/nlp-researchers", department=scene.world.nlp, role="researcher")
+    return {"mapping_id": mapping.pk}
+
+
 ROWS = [
     # tenants
     Row("api-token", "post", SIGN_IN, body=sign_in),
@@ -196,6 +207,11 @@ ROWS = [
     Row("api-access-token", "delete", REVOKE_OWN_TOKEN, kwargs=own_token),
     Row("api-auth-unlock", "post", UNLOCK_SIGN_IN, body=lambda s, p: {"username": "nlp_member"}),
     Row("api-me", "get", SIGNED_IN),
+    Row("api-group-mappings", "get", GROUP_MAPPINGS),
+    Row("api-group-mappings", "post", MAP_GROUP, body=lambda s, p: {
+        "source": "oidc", "external_group": "/gpu/vision", "department": s.world.vision.pk, "role": "researcher"}),
+    Row("api-group-mapping", "get", GROUP_MAPPINGS, kwargs=group_mapping),
+    Row("api-group-mapping", "delete", UNMAP_GROUP, kwargs=group_mapping),
     Row("api-departments", "get", SIGNED_IN),
     Row("api-departments", "post", PLATFORM_CREATES, body=lambda s, p: {"slug": "robotics", "name": "Robotics"}),
     Row("api-department", "get", READ_NLP, kwargs=lambda s: {"department_id": s.world.nlp.pk}),
