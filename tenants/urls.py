@@ -6,8 +6,8 @@ from django.urls import URLPattern, URLResolver, path
 
 from tenants import apis
 from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
-from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
 from tenants.group_mapping_apis import GroupMappingDetailApi, GroupMappingListApi
+from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
