@@ -88,20 +88,8 @@ class CapUse:
 
 
 def project_caps(*, project: Project, at: datetime.datetime) -> list[CapUse]:
-    """The project's caps and what its grants hold under each at ``at`` (two queries)."""
-    caps = list(ProjectQuota.objects.filter(project=project).select_related("flavor").order_by("flavor__name"))
-    if not caps:
-        return []
-    rows = _holding(project_id=project.pk, starts_at=at, ends_at=at + datetime.timedelta(microseconds=1), exclude=None)
-    by_flavor = dict(rows.values("flavor_id").annotate(units=Sum("quantity")).values_list("flavor_id", "units"))
-    equivalents = Decimal(rows.aggregate(total=Sum(EQUIVALENTS))["total"] or 0).quantize(Decimal("0.0001"))
-    return [
-        CapUse(
-            flavor_id=cap.flavor_id, flavor=cap.flavor.name if cap.flavor is not None else None, limit=cap.limit,
-            in_use=Decimal(by_flavor.get(cap.flavor_id, 0)) if cap.flavor_id is not None else equivalents,
-        )
-        for cap in caps
-    ]
+    """The project's caps and what its grants hold under each at ``at``."""
+    return department_caps(project_ids=[project.pk], at=at).get(project.pk, [])
 
 
 def _caps_map(project: Project) -> dict[str, str]:
@@ -139,3 +127,29 @@ def project_caps_set(*, actor: User, project: Project, caps: list[tuple[Flavor |
         audit_record(actor=actor, action=actions.PROJECT_QUOTA_SET, target=project,
                      department_id=project.department_id, before={"caps": before}, after={"caps": after})
     return list(ProjectQuota.objects.filter(project=project).select_related("flavor").order_by("flavor__name"))
+
+
+def department_caps(*, project_ids: list[int], at: datetime.datetime) -> dict[int, list[CapUse]]:
+    """Each project's caps and what its grants hold under each at ``at``, for many projects at
+    once (three queries, whatever their number): the department page."""
+    caps = list(ProjectQuota.objects.filter(project_id__in=project_ids).select_related("flavor")
+                .order_by("project_id", "flavor__name"))
+    if not caps:
+        return {}
+    rows = Allocation.objects.filter(
+        project_id__in=sorted({cap.project_id for cap in caps}), state__in=HOLDING_STATES, starts_at__lte=at,
+        ends_at__gt=at,
+    )
+    units = {(project, flavor): total for project, flavor, total in
+             rows.values("project_id", "flavor_id").annotate(total=Sum("quantity"))
+             .values_list("project_id", "flavor_id", "total")}
+    equivalents = dict(rows.values("project_id").annotate(total=Sum(EQUIVALENTS)).values_list("project_id", "total"))
+    out: dict[int, list[CapUse]] = {}
+    for cap in caps:
+        in_use = (Decimal(units.get((cap.project_id, cap.flavor_id), 0)) if cap.flavor_id is not None
+                  else Decimal(equivalents.get(cap.project_id) or 0).quantize(Decimal("0.0001")))
+        out.setdefault(cap.project_id, []).append(CapUse(
+            flavor_id=cap.flavor_id, flavor=cap.flavor.name if cap.flavor is not None else None, limit=cap.limit,
+            in_use=in_use,
+        ))
+    return out
