@@ -210,7 +210,8 @@ def project_cap_set(request: HttpRequest, project_id: int) -> HttpResponse:
     with transaction.atomic():
         caps: list[tuple[Flavor | None, Decimal]] = [
             (row.flavor, row.limit) for row in
-            ProjectQuota.objects.select_for_update().filter(project=project).select_related("flavor").order_by("pk")
+            ProjectQuota.objects.select_for_update(of=("self",)).filter(project=project).select_related("flavor")
+            .order_by("pk")
             if row.flavor_id != flavor_id
         ]
         if limit is not None:
