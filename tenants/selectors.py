@@ -79,13 +79,13 @@ def admins_to_ask(*, user: AbstractBaseUser | AnonymousUser) -> tuple[list[str],
     departments they read (on them or above them), else the platform admins. Returns the
     usernames and which of the two they are (``department`` or ``platform``)."""
     access = access_for(user)
-    if access.readable:
+    if access.readable and access.user_id is not None:
         parents = department_parent_map()
         chain = {up for department_id in access.readable
                  for up in department_ancestor_ids(department_id=department_id, parents=parents)}
         names = sorted(set(
             Membership.objects.filter(department_id__in=chain, role=Role.DEPARTMENT_ADMIN, user__is_active=True)
-            .exclude(user_id=user.pk).values_list("user__username", flat=True)
+            .exclude(user_id=access.user_id).values_list("user__username", flat=True)
         ))
         if names:
             return names, "department"

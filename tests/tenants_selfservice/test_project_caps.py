@@ -92,7 +92,7 @@ def test_renewals_and_raises_honour_the_cap(world: World) -> None:
 
 
 def test_caps_are_read_by_members_set_by_admins_and_audited(world: World) -> None:
-    body = [{"flavor": world.a100.pk, "limit": "4"}, {"flavor": None, "limit": "6.5"}]
+    body: list[dict[str, Any]] = [{"flavor": world.a100.pk, "limit": "4"}, {"flavor": None, "limit": "6.5"}]
     assert _caps(world, "nlp_member", body).status_code == 403
     assert _caps(world, "vision_admin", body).status_code == 404
     assert _caps(world, "nlp_admin", [*body, {"flavor": world.a100.pk, "limit": "1"}]).status_code == 400
