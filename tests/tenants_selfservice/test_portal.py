@@ -51,6 +51,7 @@ def test_the_page_adds_project_members_and_sets_caps(world: World) -> None:
     client.post(f"/projects/{world.llm.pk}/caps/", {"flavor": "", "limit": "5"})
     page = client.get(f"/departments/{world.nlp.pk}/").content.decode()
     assert "a100 units: 0 held of at most 3" in page and "GPU-equivalents: 0 held of at most 5" in page
+    assert "style=" not in page and "<script>" not in page  # the strict Content-Security-Policy allows neither
     client.post(f"/projects/{world.llm.pk}/caps/", {"flavor": world.a100.pk, "limit": ""})
     assert list(world.llm.caps.values_list("flavor", flat=True)) == [None]
     created = client.post(f"/departments/{world.nlp.pk}/projects/", {"slug": "nlp-new", "name": "New"}, follow=True)
