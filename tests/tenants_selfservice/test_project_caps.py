@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 
 from allocations import changes, services
@@ -107,3 +108,11 @@ def test_caps_are_read_by_members_set_by_admins_and_audited(world: World) -> Non
     _caps(world, "nlp_admin", body)  # the same caps again: nothing changes, nothing recorded
     assert AuditEvent.objects.filter(action="project.quota_set").count() == 1
     assert ProjectQuota.objects.get(project=world.llm, flavor=world.a100).limit == Decimal(4)
+
+
+def test_the_django_admin_lists_caps_read_only(world: World, client: Any) -> None:
+    ProjectQuota.objects.create(project=world.llm, flavor=world.a100, limit=Decimal(2))
+    client.force_login(User.objects.create_superuser("ops", "ops@example.org", "pw-ops"))
+    listed = client.get("/admin/allocations/projectquota/")
+    assert listed.status_code == 200 and "nlp-llm" in listed.content.decode()
+    assert client.get("/admin/allocations/projectquota/add/").status_code == 403
