@@ -9,7 +9,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from allocations import catalog, services
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, QuotaWindow, QuotaWindowEdge, Reservation
+from allocations.models import (
+    Allocation,
+    Flavor,
+    PriorityClass,
+    ProjectQuota,
+    Quota,
+    QuotaWindow,
+    QuotaWindowEdge,
+    Reservation,
+)
 from audit import actions
 from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
 from kernel.errors import ApplicationError, FieldError
@@ -182,3 +191,13 @@ class QuotaWindowEdgeAdmin(ReadOnlyAdmin):
 
     list_display = ["id", "window", "kind", "at", "applied_at"]
     list_filter = ["kind"]
+
+
+@admin.register(ProjectQuota)
+class ProjectQuotaAdmin(ReadOnlyAdmin):
+    """Read-only: project caps are set by department admins on the Department page or through
+    ``PUT /api/v1/projects/{id}/quotas/`` (audited as ``project.quota_set``)."""
+
+    list_display = ["project", "flavor", "limit", "updated_at"]
+    list_filter = ["project__department", "flavor"]
+    search_fields = ["project__slug"]

@@ -374,6 +374,7 @@ class AllocationChange(models.Model):
 
 
 from allocations.fair_share.models import FairShare  # noqa: E402 - registered with this app
+from allocations.project_quota_models import ProjectQuota  # noqa: E402 - registered with this app
 from allocations.window_models import (  # noqa: E402 - registered with this app; they refer to the models above
     EdgeKind,
     QuotaWindow,
@@ -385,6 +386,6 @@ from allocations.window_models import (  # noqa: E402 - registered with this app
 
 __all__ = [
     "Allocation", "AllocationChange", "AllocationState", "ChangeKind", "ChangeState", "EdgeKind", "FairShare", "Flavor",
-    "PreemptionPolicy", "PriorityClass", "Quota", "QuotaWindow", "QuotaWindowEdge", "Reservation", "SharingMode",
+    "PreemptionPolicy", "PriorityClass", "ProjectQuota", "Quota", "QuotaWindow", "QuotaWindowEdge", "Reservation", "SharingMode",
     "ShrinkPolicy", "WindowKind", "WindowState",
 ]

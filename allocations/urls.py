@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import apis, catalog_apis, change_apis, preview_apis, sharing_apis, window_apis, window_shrink_apis
+from allocations import (
+    apis,
+    catalog_apis,
+    change_apis,
+    preview_apis,
+    project_cap_apis,
+    sharing_apis,
+    window_apis,
+    window_shrink_apis,
+)
 from allocations.fair_share import apis as fair_share_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
@@ -48,6 +57,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
          name="api-allocation-change-cancel"),
     path("allocations/<int:allocation_id>/placement-preview/", preview_apis.AllocationPlacementPreviewApi.as_view(),
          name="api-allocation-placement-preview"),
+    path("projects/<int:project_id>/quotas/", project_cap_apis.ProjectCapsApi.as_view(), name="api-project-quotas"),
     path("fair-share/", fair_share_apis.FairShareApi.as_view(), name="api-fair-share"),
     path("fair-share/<int:department_id>/", fair_share_apis.FairShareDepartmentApi.as_view(),
          name="api-fair-share-department"),

@@ -24,6 +24,8 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
     if access.is_platform_admin or access.administered:
         items.append(NavItem("Approvals", "approvals", ("approvals",)))
         items.append(NavItem("Usage", "department-usage", ("department-usage",)))
+        items.append(NavItem("Departments" if access.is_platform_admin else "Department", "departments",
+                             ("departments", "department")))
     if access.has_any_role:
         items.append(NavItem("Utilisation", "utilisation", ("utilisation",)))
         items.append(NavItem("Idle grants", "idle-cases", ("idle-cases", "idle-case-keep", "idle-case-exempt", "idle-case-release")))

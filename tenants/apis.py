@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -98,6 +100,13 @@ class ProjectIn(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
+class ProjectPatchIn(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.CharField(max_length=200, required=False)
+    description = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True)
+    isolation = serializers.ChoiceField(choices=Isolation.choices, required=False,
+                                       help_text="Platform admins only (docs/sharing.md).")
+
+
 class ProjectListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
     ordering_fields = {"id": "id", "slug": "slug", "name": "name", "created_at": "created_at"}
@@ -128,12 +137,22 @@ class ProjectDetailApi(ApiView):
     def get(self, request: Request, project_id: int) -> Response:
         return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project_id)).data)
 
-    @extend_schema(request=IsolationIn, responses={200: ProjectOut, **errors(400, 401, 403, 404)},
-                   description="Mark the project dedicated or shared (docs/sharing.md); platform admins.")
+    @extend_schema(request=ProjectPatchIn, responses={200: ProjectOut, **errors(400, 401, 403, 404)},
+                   description="Change the project's name or description (its department's admins; the slug is its "
+                   "namespace and never changes), or mark it dedicated or shared (docs/sharing.md; platform admins).")
     def patch(self, request: Request, project_id: int) -> Response:
         project = selectors.project_get(user=request.user, project_id=project_id)
-        require_platform_admin(actor(request), to="change a project's isolation")
-        services.project_isolation_set(actor=actor(request), project_id=project.pk, **validated(IsolationIn, request))
+        user = actor(request)
+        if isinstance(request.data, Mapping) and "isolation" in request.data:
+            require_platform_admin(user, to="change a project's isolation")
+        elif not access_for(user).can_administer_department(project.department_id):
+            raise NotAllowed("Only an admin of the project's department may change it.")
+        data = validated(ProjectPatchIn, request, partial=True)
+        with transaction.atomic():
+            if "isolation" in data:
+                services.project_isolation_set(actor=user, project_id=project.pk, isolation=data["isolation"])
+            services.project_update(actor=user, project_id=project.pk, name=data.get("name"),
+                                    description=data.get("description"))
         return Response(ProjectOut(selectors.project_get(user=request.user, project_id=project.pk)).data)
 
 

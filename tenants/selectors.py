@@ -6,8 +6,8 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 from django.http import Http404
 
-from tenants.access import access_for
-from tenants.models import Department, Project
+from tenants.access import access_for, department_ancestor_ids, department_parent_map
+from tenants.models import Department, Membership, Project, Role
 
 
 def department_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Department]:
@@ -48,3 +48,47 @@ def project_is_member(*, project: Project, user: AbstractBaseUser | AnonymousUse
     if not user.is_authenticated:
         return False
     return project.members.filter(pk=user.pk).exists()
+
+
+def department_memberships(*, user: AbstractBaseUser | AnonymousUser, department_id: int) -> QuerySet[Membership]:
+    """The roles held on the department itself (not inherited from above), for whoever reads it."""
+    department = department_get(user=user, department_id=department_id)
+    return (
+        Membership.objects.filter(department=department).select_related("user", "department")
+        .order_by("user__username", "role", "pk")
+    )
+
+
+def membership_get(*, user: AbstractBaseUser | AnonymousUser, department_id: int, membership_id: int) -> Membership:
+    try:
+        return department_memberships(user=user, department_id=department_id).get(pk=membership_id)
+    except Membership.DoesNotExist:
+        raise Http404("No such membership.") from None
+
+
+def project_member_get(*, project: Project, user_id: int) -> AbstractBaseUser:
+    try:
+        found: AbstractBaseUser = project.members.get(pk=user_id)
+    except project.members.model.DoesNotExist:
+        raise Http404("No such project member.") from None
+    return found
+
+
+def admins_to_ask(*, user: AbstractBaseUser | AnonymousUser) -> tuple[list[str], str]:
+    """Who can add ``user`` to a project or a department: the department admins of the
+    departments they read (on them or above them), else the platform admins. Returns the
+    usernames and which of the two they are (``department`` or ``platform``)."""
+    access = access_for(user)
+    if access.readable and access.user_id is not None:
+        parents = department_parent_map()
+        chain = {up for department_id in access.readable
+                 for up in department_ancestor_ids(department_id=department_id, parents=parents)}
+        names = sorted(set(
+            Membership.objects.filter(department_id__in=chain, role=Role.DEPARTMENT_ADMIN, user__is_active=True)
+            .exclude(user_id=access.user_id).values_list("user__username", flat=True)
+        ))
+        if names:
+            return names, "department"
+    platform = Membership.objects.filter(role=Role.PLATFORM_ADMIN, user__is_active=True).values_list(
+        "user__username", flat=True)
+    return sorted(set(platform)), "platform"

@@ -145,3 +145,31 @@ def project_isolation_set(*, actor: User, project_id: int, isolation: str) -> Pr
     project = Project.objects.select_for_update().get(pk=project_id)
     _isolation_change(actor=actor, target=project, isolation=isolation, department_id=project.department_id)
     return project
+
+
+PROJECT_EDITABLE = ("name", "description")
+
+
+@transaction.atomic
+def project_update(*, actor: User, project_id: int, name: str | None = None, description: str | None = None) -> Project:
+    """Change a project's name or description (department admins; the slug is its namespace on
+    every cluster and never changes). Audited with what changed; nothing changed, nothing recorded."""
+    project = Project.objects.select_for_update().get(pk=project_id)
+    if not access_for(actor).can_administer_department(project.department_id):
+        raise NotAllowed("Only an admin of the project's department may change it.")
+    wanted = {"name": name, "description": description}
+    before: dict[str, str] = {}
+    after: dict[str, str] = {}
+    for key in PROJECT_EDITABLE:
+        value = wanted[key]
+        if value is None or getattr(project, key) == value:
+            continue
+        before[key], after[key] = getattr(project, key), value
+        setattr(project, key, value)
+    if not after:
+        return project
+    project.full_clean()
+    project.save(update_fields=list(after))
+    audit_record(actor=actor, action=actions.PROJECT_UPDATED, target=project, department_id=project.department_id,
+                 before=before, after=after)
+    return project

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from tenants import apis
+from tenants import apis, self_service_apis
 from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
 from tenants.group_mapping_apis import GroupMappingDetailApi, GroupMappingListApi
 from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
@@ -21,4 +21,12 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("departments/<int:department_id>/", apis.DepartmentDetailApi.as_view(), name="api-department"),
     path("projects/", apis.ProjectListApi.as_view(), name="api-projects"),
     path("projects/<int:project_id>/", apis.ProjectDetailApi.as_view(), name="api-project"),
+    path("departments/<int:department_id>/members/", self_service_apis.DepartmentMemberListApi.as_view(),
+         name="api-department-members"),
+    path("departments/<int:department_id>/members/<int:membership_id>/",
+         self_service_apis.DepartmentMemberDetailApi.as_view(), name="api-department-member"),
+    path("projects/<int:project_id>/members/", self_service_apis.ProjectMemberListApi.as_view(),
+         name="api-project-members"),
+    path("projects/<int:project_id>/members/<int:user_id>/", self_service_apis.ProjectMemberDetailApi.as_view(),
+         name="api-project-member"),
 ]

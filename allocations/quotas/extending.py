@@ -34,6 +34,7 @@ from allocations.booking.tenancy import tenant_of
 from allocations.booking.view import gpu_label, node_rows
 from allocations.models import Allocation, Reservation
 from allocations.placement.mig import COMPUTE_SLICES, geometry_for_model
+from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra
 from allocations.quotas.planning import department_totals, grant_amounts, quota_tree
 from allocations.quotas.wording import scope_words
@@ -60,7 +61,10 @@ def quota_refusal(
 ) -> QuotaExceeded | None:
     """Why ``quantity`` units of the allocation do not fit its department chain's quotas over
     ``[starts_at, ends_at)`` next to every other holding grant there, or None when they do. The
-    allocation's own holding is left out (it is what is being checked)."""
+    allocation's own holding is left out (it is what is being checked). The project's caps first."""
+    capped = project_cap_refusal(allocation=allocation, quantity=quantity, starts_at=starts_at, ends_at=ends_at)
+    if capped is not None:
+        return capped
     flavor = allocation.flavor
     parents = department_parent_map()
     department_id = allocation.project.department_id

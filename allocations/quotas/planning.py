@@ -33,6 +33,7 @@ from allocations.booking.view import NodeRow, node_rows
 from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
 from allocations.placement import Workload
+from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.wording import QuotaWords
@@ -339,6 +340,10 @@ def admission_decide(
         preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
     )
     refusal: ApplicationError
+    capped = project_cap_refusal(allocation=allocation, quantity=allocation.quantity, starts_at=allocation.starts_at,
+                                 ends_at=allocation.ends_at)
+    if capped is not None:  # the project's own cap (docs/quotas.md, "Project caps"): nothing is reclaimed for it
+        return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=capped)
     if not any((department, scope) in tree.limits for department in chain for scope in ask.amounts):
         refusal = QuotaExceeded(
             f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",

@@ -38,12 +38,14 @@ from frontend.selectors import (
     pending_changes_for_decision,
     pending_for_decision,
     quota_bars,
+    requestable_projects,
 )
 from frontend.timeline import allocation_standing, allocation_timeline
 from frontend.utilisation import allocation_usage_panel
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
+from tenants.selectors import admins_to_ask
 
 # Service field names that the form calls differently.
 REQUEST_FIELD_MAP = {"ends_at": "duration_days"}
@@ -65,6 +67,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "pending_count": pending_for_decision(user=user).count() if deciding else 0,
         "changes_count": pending_changes_for_decision(user=user).count() if deciding else 0,
         "idle_count": idle_open_count(user=user) if access.has_any_role else 0,
+        "can_request": access.has_any_role and requestable_projects(user=user).exists(),
+        "ask": None if access.has_any_role else admins_to_ask(user=user),
     }
     return render(request, "frontend/dashboard.html", context)
 
@@ -147,6 +151,8 @@ def allocation_new(request: HttpRequest) -> HttpResponse:
         "outlook": outlook,
         "has_projects": project_field.queryset is not None and project_field.queryset.exists(),
     }
+    if not context["has_projects"]:
+        context["ask"] = admins_to_ask(user=user)
     return render(request, "frontend/allocation_form.html", context, status=status)
 
 

@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -26,7 +27,7 @@ from django.utils import timezone
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
 from allocations import changes, services
 from allocations.admission import department_usage
-from allocations.models import Allocation, Flavor, PriorityClass, Quota, SharingMode
+from allocations.models import Allocation, Flavor, PriorityClass, ProjectQuota, Quota, SharingMode
 from allocations.selectors import quota_usages
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, ClusterDrift
@@ -80,6 +81,10 @@ def grow(scene: Scene, count: int, grown: Grown) -> None:
         idle_case_open(idle, policy=IdlePolicy.objects.create(name=f"idle-{tag}", department=world.nlp))
         project = Project.objects.create(slug=f"nlp-extra-{tag}", name=f"Extra {tag}", department=world.nlp)
         project.members.add(world.users["nlp_member"])
+        colleague = User.objects.create_user(username=f"colleague-{tag}")
+        Membership.objects.create(user=colleague, department=world.nlp, role=Role.RESEARCHER)
+        world.llm.members.add(colleague)
+        ProjectQuota.objects.create(project=project, flavor=world.a100, limit=Decimal(2))
         team = Department.objects.create(slug=f"nlp-team-{tag}", name=f"Team {tag}", parent=world.nlp)
         Membership.objects.create(user=world.users["platform"], department=team, role=Role.RESEARCHER)
         flavor = Flavor.objects.create(
@@ -165,6 +170,8 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "idle cases": get("api-idle-cases"),
         "idle cases (nlp_member)": get("api-idle-cases", "nlp_member"),
         "access tokens": get("api-access-tokens"),
+        "department members": get("api-department-members", "nlp_member", department_id=world.nlp.pk),
+        "project members": get("api-project-members", "nlp_member", project_id=world.llm.pk),
     }
 
 
@@ -219,6 +226,9 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "idle grants": get("idle-cases", "nlp_member"),
         "idle grants (nlp_admin)": get("idle-cases", "nlp_admin"),
         "api tokens": get("api-tokens", "nlp_member"),
+        "department page": get("department", "nlp_admin", department_id=world.nlp.pk),
+        "department page (platform)": get("department", "platform", department_id=world.nlp.pk),
+        "departments (platform)": get("departments", "platform"),
     }
 
 

@@ -97,6 +97,9 @@ REVOKE_OWN_TOKEN = codes(  204,      404,     404,     404,     404,    404,    
 GROUP_MAPPINGS = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
 MAP_GROUP = codes(         403,      403,     403,     403,     403,    403,     201,   403,  401)
 UNMAP_GROUP = codes(       403,      403,     403,     403,     403,    403,     204,   403,  401)
+ADMIN_ADDS_IN_NLP = codes( 403,      201,     404,     404,     404,    403,     201,   404,  401)
+ADMIN_REMOVES_IN_NLP = codes(403,    204,     404,     404,     404,    403,     204,   404,  401)
+ADMIN_SETS_IN_NLP = codes( 403,      200,     404,     404,     404,    403,     200,   404,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 
 KUBECONFIG = """apiVersion: v1
@@ -223,6 +226,21 @@ ROWS = [
     Row("api-project", "get", READ_PROJECT, kwargs=lambda s: {"project_id": s.world.llm.pk}),
     Row("api-project", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"project_id": s.world.llm.pk},
         body=lambda s, p: {"isolation": "dedicated-nodes"}),
+    # department self-service (docs/departments.md)
+    Row("api-department-members", "get", READ_NLP, kwargs=lambda s: {"department_id": s.world.nlp.pk}),
+    Row("api-department-members", "post", ADMIN_ADDS_IN_NLP, kwargs=lambda s: {"department_id": s.world.nlp.pk},
+        body=lambda s, p: {"user": "vision_member", "role": "researcher"}),
+    Row("api-department-member", "delete", ADMIN_REMOVES_IN_NLP, kwargs=lambda s: {
+        "department_id": s.world.nlp.pk,
+        "membership_id": s.world.users["nlp_member"].memberships.get(department=s.world.nlp).pk}),
+    Row("api-project-members", "get", READ_PROJECT, kwargs=lambda s: {"project_id": s.world.llm.pk}),
+    Row("api-project-members", "post", ADMIN_ADDS_IN_NLP, kwargs=lambda s: {"project_id": s.world.llm.pk},
+        body=lambda s, p: {"user": "speech_member"}),
+    Row("api-project-member", "delete", ADMIN_REMOVES_IN_NLP, kwargs=lambda s: {
+        "project_id": s.world.llm.pk, "user_id": s.world.users["nlp_member"].pk}),
+    Row("api-project-quotas", "get", READ_PROJECT, kwargs=lambda s: {"project_id": s.world.llm.pk}),
+    Row("api-project-quotas", "put", ADMIN_SETS_IN_NLP, kwargs=lambda s: {"project_id": s.world.llm.pk},
+        body=lambda s, p: {"caps": [{"flavor": s.world.a100.pk, "limit": "2"}, {"flavor": None, "limit": "3.5"}]}),
     # the catalogue
     Row("api-flavors", "get", SIGNED_IN),
     Row("api-flavors", "post", CREATE_FLAVOR, body=flavor_body),
