@@ -53,6 +53,12 @@ ACCOUNT_DEACTIVATED = register(
     130, "account.deactivated", "An account was deactivated (its sessions ended, its tokens revoked)"
 )
 ACCOUNT_REACTIVATED = register(131, "account.reactivated", "An account was reactivated")
+# LDAP directory (tenants/ldap/, docs/identity.md "LDAP")
+LDAP_ACCOUNT_LINKED = register(145, "ldap.account_linked", "A portal account was created for a directory entry")
+LDAP_LINK_REFUSED = register(
+    146, "ldap.link_refused", "A directory sign-in was refused: a local account already has that username"
+)
+LDAP_SYNC_HALTED = register(147, "ldap.sync_halted", "The directory sync deactivated nobody: past its safety threshold")
 
 # 2xx tenants
 DEPARTMENT_CREATED = register(200, "department.created", "A department was created")
