@@ -11,8 +11,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from gpuportal.ldap_settings import ldap_settings
+from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent

@@ -27,6 +27,8 @@ _GROUPS = "_gpuportal_group_dns"
 
 
 class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # django-auth-ldap has no type hints
+    _settings: Any = None
+
     @property
     def settings(self) -> Any:
         if self._settings is None:
