@@ -127,3 +127,11 @@ def portal_settings(server: Any, **overrides: Any) -> dict[str, Any]:
     }
     values.update(overrides)
     return values
+
+
+def posix_group_add(server: Any, cn: str, gid: int, *member_uids: str) -> str:
+    dn = f"cn={cn},{GROUPS}"
+    server.ldapadd(
+        f"dn: {dn}\nobjectClass: posixGroup\ncn: {cn}\ngidNumber: {gid}\n" + "".join(f"memberUid: {u}\n" for u in member_uids)
+    )
+    return dn
