@@ -3,7 +3,9 @@ the groups, and no error, empty answer or mass departure deactivates anyone by m
 
 from __future__ import annotations
 
+import io
 import itertools
+import json
 import socket
 from typing import Any
 
@@ -137,6 +139,11 @@ def test_a_sync_past_the_safety_threshold_deactivates_nobody_until_forced(
     assert User.objects.filter(pk__in=[user.pk for user, _, _ in linked], is_active=True).count() == 4
     halted = AuditEvent.objects.get(action="ldap.sync_halted")
     assert halted.details["would_deactivate_count"] == 2 and halted.details["limit"] == 1
+
+    printed = io.StringIO()
+    call_command("ldap_sync", "--dry-run", "--force", stdout=printed)
+    assert json.loads(printed.getvalue())["to_deactivate"] == [user.username for user, _, _ in linked[:2]]
+    assert User.objects.filter(pk__in=[user.pk for user, _, _ in linked], is_active=True).count() == 4
 
     call_command("ldap_sync", "--force")
     assert {user.username for user in User.objects.filter(is_active=False)} == {user.username for user, _, _ in linked[:2]}
