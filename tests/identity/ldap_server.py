@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -96,6 +97,7 @@ def directory_start(*, tls: bool) -> Any:
         slapd_conf_template = template
         suffix = SUFFIX
         openldap_schema_files = ("core.ldif", "cosine.ldif", "inetorgperson.ldif", "nis.ldif")
+        TMPDIR = tempfile.gettempdir()  # not slapdtest's default, the working directory (the checkout)
 
     server = Directory()
     server.start()
