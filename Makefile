@@ -13,7 +13,7 @@ include tools/kube-testenv.mk
 include tools/nvcheck.mk
 include tools/helm.mk
 
-.PHONY: help venv venv-run lock run test test-fast lint browser prometheus clean
+.PHONY: help venv venv-run lock run test test-fast lint browser prometheus ldap clean
 
 help:
 	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
@@ -23,11 +23,12 @@ help:
 	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
 	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
 
-## venv: the development lock (runtime + test and lint tools); venv-run: the runtime lock only.
+## venv: the development lock (runtime + test and lint tools; python-ldap in it builds against the
+## headers `make ldap` installs); venv-run: the runtime lock only.
 ## One venv serves both: scripts/venv.sh stamps it with the lock installed (docs/install.md).
 VENV_ENV := VENV=$(VENV) PYTHON=$(PYTHON) UV_VERSION=$(UV_VERSION)
 
-venv:
+venv: ldap
 	@$(VENV_ENV) scripts/venv.sh dev
 
 venv-run:
@@ -49,6 +50,16 @@ browser:
 		if [ "$$(id -u)" -ne 0 ]; then echo "chromium is missing: apt-get install chromium (as root)"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; }
 
+## ldap: Debian's OpenLDAP for the LDAP tests (slapd, run by python-ldap's slapdtest) and the headers
+## python-ldap (the `ldap` extra, part of the dev extra) builds against; before venv, which builds it.
+## `make run` needs none of it: LDAP sign-in is optional (docs/identity.md, "LDAP").
+ldap:
+	@{ command -v slapd >/dev/null || [ -x /usr/sbin/slapd ]; } && command -v ldapadd >/dev/null \
+		&& [ -f /usr/include/ldap.h ] && [ -f /usr/include/sasl/sasl.h ] || { \
+		if [ "$$(id -u)" -ne 0 ]; then echo "OpenLDAP is missing: apt-get install slapd ldap-utils libldap2-dev libsasl2-dev (as root)"; exit 1; fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			slapd ldap-utils libldap2-dev libsasl2-dev; }
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
@@ -61,7 +72,7 @@ prometheus:
 		if [ "$$(id -u)" -ne 0 ]; then echo "prometheus is missing: apt-get install prometheus (as root)"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
-test: venv kube-testenv nvcheck browser prometheus helm
+test: ldap venv kube-testenv nvcheck browser prometheus helm
 	scripts/test.sh
 
 test-fast: venv

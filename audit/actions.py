@@ -56,6 +56,12 @@ ACCOUNT_REACTIVATED = register(131, "account.reactivated", "An account was react
 ACCOUNT_PROVISIONED_OIDC = register(
     145, "account.provisioned_oidc", "An account was created at its first sign-in through an OpenID Connect provider"
 )
+# LDAP directory (tenants/ldap/, docs/identity.md "LDAP")
+LDAP_ACCOUNT_LINKED = register(146, "ldap.account_linked", "A portal account was created for a directory entry")
+LDAP_LINK_REFUSED = register(
+    147, "ldap.link_refused", "A directory sign-in was refused: a local account already has that username"
+)
+LDAP_SYNC_HALTED = register(148, "ldap.sync_halted", "The directory sync deactivated nobody: past its safety threshold")
 
 # 2xx tenants
 DEPARTMENT_CREATED = register(200, "department.created", "A department was created")

@@ -2,19 +2,24 @@
 process runs the time-driven allocation work itself (grants that ended expire, reclaims whose notice
 ran out finish, scheduled grants whose start came are provisioned) every ``TICK_SECONDS``, at most
 that late, and rolls the recent hours' usage into GPU-equivalent-hours, evaluates idle grants and
-decays the departments' fair-share usage every ``ROLL_EVERY_TICKS``. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
+decays the departments' fair-share usage every ``ROLL_EVERY_TICKS``, and syncs the LDAP directory
+every ``GPUPORTAL_LDAP_SYNC_EVERY`` seconds when one is configured. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from celery import current_app
 from django.db import connections
 
 from accounting.tasks import accounting_idle_evaluate_task, accounting_usage_roll_task
 from allocations.tasks import allocations_timeline_task, fair_share_tick_task
+from kernel.conf import setting_int
 from kernel.periodic import PeriodicThread
+from tenants.ldap.conf import ldap_configured
+from tenants.tasks import ldap_sync_task
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +41,7 @@ class Clock(PeriodicThread):
     def __init__(self, *, interval: float = TICK_SECONDS) -> None:
         super().__init__(interval=interval)
         self._ticks = 0
+        self._ldap_synced_at: float | None = None
 
     def start(self) -> Clock:
         super().start()
@@ -50,6 +56,7 @@ class Clock(PeriodicThread):
             return {}
         finally:
             self._roll_when_due()
+            self._ldap_sync_when_due()
             connections.close_all()  # this thread's connections only
 
     def _roll_when_due(self) -> None:
@@ -71,6 +78,20 @@ class Clock(PeriodicThread):
             fair_share_tick_task.apply().get(propagate=True)
         except Exception:
             log.exception("the in-process fair-share tick failed")
+
+    def _ldap_sync_when_due(self) -> None:
+        """The directory sync (beat's ``tenants-ldap-sync``) every ``GPUPORTAL_LDAP_SYNC_EVERY`` seconds,
+        the first tick included, when LDAP is configured; a failure is logged by the sync itself."""
+        if not ldap_configured():
+            return
+        now = time.monotonic()
+        if self._ldap_synced_at is not None and now - self._ldap_synced_at < setting_int("GPUPORTAL_LDAP_SYNC_EVERY"):
+            return
+        self._ldap_synced_at = now
+        try:
+            ldap_sync_task.apply().get(propagate=True)
+        except Exception:
+            log.exception("the in-process LDAP directory sync failed")
 
     def run_once(self) -> dict[str, int]:
         return self.tick()

@@ -11,6 +11,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from gpuportal.ldap_settings import ldap_settings
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
 
@@ -161,6 +162,13 @@ GPUPORTAL_TOKEN_DEFAULT_DAYS = env_int("GPUPORTAL_TOKEN_DEFAULT_DAYS", 90, minim
 if GPUPORTAL_TOKEN_DEFAULT_DAYS > GPUPORTAL_TOKEN_MAX_DAYS:
     raise ImproperlyConfigured("GPUPORTAL_TOKEN_DEFAULT_DAYS must not exceed GPUPORTAL_TOKEN_MAX_DAYS")
 
+# LDAP sign-in and the directory sync (tenants/ldap/, docs/identity.md "LDAP"): off unless
+# GPUPORTAL_LDAP_SERVER_URI is set; then python-ldap (the `ldap` extra) must be installed.
+_ldap = ldap_settings()
+globals().update(_ldap)
+if _ldap["GPUPORTAL_LDAP_SERVER_URI"]:
+    AUTHENTICATION_BACKENDS.append("tenants.ldap.backend.DirectoryBackend")  # after the lockout gate
+
 DATA_UPLOAD_MAX_MEMORY_SIZE = 1024 * 1024
 
 # JSON bodies nested deeper than this are refused with a 400 (kernel/api/parsers.py).
@@ -267,6 +275,10 @@ CELERY_BEAT_SCHEDULE = {
     # The idle ladder over every active grant (docs/accounting.md, "Idle grants").
     "accounting-idle-evaluate": {"task": "accounting.tasks.accounting_idle_evaluate_task", "schedule": 300.0},
 }
+if _ldap["GPUPORTAL_LDAP_SERVER_URI"]:  # the directory sync (docs/identity.md, "LDAP")
+    CELERY_BEAT_SCHEDULE["tenants-ldap-sync"] = {
+        "task": "tenants.tasks.ldap_sync_task", "schedule": float(_ldap["GPUPORTAL_LDAP_SYNC_EVERY"]),
+    }
 # Usage accounting (docs/accounting.md): each roll makes the hours that ended this long ago again.
 GPUPORTAL_ACCOUNTING_LATE_HOURS = env_int("GPUPORTAL_ACCOUNTING_LATE_HOURS", 3, minimum=1)
 # A month's statements close this long after it ended (docs/accounting.md).

@@ -15,6 +15,7 @@ scripts/services.sh up >"$env_file"
 # CELERY_BROKER_URL override its configuration, so it must not leak into the test process.
 unset CELERY_BROKER_URL
 export GPUPORTAL_REQUIRE_POSTGRES=1 GPUPORTAL_REQUIRE_KUBE=1 GPUPORTAL_REQUIRE_NVCHECK=1 GPUPORTAL_REQUIRE_PROMETHEUS=1
+export GPUPORTAL_REQUIRE_LDAP=1  # the LDAP tests need slapd and python-ldap (make ldap); never skipped here
 # The test database is created and migrated by the owner role (DATABASE_URL); the tests then run as
 # the restricted application role (GPUPORTAL_APP_DATABASE_URL, see tests/conftest.py). The test
 # runner's flush needs TRUNCATE on the ordinary tables, never on the audit tables.
