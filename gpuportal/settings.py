@@ -408,7 +408,7 @@ if GPUPORTAL_OIDC_ISSUER:
         raise ImproperlyConfigured("GPUPORTAL_OIDC_SCOPES must include openid")
     _api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]
     assert isinstance(_api_authentication, list)
-    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # after Token, before Session
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # after the access tokens (each returns None for the other's)
 elif not GPUPORTAL_AUTH_PASSWORD:
     raise ImproperlyConfigured("GPUPORTAL_AUTH_PASSWORD=false needs single sign-on (GPUPORTAL_OIDC_ISSUER)")
 AUTHENTICATION_BACKENDS.append("tenants.oidc.backend.OidcBackend")  # takes only the OIDC callback's credentials
