@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.models import Allocation, AllocationState
+from allocations.notices import allocation_notify
 from allocations.quotas.planning import VictimInfo
 from allocations.states import RECLAIMABLE_STATES
 from allocations.transitions import (
@@ -96,6 +97,8 @@ def reclaims_start(
         details.update(extra or {})
         reclaiming = allocation_snapshot(row)
         closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for {cause}")
+        allocation_notify(events.RECLAIM_NOTICE, row, reason=row.reclaim_reason, deadline=row.reclaim_deadline.isoformat(),
+                          notice_minutes=notice)
         if notice > 0:
             waiting = True
             row.save()

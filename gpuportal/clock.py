@@ -13,8 +13,9 @@ from celery import current_app
 from django.db import connections
 
 from accounting.tasks import accounting_idle_evaluate_task, accounting_usage_roll_task
-from allocations.tasks import allocations_timeline_task, fair_share_tick_task
+from allocations.tasks import allocations_expiry_notices_task, allocations_timeline_task, fair_share_tick_task
 from kernel.periodic import PeriodicThread
+from notifications.tasks import notification_digests_task, notifications_dispatch_task
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,11 @@ class Clock(PeriodicThread):
             fair_share_tick_task.apply().get(propagate=True)
         except Exception:
             log.exception("the in-process fair-share tick failed")
+        for task in (allocations_expiry_notices_task, notifications_dispatch_task, notification_digests_task):
+            try:  # expiry notices, deliveries due again after a failure, and the daily digests
+                task.apply().get(propagate=True)
+            except Exception:
+                log.exception("the in-process %s failed", task.name)
 
     def run_once(self) -> dict[str, int]:
         return self.tick()

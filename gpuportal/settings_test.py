@@ -13,3 +13,5 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
+# A host webhooks may be created for (nothing listens there: the tests of sending run their own receiver).
+GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.org"]

@@ -211,6 +211,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "fair share (platform)": get("fair-share", "platform"),
         "idle grants": get("idle-cases", "nlp_member"),
         "idle grants (nlp_admin)": get("idle-cases", "nlp_admin"),
+        "notification preferences": get("notification-preferences", "nlp_member"),
     }
 
 
