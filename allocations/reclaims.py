@@ -37,6 +37,7 @@ from allocations.transitions import (
 )
 from audit import actions
 from kernel.transactions import retry_on_deadlock
+from notifications.events import RECLAIM_NOTICE
 
 WHY = {
     "borrowed": "it borrowed capacity beyond its department's guarantee",
@@ -97,7 +98,7 @@ def reclaims_start(
         details.update(extra or {})
         reclaiming = allocation_snapshot(row)
         closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for {cause}")
-        allocation_notify(events.RECLAIM_NOTICE, row, reason=row.reclaim_reason, deadline=row.reclaim_deadline.isoformat(),
+        allocation_notify(RECLAIM_NOTICE, row, reason=row.reclaim_reason, deadline=row.reclaim_deadline.isoformat(),
                           notice_minutes=notice)
         if notice > 0:
             waiting = True
