@@ -159,7 +159,7 @@ def _send(delivery: Delivery) -> None:
     message = describe(notification.event, notification.payload)
     key = delivery_key(delivery)
     if delivery.channel.startswith("email:"):
-        user = User.objects.filter(pk=delivery.user_id, is_active=True).exclude(email="").first()
+        user = User.objects.filter(pk=delivery.user_id or 0, is_active=True).exclude(email="").first()
         if user is None:
             raise webhooks.SendError("no active account with an e-mail address", permanent=True)
         items = notification.payload.get("items") if notification.event == DIGEST.code else None
@@ -188,8 +188,8 @@ def _webhook_target(delivery: Delivery) -> webhooks.Target:
     hook = Webhook.objects.filter(pk=delivery.webhook_id, is_active=True).first() if delivery.webhook_id else None
     if hook is None:
         raise webhooks.SendError("the webhook was removed or turned off", permanent=True)
-    return webhooks.Target(url=crypto.open_text(hook.url_encrypted), format=hook.format,
-                           secret=crypto.open_text(hook.secret_encrypted))
+    return webhooks.Target(url=crypto.open_text(bytes(hook.url_encrypted)), format=hook.format,
+                           secret=crypto.open_text(bytes(hook.secret_encrypted)))
 
 
 def deliveries_due(*, now: datetime.datetime | None = None, limit: int = 500) -> list[int]:

@@ -32,6 +32,8 @@ from tests.conftest import World, build_world, requires_postgres
 from tests.notifications.conftest import Receiver
 from tests.threads import all_at_once
 
+POSTGRES: pytest.MarkDecorator = requires_postgres()
+
 
 def _request(world: World, *, start: datetime.datetime | None = None, days: int = 2) -> Allocation:
     begin = start or timezone.now()
@@ -120,7 +122,7 @@ def verify(secret: str, body: bytes, signature: str, timestamp: str, *, now: flo
             and abs(sent_at - int(timestamp)) < 2)  # fmt: skip
 
 
-@requires_postgres()
+@POSTGRES
 @pytest.mark.django_db(transaction=True)
 def test_a_hundred_concurrent_tasks_for_one_delivery_send_it_once(receiver: Receiver) -> None:
     world = build_world()
