@@ -220,6 +220,9 @@ SPECTACULAR_SETTINGS = {
         "WindowKindEnum": "allocations.window_models.WindowKind",
         "EdgeKindEnum": "allocations.window_models.EdgeKind",
         "UsageSourceEnum": "telemetry.models.UsageSource",
+        "NotificationModeEnum": "notifications.models.Mode",
+        "NotificationDeliveryStateEnum": "notifications.models.DeliveryState",
+        "WebhookFormatEnum": "notifications.models.WebhookFormat",
     },
 }
 

@@ -306,7 +306,7 @@ def test_every_ordering_of_every_list_answers(world: World, schema: dict[str, An
     gpu = node.gpus.first()
     assert gpu is not None
     observed = ObservedGpu.objects.create(node=node, uuid="GPU-1", gpu=gpu, index=gpu.index, first_seen_at=now, last_seen_at=now)
-    ids = {"cluster_id": world.cluster.pk, "gpu_id": observed.pk}
+    ids = {"cluster_id": world.cluster.pk, "gpu_id": observed.pk, "department_id": world.nlp.pk}
     client = world.client("platform")
     since = (now - datetime.timedelta(days=1)).isoformat()
     answered = {}
