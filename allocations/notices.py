@@ -33,8 +33,9 @@ def allocation_payload(allocation: Allocation) -> dict[str, Any]:
 
 
 def _recipients(event: Event, allocation: Allocation) -> list[int]:
-    if event is events.SUBMITTED:
-        return department_admins(department_id=allocation.project.department_id, exclude=allocation.requested_by_id)
+    if event is events.SUBMITTED:  # no department admin up the tree: platform admins decide
+        admins = department_admins(department_id=allocation.project.department_id, exclude=allocation.requested_by_id)
+        return admins or [user_id for user_id in platform_admins() if user_id != allocation.requested_by_id]
     if event is events.PUSH_FAILED:
         return platform_admins()
     return [allocation.requested_by_id]

@@ -28,6 +28,7 @@ from notifications.delivery import delivery_send, notification_fan_out
 from notifications.email_url import email_settings
 from notifications.models import Delivery, DeliveryState, Notification
 from notifications.services import webhook_create
+from tenants.models import Membership, Role
 from tests.conftest import World, build_world, requires_postgres
 from tests.notifications.conftest import Receiver
 from tests.threads import all_at_once
@@ -146,3 +147,10 @@ def test_a_hundred_concurrent_tasks_for_one_delivery_send_it_once(receiver: Rece
                   now=timezone.now().timestamp())  # fmt: skip
     assert not verify("another-secret", call.body, call.headers["X-GPUPortal-Signature"],
                       call.headers["X-GPUPortal-Timestamp"], now=timezone.now().timestamp())  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_a_request_with_no_department_admin_up_the_tree_goes_to_platform_admins(world: World) -> None:
+    Membership.objects.filter(role=Role.DEPARTMENT_ADMIN).delete()
+    _request(world)
+    assert [recipients for recipients, _ in _notified("allocation.submitted")] == [[world.users["platform"].pk]]
