@@ -15,6 +15,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from accounting.idle.evaluation import idle_cases_evaluate
+from accounting.idle_models import IdleAction
 from allocations import services
 from allocations.models import Allocation
 from allocations.notices import allocations_expiry_notices
@@ -29,6 +31,7 @@ from notifications.email_url import email_settings
 from notifications.models import Delivery, DeliveryState, Notification
 from notifications.services import webhook_create
 from tenants.models import Membership, Role
+from tests.accounting.test_idle_cases import HOUR, active_grant, busy_then_idle, moment, policy
 from tests.conftest import World, build_world, requires_postgres
 from tests.notifications.conftest import Receiver
 from tests.threads import all_at_once
@@ -154,3 +157,16 @@ def test_a_request_with_no_department_admin_up_the_tree_goes_to_platform_admins(
     Membership.objects.filter(role=Role.DEPARTMENT_ADMIN).delete()
     _request(world)
     assert [recipients for recipients, _ in _notified("allocation.submitted")] == [[world.users["platform"].pk]]
+
+
+@pytest.mark.django_db
+def test_an_idle_warning_is_told_to_the_grants_owner(world: World) -> None:
+    now = moment()
+    held = active_grant(world, since=now - 6 * HOUR)
+    policy(action=IdleAction.NOTIFY, window_minutes=30, grace_minutes=10)
+    busy_then_idle(held, now=now, idle=3 * HOUR)
+    idle_cases_evaluate(now=now)
+    idle_cases_evaluate(now=now + HOUR)
+    [(recipients, payload)] = _notified("allocation.idle_warning")
+    assert recipients == [held.requested_by_id]
+    assert (payload["allocation"], payload["policy"], payload["action"]) == (held.pk, "default", "notify")
