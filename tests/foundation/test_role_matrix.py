@@ -26,6 +26,8 @@ from rest_framework.test import APIClient
 
 from allocations import services
 from allocations.models import Allocation
+from notifications.models import Webhook
+from notifications.services import webhook_create
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
 
@@ -107,9 +109,6 @@ users: [{name: u, user: {token: abc}}]
 
 def webhook(scene: Scene) -> dict[str, Any]:
     """nlp's webhook (made once per test, outside the rolled-back requests)."""
-    from notifications.models import Webhook
-    from notifications.services import webhook_create
-
     hook = Webhook.objects.filter(department=scene.world.nlp).first() or webhook_create(
         actor=scene.world.users["platform"], department_id=scene.world.nlp.pk, name="matrix",
         url="https://hooks.example.org/matrix")[0]
