@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.models import Allocation, AllocationState
+from allocations.notices import allocation_notify
 from allocations.quotas.planning import VictimInfo
 from allocations.states import RECLAIMABLE_STATES
 from allocations.transitions import (
@@ -36,6 +37,7 @@ from allocations.transitions import (
 )
 from audit import actions
 from kernel.transactions import retry_on_deadlock
+from notifications.events import RECLAIM_NOTICE
 
 WHY = {
     "borrowed": "it borrowed capacity beyond its department's guarantee",
@@ -96,6 +98,8 @@ def reclaims_start(
         details.update(extra or {})
         reclaiming = allocation_snapshot(row)
         closed = pending_changes_close(allocation=row, why=f"the grant is reclaimed for {cause}")
+        allocation_notify(RECLAIM_NOTICE, row, reason=row.reclaim_reason, deadline=row.reclaim_deadline.isoformat(),
+                          notice_minutes=notice)
         if notice > 0:
             waiting = True
             row.save()

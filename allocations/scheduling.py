@@ -10,6 +10,7 @@ import datetime
 from django.utils import timezone
 
 from allocations.models import Allocation, AllocationState
+from allocations.notices import allocation_notify
 from allocations.reclaims import reclaims_outstanding
 from allocations.transitions import (
     allocation_audit,
@@ -20,6 +21,7 @@ from allocations.transitions import (
 )
 from audit import actions
 from kernel.transactions import retry_on_deadlock
+from notifications import events
 
 
 def allocations_start_due(*, now: datetime.datetime | None = None) -> int:
@@ -47,6 +49,7 @@ def allocation_start(*, allocation_id: int, now: datetime.datetime) -> bool:
     allocation_move(allocation, AllocationState.APPROVED)
     allocation.save()
     provision_enqueue(allocation.pk)  # before the event, as in allocation_approve
+    allocation_notify(events.STARTED, allocation)
     allocation_audit(actor=None, action=actions.ALLOCATION_STARTED, allocation=allocation, before=before)
     return True
 

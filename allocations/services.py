@@ -23,6 +23,7 @@ from django.utils import timezone
 from allocations.booking import reservations
 from allocations.booking.preview import candidate_clusters
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
+from allocations.notices import allocation_notify
 from allocations.quotas.planning import Decision, admission_decide
 from allocations.reclaims import reclaims_start, victims_lock
 from allocations.selectors import allocation_may_change
@@ -53,6 +54,7 @@ from kernel.errors import (
 )
 from kernel.locks import rows_key_share
 from kernel.transactions import retry_on_deadlock
+from notifications import events
 from tenants.access import access_for, department_chain
 from tenants.models import Project
 from tenants.selectors import project_is_member
@@ -133,6 +135,7 @@ def allocation_request(
         exclude=["project", "flavor", "priority_class", "cluster", "requested_by"], validate_constraints=False
     )
     allocation.save()
+    allocation_notify(events.SUBMITTED, allocation, requested_by=actor.get_username(), justification=justification[:1000])
     _audit(
         actor=actor,
         action=actions.ALLOCATION_REQUESTED,
@@ -235,6 +238,7 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
         details["reclaimed"] = [victim.as_details() for victim in decision.victims]
     if later:
         details["starts"] = "after its victims' notice" if waiting else allocation.starts_at.isoformat()
+    allocation_notify(events.DECIDED, allocation, decision="approved", decided_by=actor.get_username(), comment=comment)
     _audit(actor=actor, action=actions.ALLOCATION_APPROVED, allocation=allocation, before=before, details=details)
     return allocation
 
@@ -264,6 +268,7 @@ def allocation_reject(*, actor: User, allocation_id: int, comment: str) -> Alloc
     allocation.decided_at = timezone.now()
     allocation.decision_comment = comment
     allocation.save()
+    allocation_notify(events.DECIDED, allocation, decision="rejected", decided_by=actor.get_username(), comment=comment)
     _audit(actor=actor, action=actions.ALLOCATION_REJECTED, allocation=allocation, before=before, details={"comment": comment})
     return allocation
 
@@ -326,6 +331,7 @@ def allocation_expire(*, allocation_id: int, now: datetime.datetime) -> bool:
     closed = pending_changes_close(allocation=allocation, why="the grant expired")
     if was_holding:  # before the event, as in allocation_release
         _enqueue_project_sync(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
+    allocation_notify(events.EXPIRED, allocation, was=before["state"])
     _audit(actor=None, action=actions.ALLOCATION_EXPIRED, allocation=allocation, before=before)
     pending_changes_closed_audit(actor=None, allocation=allocation, ids=closed, why="the grant expired")
     return True

@@ -6,6 +6,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from allocations.fair_share.services import fair_share_tick
+from allocations.notices import allocations_expiry_notices
 from allocations.reclaims import allocations_reclaim_due
 from allocations.scheduling import allocations_start_due
 from allocations.services import allocations_expire
@@ -30,6 +31,12 @@ def allocations_timeline_task() -> dict[str, int]:
         "reclaimed": allocations_reclaim_due(),
         "started": allocations_start_due(),
     }
+
+
+@shared_task
+def allocations_expiry_notices_task() -> int:
+    """Owners told their grant ends in 7 days, then 1 (each once per end; docs/notifications.md)."""
+    return allocations_expiry_notices()
 
 
 @shared_task

@@ -39,6 +39,7 @@ from allocations.services import (
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, PushState
 from delivery.drivers import DriverError, PermanentDriverError
+from delivery.notices import push_failed_notify
 from delivery.services import cluster_sync_project, cluster_sync_shared
 from kernel.locks import rows_key_share
 from kernel.transactions import retry_on_deadlock
@@ -150,6 +151,8 @@ def _failed(push: ClusterPush, error: DriverError) -> float | None:
         assert delay is not None
         fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
     ClusterPush.objects.filter(pk=push.pk).update(**fields)
+    if final:
+        push_failed_notify(push=push, reason=reason)
     if final and push.allocation_id is not None:  # lock order: the push row (above), then its allocation
         allocation_provision_failed(allocation_id=push.allocation_id, reason=reason)
     log.warning("push %s (attempt %s) failed%s: %s", push.pk, push.attempts, "" if delay is None else f", retry in {delay:.1f}s", reason)

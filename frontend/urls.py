@@ -11,6 +11,7 @@ from frontend.views import (
     departments,
     fair_share,
     idle,
+    notifications,
     platform,
     tokens,
     utilisation,
@@ -66,4 +67,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/verify/", audit.audit_verify, name="audit-verify"),
     path("audit/export/", audit.audit_export_download, name="audit-export"),
     path("audit/checkpoint/", audit.audit_checkpoint, name="audit-checkpoint"),
+    path("account/notifications/", notifications.notification_preferences, name="notification-preferences"),
+    path("notifications/unsubscribe/<str:token>/", notifications.notification_unsubscribe, name="notification-unsubscribe"),
 ]

@@ -6,6 +6,7 @@ from django.urls import URLPattern, URLResolver, include, path
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("", include("tenants.urls")),
+    path("", include("notifications.urls")),
     path("", include("allocations.urls")),
     path("", include("clusters.urls")),
     path("", include("delivery.urls")),

@@ -15,9 +15,10 @@ from celery import current_app
 from django.db import connections
 
 from accounting.tasks import accounting_idle_evaluate_task, accounting_usage_roll_task
-from allocations.tasks import allocations_timeline_task, fair_share_tick_task
+from allocations.tasks import allocations_expiry_notices_task, allocations_timeline_task, fair_share_tick_task
 from kernel.conf import setting_int
 from kernel.periodic import PeriodicThread
+from notifications.tasks import notification_digests_task, notifications_dispatch_task
 from tenants.ldap.conf import ldap_configured
 from tenants.tasks import ldap_sync_task
 
@@ -78,6 +79,11 @@ class Clock(PeriodicThread):
             fair_share_tick_task.apply().get(propagate=True)
         except Exception:
             log.exception("the in-process fair-share tick failed")
+        for task in (allocations_expiry_notices_task, notifications_dispatch_task, notification_digests_task):
+            try:  # expiry notices, deliveries due again after a failure, and the daily digests
+                task.apply().get(propagate=True)
+            except Exception:
+                log.exception("the in-process %s failed", task.name)
 
     def _ldap_sync_when_due(self) -> None:
         """The directory sync (beat's ``tenants-ldap-sync``) every ``GPUPORTAL_LDAP_SYNC_EVERY`` seconds,

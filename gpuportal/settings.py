@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from gpuportal.ldap_settings import ldap_settings
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
+from notifications.email_url import email_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")))
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     # Apps from the bottom of the import order to the top (docs/architecture.md).
     "audit",
     "tenants",
+    "notifications",
     "clusters",
     "allocations",
     "delivery",
@@ -223,6 +225,8 @@ SPECTACULAR_SETTINGS = {
         {"name": "statements", "description": "Monthly statements per department, their lines and corrections."},
         {"name": "idle-policies", "description": "When a grant counts as idle, and what happens to it then."},
         {"name": "idle-cases", "description": "Idle grants found by the policies: keep, exempt or release them."},
+        {"name": "webhooks", "description": "A department's notification webhooks: change or remove one."},
+        {"name": "notification-deliveries", "description": "Deliveries of notifications by e-mail and webhook, and those that failed."},
         {"name": "audit", "description": "The hash-chained audit log: events, exports, signed checkpoints and their keys."},
     ],
     # Several serializers have a "state": name each set of choices once.
@@ -234,6 +238,9 @@ SPECTACULAR_SETTINGS = {
         "EdgeKindEnum": "allocations.window_models.EdgeKind",
         "UsageSourceEnum": "telemetry.models.UsageSource",
         "IdentitySourceEnum": "tenants.identity_models.IdentitySource",
+        "NotificationModeEnum": "notifications.models.Mode",
+        "NotificationDeliveryStateEnum": "notifications.models.DeliveryState",
+        "WebhookFormatEnum": "notifications.models.WebhookFormat",
     },
 }
 
@@ -327,6 +334,38 @@ GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS = env_float("GPUPORTAL_PROMETHEUS_TIMEOUT_S
 GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS = env_int("GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS", 15, minimum=1)
 CELERY_BEAT_SCHEDULE["telemetry-utilisation-tick"] = {
     "task": "telemetry.tasks.telemetry_utilisation_tick_task", "schedule": float(GPUPORTAL_UTILISATION_EVERY),
+}
+
+# Notifications (docs/notifications.md): e-mail through GPUPORTAL_EMAIL_URL (unset: no e-mail),
+# webhooks (the platform-wide one here, departments' through the API), preferences and digests.
+GPUPORTAL_EMAIL_URL = env_secret("GPUPORTAL_EMAIL_URL")
+GPUPORTAL_EMAIL_FROM = env_str("GPUPORTAL_EMAIL_FROM", "GPU Portal <gpuportal@localhost>")
+GPUPORTAL_EMAIL_TIMEOUT_SECONDS = env_float("GPUPORTAL_EMAIL_TIMEOUT_SECONDS", 10.0)
+try:  # Django's own EMAIL_* too, for anything else that sends mail (password resets, admins' errors)
+    globals().update(email_settings(GPUPORTAL_EMAIL_URL, timeout=GPUPORTAL_EMAIL_TIMEOUT_SECONDS))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+DEFAULT_FROM_EMAIL = GPUPORTAL_EMAIL_FROM
+GPUPORTAL_PUBLIC_URL = env_str("GPUPORTAL_PUBLIC_URL")
+GPUPORTAL_WEBHOOK_URL = env_secret("GPUPORTAL_WEBHOOK_URL")
+GPUPORTAL_WEBHOOK_SECRET = env_secret("GPUPORTAL_WEBHOOK_SECRET")
+GPUPORTAL_WEBHOOK_FORMAT = env_str("GPUPORTAL_WEBHOOK_FORMAT", "json").lower()
+if GPUPORTAL_WEBHOOK_FORMAT not in ("json", "slack", "mattermost"):
+    raise ImproperlyConfigured(f"GPUPORTAL_WEBHOOK_FORMAT must be json, slack or mattermost, got {GPUPORTAL_WEBHOOK_FORMAT!r}")
+GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = env_list("GPUPORTAL_WEBHOOK_ALLOWED_HOSTS", [])
+GPUPORTAL_WEBHOOK_TIMEOUT_SECONDS = env_float("GPUPORTAL_WEBHOOK_TIMEOUT_SECONDS", 5.0)
+GPUPORTAL_WEBHOOK_KEY = env_secret("GPUPORTAL_WEBHOOK_KEY")
+GPUPORTAL_NOTIFY_MAX_ATTEMPTS = env_int("GPUPORTAL_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
+GPUPORTAL_NOTIFY_BACKOFF_BASE_SECONDS = env_float("GPUPORTAL_NOTIFY_BACKOFF_BASE_SECONDS", 30.0)
+GPUPORTAL_NOTIFY_BACKOFF_MAX_SECONDS = env_float("GPUPORTAL_NOTIFY_BACKOFF_MAX_SECONDS", 3600.0)
+GPUPORTAL_NOTIFY_LEASE_SECONDS = env_float("GPUPORTAL_NOTIFY_LEASE_SECONDS", 120.0)
+GPUPORTAL_NOTIFY_DIGEST_HOUR = env_int("GPUPORTAL_NOTIFY_DIGEST_HOUR", 7, minimum=0)
+if GPUPORTAL_NOTIFY_DIGEST_HOUR > 23:
+    raise ImproperlyConfigured("GPUPORTAL_NOTIFY_DIGEST_HOUR must be an hour of the day in UTC, 0 to 23")
+CELERY_BEAT_SCHEDULE["notifications-dispatch"] = {"task": "notifications.tasks.notifications_dispatch_task", "schedule": 30.0}
+CELERY_BEAT_SCHEDULE["notifications-digests"] = {"task": "notifications.tasks.notification_digests_task", "schedule": 600.0}
+CELERY_BEAT_SCHEDULE["allocations-expiry-notices"] = {
+    "task": "allocations.tasks.allocations_expiry_notices_task", "schedule": 900.0,
 }
 
 # Allocations and the demo data.

@@ -19,3 +19,5 @@ _api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]  # noqa: 
 assert isinstance(_api_authentication, list)
 if "tenants.oidc.drf.OidcBearerAuthentication" not in _api_authentication:
     _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")
+# A host webhooks may be created for (nothing listens there: the tests of sending run their own receiver).
+GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = ["hooks.example.org"]

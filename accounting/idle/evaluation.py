@@ -24,12 +24,14 @@ from accounting.idle import ladder
 from accounting.idle.reading import Watch, idle_watches_read
 from accounting.idle_models import IdleAction, IdleCase, IdleState
 from allocations.models import AllocationState
+from allocations.notices import allocation_notify
 from allocations.reclaims import allocation_reclaim_idle
 from allocations.transitions import allocation_lock
 from audit import actions
 from audit.actions import AuditAction
 from audit.services import audit_record
 from kernel.transactions import retry_on_deadlock
+from notifications.events import IDLE_WARNING
 
 
 @dataclass
@@ -143,6 +145,8 @@ def case_move(
     if move is ladder.Move.WARN:
         case.state, case.warned_at, case.action_due_at = IdleState.WARNED, now, result.action_due_at
         case.save()
+        allocation_notify(IDLE_WARNING, row, idle_minutes=result.idle_minutes, policy=watch.policy.name,
+                          action=watch.policy.action, action_due_at=case.action_due_at.isoformat() if case.action_due_at else None)
         case_audit(actor=None, action=actions.IDLE_CASE_WARNED, case=case, department_id=department_id, before=before,
                    details=found)  # fmt: skip
         return True

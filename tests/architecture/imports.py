@@ -19,6 +19,7 @@ LAYERS: tuple[str, ...] = (
     "kernel",
     "audit",
     "tenants",
+    "notifications",
     "clusters",
     "allocations",
     "delivery",

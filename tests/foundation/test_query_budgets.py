@@ -229,6 +229,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "department page": get("department", "nlp_admin", department_id=world.nlp.pk),
         "department page (platform)": get("department", "platform", department_id=world.nlp.pk),
         "departments (platform)": get("departments", "platform"),
+        "notification preferences": get("notification-preferences", "nlp_member"),
     }
 
 

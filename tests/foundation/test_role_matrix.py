@@ -28,6 +28,8 @@ from allocations import services
 from allocations.models import Allocation
 from tenants.access_tokens import access_token_create
 from tenants.models import PersonalAccessToken
+from notifications.models import Webhook
+from notifications.services import webhook_create
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
 
@@ -101,6 +103,11 @@ ADMIN_ADDS_IN_NLP = codes( 403,      201,     404,     404,     404,    403,    
 ADMIN_REMOVES_IN_NLP = codes(403,    204,     404,     404,     404,    403,     204,   404,  401)
 ADMIN_SETS_IN_NLP = codes( 403,      200,     404,     404,     404,    403,     200,   404,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
+# nlp's webhooks: its admins (and platform admins) manage them, its auditors read them
+WEBHOOKS_READ = codes(     403,      200,     404,     404,     404,    200,     200,   404,  401)
+WEBHOOKS_ADD = codes(      403,      201,     404,     404,     404,    403,     201,   404,  401)
+WEBHOOK_CHANGE = codes(    403,      200,     404,     404,     404,    403,     200,   404,  401)
+WEBHOOK_REMOVE = codes(    403,      204,     404,     404,     404,    403,     204,   404,  401)
 
 KUBECONFIG = """apiVersion: v1
 kind: Config
@@ -109,6 +116,14 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters: [{name: k, cluster: {server: "https://k8s.example:6443"}}]
 users: [{name: u, user: {token: abc}}]
 """
+
+
+def webhook(scene: Scene) -> dict[str, Any]:
+    """nlp's webhook (made once per test, outside the rolled-back requests)."""
+    hook = Webhook.objects.filter(department=scene.world.nlp).first() or webhook_create(
+        actor=scene.world.users["platform"], department_id=scene.world.nlp.pk, name="matrix",
+        url="https://hooks.example.org/matrix")[0]
+    return {"webhook_id": hook.pk}
 
 
 def nothing(scene: Scene) -> dict[str, Any]:
@@ -358,6 +373,16 @@ ROWS = [
     # Every role sees the node; the processes (pods) on its GPUs only within reach (test_a_node_shows_...).
     Row("api-telemetry-node", "get", ANY_ROLE, kwargs=lambda s: {"node_id": s.node.pk}),
     Row("api-telemetry-gpu-samples", "get", ANY_ROLE, kwargs=lambda s: {"gpu_id": s.observed.pk}),
+    # notifications: nlp's webhooks, the caller's preferences, the deliveries (platform admins)
+    Row("api-department-webhooks", "get", WEBHOOKS_READ, kwargs=lambda s: {"department_id": s.world.nlp.pk}),
+    Row("api-department-webhooks", "post", WEBHOOKS_ADD, kwargs=lambda s: {"department_id": s.world.nlp.pk},
+        body=lambda s, p: {"name": "chat", "url": "https://hooks.example.org/x", "format": "slack"}),
+    Row("api-webhook", "get", WEBHOOKS_READ, kwargs=webhook),
+    Row("api-webhook", "patch", WEBHOOK_CHANGE, kwargs=webhook, body=lambda s, p: {"is_active": False}),
+    Row("api-webhook", "delete", WEBHOOK_REMOVE, kwargs=webhook),
+    Row("api-notification-preferences", "get", SIGNED_IN),
+    Row("api-notification-preferences", "put", SIGNED_IN, body=lambda s, p: {"allocation.expiring": "digest"}),
+    Row("api-notification-deliveries", "get", NODE_TOKENS),
 ]
 
 

@@ -18,7 +18,7 @@ from kernel.conf import setting, setting_float, setting_int, setting_optional_st
 from telemetry import conf as telemetry_conf
 
 ROOT = Path(__file__).resolve().parents[2]
-APPS = ("kernel", "audit", "tenants", "clusters", "allocations", "delivery", "telemetry", "accounting", "compliance", "frontend",
+APPS = ("kernel", "audit", "tenants", "notifications", "clusters", "allocations", "delivery", "telemetry", "accounting", "compliance", "frontend",
         "demo")
 
 

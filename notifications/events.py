@@ -1,0 +1,45 @@
+"""The catalogue of notification events: what each one is called, who gets it, and whether a
+person may turn it off (docs/notifications.md has the table).
+
+Approval events (a request waiting for a decision, the decision itself) and security events are
+mandatory: a preference may send them in the daily digest instead of at once, never turn them off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Event:
+    code: str
+    label: str
+    audience: str  # who gets it, in words (the preferences page and the docs)
+    mandatory: bool = False
+
+
+SUBMITTED = Event("allocation.submitted", "A request in your department waits for a decision", "the department's admins",
+                  mandatory=True)
+DECIDED = Event("allocation.decided", "Your request was approved or rejected", "the requester", mandatory=True)
+STARTED = Event("allocation.started", "Your scheduled grant reached its start", "the requester")
+RECLAIM_NOTICE = Event("allocation.reclaim_notice", "Your grant is reclaimed (with its notice)", "the grant's owner")
+EXPIRING = Event("allocation.expiring", "Your grant ends in 7 days, then in 1 day", "the grant's owner")
+EXPIRED = Event("allocation.expired", "Your grant (or request) expired", "the grant's owner")
+IDLE_WARNING = Event("allocation.idle_warning", "Your grant has been idle for its policy's window", "the grant's owner")
+PUSH_FAILED = Event("cluster.push_failed", "A push to a cluster failed for good", "platform admins")
+DIGEST = Event("digest", "The daily digest of your notifications", "each person with digest events", mandatory=True)
+
+EVENTS: dict[str, Event] = {
+    event.code: event
+    for event in (SUBMITTED, DECIDED, STARTED, RECLAIM_NOTICE, EXPIRING, EXPIRED, IDLE_WARNING, PUSH_FAILED)
+}
+"""The events a person (and a webhook) can choose among; the digest is a carrier, not a choice."""
+
+
+def event_get(code: str) -> Event:
+    if code == DIGEST.code:
+        return DIGEST
+    try:
+        return EVENTS[code]
+    except KeyError:
+        raise ValueError(f"unknown notification event {code!r}; add it to notifications.events") from None
