@@ -26,10 +26,10 @@ from rest_framework.test import APIClient
 
 from allocations import services
 from allocations.models import Allocation
-from tenants.access_tokens import access_token_create
-from tenants.models import PersonalAccessToken
 from notifications.models import Webhook
 from notifications.services import webhook_create
+from tenants.access_tokens import access_token_create
+from tenants.models import PersonalAccessToken
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
 
