@@ -85,7 +85,7 @@ def test_the_development_lock_holds_the_runtime_pins_unchanged_and_the_tools() -
     runtime, development = pins("requirements.lock"), pins("requirements-dev.lock")
     assert {name: development.get(name) for name in runtime} == runtime
     extras = PYPROJECT["project"]["optional-dependencies"]
-    tools = {canonicalize_name(Requirement(text).name) for text in extras["dev"]} - {"gpuportal"}
+    tools = {canonicalize_name(Requirement(text).name) for text in extras["dev"]} - {canonicalize_name("gpuportal")}
     # the dev extra pulls in the portal's optional extras (gpuportal[otel], gpuportal[ldap]) too
     for text in extras["dev"]:
         requirement = Requirement(text)
