@@ -91,8 +91,9 @@ def test_only_the_migration_hook_sees_the_owners_database_url(values: Path) -> N
 
 
 def test_every_variable_the_chart_sets_is_one_the_portal_reads() -> None:
-    read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', (ROOT / "gpuportal" / "settings.py").read_text()))
-    secrets = set(re.findall(r'env_secret\(\s*"([A-Z0-9_]+)"', (ROOT / "gpuportal" / "settings.py").read_text()))
+    settings = "".join((ROOT / "gpuportal" / name).read_text() for name in ("settings.py", "ldap_settings.py"))
+    read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', settings))
+    secrets = set(re.findall(r'env_secret\(\s*"([A-Z0-9_]+)"', settings))
     read |= {f"{name}_FILE" for name in secrets}
     read |= {"DATABASE_URL", "CELERY_BROKER_URL", "PROMETHEUS_MULTIPROC_DIR", "GUNICORN_BIND", "GUNICORN_WORKERS"}
     agent = {f"{ENV_PREFIX}{setting.upper()}" for setting in ENV_SETTINGS}

@@ -77,8 +77,19 @@ app.kubernetes.io/component: {{ .component }}
 {{- if .Values.secrets.kubeconfigKey }}{{ $keys = append $keys "kubeconfig-key" }}{{ end -}}
 {{- if .Values.secrets.metricsToken }}{{ $keys = append $keys "metrics-token" }}{{ end -}}
 {{- if .Values.secrets.auditTrustedKeys }}{{ $keys = append $keys "audit-trusted-keys" }}{{ end -}}
+{{- if .Values.secrets.emailUrl }}{{ $keys = append $keys "email-url" }}{{ end -}}
+{{- if .Values.secrets.webhookUrl }}{{ $keys = append $keys "webhook-url" }}{{ end -}}
+{{- if .Values.secrets.webhookSecret }}{{ $keys = append $keys "webhook-secret" }}{{ end -}}
+{{- if .Values.secrets.webhookKey }}{{ $keys = append $keys "webhook-key" }}{{ end -}}
+{{- if .Values.secrets.oidcClientSecret }}{{ $keys = append $keys "oidc-client-secret" }}{{ end -}}
+{{- if .Values.secrets.ldapBindPassword }}{{ $keys = append $keys "ldap-bind-password" }}{{ end -}}
 {{- end -}}
 {{- toJson $keys -}}
+{{- end -}}
+
+{{/* Each optional key of the runtime Secret and the setting it is the file of (<name>_FILE). */}}
+{{- define "gpu-portal.optionalKeyVariables" -}}
+{{- toJson (dict "kubeconfig-key" "GPUPORTAL_KUBECONFIG_KEY" "metrics-token" "GPUPORTAL_METRICS_TOKEN" "audit-trusted-keys" "GPUPORTAL_AUDIT_TRUSTED_KEYS" "email-url" "GPUPORTAL_EMAIL_URL" "webhook-url" "GPUPORTAL_WEBHOOK_URL" "webhook-secret" "GPUPORTAL_WEBHOOK_SECRET" "webhook-key" "GPUPORTAL_WEBHOOK_KEY" "oidc-client-secret" "GPUPORTAL_OIDC_CLIENT_SECRET" "ldap-bind-password" "GPUPORTAL_LDAP_BIND_PASSWORD") -}}
 {{- end -}}
 
 {{- define "gpu-portal.ingressHosts" -}}
@@ -153,17 +164,9 @@ capabilities:
   value: /etc/gpuportal/secrets/secret-key
 - name: GPUPORTAL_AUDIT_SIGNING_KEY_FILE
   value: /etc/gpuportal/secrets/audit-signing-key
-{{- if has "kubeconfig-key" $optional }}
-- name: GPUPORTAL_KUBECONFIG_KEY_FILE
-  value: /etc/gpuportal/secrets/kubeconfig-key
-{{- end }}
-{{- if has "metrics-token" $optional }}
-- name: GPUPORTAL_METRICS_TOKEN_FILE
-  value: /etc/gpuportal/secrets/metrics-token
-{{- end }}
-{{- if has "audit-trusted-keys" $optional }}
-- name: GPUPORTAL_AUDIT_TRUSTED_KEYS_FILE
-  value: /etc/gpuportal/secrets/audit-trusted-keys
+{{- range $key := $optional }}
+- name: {{ get (include "gpu-portal.optionalKeyVariables" $ | fromJson) $key }}_FILE
+  value: /etc/gpuportal/secrets/{{ $key }}
 {{- end }}
 - name: DATABASE_URL
   valueFrom:
