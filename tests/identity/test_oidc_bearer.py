@@ -118,7 +118,12 @@ def test_made_up_key_ids_do_not_make_the_portal_hammer_the_provider(ada: User, t
 
 
 def test_bearer_values_that_are_not_jwts_are_left_to_the_other_authentication_classes(ada: User, test_issuer: TestIssuer) -> None:
+    # A personal access token's value is the access-token class's (which refuses this malformed one),
+    # not a JWT the provider's class would try and refuse as such.
     answer = me("gpp_abcdef0123456789")
+    assert answer.status_code == 401 and "access token" in answer.json()["error"]["message"].lower()
+    # A value no class claims is no credential at all.
+    answer = me("opaque-value")
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "not_authenticated"
     assert me("a.b").status_code == 401
 
