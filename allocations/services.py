@@ -201,8 +201,11 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     allocation = _lock(allocation_id)
     _require_decider(actor=actor, allocation=allocation)
     before = _snapshot(allocation)
-    if not can_transition(allocation.state, AllocationState.APPROVED):
-        _move(allocation, AllocationState.APPROVED)  # raises, naming the state
+    if allocation.state != AllocationState.PENDING:  # a scheduled grant was decided already: it moves by the clock
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} is {allocation.state}; only a pending request can be approved.",
+            details={"state": allocation.state, "target": AllocationState.APPROVED},
+        )
     department_chain(department_id=allocation.project.department_id, lock=True)
     clusters = _candidate_clusters(allocation=allocation)
     workload = reservations.placement_workload(include=allocation.flavor)

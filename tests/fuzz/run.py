@@ -347,7 +347,17 @@ def tracebacks(server_log: Path, limit: int = 10) -> str:
     <path>" and its traceback; a log line of another request ends it."""
     blocks: dict[str, str] = {}
     current: list[str] | None = None
-    for line in [*server_log.read_text(encoding="utf-8", errors="replace").splitlines(), "[end]"]:
+    lines = server_log.read_text(encoding="utf-8", errors="replace").splitlines()
+    for line in lines:  # JSON logs (the default, kernel/logs): each 500 is one record with its traceback
+        if line.startswith("{") and "Internal Server Error:" in line:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            trace = str(record.get("exc_info") or record.get("exception") or "")
+            blocks.setdefault(trace.strip().rpartition("\n")[2] or record.get("message", ""),
+                              f"{record.get('message', '')}\n{trace}")
+    for line in [*lines, "[end]"]:
         if current is not None and (line.startswith("[") or re.match(r"^[A-Z][A-Za-z ]+: /", line)):
             blocks.setdefault(current[-1] if len(current) > 1 else current[0], "\n".join(current))
             current = None
