@@ -1,7 +1,7 @@
 """Secrets at rest: Fernet (AES-128-CBC + HMAC-SHA256) with keys derived by HKDF-SHA256 from
 configured key material and a label per use, so one key material never yields the same key for two
 kinds of secret. Several materials allow rotation: the first encrypts, all decrypt.
-(``clusters.crypto`` does the same for kubeconfigs.)
+(``clusters.crypto`` uses it for kubeconfigs, ``notifications`` for webhooks.)
 """
 
 from __future__ import annotations
