@@ -158,7 +158,7 @@ def test_it_answers_a_forbidden_transition_with_409_and_the_state(world: World) 
     assert response.status_code == 409
     assert response.json()["error"] == {
         "code": "transition_not_allowed",
-        "message": f"Allocation #{created['id']} is cancelled; it cannot become approved.",
+        "message": f"Allocation #{created['id']} is cancelled; only a pending request can be approved.",
         "fields": {},
         "details": {"state": "cancelled", "target": "approved"},
     }
