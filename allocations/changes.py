@@ -177,9 +177,7 @@ def _release_highest(*, allocation: Allocation, keep: int) -> list[int]:
     """Release the live reservations of the allocation's highest-numbered units beyond ``keep``."""
     live = list(live_reservations_on().filter(allocation=allocation).order_by("-unit").values_list("pk", "unit"))
     extra = live[: max(len(live) - keep, 0)]
-    live_reservations_on().filter(pk__in=[pk for pk, _ in extra]).update(
-        released_at=timezone.now(), release_reason="resized"
-    )
+    reservations.reservations_free(rows=live_reservations_on().filter(pk__in=[pk for pk, _ in extra]), reason="resized")
     return sorted(unit for _, unit in extra)
 
 

@@ -307,6 +307,10 @@ class Reservation(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     released_at = models.DateTimeField(null=True, blank=True)
     release_reason = models.CharField(max_length=32, blank=True)
+    changed_version = models.BigIntegerField(
+        default=0, db_index=True,
+        help_text="The cluster's placement version that booked or released it last (allocations.booking.state).",
+    )
 
     class Meta:
         ordering = ["allocation_id", "unit", "pk"]

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.booking.preview import candidate_clusters
+from allocations.booking.state import ClusterState, cluster_state
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
 from allocations.notices import allocation_notify
 from allocations.quotas.planning import Decision, admission_decide
@@ -177,12 +178,14 @@ def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") ->
 VICTIM_LOCK_TRIES = 3
 
 
-def _decide_and_lock_victims(*, allocation: Allocation, clusters: list[Cluster]) -> tuple[Decision, dict[int, Allocation]]:
+def _decide_and_lock_victims(
+    *, allocation: Allocation, clusters: list[Cluster], states: dict[int, ClusterState]
+) -> tuple[Decision, dict[int, Allocation]]:
     """Plan the admission, then lock its victims (SKIP LOCKED); plan again without those another
     transaction holds or that stopped holding, a few times."""
     untakeable: set[int] = set()
     for _ in range(VICTIM_LOCK_TRIES):
-        decision = admission_decide(allocation=allocation, clusters=clusters, untakeable=untakeable)
+        decision = admission_decide(allocation=allocation, clusters=clusters, untakeable=untakeable, states=states)
         if decision.refusal is not None:
             raise decision.refusal
         wanted = {victim.allocation_id for victim in decision.victims}
@@ -210,8 +213,11 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     clusters = _candidate_clusters(allocation=allocation)
     workload = reservations.placement_workload(include=allocation.flavor)
     for cluster in clusters:
-        reservations.reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
-    decision, victim_rows = _decide_and_lock_victims(allocation=allocation, clusters=clusters)
+        if reservations.reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk):
+            cluster.refresh_from_db(fields=["placement_version"])
+    # Each cluster's kept placement state, brought to the version its locked row holds.
+    states = {cluster.pk: cluster_state(cluster=cluster, locked=True) for cluster in clusters}
+    decision, victim_rows = _decide_and_lock_victims(allocation=allocation, clusters=clusters, states=states)
     attempt = decision.attempt
     assert attempt is not None  # admitted
     reservations.reservations_store(allocation=allocation, attempt=attempt)

@@ -77,6 +77,9 @@ class Cluster(models.Model):
         max_length=200, blank=True, help_text="OIDC client id users sign in with (the API server's --oidc-client-id).",
     )
     last_sync_at = models.DateTimeField(null=True, blank=True)
+    # Moved forward by every change of the cluster's reservations, in the change's transaction
+    # (allocations.booking.state: the placement state each process keeps is brought up to it).
+    placement_version = models.BigIntegerField(default=0, editable=False)
     # Pushes that ended in an error, ever (the counter behind gpuportal_cluster_push_failures_total).
     push_failures = models.PositiveBigIntegerField(default=0, editable=False)
     last_sync_error = models.TextField(blank=True)
@@ -121,6 +124,9 @@ class Node(models.Model):
     cuda_version = models.CharField(max_length=16, blank=True, help_text="CUDA driver API version the node agent reported.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Moved forward by database triggers whenever the row or one of its GPUs changes, however it is
+    # written (clusters/stamps.py): how a kept placement state sees the inventory move.
+    inventory_stamp = models.BigIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["cluster__name", "name"]

@@ -67,6 +67,15 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
 
 @pytest.fixture(autouse=True)
+def _kept_placement_states_forgotten() -> None:
+    """Each test starts with no kept placement state: a rolled-back test's rows are gone, and ids
+    may come back (allocations.booking.state)."""
+    from allocations.booking.state import kept_states_forget
+
+    kept_states_forget()
+
+
+@pytest.fixture(autouse=True)
 def _manifests_in_tmp(settings: Any, tmp_path: Any) -> None:
     settings.GPUPORTAL_MANIFESTS_DIR = tmp_path / "manifests"
 

@@ -29,6 +29,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from allocations.booking.reservations import booking_rows, placement_attempt, placement_workload
+from allocations.booking.state import placement_version_bump
 from allocations.booking.tenancy import DepartmentTree, Tenant, tenant_of
 from allocations.booking.view import (
     GPU_MILLI,
@@ -287,8 +288,11 @@ def defrag_apply(
     by_allocation: dict[int, list[Move]] = defaultdict(list)
     for move in plan.moves:
         by_allocation[move.allocation_id].append(move)
+    version = placement_version_bump(cluster_id=cluster.pk)
     for move in plan.moves:
-        Reservation.objects.filter(pk=move.reservation_id).update(released_at=moment, release_reason="moved")
+        Reservation.objects.filter(pk=move.reservation_id).update(released_at=moment, release_reason="moved",
+                                                                  changed_version=version)
+        move.new.changed_version = version
     Reservation.objects.bulk_create([move.new for move in plan.moves])
     allocations = Allocation.objects.select_related("project").in_bulk(list(by_allocation))
     for allocation_id, moves in sorted(by_allocation.items()):

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db.models import Sum
+from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.utils import timezone
 
 from allocations.booking.minimums import minimums_refusal
@@ -25,6 +25,7 @@ from allocations.booking.sharing import (
     shape_under_reserve,
     too_big,
 )
+from allocations.booking.state import ClusterState, kept_view, placement_version_bump
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.booking.view import (
     PINNED_POLICY,
@@ -39,7 +40,7 @@ from allocations.booking.view import (
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy
 from allocations.placement.placing import place
-from allocations.selectors import holding_with_live_units, live_reservations, live_reservations_on
+from allocations.selectors import live_reservations, live_reservations_on
 from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
@@ -152,6 +153,7 @@ def placement_attempt(
     reservations: list[Reservation] | None = None,
     tenant: Tenant | None = None,
     exclusion: Exclusion | None = None,
+    state: ClusterState | None = None,
 ) -> Attempt:
     """Place ``quantity`` units one by one on a scratch copy of the cluster (its live reservations,
     or ``reservations``): free pinned MIG instances first (they exist already), then wherever the
@@ -162,7 +164,15 @@ def placement_attempt(
 
     A unit of a shared mode is booked for the share of the GPU its memory needs under the memory
     reserve, and the nodes and GPUs ``tenant`` may not share (another department's MPS node, a
-    dedicated pool) are left out (``allocations.booking.sharing``; None: an unnamed project)."""
+    dedicated pool) are left out (``allocations.booking.sharing``; None: an unnamed project).
+
+    With ``state`` (the cluster's kept state, ``allocations.booking.state``; ``nodes`` then are its
+    own), the nodes and reservations come from it and the pictures are its kept ones, rebuilt only
+    where ``reservations`` differ from the live ones: the same attempt, without reading the cluster."""
+    if state is not None:
+        nodes = state.nodes_of(flavor.gpu_model) if nodes is None else nodes
+        if reservations is None:
+            reservations = state.reservations(row.node.pk for row in nodes)
     nodes = node_rows(cluster, gpu_model=flavor.gpu_model) if nodes is None else nodes
     gpu_memory = model_memory_mib(nodes, flavor.gpu_model)
     shape = shape_under_reserve(shape=unit_shape(flavor), flavor=flavor, cluster=cluster, gpu_memory_mib=gpu_memory)
@@ -174,8 +184,17 @@ def placement_attempt(
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
     if exclusion is None:
-        exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
-    view = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=reservations, exclusion=exclusion)
+        exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations,
+                                  allocation_projects=state.projects if state is not None else None)
+
+    def picture(rows: list[Reservation], *, open_empty_gpus: bool | None = None) -> PlacementView:
+        if state is not None:
+            return kept_view(state, cluster=cluster, shape=shape, reservations=rows, open_empty_gpus=open_empty_gpus,
+                             exclusion=exclusion)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows,
+                              open_empty_gpus=open_empty_gpus, exclusion=exclusion)
+
+    view = picture(reservations)
     if not view.offered:
         if view.pinned_room:
             attempt.reason = f"the MIG instances pinned on cluster {cluster.name} hold no free {shape.mig_profile}"
@@ -187,9 +206,7 @@ def placement_attempt(
     def carved_first() -> PlacementView | None:
         if shape.mig_profile is None or view.engine is None:
             return None
-        booked = reservations + booking_rows(attempt.bookings, shape=shape)
-        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=booked, open_empty_gpus=False,
-                              exclusion=exclusion)
+        return picture(reservations + booking_rows(attempt.bookings, shape=shape), open_empty_gpus=False)
 
     carved = carved_first()
     room = {name: list(free) for name, free in view.pinned_room.items()}
@@ -256,6 +273,8 @@ def _booking(view: PlacementView, decision: Placement, shape: UnitShape) -> Book
 
 
 def reservations_store(*, allocation: Allocation, attempt: Attempt, first_unit: int = 0) -> list[Reservation]:
+    """Store the attempt's bookings, stamped with the cluster's next placement version."""
+    version = placement_version_bump(cluster_id=attempt.cluster.pk)
     rows = [
         Reservation(
             allocation=allocation,
@@ -268,6 +287,7 @@ def reservations_store(*, allocation: Allocation, attempt: Attempt, first_unit: 
             cpu_millicores=attempt.shape.cpu_millicores,
             memory_mib=attempt.shape.memory_mib,
             policy=booking.policy,
+            changed_version=version,
         )
         for number, booking in enumerate(attempt.bookings)
     ]
@@ -317,9 +337,21 @@ def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], act
 
 def reservations_release(*, allocation: Allocation, reason: str) -> int:
     """Free every live reservation of ``allocation`` (rows are kept, marked released)."""
-    return live_reservations_on().filter(allocation=allocation).update(
-        released_at=timezone.now(), release_reason=reason
-    )
+    return reservations_free(rows=live_reservations_on().filter(allocation=allocation), reason=reason)
+
+
+def reservations_free(*, rows: QuerySet[Reservation], reason: str) -> int:
+    """Mark the live ``rows`` released, each cluster's stamped with its next placement version (the
+    cluster's row is taken FOR NO KEY UPDATE until the transaction ends, after the allocation's,
+    as kernel/locks.py orders them)."""
+    freed = 0
+    moment = timezone.now()
+    for cluster_id in sorted(set(rows.values_list("node__cluster_id", flat=True))):
+        version = placement_version_bump(cluster_id=cluster_id)
+        freed += rows.filter(node__cluster_id=cluster_id).update(
+            released_at=moment, release_reason=reason, changed_version=version
+        )
+    return freed
 
 
 def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | None, skip: int | None = None) -> int:
@@ -328,9 +360,9 @@ def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | No
     (``skip_locked``); an allocation that no longer fits stays unplaced and is reported by
     ``placement_defrag``. Returns how many allocations were adopted."""
     legacy = (
-        holding_with_live_units(cluster_ids=[cluster.pk])
+        Allocation.objects.filter(cluster_id=cluster.pk, state__in=HOLDING_STATES)
         .exclude(pk=skip or 0)
-        .filter(live_units=0)
+        .exclude(Exists(live_reservations_on().filter(allocation=OuterRef("pk"))))
         .values_list("pk", flat=True)
     )
     adopted = 0

@@ -122,6 +122,18 @@ def allocation_tenants(*, allocation_ids: Iterable[int], tree: DepartmentTree) -
     return out
 
 
+def project_tenants(*, project_ids: Iterable[int], tree: DepartmentTree) -> dict[int, Tenant]:
+    """Project id → its tenant (one query)."""
+    ids = sorted(set(project_ids))
+    if not ids:
+        return {}
+    return {
+        pk: tenant_build(project_id=pk, slug=slug, department_id=department_id, isolation=isolation, tree=tree)
+        for pk, slug, department_id, isolation in Project.objects.filter(pk__in=ids).values_list(
+            "pk", "slug", "department_id", "isolation"
+        )
+    }
+
 def _applies(rule_level: str, level: str) -> bool:
     return rule_level == NODE_LEVEL or level == GPU_LEVEL
 

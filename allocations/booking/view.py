@@ -22,7 +22,7 @@ Nodes whose CPU or memory is unknown (0 in the inventory) are not limited by it.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from allocations.booking.tenancy import Exclusion
@@ -137,7 +137,7 @@ class GpuUse:
     slices: list[MigSlice] = field(default_factory=list)
 
 
-def _usage(reservations: Iterable[Reservation]) -> tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]:
+def reservation_usage(reservations: Iterable[Reservation]) -> tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]:
     per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
     cpu: Counter[int] = Counter()
     memory: Counter[int] = Counter()
@@ -199,6 +199,30 @@ def node_rows(cluster: Cluster, *, gpu_model: str | None = None) -> list[NodeRow
     return [NodeRow(node, tuple(gpus.get(node.pk, ()))) for node in ordered]
 
 
+def engine_node(
+    *, row: NodeRow, per_gpu: Mapping[tuple[int, int], GpuUse], cpu: Mapping[int, int], memory: Mapping[int, int],
+    carve_empty: bool, exclusion: Exclusion,
+) -> EngineNode:
+    """One offering node as the engine sees it, its usage included. A node the tenant may not use
+    stays in the picture without GPUs (nothing can go there), so the engine's rows do not depend
+    on the tenant; a GPU it may not use is left out."""
+    node = row.node
+    cpu_cap, memory_cap = _capacity(node.cpu_millicores), _capacity(node.memory_mib)
+    if node.pk in exclusion.nodes:
+        return EngineNode(name=node.name, cpu_milli=cpu_cap, memory_mib=memory_cap)
+    return EngineNode(
+        name=node.name,
+        cpu_milli=cpu_cap,
+        memory_mib=memory_cap,
+        gpus=tuple(
+            _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()), mig_mode_when_empty=carve_empty)
+            for gpu in row.gpus if (node.pk, gpu.index) not in exclusion.gpus
+        ),
+        cpu_used_milli=min(cpu.get(node.pk, 0), cpu_cap),
+        memory_used_mib=min(memory.get(node.pk, 0), memory_cap),
+    )
+
+
 @dataclass
 class PlacementView:
     """One cluster's nodes that offer a shape, loaded as an engine cluster, plus the pinned
@@ -217,6 +241,30 @@ class PlacementView:
         return self.engine is not None or bool(self.pinned_free)
 
 
+@dataclass(frozen=True)
+class ViewRows:
+    """The nodes of a cluster that take part in a picture for one shape: those the engine places
+    on, and those whose pinned MIG instances are claimed one by one."""
+
+    offering: list[NodeRow]
+    pinned: list[NodeRow]
+
+
+Usage = tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]
+
+
+def view_rows(*, cluster: Cluster, shape: UnitShape, nodes: list[NodeRow]) -> ViewRows:
+    rows = [row for row in nodes if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
+    return ViewRows(
+        offering=[row for row in rows if node_offers(node=row.node, shape=shape, cluster=cluster)],
+        pinned=[
+            row for row in rows
+            if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG
+            and row.node.mig_layout and shape.minimums.met_by_node(row.node)
+        ],
+    )
+
+
 def placement_view(
     *,
     cluster: Cluster,
@@ -231,49 +279,44 @@ def placement_view(
     a GPU of the shape's model take part. ``open_empty_gpus`` (default: for MIG shapes) shows the
     empty MIG-capable GPUs of mixed-strategy nodes in MIG mode, ready to be carved; otherwise
     they are whole GPUs. ``exclusion`` leaves out the nodes and GPUs the requesting tenant may
-    not use (``allocations.booking.tenancy``)."""
+    not use (``allocations.booking.tenancy``). Built from scratch: the kept state of
+    ``allocations.booking.state`` gives the same picture from what changed."""
     excluded = exclusion if exclusion is not None else Exclusion()
     carve_empty = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
-    rows = [row for row in (node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
-            if any(gpu.model == shape.gpu_model for gpu in row.gpus)]
-    offering = [row for row in rows if node_offers(node=row.node, shape=shape, cluster=cluster)]
-    pinned = [
-        row for row in rows
-        if shape.mig_profile and row.node.is_schedulable and row.node.sharing == NodeSharing.MIG and row.node.mig_layout
-        and shape.minimums.met_by_node(row.node)
-    ]
-    left_out = {row.node.name: excluded.nodes[row.node.pk] for row in offering + pinned if row.node.pk in excluded.nodes}
-    offering = [row for row in offering if row.node.pk not in excluded.nodes]
-    pinned = [row for row in pinned if row.node.pk not in excluded.nodes]
-    node_ids = {row.node.pk for row in offering + pinned}
+    rows = view_rows(cluster=cluster, shape=shape,
+                     nodes=node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
+    node_ids = {row.node.pk for row in rows.offering + rows.pinned if row.node.pk not in excluded.nodes}
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=node_ids).order_by("pk"))
-    per_gpu, cpu, memory = _usage(row for row in reservations if row.node_id in node_ids)
-    engine_nodes = []
-    for row in offering:
-        node = row.node
-        cpu_cap, memory_cap = _capacity(node.cpu_millicores), _capacity(node.memory_mib)
-        engine_nodes.append(
-            EngineNode(
-                name=node.name,
-                cpu_milli=cpu_cap,
-                memory_mib=memory_cap,
-                gpus=tuple(
-                    _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()),
-                                mig_mode_when_empty=carve_empty)
-                    for gpu in row.gpus if (node.pk, gpu.index) not in excluded.gpus
-                ),
-                cpu_used_milli=min(cpu[node.pk], cpu_cap),
-                memory_used_mib=min(memory[node.pk], memory_cap),
-            )
-        )
+    usage = reservation_usage(row for row in reservations if row.node_id in node_ids)
+    per_gpu, cpu, memory = usage
+    engine = None
+    if any(row.node.pk not in excluded.nodes for row in rows.offering):
+        engine = EngineCluster([
+            engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve_empty, exclusion=excluded)
+            for row in rows.offering
+        ])
+    return view_finish(cluster=cluster, shape=shape, rows=rows, exclusion=excluded, usage=usage, engine=engine)
+
+
+def view_finish(
+    *, cluster: Cluster, shape: UnitShape, rows: ViewRows, exclusion: Exclusion, usage: Usage,
+    engine: EngineCluster | None,
+) -> PlacementView:
+    """The picture around an engine: the nodes by name, the free pinned instances (from ``usage``,
+    which must cover the pinned nodes) and what the tenant may not use."""
+    per_gpu, cpu, memory = usage
+    left_out = {row.node.name: exclusion.nodes[row.node.pk] for row in rows.offering + rows.pinned
+                if row.node.pk in exclusion.nodes}
+    offering = [row for row in rows.offering if row.node.pk not in exclusion.nodes]
+    pinned = [row for row in rows.pinned if row.node.pk not in exclusion.nodes]
     pinned_free: list[tuple[Node, int, int]] = []
     pinned_room: dict[str, list[int]] = {}
     for row in pinned:
         node = row.node
         pinned_room[node.name] = [_capacity(node.cpu_millicores) - cpu[node.pk], _capacity(node.memory_mib) - memory[node.pk]]
         for gpu in row.gpus:
-            if gpu.model != shape.gpu_model or (node.pk, gpu.index) in excluded.gpus:
+            if gpu.model != shape.gpu_model or (node.pk, gpu.index) in exclusion.gpus:
                 continue
             taken = per_gpu.get((node.pk, gpu.index), GpuUse())
             starts = pinned_free_instances(
@@ -284,7 +327,7 @@ def placement_view(
         cluster=cluster,
         shape=shape,
         nodes={row.node.name: row.node for row in offering + pinned},
-        engine=EngineCluster(engine_nodes) if engine_nodes else None,
+        engine=engine if offering else None,
         pinned_free=pinned_free,
         pinned_room=pinned_room,
         left_out=left_out,

@@ -132,6 +132,64 @@ class Cluster:
             cluster.apply(Placement.from_record(r))
         return cluster
 
+    # ----------------------------------------------------------------- kept state
+    def copy(self) -> Cluster:
+        """An independent copy to place on (a kept state is never changed by a placement). The
+        policies' scratch space starts empty; the node versions are kept, so per-node caches keyed
+        by them stay meaningful."""
+        other = Cluster.__new__(Cluster)
+        other.__dict__.update(self.__dict__)
+        for name in ("cpu_cap", "mem_cap", "cpu_free", "mem_free", "gpu_label", "gpu_model", "gpu_mem", "gpu_free",
+                     "mig_state", "tags", "version", "gpu_present", "shared_gpu", "node_model", "max_free",
+                     "full_count", "free_milli"):
+            setattr(other, name, getattr(self, name).copy())
+        other.mig_instances = {key: list(value) for key, value in self.mig_instances.items()}
+        other._slot = list(self._slot)
+        other.cache = {}
+        other._model_masks = dict(self._model_masks)
+        return other
+
+    def node_replace(self, i: int, node: Node) -> bool:
+        """Make row ``i`` exactly what ``Cluster([... node ...])`` would hold for ``node`` (same
+        name), its usage included. False, changing nothing, when the row cannot hold it (more
+        GPUs than the widest node, or a GPU model this state does not know): build afresh then."""
+        if node.name != self.names[i] or len(node.gpus) > self.max_gpus:
+            return False
+        if any(gpu.model not in self.model_id for gpu in node.gpus):
+            return False
+        if any(gpu.mig_geometry is not None and gpu.mig_geometry not in GEOMETRIES for gpu in node.gpus):
+            return False
+        self.cpu_cap[i], self.mem_cap[i] = node.cpu_milli, node.memory_mib
+        self.cpu_free[i] = node.cpu_milli - node.cpu_used_milli
+        self.mem_free[i] = node.memory_mib - node.memory_used_mib
+        for row in (self.gpu_label, self.gpu_model, self.gpu_free):
+            row[i] = -1
+        self.gpu_mem[i] = 0
+        self.mig_state[i] = mig_tables.NO_MIG
+        self.tags[i] = 0
+        for j in range(self.max_gpus):
+            self.mig_instances.pop((i, j), None)
+        slots: dict[int, int] = {}
+        for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
+            slots[gpu.index] = j
+            self.gpu_label[i, j] = gpu.index
+            self.gpu_model[i, j] = self.model_id[gpu.model]
+            self.gpu_mem[i, j] = gpu.memory_mib
+            if gpu.mig_geometry is None:
+                self.gpu_free[i, j] = GPU_MILLI - gpu.used_milli
+            else:
+                self._init_mig(i, j, gpu)
+        self._slot[i] = slots
+        self.gpu_present[i] = self.gpu_model[i] >= 0
+        self.shared_gpu[i] = self.gpu_present[i] & (self.mig_state[i] == mig_tables.NO_MIG)
+        self.node_model[i] = _node_model(self.gpu_model[i, : len(node.gpus)])
+        self.gpu_cap_milli = int(self.shared_gpu.sum()) * GPU_MILLI
+        self.mig_gpus = int((self.gpu_present & ~self.shared_gpu).sum())
+        self._refresh_aggregates([i])
+        self._model_masks = {}
+        self.version[i] = next(_stamp)
+        return True
+
     # ----------------------------------------------------------------- derived views
     def _refresh_aggregates(self, rows: IntArray | list[int]) -> None:
         free = self.gpu_free[rows]

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Sum
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
+from allocations.booking.state import ClusterState, cluster_state
 from allocations.booking.tenancy import Tenant, tenant_of
-from allocations.booking.view import NodeRow, node_rows
+from allocations.booking.view import NodeRow
 from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
 from allocations.placement import Workload
@@ -37,7 +38,6 @@ from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.wording import QuotaWords
-from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
 from clusters.models import Cluster
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
@@ -95,19 +95,30 @@ class _Room:
     tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
     workload: Workload | None = None
     tenant: Tenant | None = None
+    states: dict[int, ClusterState] = field(default_factory=dict)
+    """Each cluster's kept placement state (read when first needed, unless the caller, which holds
+    the clusters' rows, gave it)."""
 
     def read(self, cluster: Cluster) -> None:
         if cluster.pk in self.nodes:
             return
         start, end = self.allocation.starts_at, self.allocation.ends_at
-        nodes = node_rows(cluster, gpu_model=self.allocation.flavor.gpu_model)
+        state = self.states.get(cluster.pk)
+        if state is None:
+            state = self.states[cluster.pk] = cluster_state(cluster=cluster)
+        nodes = state.nodes_of(self.allocation.flavor.gpu_model)
         self.nodes[cluster.pk] = nodes
+        # The grants whose interval misses the request's hold nothing it could use; the rest of a
+        # holder's rows count, whatever the holder (a row of a non-holding allocation is kept busy).
+        elsewhere = set(
+            Allocation.objects.filter(cluster_id=cluster.pk, state__in=HOLDING_STATES)
+            .filter(Q(starts_at__gte=end) | Q(ends_at__lte=start))
+            .values_list("pk", flat=True)
+        )
         self.rows[cluster.pk] = [
-            row for row in live_reservations_on(node_ids=[node.node.pk for node in nodes])
-            .filter(allocation__starts_at__lt=end, allocation__ends_at__gt=start)
-            .exclude(allocation_id=self.allocation.pk)
-            .order_by("pk")
-            if row.allocation_id not in self.promised
+            row for row in state.reservations(node.node.pk for node in nodes)
+            if row.allocation_id != self.allocation.pk and row.allocation_id not in self.promised
+            and row.allocation_id not in elsewhere
         ]
 
     def attempts(self, victims: frozenset[int]) -> list[Attempt]:
@@ -123,7 +134,7 @@ class _Room:
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
                     policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
                     reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
-                    tenant=self.tenant,
+                    tenant=self.tenant, state=self.states[cluster.pk],
                 )
                 found.append(attempt)
                 if attempt.complete:
@@ -319,10 +330,12 @@ def _capacity_candidates(
 
 
 def admission_decide(
-    *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = ()
+    *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = (),
+    states: dict[int, ClusterState] | None = None,
 ) -> Decision:
     """Would the allocation be admitted now, taking which grants, and where would its units go.
-    ``untakeable``: grants that may not be chosen (another transaction holds them)."""
+    ``untakeable``: grants that may not be chosen (another transaction holds them). ``states``:
+    the clusters' kept placement states, when the caller holds their rows (an approval)."""
     flavor = allocation.flavor
     parents = department_parent_map()
     department_id = allocation.project.department_id
@@ -357,7 +370,7 @@ def admission_decide(
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
         # something has to be taken.
-        room = _Room(allocation=allocation, clusters=clusters)
+        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}))
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
             checks = [words.details(check) for check in quick]
@@ -373,7 +386,7 @@ def admission_decide(
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
         checks = [words.details(check) for check in quota_only.checks]
         return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
-    room = _Room(allocation=allocation, clusters=clusters, promised=promised)
+    room = _Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}))
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
