@@ -25,6 +25,7 @@ from allocations.booking.preview import candidate_clusters
 from allocations.booking.state import ClusterState, cluster_state
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
 from allocations.notices import allocation_notify
+from allocations.placement import Workload
 from allocations.quotas.planning import Decision, admission_decide
 from allocations.reclaims import reclaims_start, victims_lock
 from allocations.selectors import allocation_may_change
@@ -179,13 +180,14 @@ VICTIM_LOCK_TRIES = 3
 
 
 def _decide_and_lock_victims(
-    *, allocation: Allocation, clusters: list[Cluster], states: dict[int, ClusterState]
+    *, allocation: Allocation, clusters: list[Cluster], states: dict[int, ClusterState], workload: Workload
 ) -> tuple[Decision, dict[int, Allocation]]:
     """Plan the admission, then lock its victims (SKIP LOCKED); plan again without those another
     transaction holds or that stopped holding, a few times."""
     untakeable: set[int] = set()
     for _ in range(VICTIM_LOCK_TRIES):
-        decision = admission_decide(allocation=allocation, clusters=clusters, untakeable=untakeable, states=states)
+        decision = admission_decide(allocation=allocation, clusters=clusters, untakeable=untakeable, states=states,
+                                    workload=workload)
         if decision.refusal is not None:
             raise decision.refusal
         wanted = {victim.allocation_id for victim in decision.victims}
@@ -212,12 +214,16 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     department_chain(department_id=allocation.project.department_id, lock=True)
     clusters = _candidate_clusters(allocation=allocation)
     workload = reservations.placement_workload(include=allocation.flavor)
-    for cluster in clusters:
-        if reservations.reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk):
-            cluster.refresh_from_db(fields=["placement_version"])
-    # Each cluster's kept placement state, brought to the version its locked row holds.
+    # Each cluster's kept placement state, brought to the version its locked row holds (again after
+    # booking grants that were made before placement existed, if any).
     states = {cluster.pk: cluster_state(cluster=cluster, locked=True) for cluster in clusters}
-    decision, victim_rows = _decide_and_lock_victims(allocation=allocation, clusters=clusters, states=states)
+    for cluster in clusters:
+        if reservations.reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk,
+                                           state=states[cluster.pk]):
+            cluster.refresh_from_db(fields=["placement_version"])
+            states[cluster.pk] = cluster_state(cluster=cluster, locked=True)
+    decision, victim_rows = _decide_and_lock_victims(allocation=allocation, clusters=clusters, states=states,
+                                                     workload=workload)
     attempt = decision.attempt
     assert attempt is not None  # admitted
     reservations.reservations_store(allocation=allocation, attempt=attempt)

@@ -16,6 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.utils import timezone
 
+from allocations.booking.kept_views import kept_exclusion, kept_view
 from allocations.booking.minimums import minimums_refusal
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.sharing import (
@@ -25,7 +26,7 @@ from allocations.booking.sharing import (
     shape_under_reserve,
     too_big,
 )
-from allocations.booking.state import ClusterState, kept_view, placement_version_bump
+from allocations.booking.state import ClusterState, placement_version_bump
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.booking.view import (
     PINNED_POLICY,
@@ -172,9 +173,14 @@ def placement_attempt(
     if state is not None:
         nodes = state.nodes_of(flavor.gpu_model) if nodes is None else nodes
         if reservations is None:
-            reservations = state.reservations(row.node.pk for row in nodes)
-    nodes = node_rows(cluster, gpu_model=flavor.gpu_model) if nodes is None else nodes
-    gpu_memory = model_memory_mib(nodes, flavor.gpu_model)
+            reservations = state.rows_of_model(flavor.gpu_model)
+        key = ("memory", flavor.gpu_model)
+        if key not in state.inventory_memo:
+            state.inventory_memo[key] = model_memory_mib(nodes, flavor.gpu_model)
+        gpu_memory = int(state.inventory_memo[key])
+    else:
+        nodes = node_rows(cluster, gpu_model=flavor.gpu_model) if nodes is None else nodes
+        gpu_memory = model_memory_mib(nodes, flavor.gpu_model)
     shape = shape_under_reserve(shape=unit_shape(flavor), flavor=flavor, cluster=cluster, gpu_memory_mib=gpu_memory)
     attempt = Attempt(cluster=cluster, shape=shape, quantity=quantity)
     if too_big(shape):
@@ -183,9 +189,10 @@ def placement_attempt(
         return attempt
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
+    if exclusion is None and state is not None:
+        exclusion = kept_exclusion(state, tenant=tenant, nodes=nodes, reservations=reservations)
     if exclusion is None:
-        exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations,
-                                  allocation_projects=state.projects if state is not None else None)
+        exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
 
     def picture(rows: list[Reservation], *, open_empty_gpus: bool | None = None) -> PlacementView:
         if state is not None:
@@ -354,17 +361,18 @@ def reservations_free(*, rows: QuerySet[Reservation], reason: str) -> int:
     return freed
 
 
-def reservations_adopt(*, cluster: Cluster, workload: Workload, actor: User | None, skip: int | None = None) -> int:
+def reservations_adopt(
+    *, cluster: Cluster, workload: Workload, actor: User | None, skip: int | None = None, state: ClusterState | None = None
+) -> int:
     """Book the units of allocations granted on ``cluster`` before placement existed, so the
     engine never counts their GPUs as free. Rows another transaction holds are left for later
     (``skip_locked``); an allocation that no longer fits stays unplaced and is reported by
-    ``placement_defrag``. Returns how many allocations were adopted."""
-    legacy = (
-        Allocation.objects.filter(cluster_id=cluster.pk, state__in=HOLDING_STATES)
-        .exclude(pk=skip or 0)
-        .exclude(Exists(live_reservations_on().filter(allocation=OuterRef("pk"))))
-        .values_list("pk", flat=True)
-    )
+    ``placement_defrag``. Returns how many allocations were adopted. ``state``: the cluster's kept
+    state, which spares the search when every grant of the cluster holds a row it knows."""
+    holding = Allocation.objects.filter(cluster_id=cluster.pk, state__in=HOLDING_STATES).exclude(pk=skip or 0)
+    if state is not None and holding.count() == len(state.allocations() - {skip or 0}):
+        return 0  # every grant of the cluster holds a live reservation (the state knows them): none to adopt
+    legacy = holding.exclude(Exists(live_reservations_on().filter(allocation=OuterRef("pk")))).values_list("pk", flat=True)
     adopted = 0
     for allocation_id in list(legacy.order_by("pk")):
         allocation = (

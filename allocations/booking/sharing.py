@@ -8,7 +8,7 @@ live reservations, once per placement attempt.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import replace
 
 from allocations.booking.tenancy import (
@@ -18,7 +18,6 @@ from allocations.booking.tenancy import (
     Holding,
     Tenant,
     allocation_tenants,
-    project_tenants,
     tenancy_exclusion,
 )
 from allocations.booking.view import NodeRow, UnitShape
@@ -73,32 +72,19 @@ def too_big(shape: UnitShape) -> bool:
     return shape.gpu_milli > GPU_MILLI
 
 
-def exclusion_for(
-    *, tenant: Tenant | None, nodes: list[NodeRow], reservations: Iterable[Reservation],
-    allocation_projects: Mapping[int, int] | None = None,
-) -> Exclusion:
+def exclusion_for(*, tenant: Tenant | None, nodes: list[NodeRow], reservations: Iterable[Reservation]) -> Exclusion:
     """The nodes and GPUs ``tenant`` may not use, given who holds the live ``reservations`` (rows
-    not yet stored, of the attempt itself, have no allocation and are the tenant's own).
-    ``allocation_projects`` (allocation id → project id, as a kept state knows them) saves reading
-    every holder's allocation."""
+    not yet stored, of the attempt itself, have no allocation and are the tenant's own)."""
     tenant = tenant if tenant is not None else UNKNOWN_TENANT
-    node_ids = {row.node.pk for row in nodes}
+    node_ids = {row.pk for row in nodes}
     rows = [row for row in reservations if row.allocation_id is not None and row.node_id in node_ids]
     if not rows:
         return Exclusion()
-    tree = DepartmentTree.load()
-    if allocation_projects is not None and all(row.allocation_id in allocation_projects for row in rows):
-        by_project = project_tenants(project_ids={allocation_projects[row.allocation_id] for row in rows}, tree=tree)
-        tenants = {row.allocation_id: by_project[allocation_projects[row.allocation_id]] for row in rows
-                   if allocation_projects[row.allocation_id] in by_project}
-    else:
-        tenants = allocation_tenants(allocation_ids={row.allocation_id for row in rows}, tree=tree)
-    mps = {row.node.pk: row.node.sharing == NodeSharing.MPS for row in nodes}
-    # Only an MPS node, a dedicated holder or a dedicated tenant can keep anyone apart.
+    tenants = allocation_tenants(allocation_ids={row.allocation_id for row in rows}, tree=DepartmentTree.load())
+    mps = {row.pk: row.node.sharing == NodeSharing.MPS for row in nodes}
     holdings = [
         Holding(row.node_id, tuple(int(index) for index in row.gpu_indices), tenants[row.allocation_id])
         for row in rows if row.allocation_id in tenants
-        and (tenant.dedicated or mps.get(row.node_id) or tenants[row.allocation_id].dedicated)
     ]
     return tenancy_exclusion(tenant=tenant, holdings=holdings, mps_node_ids=mps)
 

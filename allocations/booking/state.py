@@ -31,25 +31,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import connection
 from django.db.models import Count, F, Max, Sum
 
-from allocations.booking.tenancy import Exclusion
 from allocations.booking.view import (
     NodeRow,
-    PlacementView,
-    UnitShape,
-    ViewRows,
-    engine_node,
     node_rows,
-    placement_view,
-    reservation_usage,
-    view_finish,
-    view_rows,
 )
 from allocations.models import Reservation
 from clusters.models import Cluster, Node
@@ -131,31 +122,44 @@ def _live_rows(queryset: Any) -> list[Reservation]:
                 .order_by("pk"))
 
 
-def _projects(rows: Iterable[Reservation], into: dict[int, int] | None = None) -> dict[int, int]:
-    out = dict(into or {})
-    for row in rows:
-        out[row.allocation_id] = int(row.kept_project)  # type: ignore[attr-defined]  # annotated above
-    return out
+class RowKey(NamedTuple):
+    """A live row's facts as plain values (its model attributes go through descriptors: slow in
+    loops over thousands of rows)."""
+
+    pk: int
+    node: int
+    allocation: int
+    project: int
+
+
+def _key(row: Reservation) -> RowKey:
+    return RowKey(row.pk, row.node_id, row.allocation_id, int(row.kept_project))  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
 class ClusterState:
-    """One cluster's nodes and live reservations at ``version`` (do not change it: it is shared)."""
+    """One cluster's nodes and live reservations at ``version``. Shared between threads: never
+    change it, nor the lists it hands out."""
 
     cluster_id: int
     version: int
     fingerprint: Fingerprint
     nodes: tuple[NodeRow, ...]
-    live: dict[int, Reservation]
+    ordered: dict[int, Reservation]
+    """The live rows by primary key, in its order."""
+    keys: dict[int, RowKey]
+    """``id(row)`` → its facts, for every live row."""
     by_node: dict[int, tuple[Reservation, ...]]
-    projects: dict[int, int] = field(default_factory=dict)
-    """Allocation id → project id of every live row (to know the tenants without reading them)."""
-    log: tuple[tuple[int, frozenset[int]], ...] = ()
-    """(version, nodes whose reservations changed then), oldest first, at most ``LOG_LIMIT``."""
+    log: tuple[tuple[int, int, frozenset[int]], ...] = ()
+    """(from version, to version, nodes whose reservations changed), oldest first, a chain."""
     by_model: dict[str, list[NodeRow]] = field(default_factory=dict)
     loaded_at: float = field(default_factory=time.monotonic)
     shared: bool = True
     """False: read by a transaction that changed the cluster (or on SQLite): never kept."""
+    memo: dict[Any, Any] = field(default_factory=dict, compare=False)
+    """What is derived from the state once (per GPU model): filled when first asked for."""
+    inventory_memo: dict[Any, Any] = field(default_factory=dict, compare=False)
+    """What is derived from the nodes alone: kept by the states brought forward from this one."""
 
     def nodes_of(self, gpu_model: str | None) -> list[NodeRow]:
         """What ``node_rows(cluster, gpu_model=...)`` reads, in the same order."""
@@ -166,17 +170,50 @@ class ClusterState:
     def reservations(self, node_ids: Iterable[int] | None = None) -> list[Reservation]:
         """The live reservations (on ``node_ids``), in primary-key order."""
         if node_ids is None:
-            return sorted(self.live.values(), key=lambda row: row.pk)
+            return list(self.ordered.values())
         wanted = set(node_ids)
-        return sorted((row for node in wanted for row in self.by_node.get(node, ())), key=lambda row: row.pk)
+        keys = self.keys
+        return [row for row in self.ordered.values() if keys[id(row)].node in wanted]
+
+    def rows_of_model(self, gpu_model: str) -> list[Reservation]:
+        """The live rows on the nodes with a GPU of ``gpu_model`` (the same list each time: a
+        picture asked for exactly these rows is the kept one)."""
+        key = ("rows", gpu_model)
+        if key not in self.memo:
+            self.memo[key] = self.reservations(row.pk for row in self.nodes_of(gpu_model))
+        rows: list[Reservation] = self.memo[key]
+        return rows
+
+    def row_ids_of_model(self, gpu_model: str) -> frozenset[int]:
+        key = ("ids", gpu_model)
+        if key not in self.memo:
+            self.memo[key] = frozenset(map(id, self.rows_of_model(gpu_model)))
+        ids: frozenset[int] = self.memo[key]
+        return ids
+
+    def projects(self) -> frozenset[int]:
+        """The projects holding a live row."""
+        if "projects" not in self.memo:
+            self.memo["projects"] = frozenset(key.project for key in self.keys.values())
+        found: frozenset[int] = self.memo["projects"]
+        return found
+
+    def allocations(self) -> frozenset[int]:
+        """The allocations holding a live row."""
+        if "allocations" not in self.memo:
+            self.memo["allocations"] = frozenset(key.allocation for key in self.keys.values())
+        found: frozenset[int] = self.memo["allocations"]
+        return found
 
     def changed_since(self, version: int) -> frozenset[int] | None:
-        """The nodes whose reservations changed after ``version``; None when the log does not reach back."""
+        """The nodes whose reservations changed after ``version``; None when the log does not reach
+        back to it (the picture is then built again)."""
         if version == self.version:
             return frozenset()
-        if version > self.version or not self.log or self.log[0][0] > version + 1:
-            return None
-        return frozenset().union(*(nodes for stamped, nodes in self.log if stamped > version))
+        for position, (since, _, _) in enumerate(self.log):
+            if since == version:
+                return frozenset().union(*(nodes for _, _, nodes in self.log[position:]))
+        return None
 
 
 def _by_model(nodes: Iterable[NodeRow]) -> dict[str, list[NodeRow]]:
@@ -187,10 +224,10 @@ def _by_model(nodes: Iterable[NodeRow]) -> dict[str, list[NodeRow]]:
     return out
 
 
-def _index(rows: Iterable[Reservation]) -> dict[int, tuple[Reservation, ...]]:
+def _index(rows: Iterable[Reservation], keys: dict[int, RowKey]) -> dict[int, tuple[Reservation, ...]]:
     grouped: dict[int, list[Reservation]] = {}
     for row in rows:
-        grouped.setdefault(row.node_id, []).append(row)
+        grouped.setdefault(keys[id(row)].node, []).append(row)
     return {node: tuple(items) for node, items in grouped.items()}
 
 
@@ -198,39 +235,46 @@ def state_load(*, cluster: Cluster, version: int, fingerprint: Fingerprint) -> C
     """Everything read afresh (``version`` and ``fingerprint`` read before the rows)."""
     nodes = tuple(node_rows(cluster))
     rows = _live_rows(Reservation.objects.filter(released_at__isnull=True, node__cluster_id=cluster.pk))
+    keys = {id(row): _key(row) for row in rows}
     return ClusterState(cluster_id=cluster.pk, version=version, fingerprint=fingerprint, nodes=nodes,
-                        live={row.pk: row for row in rows}, by_node=_index(rows), by_model=_by_model(nodes),
-                        projects=_projects(rows))
+                        ordered={row.pk: row for row in rows}, keys=keys, by_node=_index(rows, keys),
+                        by_model=_by_model(nodes))
 
 
 def state_advance(state: ClusterState, *, version: int) -> ClusterState:
-    """``state`` brought to ``version`` from the rows stamped above its own."""
+    """``state`` brought to ``version`` from the rows stamped above its own (a row stamped again
+    since replaces the one kept; applying a row twice changes nothing)."""
     changed = _live_rows(Reservation.objects.filter(changed_version__gt=state.version, node__cluster_id=state.cluster_id))
-    live = dict(state.live)
-    nodes: set[int] = set()
-    for row in changed:
-        old = live.pop(row.pk, None)
-        if old is not None:
-            nodes.add(old.node_id)
-        if row.released_at is None:
-            live[row.pk] = row
-            nodes.add(row.node_id)
+    stamped = {row.pk for row in changed}
+    arriving = [row for row in changed if row.released_at is None]
+    leaving = [state.ordered[pk] for pk in stamped if pk in state.ordered]
+    keys = dict(state.keys)
+    for row in leaving:
+        del keys[id(row)]
+    for row in arriving:
+        keys[id(row)] = _key(row)
+    ordered = dict(state.ordered)
+    for row in leaving:
+        del ordered[state.keys[id(row)].pk]
+    last = next(reversed(ordered), 0)
+    for row in arriving:
+        ordered[keys[id(row)].pk] = row
+    if arriving and keys[id(arriving[0])].pk < last:  # a row committed out of its id's order
+        ordered = dict(sorted(ordered.items()))
+    nodes = {state.keys[id(row)].node for row in leaving} | {keys[id(row)].node for row in arriving}
     by_node = dict(state.by_node)
     for node in nodes:
-        kept = tuple(row for row in live.values() if row.node_id == node) if len(nodes) > 64 else None
-        if kept is None:
-            ids = {row.pk for row in changed}
-            kept = tuple(row for row in state.by_node.get(node, ()) if row.pk not in ids) + tuple(
-                row for row in changed if row.node_id == node and row.released_at is None
-            )
-        if kept:
-            by_node[node] = kept
+        here = tuple(row for row in by_node.get(node, ()) if state.keys[id(row)].pk not in stamped) + tuple(
+            row for row in arriving if keys[id(row)].node == node
+        )
+        if here:
+            by_node[node] = here
         else:
             by_node.pop(node, None)
-    log = (*state.log, (version, frozenset(nodes)))[-LOG_LIMIT:]
+    log = (*state.log, (state.version, version, frozenset(nodes)))[-LOG_LIMIT:]
     return ClusterState(cluster_id=state.cluster_id, version=version, fingerprint=state.fingerprint,
-                        nodes=state.nodes, live=live, by_node=by_node, log=log, by_model=state.by_model,
-                        projects=_projects(changed, into=state.projects), loaded_at=state.loaded_at)
+                        nodes=state.nodes, ordered=ordered, keys=keys, by_node=by_node, log=log,
+                        by_model=state.by_model, loaded_at=state.loaded_at, inventory_memo=state.inventory_memo)
 
 
 _LOCK = threading.Lock()
@@ -270,106 +314,11 @@ def kept_states_forget() -> None:
     """Drop every kept state and picture (tests; a process that changed rows behind our back)."""
     with _LOCK:
         _STATES.clear()
-        _VIEWS.clear()
+        for forget in _FORGET:
+            forget()
 
 
-@dataclass(frozen=True)
-class KeptView:
-    version: int
-    fingerprint: Fingerprint
-    rows: ViewRows
-    view: PlacementView
+_FORGET: list[Callable[[], None]] = []
+"""What else is kept from the states (the kept pictures register here)."""
 
 
-ViewKey = tuple[int, UnitShape, bool, bool, bool]
-_VIEWS: dict[ViewKey, KeptView] = {}
-
-
-def _base_view(state: ClusterState, *, cluster: Cluster, shape: UnitShape, carve: bool) -> KeptView:
-    """The picture of every live reservation, no tenant rule, at ``state``'s version."""
-    key: ViewKey = (cluster.pk, shape, carve, cluster.use_hami, cluster.use_volcano)
-    with _LOCK:
-        kept = _VIEWS.get(key)
-    if kept is not None and kept.fingerprint == state.fingerprint and kept.version == state.version and state.shared:
-        return kept
-    fresh: KeptView | None = None
-    if kept is not None and kept.fingerprint == state.fingerprint and kept.view.engine is not None:
-        changed = state.changed_since(kept.version)
-        if changed is not None:
-            fresh = _forward(kept, state=state, shape=shape, carve=carve, nodes=changed)
-    if fresh is None:
-        rows = view_rows(cluster=cluster, shape=shape, nodes=state.nodes_of(shape.gpu_model))
-        view = placement_view(cluster=cluster, shape=shape, nodes=rows.offering + rows.pinned,
-                              reservations=state.reservations(row.node.pk for row in rows.offering + rows.pinned),
-                              open_empty_gpus=carve)
-        fresh = KeptView(state.version, state.fingerprint, rows, view)
-    if state.shared:
-        with _LOCK:
-            current = _VIEWS.get(key)
-            if current is None or current.version <= fresh.version or current.fingerprint != fresh.fingerprint:
-                _VIEWS[key] = fresh
-    return fresh
-
-
-def _forward(kept: KeptView, *, state: ClusterState, shape: UnitShape, carve: bool, nodes: frozenset[int]) -> KeptView | None:
-    view = _rebuilt(kept.view, rows=kept.rows, shape=shape, carve=carve, nodes=nodes,
-                    reservations=state.reservations(nodes | {row.node.pk for row in kept.rows.pinned}),
-                    exclusion=Exclusion())
-    return None if view is None else KeptView(state.version, state.fingerprint, kept.rows, view)
-
-
-def _rebuilt(
-    base: PlacementView, *, rows: ViewRows, shape: UnitShape, carve: bool, nodes: Iterable[int],
-    reservations: list[Reservation], exclusion: Exclusion,
-) -> PlacementView | None:
-    """``base`` with the offering ``nodes`` rebuilt from ``reservations`` (which must hold every row
-    on them and on the pinned nodes) under ``exclusion``; None when the engine cannot take a node
-    in place (rebuild it whole then)."""
-    usage = reservation_usage(reservations)
-    per_gpu, cpu, memory = usage
-    engine = base.engine.copy() if base.engine is not None else None
-    wanted = set(nodes)
-    if engine is not None:
-        for row in rows.offering:
-            if row.node.pk in wanted:
-                rebuilt = engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve,
-                                      exclusion=exclusion)
-                if not engine.node_replace(engine.index[row.node.name], rebuilt):
-                    return None
-    return view_finish(cluster=base.cluster, shape=shape, rows=rows, exclusion=exclusion, usage=usage, engine=engine)
-
-
-def kept_view(
-    state: ClusterState,
-    *,
-    cluster: Cluster,
-    shape: UnitShape,
-    reservations: list[Reservation],
-    open_empty_gpus: bool | None = None,
-    exclusion: Exclusion | None = None,
-) -> PlacementView:
-    """What ``placement_view`` would build for these arguments (``nodes``: the state's), from the
-    kept picture: only the nodes where ``reservations`` differ from the live ones, or that the
-    tenant may not wholly use, are rebuilt."""
-    excluded = exclusion if exclusion is not None else Exclusion()
-    carve = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
-    base = _base_view(state, cluster=cluster, shape=shape, carve=carve)
-    given = {row.pk for row in reservations if row.pk is not None}
-    touched = {row.node_id for row in reservations if row.pk is None or row.pk not in state.live}
-    touched.update(row.node_id for pk, row in state.live.items() if pk not in given)
-    touched.update(excluded.nodes)
-    touched.update(node for node, _ in excluded.gpus)
-    pinned = {row.node.pk for row in base.rows.pinned}
-    if not touched and not pinned and not excluded:
-        view = base.view
-        return PlacementView(cluster=cluster, shape=shape, nodes=dict(view.nodes),
-                             engine=view.engine.copy() if view.engine is not None else None,
-                             pinned_free=[], pinned_room={}, left_out={})
-    wanted = touched | pinned
-    rebuilt = _rebuilt(base.view, rows=base.rows, shape=shape, carve=carve, nodes=touched,
-                       reservations=[row for row in reservations if row.node_id in wanted], exclusion=excluded)
-    if rebuilt is not None:
-        rebuilt.cluster = cluster
-        return rebuilt
-    return placement_view(cluster=cluster, shape=shape, nodes=base.rows.offering + base.rows.pinned,
-                          reservations=reservations, open_empty_gpus=carve, exclusion=excluded)

@@ -180,6 +180,11 @@ class NodeRow:
 
     node: Node
     gpus: tuple[GpuRow, ...]
+    pk: int = field(default=0, compare=False)
+    """The node's id, as a plain attribute (read in loops over thousands of nodes)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pk", self.node.pk)
 
 
 def node_rows(cluster: Cluster, *, gpu_model: str | None = None) -> list[NodeRow]:
@@ -285,13 +290,13 @@ def placement_view(
     carve_empty = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
     rows = view_rows(cluster=cluster, shape=shape,
                      nodes=node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
-    node_ids = {row.node.pk for row in rows.offering + rows.pinned if row.node.pk not in excluded.nodes}
+    node_ids = {row.pk for row in rows.offering + rows.pinned if row.pk not in excluded.nodes}
     if reservations is None:
         reservations = list(live_reservations_on(node_ids=node_ids).order_by("pk"))
     usage = reservation_usage(row for row in reservations if row.node_id in node_ids)
     per_gpu, cpu, memory = usage
     engine = None
-    if any(row.node.pk not in excluded.nodes for row in rows.offering):
+    if any(row.pk not in excluded.nodes for row in rows.offering):
         engine = EngineCluster([
             engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve_empty, exclusion=excluded)
             for row in rows.offering
@@ -306,10 +311,10 @@ def view_finish(
     """The picture around an engine: the nodes by name, the free pinned instances (from ``usage``,
     which must cover the pinned nodes) and what the tenant may not use."""
     per_gpu, cpu, memory = usage
-    left_out = {row.node.name: exclusion.nodes[row.node.pk] for row in rows.offering + rows.pinned
-                if row.node.pk in exclusion.nodes}
-    offering = [row for row in rows.offering if row.node.pk not in exclusion.nodes]
-    pinned = [row for row in rows.pinned if row.node.pk not in exclusion.nodes]
+    left_out = {row.node.name: exclusion.nodes[row.pk] for row in rows.offering + rows.pinned
+                if row.pk in exclusion.nodes} if exclusion.nodes else {}
+    offering = [row for row in rows.offering if row.pk not in exclusion.nodes] if exclusion.nodes else rows.offering
+    pinned = [row for row in rows.pinned if row.pk not in exclusion.nodes] if exclusion.nodes else rows.pinned
     pinned_free: list[tuple[Node, int, int]] = []
     pinned_room: dict[str, list[int]] = {}
     for row in pinned:

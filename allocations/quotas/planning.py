@@ -115,11 +115,11 @@ class _Room:
             .filter(Q(starts_at__gte=end) | Q(ends_at__lte=start))
             .values_list("pk", flat=True)
         )
-        self.rows[cluster.pk] = [
-            row for row in state.reservations(node.node.pk for node in nodes)
-            if row.allocation_id != self.allocation.pk and row.allocation_id not in self.promised
-            and row.allocation_id not in elsewhere
-        ]
+        skip = {self.allocation.pk} | self.promised | elsewhere
+        rows = state.rows_of_model(self.allocation.flavor.gpu_model)
+        if skip & state.allocations():  # else the state's own list: its kept picture as it is
+            rows = [row for row in rows if state.keys[id(row)].allocation not in skip]
+        self.rows[cluster.pk] = rows
 
     def attempts(self, victims: frozenset[int]) -> list[Attempt]:
         if victims not in self.tried:
@@ -133,7 +133,7 @@ class _Room:
                 attempt = placement_attempt(
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
                     policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
-                    reservations=[row for row in self.rows[cluster.pk] if row.allocation_id not in victims],
+                    reservations=self._without(cluster.pk, victims),
                     tenant=self.tenant, state=self.states[cluster.pk],
                 )
                 found.append(attempt)
@@ -141,6 +141,13 @@ class _Room:
                     break
             self.tried[victims] = found
         return self.tried[victims]
+
+    def _without(self, cluster_id: int, victims: frozenset[int]) -> list[Reservation]:
+        rows = self.rows[cluster_id]
+        if not victims:
+            return rows
+        keys = self.states[cluster_id].keys
+        return [row for row in rows if keys[id(row)].allocation not in victims]
 
     def fits(self, victims: frozenset[int]) -> bool:
         if frozenset() in self.tried and self.tried[frozenset()][-1].complete:
@@ -331,11 +338,12 @@ def _capacity_candidates(
 
 def admission_decide(
     *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = (),
-    states: dict[int, ClusterState] | None = None,
+    states: dict[int, ClusterState] | None = None, workload: Workload | None = None,
 ) -> Decision:
     """Would the allocation be admitted now, taking which grants, and where would its units go.
     ``untakeable``: grants that may not be chosen (another transaction holds them). ``states``:
-    the clusters' kept placement states, when the caller holds their rows (an approval)."""
+    the clusters' kept placement states, when the caller holds their rows (an approval);
+    ``workload``: the placement workload, when the caller has read it already."""
     flavor = allocation.flavor
     parents = department_parent_map()
     department_id = allocation.project.department_id
@@ -370,7 +378,7 @@ def admission_decide(
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
         # something has to be taken.
-        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}))
+        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
             checks = [words.details(check) for check in quick]
@@ -386,7 +394,8 @@ def admission_decide(
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
         checks = [words.details(check) for check in quota_only.checks]
         return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
-    room = _Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}))
+    room = _Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
+                 workload=workload)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())

@@ -21,6 +21,7 @@ from django.db import connection
 from django.utils import timezone
 
 from allocations import changes, services
+from allocations.booking import kept_views
 from allocations.booking import state as kept
 from allocations.booking.defrag import defrag_apply
 from allocations.booking.sharing import shape_under_reserve
@@ -65,6 +66,7 @@ def compare(world: World, state: kept.ClusterState, rng: random.Random) -> None:
     assert [tuple(getattr(row, name) for name in fields) for row in state.reservations()] == [
         tuple(getattr(row, name) for name in fields) for row in fresh_live
     ]
+    by_pk = state.ordered
     for flavor in Flavor.objects.all():
         nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
         memory = max((gpu.memory_mib for row in nodes for gpu in row.gpus), default=0)
@@ -77,8 +79,8 @@ def compare(world: World, state: kept.ClusterState, rng: random.Random) -> None:
         exclusion = Exclusion(nodes={row.node.pk: "kept apart" for row in nodes if rng.random() < 0.3})
         for carve in ((True, False) if flavor.mig_profile else (None,)):
             for rows, apart in ((live, Exclusion()), (subset, exclusion)):
-                mine = [state.live.get(row.pk, row) for row in rows]  # the kept rows where it has them
-                derived = kept.kept_view(state, cluster=cluster, shape=shape, reservations=mine,
+                mine = [by_pk.get(row.pk, row) for row in rows]  # the kept rows where it has them
+                derived = kept_views.kept_view(state, cluster=cluster, shape=shape, reservations=mine,
                                          open_empty_gpus=carve, exclusion=apart)
                 scratch = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows,
                                          open_empty_gpus=carve, exclusion=apart)
@@ -96,12 +98,12 @@ class Caches:
         states, views = self.saved[name]
         kept._STATES.clear()
         kept._STATES.update(states)
-        kept._VIEWS.clear()
-        kept._VIEWS.update(views)
+        kept_views._VIEWS.clear()
+        kept_views._VIEWS.update(views)
         state = kept.cluster_state(cluster=Cluster.objects.get(pk=world.cluster.pk))
         assert state.shared
         compare(world, state, rng)
-        self.saved[name] = (dict(kept._STATES), dict(kept._VIEWS))
+        self.saved[name] = (dict(kept._STATES), dict(kept_views._VIEWS))
 
 
 def step(world: World, rng: random.Random, flavors: list[Flavor], number: int) -> str:
@@ -154,13 +156,13 @@ def step(world: World, rng: random.Random, flavors: list[Flavor], number: int) -
 def test_the_kept_state_always_equals_a_fresh_rebuild_across_processes(monkeypatch: pytest.MonkeyPatch) -> None:
     assert connection.vendor == "postgresql"
     forwarded: list[int] = []
-    forward = kept._forward
+    forward = kept_views._forward
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         forwarded.append(len(kwargs["nodes"]))
         return forward(*args, **kwargs)
 
-    monkeypatch.setattr(kept, "_forward", counted)
+    monkeypatch.setattr(kept_views, "_forward", counted)
     world = build_world(a100_gpus=16, h100_gpus=16)
     Node.objects.filter(name="h100-1").update(sharing=NodeSharing.MPS, sharing_replicas=4)
     mig3 = Flavor.objects.create(

@@ -1,0 +1,266 @@
+"""Benchmark (not a timed test): does an approval slow down with the size of the cluster?
+
+    DATABASE_URL=postgres://OWNER:PW@HOST:PORT/DB .venv/bin/python bench/approval_scale.py \\
+        [--sizes 24,2500] [--approvals 300] [--rounds 2] [--fill 0.3] [--seed 7]
+
+For each size it creates a scratch PostgreSQL database next to DB (``<DB>_approval_<size>``,
+dropped first and after), migrates it and seeds one cluster of that many nodes of 8 GPUs (A100
+nodes with MIG's mixed strategy, H100 nodes whole, every fourth H100 node MPS with 4 replicas),
+a ``--fill`` share of its nodes already half booked by running grants (so a fresh read of the
+cluster has rows to read), and room in the quota for everything. Then, in a child process per size
+and round (the sizes alternate, so both see the same machine), it replays one seeded stream of
+requests (whole A100 and H100 GPUs, A100 MIG 1g.10gb and 3g.40gb, H100 MPS quarters; each
+released after a drawn lifetime) through the real services and times each approval: quota,
+locks, placement, audit, outbox. The first ``--warmup`` approvals of each child are left out: they
+include the process's first read of the cluster (the kept placement state, allocations/booking/state.py).
+
+Printed: approval p50/p99 per size, the share of approvals refused for lack of room, and the
+ratio of the largest size's p50 to the smallest's (the target: at most 2).
+Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+H100 = "NVIDIA-H100-80GB-HBM3"
+# flavor → (weight in the stream, quantities drawn)
+STREAM: dict[str, tuple[float, tuple[int, ...]]] = {
+    "a100": (0.25, (1, 1, 2, 4)),
+    "a100-1g": (0.25, (1, 1, 2, 3)),
+    "a100-3g": (0.15, (1, 1, 2)),
+    "h100": (0.20, (1, 1, 2, 4)),
+    "h100-mps": (0.15, (1, 2, 3)),
+}
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.netloc, f"/{name}", parts.query, parts.fragment))
+
+
+def django_setup(url: str) -> None:
+    os.environ["DATABASE_URL"] = url
+    os.environ["DJANGO_SETTINGS_MODULE"] = "gpuportal.settings_test"
+    os.environ.setdefault("GPUPORTAL_LOG_FORMAT", "console")
+    os.environ.pop("CELERY_BROKER_URL", None)
+    import django
+
+    django.setup()
+    import logging
+
+    logging.disable(logging.WARNING)  # no broker here: the outbox's hand-over warnings are expected
+
+
+def child_seed(url: str, nodes: int, fill: float, seed_value: int) -> dict[str, Any]:
+    django_setup(url)
+    import datetime
+
+    from django.contrib.auth.models import User
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from allocations.booking.state import placement_version_bump
+    from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, Reservation, SharingMode
+    from clusters.models import Cluster, Gpu, Node, NodeSharing
+    from tenants.models import Department, Membership, Project, Role
+
+    began = time.perf_counter()
+    call_command("migrate", verbosity=0)
+    department = Department.objects.create(slug="bench", name="Bench")
+    admin, member = User.objects.create(username="admin"), User.objects.create(username="member")
+    Membership.objects.create(user=admin, department=department, role=Role.DEPARTMENT_ADMIN)
+    Membership.objects.create(user=member, department=department, role=Role.RESEARCHER)
+    project = Project.objects.create(slug="bench-p", name="Bench", department=department)
+    project.members.add(member)
+    Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(0), limit=Decimal(900_000))
+    common = {"cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768}
+    specs = [
+        ("a100", A100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
+        ("a100-1g", A100, SharingMode.MIG, "1g.10gb", None, "0.1429", "nvidia.com/mig-1g.10gb", 9856),
+        ("a100-3g", A100, SharingMode.MIG, "3g.40gb", None, "0.4286", "nvidia.com/mig-3g.40gb", 40192),
+        ("h100", H100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
+        ("h100-mps", H100, SharingMode.MPS, "", 4, "0.25", "nvidia.com/gpu.shared", 16384),
+    ]
+    flavors = {}
+    for name, model, mode, profile, replicas, equivalents, resource, memory in specs:
+        flavors[name] = Flavor.objects.create(
+            name=name, display_name=name, gpu_model=model, sharing_mode=mode, mig_profile=profile, replicas=replicas,
+            resource_name=resource, memory_mib=memory, compute_percent=100 if mode == SharingMode.EXCLUSIVE else 25,
+            gpu_equivalents=Decimal(equivalents), **common,
+        )
+    standard = PriorityClass.objects.create(name="standard", value=1000)
+    cluster = Cluster.objects.create(name="bench")
+    rows = []
+    for index in range(nodes):
+        a100 = index % 2 == 0
+        sharing = NodeSharing.MIG if a100 else (NodeSharing.MPS if index % 4 == 3 else NodeSharing.EXCLUSIVE)
+        rows.append(Node(cluster=cluster, name=f"node-{index:04d}", cpu_millicores=128000, memory_mib=1048576,
+                         sharing=sharing, sharing_replicas=4 if sharing == NodeSharing.MPS else None))
+    created = Node.objects.bulk_create(rows)
+    Gpu.objects.bulk_create([
+        Gpu(node=node, index=i, model=A100 if node.sharing == NodeSharing.MIG else H100, memory_mib=81920,
+            mig_capable=node.sharing == NodeSharing.MIG)
+        for node in created for i in range(8)
+    ])
+    # Running grants on a share of the nodes: four whole GPUs each (not on the MPS nodes).
+    rng = random.Random(seed_value)
+    busy = [node for node in created if node.sharing != NodeSharing.MPS and rng.random() < fill]
+    now = timezone.now()
+    grants = Allocation.objects.bulk_create([
+        Allocation(project=project, flavor=flavors["a100" if node.sharing == NodeSharing.MIG else "h100"], quantity=4,
+                   priority_class=standard, requested_by=member, decided_by=admin, decided_at=now,
+                   state=AllocationState.ACTIVE, cluster=cluster, starts_at=now, ends_at=now + datetime.timedelta(days=30),
+                   justification="background")
+        for node in busy
+    ])
+    version = placement_version_bump(cluster_id=cluster.pk)
+    Reservation.objects.bulk_create([
+        Reservation(allocation=grant, unit=unit, node=node, gpu_indices=[unit], gpu_milli=1000, cpu_millicores=4000,
+                    memory_mib=32768, policy="seed", changed_version=version)
+        for grant, node in zip(grants, busy, strict=True) for unit in range(4)
+    ])
+    return {"nodes": nodes, "busy_nodes": len(busy), "seed_s": round(time.perf_counter() - began, 1)}
+
+
+def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup: int) -> dict[str, Any]:
+    django_setup(url)
+    import datetime
+
+    from django.contrib.auth.models import User
+    from django.utils import timezone
+
+    from allocations import services
+    from allocations.booking import reservations
+    from allocations.models import Flavor, PriorityClass
+    from clusters import outbox
+    from kernel.errors import CapacityExceeded
+    from tenants.models import Project
+
+    # Pushes stay queued in the outbox (no broker runs them eagerly here): the approval is measured,
+    # not the delivery to the cluster.
+    vars(outbox)["push_dispatch"] = lambda **kwargs: False
+    reservations.placement_engine_warm()
+    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
+    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
+    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    rng = random.Random(seed_value)
+    names = list(STREAM)
+    weights = [STREAM[name][0] for name in names]
+    due: dict[int, list[int]] = {}
+    latencies: list[float] = []
+    refused = 0
+    for step in range(approvals + warmup):
+        for grant in due.pop(step, []):
+            services.allocation_release(actor=admin, allocation_id=grant)
+        name = rng.choices(names, weights)[0]
+        now = timezone.now()
+        allocation = services.allocation_request(
+            actor=member, project=project, flavor=flavors[name], quantity=rng.choice(STREAM[name][1]),
+            priority_class=priority, starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+        )
+        began = time.perf_counter()
+        try:
+            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
+            due.setdefault(step + 1 + int(rng.expovariate(1 / lifetime)), []).append(allocation.pk)
+        except CapacityExceeded:
+            refused += step >= warmup
+        if step >= warmup:
+            latencies.append(time.perf_counter() - began)
+    return {"latencies": latencies, "refused": refused}
+
+
+def run_child(name: str, *arguments: Any) -> dict[str, Any]:
+    result = subprocess.run([sys.executable, __file__, "--child", name, json.dumps(arguments)],
+                            capture_output=True, text=True, cwd=ROOT, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"step {name} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
+    return figures
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="24,2500", help="node counts, comma-separated (smallest first)")
+    parser.add_argument("--approvals", type=int, default=300, help="approvals timed per size and round")
+    parser.add_argument("--warmup", type=int, default=5, help="approvals left out at the start of each child")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--fill", type=float, default=0.3, help="share of nodes half booked before the stream")
+    parser.add_argument("--lifetime", type=float, default=60.0, help="mean approvals a grant lives")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps({"seed": child_seed, "run": child_run}[args.child](*json.loads(args.arguments))))
+        return
+    import psycopg
+
+    stop_services = False
+    owner = os.environ.get("DATABASE_URL", "")
+    if not owner.startswith("postgres"):
+        from bench.portal_server import services_up
+
+        os.environ.update(services_up())
+        owner, stop_services = os.environ["DATABASE_URL"], True
+    base = urlsplit(owner).path.lstrip("/") or "gpuportal"
+    sizes = [int(size) for size in args.sizes.split(",")]
+    names = {size: f"{base}_approval_{size}" for size in sizes}
+    try:
+        with psycopg.connect(owner, autocommit=True) as connection:
+            for name in names.values():
+                connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                connection.execute(f'CREATE DATABASE "{name}"')
+        for size in sizes:
+            print(f"seeded {json.dumps(run_child('seed', with_database(owner, names[size]), size, args.fill, args.seed))}",
+                  flush=True)
+        results: dict[int, list[float]] = {size: [] for size in sizes}
+        refused: dict[int, int] = dict.fromkeys(sizes, 0)
+        for round_number in range(args.rounds):
+            for size in sizes:
+                figures = run_child("run", with_database(owner, names[size]), args.approvals, args.seed + round_number,
+                                    args.lifetime, args.warmup)
+                results[size] += figures["latencies"]
+                refused[size] += figures["refused"]
+                print(f"round {round_number + 1}, {size} nodes: p50 {percentile(figures['latencies'], 0.5):.1f} ms",
+                      flush=True)
+        print(f"approvals through the services on PostgreSQL, {args.approvals} per size and round, {args.rounds} rounds, "
+              f"{args.fill:.0%} of nodes half booked before the stream")
+        for size in sizes:
+            values = results[size]
+            print(f"  {size:>5} nodes ({size * 8} GPUs): p50 {percentile(values, 0.5):7.1f} ms  "
+                  f"p99 {percentile(values, 0.99):7.1f} ms  mean {1000 * statistics.fmean(values):7.1f} ms  "
+                  f"refused for room {refused[size] / len(values):.1%}")
+        small, large = sizes[0], sizes[-1]
+        ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
+        print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
+    finally:
+        with psycopg.connect(owner, autocommit=True) as connection:
+            for name in names.values():
+                connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        if stop_services:
+            subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
+
+
+if __name__ == "__main__":
+    main()
