@@ -29,3 +29,12 @@ def logging_setup(**_: Any) -> None:
     from django.conf import settings
 
     logging.config.dictConfig(settings.LOGGING)
+
+
+@signals.worker_process_init.connect(weak=False)
+def placement_tables_build(**_: Any) -> None:
+    """Each worker process builds the placement engine's MIG tables as it starts (in the background),
+    not in its first approval."""
+    from allocations.booking.reservations import placement_engine_warm_at_start
+
+    placement_engine_warm_at_start()

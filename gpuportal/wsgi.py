@@ -7,6 +7,11 @@ from django.core.wsgi import get_wsgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
 application = get_wsgi_application()
 
+# The placement engine's MIG tables, built once as the process starts (in the background).
+from allocations.booking.reservations import placement_engine_warm_at_start  # noqa: E402
+
+placement_engine_warm_at_start()
+
 # In-process tasks (no broker, hence no beat): this process re-dispatches due pushes itself and
 # runs the allocation timeline (expiry, reclaims, scheduled starts).
 from clusters.outbox import pushes_sweeper_start  # noqa: E402 - needs the apps loaded above

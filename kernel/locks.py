@@ -14,9 +14,13 @@ rows are locked in primary-key order:
 3. departments: the department chain, nearest first but locked in primary-key order (admission,
    quota changes), then quota and flavor rows (the catalogue);
 4. clusters: FOR UPDATE by whoever books or moves GPUs on them or changes their credentials, FOR
+   NO KEY UPDATE by whoever frees reservations on them (the UPDATE that moves the placement
+   version, ``allocations.booking.state.placement_version_bump``: after the allocation's row), FOR
    KEY SHARE by the push's recording, which must not wait for a cluster once it holds the chain lock;
 5. node tokens and node report states, then nodes, then their GPUs (telemetry and the inventory,
-   see docs/telemetry.md), then reservations (written only under their cluster's or allocation's lock);
+   see docs/telemetry.md; a GPU's write also updates its node's row, through the inventory stamp's
+   trigger, ``clusters.stamps``, which every writer of GPUs has locked first), then reservations
+   (written only under their cluster's or allocation's lock);
 6. the audit chain lock (``audit.services.audit_record``'s transaction-scoped advisory lock), always
    last. Nothing may wait for a row after it, because every writer of an audit event waits for it
    while holding its rows: a transaction that waits for a row while holding the chain lock

@@ -12,16 +12,17 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 
+from allocations.booking.kept_views import kept_exclusion
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import placement_attempt, placement_workload
-from allocations.booking.sharing import exclusion_for
+from allocations.booking.state import ClusterState, cluster_state
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
-from allocations.booking.view import NodeRow, node_rows
-from allocations.models import Flavor, Reservation
+from allocations.models import Allocation, Flavor
 from allocations.placement import Policy
-from allocations.selectors import holding_with_live_units, live_reservations_on
+from allocations.selectors import holding_with_live_units
+from allocations.states import HOLDING_STATES
 from clusters.models import Cluster
 from kernel.reads import SharedReads
 from tenants.models import Project
@@ -62,40 +63,47 @@ def candidate_clusters(*, flavor: Flavor, cluster: Cluster | None) -> QuerySet[C
     return Cluster.objects.filter(pk__in=having).order_by("pk")
 
 
-def _not_yet_booked(clusters: list[Cluster]) -> dict[int, int]:
-    """Per cluster, its holding allocations without any live reservation (what approval adopts first)."""
+def _not_yet_booked(clusters: list[Cluster], states: dict[int, ClusterState]) -> dict[int, int]:
+    """Per cluster, its holding allocations without any live reservation (what approval adopts
+    first): none where every holding allocation holds a row the kept state knows."""
+    counts = dict(
+        Allocation.objects.filter(cluster_id__in=[cluster.pk for cluster in clusters], state__in=HOLDING_STATES)
+        .values_list("cluster_id").annotate(count=Count("pk")).values_list("cluster_id", "count")
+    )
+    unsure = [cluster.pk for cluster in clusters if counts.get(cluster.pk, 0) != len(states[cluster.pk].allocations())]
+    if not unsure:
+        return {}
     legacy = (
-        holding_with_live_units(cluster_ids=[cluster.pk for cluster in clusters])
+        holding_with_live_units(cluster_ids=unsure)
         .filter(live_units=0)
         .values_list("cluster_id", flat=True)
     )
     return dict(Counter(cluster_id for cluster_id in legacy if cluster_id is not None))
 
 
+def _state(cluster: Cluster) -> ClusterState:
+    return cluster_state(cluster=cluster)
+
+
+def _exclusion(state: ClusterState, tenant: Tenant | None, model: str) -> Exclusion | None:
+    """What the tenant may not use on the state's nodes of ``model`` (None: placement asks itself)."""
+    return kept_exclusion(state, tenant=tenant, nodes=state.nodes_of(model), reservations=state.rows_of_model(model))
+
+
 def _candidates(*, flavor: Flavor, cluster: Cluster | None) -> list[Cluster]:
     return list(candidate_clusters(flavor=flavor, cluster=cluster))
 
 
-def _live_on(nodes: list[NodeRow]) -> list[Reservation]:
-    return list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
-
-
-def _exclusion(tenant: Tenant | None, nodes: list[NodeRow], reservations: list[Reservation]) -> Exclusion:
-    return exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
-
-
 def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, free_limit: int,
-                 pending_adoption: int, reads: SharedReads, tenant: Tenant | None) -> ClusterFit:
+                 pending_adoption: int, state: ClusterState, tenant: Tenant | None, reads: SharedReads) -> ClusterFit:
     # One attempt answers both questions: units are placed one by one, so its first ``quantity``
-    # bookings are the request's, and it goes on (up to the limit) to count what else is free.
-    # The nodes and reservations are what placement_attempt reads itself when not given them.
+    # bookings are the request's, and it goes on (up to the limit) to count what else is free. The
+    # cluster is seen through its kept placement state (allocations.booking.state).
     model = flavor.gpu_model
-    nodes = reads.once(("nodes", cluster.pk, model), node_rows, cluster, gpu_model=model)
-    reservations = reads.once(("live reservations", cluster.pk, model), _live_on, nodes)
     exclusion = reads.once(("tenancy", cluster.pk, model, tenant.project_id if tenant else 0), _exclusion,
-                           tenant, nodes, reservations)
+                           state, tenant, model)
     attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy,
-                                nodes=nodes, reservations=reservations, exclusion=exclusion)
+                                tenant=tenant, state=state, exclusion=exclusion)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity
     return ClusterFit(
@@ -129,11 +137,13 @@ def placement_preview(
     if not candidates:
         return []
     workload = reads.once(("workload", flavor.pk), placement_workload, include=flavor)
+    states = {candidate.pk: reads.once(("kept state", candidate.pk), _state, candidate) for candidate in candidates}
     waiting = reads.once(("not yet booked", tuple(candidate.pk for candidate in candidates)), _not_yet_booked,
-                         candidates)
+                         candidates, states)
     tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)
     return [
         _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=placement_policy_for(flavor, workload),
-                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), reads=reads, tenant=tenant)
+                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), state=states[candidate.pk],
+                     tenant=tenant, reads=reads)
         for candidate in candidates
     ]

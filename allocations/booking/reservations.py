@@ -8,6 +8,7 @@ cannot change before commit. Releasing needs no cluster lock: it only ever frees
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from allocations.booking.view import (
     unit_shape,
 )
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
-from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy
+from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy, mig_tables
 from allocations.placement.placing import place
 from allocations.selectors import live_reservations, live_reservations_on
 from allocations.states import HOLDING_STATES
@@ -96,6 +97,19 @@ def placement_engine_warm() -> None:
     """Build the engine's MIG layout tables (about a second, once per process), so that the first
     approval of a worker does not compute them while it holds the cluster's lock."""
     default_policy()
+
+
+def placement_engine_warm_at_start() -> threading.Thread:
+    """Build every MIG table of the engine in a background thread as the process starts (the web
+    server's and the worker's), so that neither the first request nor the first approval waits
+    for them; a request that comes first builds what it needs itself (the tables are pure)."""
+    def build() -> None:
+        mig_tables.tables_build()
+        placement_engine_warm()
+
+    thread = threading.Thread(target=build, name="placement-tables", daemon=True)
+    thread.start()
+    return thread
 
 
 def placement_workload(*, include: Flavor | None = None) -> Workload:

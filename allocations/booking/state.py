@@ -104,16 +104,23 @@ def _written_here(cluster_id: int) -> bool:
     return False
 
 
-def placement_version_read(*, cluster_id: int) -> int:
-    return int(Cluster.objects.filter(pk=cluster_id).values_list("placement_version", flat=True).get())
-
-
 def inventory_fingerprint(*, cluster_id: int) -> Fingerprint:
     """How many nodes, the highest id, the sum of their inventory stamps (``clusters.stamps``: any
     write to a node or its GPUs moves its stamp)."""
     found = Node.objects.filter(cluster_id=cluster_id).aggregate(count=Count("id"), top=Max("id"),
                                                                  stamps=Sum("inventory_stamp"))
     return int(found["count"]), int(found["top"] or 0), int(found["stamps"] or 0)
+
+
+def version_and_fingerprint(*, cluster_id: int) -> tuple[int, Fingerprint]:
+    """The cluster's placement version and inventory fingerprint, in one query."""
+    version, count, top, stamps = (
+        Cluster.objects.filter(pk=cluster_id)
+        .annotate(count=Count("nodes"), top=Max("nodes__id"), stamps=Sum("nodes__inventory_stamp"))
+        .values_list("placement_version", "count", "top", "stamps")
+        .get()
+    )
+    return int(version), (int(count), int(top or 0), int(stamps or 0))
 
 
 def _live_rows(queryset: Any) -> list[Reservation]:
@@ -289,8 +296,10 @@ def cluster_state(*, cluster: Cluster, locked: bool = False) -> ClusterState:
     yet committed (and perhaps never): it is used by that transaction and kept for nobody, which
     PostgreSQL's transaction id tells. SQLite (the embedded default, one small cluster) cannot
     tell, so states are read afresh each time there."""
-    version = int(cluster.placement_version) if locked else placement_version_read(cluster_id=cluster.pk)
-    fingerprint = inventory_fingerprint(cluster_id=cluster.pk)
+    if locked:
+        version, fingerprint = int(cluster.placement_version), inventory_fingerprint(cluster_id=cluster.pk)
+    else:
+        version, fingerprint = version_and_fingerprint(cluster_id=cluster.pk)
     if connection.vendor != "postgresql":
         return replace(state_load(cluster=cluster, version=version, fingerprint=fingerprint), shared=False)
     shared = not _written_here(cluster.pk)

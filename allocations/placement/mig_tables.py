@@ -79,3 +79,14 @@ def transitions(profile_name: str) -> tuple[IntArray, IntArray]:
             after[i, k] = encode(gid, geo.add(st, prof, s))
             start[i, k] = s
     return after, start
+
+
+def tables_build() -> int:
+    """Build every table now (every profile of every geometry): what a process does once at its
+    start, so that no request pays for it. Returns how many profiles were built."""
+    free_compute_table()
+    names = sorted({profile.name for geometry in GEOMETRIES.values() for profile in geometry.profiles})
+    for name in names:
+        legal_table(name)
+        transitions(name)
+    return len(names)
