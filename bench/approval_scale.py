@@ -15,7 +15,11 @@ locks, placement, audit, outbox. The first ``--warmup`` approvals of each child 
 include the process's first read of the cluster (the kept placement state, allocations/booking/state.py).
 
 Printed: approval p50/p99 per size, the share of approvals refused for lack of room, and the
-ratio of the largest size's p50 to the smallest's (the target: at most 2).
+ratio of the largest size's p50 to the smallest's (the target: at most 2). Then, on the largest
+size, the request form's live feedback (``GET /allocations/new/feedback/`` through Django's test
+client, in process: the placement dry run counting up to 32 free units, and what approval would
+do), each call after an approval or a release moved the cluster: p50 and p99 (the target: p99
+under 100 ms).
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
 """
 
@@ -29,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -185,6 +190,64 @@ def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup
     return {"latencies": latencies, "refused": refused}
 
 
+def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[str, Any]:
+    """The request form's live feedback (GET /allocations/new/feedback/, the placement dry run on
+    the cluster and what approval would do), as a researcher's browser asks for it, timed in
+    process; between calls an approval or a release moves the cluster, so each call first brings
+    the kept state forward."""
+    django_setup(url)
+    import datetime
+
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.utils import timezone
+
+    from allocations import services
+    from allocations.booking import reservations
+    from allocations.models import Flavor, PriorityClass
+    from clusters import outbox
+    from kernel.errors import ApplicationError
+    from tenants.models import Project
+
+    vars(outbox)["push_dispatch"] = lambda **kwargs: False
+    reservations.placement_engine_warm()
+    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
+    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
+    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    browser = Client(HTTP_HOST="localhost")
+    browser.force_login(member)
+    rng = random.Random(seed_value)
+    names = list(STREAM)
+    weights = [STREAM[name][0] for name in names]
+    granted: list[int] = []
+    latencies: list[float] = []
+    for step in range(calls + warmup):
+        if granted and rng.random() < 0.4:
+            services.allocation_release(actor=admin, allocation_id=granted.pop(rng.randrange(len(granted))))
+        else:
+            name = rng.choices(names, weights)[0]
+            now = timezone.now()
+            allocation = services.allocation_request(
+                actor=member, project=project, flavor=flavors[name], quantity=1, priority_class=priority,
+                starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+            )
+            try:
+                granted.append(services.allocation_approve(actor=admin, allocation_id=allocation.pk).pk)
+            except ApplicationError:
+                pass
+        name = rng.choices(names, weights)[0]
+        params = {"project": project.pk, "flavor": flavors[name].pk, "quantity": rng.choice(STREAM[name][1]),
+                  "priority_class": priority.pk, "duration_days": 7}
+        began = time.perf_counter()
+        response = browser.get("/allocations/new/feedback/", params, HTTP_HX_REQUEST="true")
+        elapsed = time.perf_counter() - began
+        if response.status_code != 200:
+            raise SystemExit(f"feedback answered {response.status_code}")
+        if step >= warmup:
+            latencies.append(elapsed)
+    return {"latencies": latencies}
+
+
 def run_child(name: str, *arguments: Any) -> dict[str, Any]:
     result = subprocess.run([sys.executable, __file__, "--child", name, json.dumps(arguments)],
                             capture_output=True, text=True, cwd=ROOT, check=False)
@@ -208,11 +271,14 @@ def main() -> None:
     parser.add_argument("--fill", type=float, default=0.3, help="share of nodes half booked before the stream")
     parser.add_argument("--lifetime", type=float, default=60.0, help="mean approvals a grant lives")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--feedback", type=int, default=200, help="feedback calls timed on the largest size (0: none)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps({"seed": child_seed, "run": child_run}[args.child](*json.loads(args.arguments))))
+        steps: dict[str, Callable[..., dict[str, Any]]] = {"seed": child_seed, "run": child_run,
+                                                            "feedback": child_feedback}
+        print(json.dumps(steps[args.child](*json.loads(args.arguments))))
         return
     import psycopg
 
@@ -254,6 +320,13 @@ def main() -> None:
         small, large = sizes[0], sizes[-1]
         ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
         print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
+        if args.feedback:
+            feedback = run_child("feedback", with_database(owner, names[large]), args.feedback, args.seed, args.warmup)
+            values = feedback["latencies"]
+            p99 = percentile(values, 0.99)
+            print(f"request form feedback (GET /allocations/new/feedback/, in process) on {large} nodes, {len(values)} "
+                  f"calls: p50 {percentile(values, 0.5):.1f} ms  p99 {p99:.1f} ms "
+                  f"(target p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
     finally:
         with psycopg.connect(owner, autocommit=True) as connection:
             for name in names.values():

@@ -108,7 +108,8 @@ def _rebuilt(
                                       exclusion=exclusion)
                 if not engine.node_replace(engine.index[row.node.name], rebuilt):
                     return None
-    return view_finish(cluster=base.cluster, shape=shape, rows=rows, exclusion=exclusion, usage=usage, engine=engine)
+    return view_finish(cluster=base.cluster, shape=shape, rows=rows, exclusion=exclusion, usage=usage, engine=engine,
+                       nodes=base.nodes if not base.left_out else None)
 
 
 def kept_view(
@@ -119,28 +120,30 @@ def kept_view(
     reservations: list[Reservation],
     open_empty_gpus: bool | None = None,
     exclusion: Exclusion | None = None,
+    extra: list[Reservation] | None = None,
 ) -> PlacementView:
-    """What ``placement_view`` would build for these arguments (``nodes``: the state's), from the
-    kept picture: only the nodes where ``reservations`` differ from the live ones, or that the
-    tenant may not wholly use, are rebuilt."""
+    """What ``placement_view`` would build for these arguments (``nodes``: the state's;
+    reservations: ``reservations`` and then ``extra``, units not stored yet), from the kept picture:
+    only the nodes where the rows differ from the live ones, or that the tenant may not wholly use,
+    are rebuilt."""
     excluded = exclusion if exclusion is not None else Exclusion()
     carve = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
     base = _base_view(state, cluster=cluster, shape=shape, carve=carve)
     pinned = {row.pk for row in base.rows.pinned}
     touched: set[int] = set(excluded.nodes) | {node for node, _ in excluded.gpus}
     missing: frozenset[int] = frozenset()
-    extra: list[Reservation] = []
+    extra = list(extra or ())
     if reservations is not state.rows_of_model(shape.gpu_model):
         live = state.row_ids_of_model(shape.gpu_model)
         given = set(map(id, reservations))
         missing = live - given
         touched.update(state.keys[row_id].node for row_id in missing)
         if len(given) > len(live) - len(missing):
-            extra = [row for row in reservations if id(row) not in live]
-            touched.update(row.node_id for row in extra)
+            extra += [row for row in reservations if id(row) not in live]
+    touched.update(row.node_id for row in extra)
     if not touched and not pinned:
         view = base.view
-        return PlacementView(cluster=cluster, shape=shape, nodes=dict(view.nodes),
+        return PlacementView(cluster=cluster, shape=shape, nodes=view.nodes,
                              engine=view.engine.copy() if view.engine is not None else None,
                              pinned_free=[], pinned_room={}, left_out={})
     if len(touched) * 2 < len(base.rows.offering) + 2:
@@ -153,7 +156,7 @@ def kept_view(
             rebuilt.cluster = cluster
             return rebuilt
     return placement_view(cluster=cluster, shape=shape, nodes=base.rows.offering + base.rows.pinned,
-                          reservations=reservations, open_empty_gpus=carve, exclusion=excluded)
+                          reservations=[*reservations, *extra], open_empty_gpus=carve, exclusion=excluded)
 
 
 def kept_exclusion(

@@ -208,11 +208,12 @@ def placement_attempt(
     if exclusion is None:
         exclusion = exclusion_for(tenant=tenant, nodes=nodes, reservations=reservations)
 
-    def picture(rows: list[Reservation], *, open_empty_gpus: bool | None = None) -> PlacementView:
+    def picture(rows: list[Reservation], *, extra: list[Reservation] | None = None,
+                open_empty_gpus: bool | None = None) -> PlacementView:
         if state is not None:
             return kept_view(state, cluster=cluster, shape=shape, reservations=rows, open_empty_gpus=open_empty_gpus,
-                             exclusion=exclusion)
-        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows,
+                             exclusion=exclusion, extra=extra)
+        return placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows + (extra or []),
                               open_empty_gpus=open_empty_gpus, exclusion=exclusion)
 
     view = picture(reservations)
@@ -227,7 +228,7 @@ def placement_attempt(
     def carved_first() -> PlacementView | None:
         if shape.mig_profile is None or view.engine is None:
             return None
-        return picture(reservations + booking_rows(attempt.bookings, shape=shape), open_empty_gpus=False)
+        return picture(reservations, extra=booking_rows(attempt.bookings, shape=shape), open_empty_gpus=False)
 
     carved = carved_first()
     room = {name: list(free) for name, free in view.pinned_room.items()}

@@ -306,10 +306,11 @@ def placement_view(
 
 def view_finish(
     *, cluster: Cluster, shape: UnitShape, rows: ViewRows, exclusion: Exclusion, usage: Usage,
-    engine: EngineCluster | None,
+    engine: EngineCluster | None, nodes: dict[str, Node] | None = None,
 ) -> PlacementView:
-    """The picture around an engine: the nodes by name, the free pinned instances (from ``usage``,
-    which must cover the pinned nodes) and what the tenant may not use."""
+    """The picture around an engine: the nodes by name (``nodes``, every row's, when the caller has
+    them: shared, never changed), the free pinned instances (from ``usage``, which must cover the
+    pinned nodes) and what the tenant may not use."""
     per_gpu, cpu, memory = usage
     left_out = {row.node.name: exclusion.nodes[row.pk] for row in rows.offering + rows.pinned
                 if row.pk in exclusion.nodes} if exclusion.nodes else {}
@@ -331,7 +332,7 @@ def view_finish(
     return PlacementView(
         cluster=cluster,
         shape=shape,
-        nodes={row.node.name: row.node for row in offering + pinned},
+        nodes=nodes if nodes is not None and not exclusion.nodes else {row.node.name: row.node for row in offering + pinned},
         engine=engine if offering else None,
         pinned_free=pinned_free,
         pinned_room=pinned_room,
