@@ -12,7 +12,8 @@ and round (the sizes alternate, so both see the same machine), it replays one se
 requests (whole A100 and H100 GPUs, A100 MIG 1g.10gb and 3g.40gb, H100 MPS quarters; each
 released after a drawn lifetime) through the real services and times each approval: quota,
 locks, placement, audit, outbox. The first ``--warmup`` approvals of each child are left out: they
-include the process's first read of the cluster (the kept placement state, allocations/booking/state.py).
+include the process's first read of the cluster (the kept placement state, allocations/booking/state.py)
+and its first picture of each flavor's units (the warm-up asks for each flavor once, in turn).
 
 Printed: approval p50/p99 per size, the share of approvals refused for lack of room, and the
 ratio of the largest size's p50 to the smallest's (the target: at most 2). Then, on the largest
@@ -173,7 +174,7 @@ def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup
     for step in range(approvals + warmup):
         for grant in due.pop(step, []):
             services.allocation_release(actor=admin, allocation_id=grant)
-        name = rng.choices(names, weights)[0]
+        name = names[step] if step < min(warmup, len(names)) else rng.choices(names, weights)[0]
         now = timezone.now()
         allocation = services.allocation_request(
             actor=member, project=project, flavor=flavors[name], quantity=rng.choice(STREAM[name][1]),
@@ -235,7 +236,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
                 granted.append(services.allocation_approve(actor=admin, allocation_id=allocation.pk).pk)
             except ApplicationError:
                 pass
-        name = rng.choices(names, weights)[0]
+        name = names[step] if step < min(warmup, len(names)) else rng.choices(names, weights)[0]
         params = {"project": project.pk, "flavor": flavors[name].pk, "quantity": rng.choice(STREAM[name][1]),
                   "priority_class": priority.pk, "duration_days": 7}
         began = time.perf_counter()

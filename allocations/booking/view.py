@@ -21,6 +21,7 @@ Nodes whose CPU or memory is unknown (0 in the inventory) are not limited by it.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -158,12 +159,23 @@ def _capacity(value: int) -> int:
 
 
 def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool) -> EngineGpu:
+    if not use.milli and not use.slices:
+        return _empty_engine_gpu(gpu, mig_mode_when_empty)
     geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
     if use.slices and geometry is not None:
         return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
     if not use.milli and mig_mode_when_empty and geometry is not None:
         return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
     return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, min(use.milli, GPU_MILLI))
+
+
+@functools.lru_cache(maxsize=4096)
+def _empty_engine_gpu(gpu: GpuRow, mig_mode_when_empty: bool) -> EngineGpu:
+    """A GPU nothing is booked on (most of a large cluster's): one immutable value per kind."""
+    geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
+    if mig_mode_when_empty and geometry is not None:
+        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
+    return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0)
 
 
 @dataclass(frozen=True)
