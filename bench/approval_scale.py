@@ -65,6 +65,7 @@ def django_setup(url: str) -> None:
     os.environ["DJANGO_SETTINGS_MODULE"] = "gpuportal.settings_test"
     os.environ.setdefault("GPUPORTAL_LOG_FORMAT", "console")
     os.environ.pop("CELERY_BROKER_URL", None)
+    os.environ.pop("GPUPORTAL_APP_DATABASE_URL", None)  # the scratch databases are the owner's
     import django
 
     django.setup()
