@@ -3,7 +3,8 @@
 Starts gunicorn on PostgreSQL (a throw-away database created for the run), seeds the demo data
 with room for every request, then runs N concurrent client processes that submit allocations and
 approve them, and, in the same run, the same number of clients doing ``GET /api/v1/me/`` as the
-baseline. Prints throughput and p50/p99 latency of each, and submit-throughput / baseline.
+baseline. Prints throughput and p50/p99 latency of each, submit-throughput / baseline, and a last
+line with each target (``summary``) and whether this run met it.
 
     DATABASE_URL=postgres://owner:pw@127.0.0.1:5432/db .venv/bin/python bench/api_load.py --clients 16
 
@@ -149,14 +150,46 @@ def main() -> int:
         created = list(submitted["created"])  # type: ignore[call-overload]
         approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created)
         lines = []
-        rates = {}
+        rates, p99s = {}, {}
         for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
-            rates[name], line = describe(name, list(phase["latencies"]), float(phase["elapsed"]))  # type: ignore[call-overload,arg-type]
+            latencies = list(phase["latencies"])  # type: ignore[call-overload]
+            rates[name], line = describe(name, latencies, float(phase["elapsed"]))  # type: ignore[arg-type]
+            p99s[name] = percentile(latencies, 0.99)
             lines.append(line)
         print("\n".join(lines))
         print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
         print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
+        print(summary(rates=rates, p99s=p99s, clients=options.clients))
     return 0
+
+
+THROUGHPUT_RATIO_TARGET = 0.5
+"""Submit throughput at least half the baseline's, in the same run."""
+P99_RATIO_TARGET = 2.0
+"""Submit p99 at most twice the baseline's, in the same run."""
+APPROVALS_TARGET = 20.0
+"""Approvals per second at 16 clients on the 2,500-node cluster."""
+
+
+def percentile(latencies: list[float], fraction: float) -> float:
+    if not latencies:
+        return float("nan")
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def summary(*, rates: dict[str, float], p99s: dict[str, float], clients: int) -> str:
+    """One line: each target, the figure measured and whether it is met."""
+    baseline_rate, baseline_p99 = rates["GET /me"], p99s["GET /me"]
+    ratio = rates["submit"] / baseline_rate if baseline_rate else 0.0
+    p99_ratio = p99s["submit"] / baseline_p99 if baseline_p99 else float("inf")
+    checks = [
+        (f"submit/baseline throughput {ratio:.2f} >= {THROUGHPUT_RATIO_TARGET}", ratio >= THROUGHPUT_RATIO_TARGET),
+        (f"submit p99/baseline p99 {p99_ratio:.2f} <= {P99_RATIO_TARGET}", p99_ratio <= P99_RATIO_TARGET),
+        (f"approvals {rates['approve']:.1f}/s >= {APPROVALS_TARGET:.0f}/s at {clients} clients",
+         rates["approve"] >= APPROVALS_TARGET),
+    ]  # fmt: skip
+    return "targets: " + "; ".join(f"{text} {'MET' if met else 'NOT MET'}" for text, met in checks)
 
 
 if __name__ == "__main__":
