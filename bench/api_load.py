@@ -18,14 +18,18 @@ import argparse
 import http.client
 import json
 import multiprocessing
+import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.portal_server import portal_served  # noqa: E402
+from bench.agent_ingest import CpuWatch  # noqa: E402
+from bench.portal_server import ServedPortal, portal_served  # noqa: E402
 
 SEED = """
 from decimal import Decimal
@@ -95,8 +99,11 @@ def client_loop(
 
 
 def run_phase(
-    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None
+    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None,
+    portal: ServedPortal | None = None,
 ) -> dict[str, object]:
+    """One phase; with ``portal``, also the server's CPU time it took (gunicorn workers and the
+    PostgreSQL backends of the bench database), polled while it runs."""
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     chunks = [(todo or [])[index::clients] for index in range(clients)]
@@ -107,16 +114,46 @@ def run_phase(
     began = time.perf_counter()
     for process in processes:
         process.start()
+    watch = CpuWatch(portal.server.pid, portal.env["DATABASE_URL"]) if portal is not None else None
+    stop = threading.Event()
+    poller = threading.Thread(target=poll_until, args=(watch, stop), daemon=True)
+    if watch is not None:
+        poller.start()
     collected = [results.get(timeout=duration + 120) for _ in processes]
     for process in processes:
         process.join()
     elapsed = time.perf_counter() - began
+    cpu = {"web": 0.0, "database": 0.0}
+    if watch is not None:
+        stop.set()
+        poller.join()
+        watch.poll()
+        cpu = {part: watch.used(part) for part in cpu}
+        watch.close()
     return {
         "elapsed": elapsed,
         "latencies": [latency for latencies, _, _ in collected for latency in latencies],
         "created": [pk for _, created, _ in collected for pk in created],
         "errors": sum(errors for _, _, errors in collected),
+        "cpu": cpu,
     }
+
+
+def poll_until(watch: CpuWatch | None, stop: threading.Event) -> None:
+    while watch is not None and not stop.wait(0.25):
+        watch.poll()
+
+
+def cpu_line(name: str, phase: dict[str, Any]) -> tuple[float, str]:
+    """Server CPU per request of a phase: what the figures would be on cores of its own."""
+    count = len(phase["latencies"])
+    if not count:
+        return float("nan"), f"{name:<10} no requests"
+    web, database = phase["cpu"]["web"] / count, phase["cpu"]["database"] / count
+    return web + database, (
+        f"{name:<10} server CPU per request {(web + database) * 1000:6.2f} ms"
+        f" (gunicorn {web * 1000:.2f} ms, PostgreSQL backends {database * 1000:.2f} ms)"
+    )
 
 
 def describe(name: str, latencies: list[float], elapsed: float) -> tuple[float, str]:
@@ -144,11 +181,15 @@ def main() -> int:
         broker = "Redis (tasks enqueued)" if portal.env.get("CELERY_BROKER_URL") else "in-process tasks"
         print(f"gunicorn {options.workers} workers on PostgreSQL, {broker}, {options.clients} clients, "
               f"{options.duration:.0f} s per phase")
-        run_phase("baseline", port, setup, 2, 2.0)  # warm up connections and caches
-        baseline = run_phase("baseline", port, setup, options.clients, options.duration)
-        submitted = run_phase("submit", port, setup, options.clients, options.duration)
+        # Warm up each kind of request, so that no phase pays a worker's first database and broker
+        # connections or the placement engine's first build (once per process) in its figures.
+        run_phase("baseline", port, setup, 2, 2.0)
+        warm = run_phase("submit", port, setup, 2, 2.0)
+        run_phase("approve", port, setup, 2, 2.0, todo=list(warm["created"])[: 2 * options.workers])  # type: ignore[call-overload]
+        baseline = run_phase("baseline", port, setup, options.clients, options.duration, portal=portal)
+        submitted = run_phase("submit", port, setup, options.clients, options.duration, portal=portal)
         created = list(submitted["created"])  # type: ignore[call-overload]
-        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created)
+        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created, portal=portal)
         lines = []
         rates, p99s = {}, {}
         for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
@@ -157,8 +198,14 @@ def main() -> int:
             p99s[name] = percentile(latencies, 0.99)
             lines.append(line)
         print("\n".join(lines))
+        cpus = {}
+        for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
+            cpus[name], line = cpu_line(name, phase)
+            print(line)
         print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
         print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
+        print(f"ratio baseline / submit server CPU per request: {cpus['GET /me'] / cpus['submit']:.2f} (the throughput"
+              f" ratio on cores of their own, clients aside; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
         print(summary(rates=rates, p99s=p99s, clients=options.clients))
     return 0
 
