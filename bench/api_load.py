@@ -55,13 +55,17 @@ print(json.dumps({"tokens": tokens, "project": Project.objects.get(slug="nlp-llm
 """
 
 
+CLIENT_TIMEOUT = 60.0
+"""Seconds a client waits for an answer (an approval on a busy shared machine may take tens)."""
+
+
 def client_loop(
     kind: str, port: int, setup: dict[str, object], duration: float, todo: list[int], results: multiprocessing.Queue  # type: ignore[type-arg]
 ) -> None:
     """One client process: ``baseline`` GETs, ``submit`` POSTs allocations, ``approve`` approves ``todo``."""
     tokens = setup["tokens"]
     assert isinstance(tokens, dict)
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
     latencies: list[float] = []
     created: list[int] = []
     errors = 0
@@ -69,11 +73,19 @@ def client_loop(
     ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400))
 
     def call(method: str, path: str, token: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+        """The status and the answer; 0 (an error, no latency) when the server did not answer in
+        time or dropped the connection, which is opened again for the next request."""
+        nonlocal connection
         headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
         began = time.perf_counter()
-        connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        response = connection.getresponse()
-        payload = response.read()
+        try:
+            connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
+            return 0, {}
         latencies.append(time.perf_counter() - began)
         return response.status, (json.loads(payload) if payload else {})
 
