@@ -32,7 +32,7 @@ from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
-from tenants.selectors import project_is_member, project_list
+from tenants.selectors import project_list
 
 # Every write checks the caller's permission before it reads the body (the services check again):
 # a body names its target first when the permission depends on it, and an invisible target reads as
@@ -179,8 +179,19 @@ def _default_priority_class(user: Any) -> PriorityClass | None:
     return selectors.priority_class_list(user=user).filter(name="gpu-standard").first()
 
 
+class TargetProjectField(ScopedRelatedField):
+    """The body's project; the one the view resolved for its permission check (``target``), passed
+    in the context as ``project``, is taken as it is instead of being read a second time."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        known = self.context.get("project")
+        if known is not None and not isinstance(data, bool) and isinstance(data, (int, str)) and str(data) == str(known.pk):
+            return known
+        return super().to_internal_value(data)
+
+
 class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
-    project = ScopedRelatedField(scope=lambda user: project_list(user=user))
+    project = TargetProjectField(scope=lambda user: project_list(user=user))
     flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user))
     quantity = serializers.IntegerField(min_value=1, max_value=10000)
     priority_class = ScopedRelatedField(scope=lambda user: selectors.priority_class_list(user=user), required=False)
@@ -243,9 +254,12 @@ class AllocationListApi(ApiView):
     def post(self, request: Request) -> Response:
         user = actor(request)
         project = target(AllocationIn, request, "project")
-        if not (project_is_member(project=project, user=user) or access_for(user).can_administer_department(project.department_id)):
+        if not services.allocation_request_allowed(actor=user, project=project, remember=True):
             raise NotAllowed(f"You are not a member of project {project.slug}.")
-        allocation = services.allocation_request(actor=user, **validated(AllocationIn, request))
+        allocation = services.allocation_request(actor=user, **validated(AllocationIn, request, project=project))
+        # A request just written is pending: no unit booked, no change waiting (no query to say so).
+        allocation.live_reservations = []  # type: ignore[attr-defined]
+        allocation.pending_changes = []  # type: ignore[attr-defined]
         return Response(AllocationOut(allocation).data, status=status.HTTP_201_CREATED)
 
 
@@ -267,7 +281,7 @@ class _AllocationActionApi(ApiView):
     the caller must hold the role the action needs (403), and only then is the body read."""
 
     def _visible(self, request: Request, allocation_id: int) -> Allocation:
-        return selectors.allocation_get(user=request.user, allocation_id=allocation_id)
+        return selectors.allocation_visible(user=request.user, allocation_id=allocation_id)
 
     def _decider(self, request: Request, allocation_id: int) -> None:
         allocation = self._visible(request, allocation_id)

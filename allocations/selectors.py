@@ -148,6 +148,19 @@ def allocation_get(*, user: AbstractBaseUser | AnonymousUser, allocation_id: int
         raise Http404("No such allocation.") from None
 
 
+def allocation_visible(*, user: AbstractBaseUser | AnonymousUser, allocation_id: int) -> Allocation:
+    """The allocation with its project, when ``user`` may see it (404 otherwise): what an action's
+    permission check reads, in one query (no related rows for an answer)."""
+    access = access_for(user)
+    queryset = Allocation.objects.select_related("project")
+    if not access.reads_everything:
+        queryset = queryset.filter(project__department_id__in=access.readable)
+    try:
+        return queryset.get(pk=allocation_id)
+    except Allocation.DoesNotExist:
+        raise Http404("No such allocation.") from None
+
+
 def allocation_may_change(*, user: AbstractBaseUser | AnonymousUser, allocation: Allocation) -> bool:
     """Whether ``user`` may release or renew ``allocation``: its requester, a member of its project
     or an admin of its department (whether its state allows the change is asked separately)."""

@@ -85,6 +85,22 @@ def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime
         raise FieldError(field, f"An allocation may last at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days.")
 
 
+def allocation_request_allowed(*, actor: User, project: Project, remember: bool = False) -> bool:
+    """Whether ``actor`` may request for ``project``: a member of it or an admin of its department.
+    ``remember`` keeps the answer on this ``project`` object (the view's, read from the request's
+    body, checked before the rest of the body is read), so the service's own check of the same
+    object costs no second query."""
+    if access_for(actor).can_administer_department(project.department_id):
+        return True
+    known: dict[int, bool] = project.__dict__.get("_gpuportal_requesters", {})
+    if actor.pk in known:
+        return known[actor.pk]
+    member = project_is_member(project=project, user=actor)
+    if remember:
+        project.__dict__.setdefault("_gpuportal_requesters", {})[actor.pk] = member
+    return member
+
+
 @transaction.atomic
 def allocation_request(
     *,
@@ -101,7 +117,7 @@ def allocation_request(
     access = access_for(actor)
     if not access.can_read_department(project.department_id):
         raise FieldError("project", "No such project.")
-    if not (project_is_member(project=project, user=actor) or access.can_administer_department(project.department_id)):
+    if not allocation_request_allowed(actor=actor, project=project):
         raise NotAllowed(f"You are not a member of project {project.slug}.")
     if not flavor.is_active:
         raise FieldError("flavor", f"Flavor {flavor.name} is not available for new requests.")
@@ -117,8 +133,8 @@ def allocation_request(
     # The class may be removed by a platform admin meanwhile: hold it (KEY SHARE, as the allocation's
     # foreign key will) so that the removal waits for this request and then refuses, and check it is
     # still there.
-    rows_key_share(connection, PriorityClass, [priority_class.pk])
-    if not PriorityClass.objects.filter(pk=priority_class.pk).exists():
+    locked = rows_key_share(connection, PriorityClass, [priority_class.pk])
+    if not (priority_class.pk in locked if locked is not None else PriorityClass.objects.filter(pk=priority_class.pk).exists()):
         raise FieldError("priority_class", f"Priority class {priority_class.name} no longer exists.")
     allocation = Allocation(
         project=project,

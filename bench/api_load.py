@@ -3,7 +3,8 @@
 Starts gunicorn on PostgreSQL (a throw-away database created for the run), seeds the demo data
 with room for every request, then runs N concurrent client processes that submit allocations and
 approve them, and, in the same run, the same number of clients doing ``GET /api/v1/me/`` as the
-baseline. Prints throughput and p50/p99 latency of each, and submit-throughput / baseline.
+baseline. Prints throughput and p50/p99 latency of each, submit-throughput / baseline, and a last
+line with each target (``summary``) and whether this run met it.
 
     DATABASE_URL=postgres://owner:pw@127.0.0.1:5432/db .venv/bin/python bench/api_load.py --clients 16
 
@@ -17,14 +18,18 @@ import argparse
 import http.client
 import json
 import multiprocessing
+import os
 import statistics
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.portal_server import portal_served  # noqa: E402
+from bench.agent_ingest import CpuWatch  # noqa: E402
+from bench.portal_server import ServedPortal, portal_served  # noqa: E402
 
 SEED = """
 from decimal import Decimal
@@ -50,13 +55,17 @@ print(json.dumps({"tokens": tokens, "project": Project.objects.get(slug="nlp-llm
 """
 
 
+CLIENT_TIMEOUT = 60.0
+"""Seconds a client waits for an answer (an approval on a busy shared machine may take tens)."""
+
+
 def client_loop(
     kind: str, port: int, setup: dict[str, object], duration: float, todo: list[int], results: multiprocessing.Queue  # type: ignore[type-arg]
 ) -> None:
     """One client process: ``baseline`` GETs, ``submit`` POSTs allocations, ``approve`` approves ``todo``."""
     tokens = setup["tokens"]
     assert isinstance(tokens, dict)
-    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
     latencies: list[float] = []
     created: list[int] = []
     errors = 0
@@ -64,11 +73,19 @@ def client_loop(
     ends = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 86400))
 
     def call(method: str, path: str, token: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object]]:
+        """The status and the answer; 0 (an error, no latency) when the server did not answer in
+        time or dropped the connection, which is opened again for the next request."""
+        nonlocal connection
         headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
         began = time.perf_counter()
-        connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
-        response = connection.getresponse()
-        payload = response.read()
+        try:
+            connection.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        except (OSError, http.client.HTTPException):
+            connection.close()
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=CLIENT_TIMEOUT)
+            return 0, {}
         latencies.append(time.perf_counter() - began)
         return response.status, (json.loads(payload) if payload else {})
 
@@ -94,8 +111,11 @@ def client_loop(
 
 
 def run_phase(
-    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None
+    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None,
+    portal: ServedPortal | None = None,
 ) -> dict[str, object]:
+    """One phase; with ``portal``, also the server's CPU time it took (gunicorn workers and the
+    PostgreSQL backends of the bench database), polled while it runs."""
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     chunks = [(todo or [])[index::clients] for index in range(clients)]
@@ -106,16 +126,46 @@ def run_phase(
     began = time.perf_counter()
     for process in processes:
         process.start()
+    watch = CpuWatch(portal.server.pid, portal.env["DATABASE_URL"]) if portal is not None else None
+    stop = threading.Event()
+    poller = threading.Thread(target=poll_until, args=(watch, stop), daemon=True)
+    if watch is not None:
+        poller.start()
     collected = [results.get(timeout=duration + 120) for _ in processes]
     for process in processes:
         process.join()
     elapsed = time.perf_counter() - began
+    cpu = {"web": 0.0, "database": 0.0}
+    if watch is not None:
+        stop.set()
+        poller.join()
+        watch.poll()
+        cpu = {part: watch.used(part) for part in cpu}
+        watch.close()
     return {
         "elapsed": elapsed,
         "latencies": [latency for latencies, _, _ in collected for latency in latencies],
         "created": [pk for _, created, _ in collected for pk in created],
         "errors": sum(errors for _, _, errors in collected),
+        "cpu": cpu,
     }
+
+
+def poll_until(watch: CpuWatch | None, stop: threading.Event) -> None:
+    while watch is not None and not stop.wait(0.25):
+        watch.poll()
+
+
+def cpu_line(name: str, phase: dict[str, Any]) -> tuple[float, str]:
+    """Server CPU per request of a phase: what the figures would be on cores of its own."""
+    count = len(phase["latencies"])
+    if not count:
+        return float("nan"), f"{name:<10} no requests"
+    web, database = phase["cpu"]["web"] / count, phase["cpu"]["database"] / count
+    return web + database, (
+        f"{name:<10} server CPU per request {(web + database) * 1000:6.2f} ms"
+        f" (gunicorn {web * 1000:.2f} ms, PostgreSQL backends {database * 1000:.2f} ms)"
+    )
 
 
 def describe(name: str, latencies: list[float], elapsed: float) -> tuple[float, str]:
@@ -143,20 +193,62 @@ def main() -> int:
         broker = "Redis (tasks enqueued)" if portal.env.get("CELERY_BROKER_URL") else "in-process tasks"
         print(f"gunicorn {options.workers} workers on PostgreSQL, {broker}, {options.clients} clients, "
               f"{options.duration:.0f} s per phase")
-        run_phase("baseline", port, setup, 2, 2.0)  # warm up connections and caches
-        baseline = run_phase("baseline", port, setup, options.clients, options.duration)
-        submitted = run_phase("submit", port, setup, options.clients, options.duration)
+        # Warm up each kind of request, so that no phase pays a worker's first database and broker
+        # connections or the placement engine's first build (once per process) in its figures.
+        run_phase("baseline", port, setup, 2, 2.0)
+        warm = run_phase("submit", port, setup, 2, 2.0)
+        run_phase("approve", port, setup, 2, 2.0, todo=list(warm["created"])[: 2 * options.workers])  # type: ignore[call-overload]
+        baseline = run_phase("baseline", port, setup, options.clients, options.duration, portal=portal)
+        submitted = run_phase("submit", port, setup, options.clients, options.duration, portal=portal)
         created = list(submitted["created"])  # type: ignore[call-overload]
-        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created)
+        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created, portal=portal)
         lines = []
-        rates = {}
+        rates, p99s = {}, {}
         for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
-            rates[name], line = describe(name, list(phase["latencies"]), float(phase["elapsed"]))  # type: ignore[call-overload,arg-type]
+            latencies = list(phase["latencies"])  # type: ignore[call-overload]
+            rates[name], line = describe(name, latencies, float(phase["elapsed"]))  # type: ignore[arg-type]
+            p99s[name] = percentile(latencies, 0.99)
             lines.append(line)
         print("\n".join(lines))
+        cpus = {}
+        for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
+            cpus[name], line = cpu_line(name, phase)
+            print(line)
         print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
         print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
+        print(f"ratio baseline / submit server CPU per request: {cpus['GET /me'] / cpus['submit']:.2f} (the throughput"
+              f" ratio on cores of their own, clients aside; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+        print(summary(rates=rates, p99s=p99s, clients=options.clients))
     return 0
+
+
+THROUGHPUT_RATIO_TARGET = 0.5
+"""Submit throughput at least half the baseline's, in the same run."""
+P99_RATIO_TARGET = 2.0
+"""Submit p99 at most twice the baseline's, in the same run."""
+APPROVALS_TARGET = 20.0
+"""Approvals per second at 16 clients on the 2,500-node cluster."""
+
+
+def percentile(latencies: list[float], fraction: float) -> float:
+    if not latencies:
+        return float("nan")
+    ordered = sorted(latencies)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def summary(*, rates: dict[str, float], p99s: dict[str, float], clients: int) -> str:
+    """One line: each target, the figure measured and whether it is met."""
+    baseline_rate, baseline_p99 = rates["GET /me"], p99s["GET /me"]
+    ratio = rates["submit"] / baseline_rate if baseline_rate else 0.0
+    p99_ratio = p99s["submit"] / baseline_p99 if baseline_p99 else float("inf")
+    checks = [
+        (f"submit/baseline throughput {ratio:.2f} >= {THROUGHPUT_RATIO_TARGET}", ratio >= THROUGHPUT_RATIO_TARGET),
+        (f"submit p99/baseline p99 {p99_ratio:.2f} <= {P99_RATIO_TARGET}", p99_ratio <= P99_RATIO_TARGET),
+        (f"approvals {rates['approve']:.1f}/s >= {APPROVALS_TARGET:.0f}/s at {clients} clients",
+         rates["approve"] >= APPROVALS_TARGET),
+    ]  # fmt: skip
+    return "targets: " + "; ".join(f"{text} {'MET' if met else 'NOT MET'}" for text, met in checks)
 
 
 if __name__ == "__main__":

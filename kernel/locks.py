@@ -79,13 +79,16 @@ def deferred_checks_run(connection: BaseDatabaseWrapper) -> None:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE; SET CONSTRAINTS ALL DEFERRED")
 
 
-def rows_key_share(connection: BaseDatabaseWrapper, model: type[models.Model], pks: Iterable[int]) -> None:
+def rows_key_share(connection: BaseDatabaseWrapper, model: type[models.Model], pks: Iterable[int]) -> set[int] | None:
     """Lock rows of ``model`` FOR KEY SHARE, in primary-key order: the lock a foreign-key check
     takes, taken early so the check never waits later. It conflicts only with FOR UPDATE and with
-    deleting the row or changing its key."""
+    deleting the row or changing its key. Returns the keys it locked (those of rows that still
+    exist), or None where nothing was locked (not PostgreSQL): then ask the table whether they exist."""
     keys = sorted(set(pks))
-    if connection.vendor != "postgresql" or not keys:
-        return
+    if connection.vendor != "postgresql":
+        return None
+    if not keys:
+        return set()
     table = connection.ops.quote_name(model._meta.db_table)
     column = connection.ops.quote_name(model._meta.pk.column)
     with connection.cursor() as cursor:
@@ -93,3 +96,4 @@ def rows_key_share(connection: BaseDatabaseWrapper, model: type[models.Model], p
             f"SELECT {column} FROM {table} WHERE {column} = ANY(%s) ORDER BY {column} FOR KEY SHARE",  # noqa: S608 - quoted names
             [keys],
         )
+        return {int(row[0]) for row in cursor.fetchall()}

@@ -96,7 +96,8 @@ def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
     if cached is not None:
         return cached
     roles: dict[str, list[int]] = defaultdict(list)
-    for department_id, role in Membership.objects.filter(user_id=user.pk).values_list("department_id", "role"):
+    # Unordered: the model's ordering (by department slug and username) would join both tables.
+    for department_id, role in Membership.objects.filter(user_id=user.pk).order_by().values_list("department_id", "role"):
         roles[role].append(department_id)
     is_platform_admin = bool(roles.get(Role.PLATFORM_ADMIN)) or bool(getattr(user, "is_superuser", False))
     parents = department_parent_map() if roles else {}

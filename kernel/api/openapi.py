@@ -55,9 +55,11 @@ def errors(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 class ScopedRelatedFieldSchema(OpenApiSerializerFieldExtension):  # type: ignore[no-untyped-call]
-    """``kernel.api.base.ScopedRelatedField`` takes the related object's integer primary key."""
+    """``kernel.api.base.ScopedRelatedField`` (and its subclasses) takes the related object's
+    integer primary key."""
 
     target_class = "kernel.api.base.ScopedRelatedField"
+    match_subclasses = True
 
     def map_serializer_field(self, auto_schema: Any, direction: str) -> dict[str, Any]:
         return {"type": "integer", "format": "int64", "minimum": 1, "maximum": 2**63 - 1}
