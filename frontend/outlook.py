@@ -20,10 +20,12 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 
-from allocations.booking.preview import candidate_clusters
+from allocations.booking.preview import candidate_clusters, preview_states
+from allocations.booking.reservations import placement_workload
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
 from allocations.quotas.planning import Decision, admission_decide
 from clusters.models import Cluster
+from kernel.reads import SharedReads
 from tenants.access import access_for
 from tenants.models import Department, Project
 
@@ -135,11 +137,18 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
     return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)
 
 
-def admission_outlook(*, user: User, allocation: Allocation) -> AdmissionOutlook:
+def admission_outlook(*, user: User, allocation: Allocation, reads: SharedReads | None = None) -> AdmissionOutlook:
     """What approving this pending allocation would do now (call after ``allocation_get``).
-    A fixed number of queries: a few for the quota tree and the grants, three per candidate cluster."""
-    clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
-    decision = admission_decide(allocation=allocation, clusters=clusters)
+    A fixed number of queries: a few for the quota tree and the grants, three per candidate cluster.
+    ``reads`` shares the clusters' kept placement states and the workload with the placement
+    preview of the same page."""
+    if reads is None:
+        clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
+        decision = admission_decide(allocation=allocation, clusters=clusters)
+    else:
+        clusters, states = preview_states(flavor=allocation.flavor, cluster=allocation.cluster, reads=reads)
+        workload = reads.once(("workload", allocation.flavor.pk), placement_workload, include=allocation.flavor)
+        decision = admission_decide(allocation=allocation, clusters=clusters, states=states, workload=workload)
     return _outlook(user=user, allocation=allocation, decision=decision)
 
 
@@ -153,6 +162,7 @@ def request_outlook(
     cluster: Cluster | None,
     starts_at: datetime.datetime | None,
     ends_at: datetime.datetime,
+    reads: SharedReads | None = None,
 ) -> AdmissionOutlook:
     """What approving a request with these fields would do now, before it is submitted."""
     start = starts_at or timezone.now()
@@ -161,4 +171,4 @@ def request_outlook(
         cluster=cluster, starts_at=start, ends_at=max(ends_at, start + datetime.timedelta(minutes=1)),
         state=AllocationState.PENDING,
     )
-    return admission_outlook(user=user, allocation=hypothetical)
+    return admission_outlook(user=user, allocation=hypothetical, reads=reads)

@@ -159,14 +159,27 @@ def kept_view(
                           reservations=[*reservations, *extra], open_empty_gpus=carve, exclusion=excluded)
 
 
+def _node_sets(state: ClusterState, nodes: list[NodeRow]) -> tuple[set[int], set[int]]:
+    """The ids of ``nodes`` and of those sharing through MPS (once per inventory for the state's
+    own lists of a model's nodes)."""
+    own = any(nodes is rows for rows in state.by_model.values())
+    key = ("node sets", id(nodes))
+    if own and key in state.inventory_memo:
+        found: tuple[set[int], set[int]] = state.inventory_memo[key]
+        return found
+    sets = {row.pk for row in nodes}, {row.pk for row in nodes if row.node.sharing == NodeSharing.MPS}
+    if own:
+        state.inventory_memo[key] = sets
+    return sets
+
+
 def kept_exclusion(
     state: ClusterState, *, tenant: Tenant | None, nodes: list[NodeRow], reservations: list[Reservation]
 ) -> Exclusion | None:
     """What ``allocations.booking.sharing.exclusion_for`` finds, from the state's facts about its
     rows; None when ``reservations`` hold a stored row the state does not know (ask it then)."""
     tenant = tenant if tenant is not None else UNKNOWN_TENANT
-    on = {row.pk for row in nodes}
-    mps = {row.pk for row in nodes if row.node.sharing == NodeSharing.MPS}
+    on, mps = _node_sets(state, nodes)
     keys = state.keys
     projects = state.projects()
     tenants = project_tenants(project_ids=projects, tree=DepartmentTree.load()) if projects else {}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from allocations.booking.kept_views import kept_exclusion
 from allocations.booking.policy import placement_policy_for
@@ -23,7 +23,7 @@ from allocations.models import Allocation, Flavor
 from allocations.placement import Policy
 from allocations.selectors import holding_with_live_units
 from allocations.states import HOLDING_STATES
-from clusters.models import Cluster
+from clusters.models import Cluster, Gpu
 from kernel.reads import SharedReads
 from tenants.models import Project
 
@@ -59,8 +59,8 @@ def candidate_clusters(*, flavor: Flavor, cluster: Cluster | None) -> QuerySet[C
     active cluster with a GPU of the flavor's model (primary-key order)."""
     if cluster is not None:
         return Cluster.objects.filter(pk=cluster.pk)
-    having = Cluster.objects.filter(is_active=True, nodes__gpus__model=flavor.gpu_model).values("pk")
-    return Cluster.objects.filter(pk__in=having).order_by("pk")
+    having = Gpu.objects.filter(node__cluster=OuterRef("pk"), model=flavor.gpu_model)
+    return Cluster.objects.filter(Exists(having), is_active=True).order_by("pk")
 
 
 def _not_yet_booked(clusters: list[Cluster], states: dict[int, ClusterState]) -> dict[int, int]:
@@ -83,6 +83,17 @@ def _not_yet_booked(clusters: list[Cluster], states: dict[int, ClusterState]) ->
 
 def _state(cluster: Cluster) -> ClusterState:
     return cluster_state(cluster=cluster)
+
+
+def preview_states(
+    *, flavor: Flavor, cluster: Cluster | None, reads: SharedReads
+) -> tuple[list[Cluster], dict[int, ClusterState]]:
+    """The clusters approval would try for ``flavor``, and their kept placement states, read once
+    per ``reads`` (a page's previews and outlooks share them)."""
+    candidates = reads.once(("candidates", flavor.gpu_model, cluster.pk if cluster else None), _candidates,
+                            flavor=flavor, cluster=cluster)
+    return candidates, {candidate.pk: reads.once(("kept state", candidate.pk), _state, candidate)
+                        for candidate in candidates}
 
 
 def _exclusion(state: ClusterState, tenant: Tenant | None, model: str) -> Exclusion | None:
@@ -132,12 +143,10 @@ def placement_preview(
     tenancy rules apply (None: an unnamed project, kept off every other department's MPS node and
     every dedicated pool)."""
     reads = reads if reads is not None else SharedReads()
-    candidates = reads.once(("candidates", flavor.gpu_model, cluster.pk if cluster else None), _candidates,
-                            flavor=flavor, cluster=cluster)
+    candidates, states = preview_states(flavor=flavor, cluster=cluster, reads=reads)
     if not candidates:
         return []
     workload = reads.once(("workload", flavor.pk), placement_workload, include=flavor)
-    states = {candidate.pk: reads.once(("kept state", candidate.pk), _state, candidate) for candidate in candidates}
     waiting = reads.once(("not yet booked", tuple(candidate.pk for candidate in candidates)), _not_yet_booked,
                          candidates, states)
     tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)

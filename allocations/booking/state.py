@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
@@ -167,6 +168,12 @@ class ClusterState:
     """What is derived from the state once (per GPU model): filled when first asked for."""
     inventory_memo: dict[Any, Any] = field(default_factory=dict, compare=False)
     """What is derived from the nodes alone: kept by the states brought forward from this one."""
+    model_rows: dict[str, dict[int, Reservation]] = field(default_factory=dict)
+    """GPU model → the live rows on its nodes, by primary key in its order."""
+    allocation_rows: dict[int, int] = field(default_factory=dict)
+    """Allocation → how many live rows it holds."""
+    project_rows: dict[int, int] = field(default_factory=dict)
+    """Project → how many live rows it holds."""
 
     def nodes_of(self, gpu_model: str | None) -> list[NodeRow]:
         """What ``node_rows(cluster, gpu_model=...)`` reads, in the same order."""
@@ -187,7 +194,7 @@ class ClusterState:
         picture asked for exactly these rows is the kept one)."""
         key = ("rows", gpu_model)
         if key not in self.memo:
-            self.memo[key] = self.reservations(row.pk for row in self.nodes_of(gpu_model))
+            self.memo[key] = list(self.model_rows.get(gpu_model, {}).values())
         rows: list[Reservation] = self.memo[key]
         return rows
 
@@ -200,17 +207,11 @@ class ClusterState:
 
     def projects(self) -> frozenset[int]:
         """The projects holding a live row."""
-        if "projects" not in self.memo:
-            self.memo["projects"] = frozenset(key.project for key in self.keys.values())
-        found: frozenset[int] = self.memo["projects"]
-        return found
+        return frozenset(self.project_rows)
 
     def allocations(self) -> frozenset[int]:
         """The allocations holding a live row."""
-        if "allocations" not in self.memo:
-            self.memo["allocations"] = frozenset(key.allocation for key in self.keys.values())
-        found: frozenset[int] = self.memo["allocations"]
-        return found
+        return frozenset(self.allocation_rows)
 
     def changed_since(self, version: int) -> frozenset[int] | None:
         """The nodes whose reservations changed after ``version``; None when the log does not reach
@@ -243,9 +244,40 @@ def state_load(*, cluster: Cluster, version: int, fingerprint: Fingerprint) -> C
     nodes = tuple(node_rows(cluster))
     rows = _live_rows(Reservation.objects.filter(released_at__isnull=True, node__cluster_id=cluster.pk))
     keys = {id(row): _key(row) for row in rows}
+    by_model = _by_model(nodes)
+    models = _node_models(by_model)
+    model_rows: dict[str, dict[int, Reservation]] = {model: {} for model in by_model}
+    allocation_rows: Counter[int] = Counter()
+    project_rows: Counter[int] = Counter()
+    for row in rows:
+        key = keys[id(row)]
+        for model in models.get(key.node, ()):
+            model_rows[model][key.pk] = row
+        allocation_rows[key.allocation] += 1
+        project_rows[key.project] += 1
     return ClusterState(cluster_id=cluster.pk, version=version, fingerprint=fingerprint, nodes=nodes,
                         ordered={row.pk: row for row in rows}, keys=keys, by_node=_index(rows, keys),
-                        by_model=_by_model(nodes))
+                        by_model=by_model, model_rows=model_rows, allocation_rows=dict(allocation_rows),
+                        project_rows=dict(project_rows))
+
+
+def _node_models(by_model: dict[str, list[NodeRow]]) -> dict[int, tuple[str, ...]]:
+    out: dict[int, tuple[str, ...]] = {}
+    for model, rows in by_model.items():
+        for row in rows:
+            out[row.pk] = (*out.get(row.pk, ()), model)
+    return out
+
+
+def _counted(counts: dict[int, int], *, minus: Iterable[int], plus: Iterable[int]) -> dict[int, int]:
+    out = dict(counts)
+    for item in minus:
+        out[item] -= 1
+        if not out[item]:
+            del out[item]
+    for item in plus:
+        out[item] = out.get(item, 0) + 1
+    return out
 
 
 def state_advance(state: ClusterState, *, version: int) -> ClusterState:
@@ -279,9 +311,31 @@ def state_advance(state: ClusterState, *, version: int) -> ClusterState:
         else:
             by_node.pop(node, None)
     log = (*state.log, (state.version, version, frozenset(nodes)))[-LOG_LIMIT:]
+    if "node models" not in state.inventory_memo:
+        state.inventory_memo["node models"] = _node_models(state.by_model)
+    models: dict[int, tuple[str, ...]] = state.inventory_memo["node models"]
+    model_rows = dict(state.model_rows)
+    for model in {model for node in nodes for model in models.get(node, ())}:
+        on_model = dict(model_rows[model])
+        for row in leaving:
+            on_model.pop(state.keys[id(row)].pk, None)
+        tail = next(reversed(on_model), 0)
+        for row in arriving:
+            if model in models.get(keys[id(row)].node, ()):
+                on_model[keys[id(row)].pk] = row
+        if arriving and keys[id(arriving[0])].pk < tail:
+            on_model = dict(sorted(on_model.items()))
+        model_rows[model] = on_model
+    gone = [state.keys[id(row)] for row in leaving]
+    came = [keys[id(row)] for row in arriving]
     return ClusterState(cluster_id=state.cluster_id, version=version, fingerprint=state.fingerprint,
                         nodes=state.nodes, ordered=ordered, keys=keys, by_node=by_node, log=log,
-                        by_model=state.by_model, loaded_at=state.loaded_at, inventory_memo=state.inventory_memo)
+                        by_model=state.by_model, loaded_at=state.loaded_at, inventory_memo=state.inventory_memo,
+                        model_rows=model_rows,
+                        allocation_rows=_counted(state.allocation_rows, minus=[key.allocation for key in gone],
+                                                 plus=[key.allocation for key in came]),
+                        project_rows=_counted(state.project_rows, minus=[key.project for key in gone],
+                                              plus=[key.project for key in came]))
 
 
 _LOCK = threading.Lock()

@@ -44,6 +44,7 @@ from frontend.timeline import allocation_standing, allocation_timeline
 from frontend.utilisation import allocation_usage_panel
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
+from kernel.reads import SharedReads
 from tenants.access import access_for
 from tenants.selectors import admins_to_ask
 
@@ -85,12 +86,12 @@ def _parsed(form: AllocationRequestForm, names: tuple[str, ...]) -> dict[str, An
     return values
 
 
-def _feedback_for(form: AllocationRequestForm) -> Any:
+def _feedback_for(form: AllocationRequestForm, reads: SharedReads | None = None) -> Any:
     """Feedback from whichever fields parse, even while others are still wrong or empty."""
-    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")))
+    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")), reads=reads)
 
 
-def _outlook_for(form: AllocationRequestForm, user: User) -> AdmissionOutlook | None:
+def _outlook_for(form: AllocationRequestForm, user: User, reads: SharedReads | None = None) -> AdmissionOutlook | None:
     """What approval would do, once every field it depends on parses (the window included)."""
     values = _parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster", "starts_at", "duration_days"))
     if any(values[name] is None for name in ("project", "flavor", "quantity", "priority_class", "duration_days")):
@@ -102,6 +103,7 @@ def _outlook_for(form: AllocationRequestForm, user: User) -> AdmissionOutlook | 
     return request_outlook(
         user=user, project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
         priority_class=values["priority_class"], cluster=values["cluster"], starts_at=starts_at, ends_at=ends_at,
+        reads=reads,
     )
 
 
@@ -169,7 +171,8 @@ def allocation_feedback(request: HttpRequest) -> HttpResponse:
         name: form.errors.get(name, []) if str(request.GET.get(name, "")).strip() else []
         for name in form.fields if name != "confirm"  # its error slot comes with the confirmation slot
     }
-    context = {"feedback": _feedback_for(form), "outlook": _outlook_for(form, user), "form": form,
+    reads = SharedReads()  # the dry run and the outlook share the clusters' states and the workload
+    context = {"feedback": _feedback_for(form, reads), "outlook": _outlook_for(form, user, reads), "form": form,
                "oob_errors": oob_errors, "oob": True}
     return render(request, "frontend/_feedback.html", context)
 

@@ -67,12 +67,16 @@ def compare(world: World, state: kept.ClusterState, rng: random.Random) -> None:
         tuple(getattr(row, name) for name in fields) for row in fresh_live
     ]
     by_pk = state.ordered
+    assert state.allocations() == {row.allocation_id for row in fresh_live}
+    assert state.projects() == set(
+        Allocation.objects.filter(pk__in=state.allocations()).values_list("project_id", flat=True))
     for flavor in Flavor.objects.all():
         nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
         memory = max((gpu.memory_mib for row in nodes for gpu in row.gpus), default=0)
         shape = shape_under_reserve(shape=unit_shape(flavor), flavor=flavor, cluster=cluster, gpu_memory_mib=memory)
         on = {row.node.pk for row in nodes}
         live = [row for row in fresh_live if row.node_id in on]
+        assert [row.pk for row in state.rows_of_model(flavor.gpu_model)] == [row.pk for row in live]
         holders = sorted({row.allocation_id for row in live})
         without = set(rng.sample(holders, k=min(len(holders), rng.randint(0, 3))))
         subset = [row for row in live if row.allocation_id not in without]
