@@ -148,7 +148,8 @@ def admission_outlook(*, user: User, allocation: Allocation, reads: SharedReads 
     else:
         clusters, states = preview_states(flavor=allocation.flavor, cluster=allocation.cluster, reads=reads)
         workload = reads.once(("workload", allocation.flavor.pk), placement_workload, include=allocation.flavor)
-        decision = admission_decide(allocation=allocation, clusters=clusters, states=states, workload=workload)
+        decision = admission_decide(allocation=allocation, clusters=clusters, states=states, workload=workload,
+                                    reads=reads)
     return _outlook(user=user, allocation=allocation, decision=decision)
 
 

@@ -22,3 +22,7 @@ class SharedReads:
         if key not in self._found:
             self._found[key] = read(*args, **kwargs)
         return cast(T, self._found[key])
+
+    def known(self, key: Hashable) -> Any | None:
+        """What ``key`` was read as already, or None."""
+        return self._found.get(key)

@@ -96,6 +96,12 @@ def preview_states(
                         for candidate in candidates}
 
 
+def dry_run_key(*, cluster: Cluster, flavor: Flavor, tenant: Tenant | None) -> tuple[str, int, int, int]:
+    """Where a page's reads keep the dry run of ``flavor`` on ``cluster`` for ``tenant``: on every
+    live reservation, with the page's workload (admission reuses its first units)."""
+    return ("dry run", cluster.pk, flavor.pk, tenant.project_id if tenant is not None else 0)
+
+
 def _exclusion(state: ClusterState, tenant: Tenant | None, model: str) -> Exclusion | None:
     """What the tenant may not use on the state's nodes of ``model`` (None: placement asks itself)."""
     return kept_exclusion(state, tenant=tenant, nodes=state.nodes_of(model), reservations=state.rows_of_model(model))
@@ -115,6 +121,7 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
                            state, tenant, model)
     attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy,
                                 tenant=tenant, state=state, exclusion=exclusion)
+    reads.once(dry_run_key(cluster=cluster, flavor=flavor, tenant=tenant), lambda: attempt)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity
     return ClusterFit(

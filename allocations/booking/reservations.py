@@ -38,6 +38,7 @@ from allocations.booking.view import (
     node_rows,
     placement_view,
     unit_shape,
+    view_node_rebuild,
 )
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
 from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy, mig_tables
@@ -79,6 +80,13 @@ class Attempt:
     @property
     def complete(self) -> bool:
         return len(self.bookings) == self.quantity
+
+    def first(self, units: int) -> Attempt:
+        """The attempt of the first ``units`` units: placing one after another, a longer attempt
+        begins exactly as a shorter one would."""
+        return Attempt(cluster=self.cluster, shape=self.shape, quantity=units, bookings=self.bookings[:units],
+                       reason="" if len(self.bookings) >= units else self.reason,
+                       kind="" if len(self.bookings) >= units else self.kind)
 
     def where(self, units: int | None = None) -> dict[str, list[str]]:
         """Node name → booked GPUs (with the MIG start) of the first ``units`` bookings (all by
@@ -231,6 +239,7 @@ def placement_attempt(
         return picture(reservations, extra=booking_rows(attempt.bookings, shape=shape), open_empty_gpus=False)
 
     carved = carved_first()
+    carved_rows: tuple[dict[str, NodeRow], dict[int, list[Reservation]]] | None = None
     room = {name: list(free) for name, free in view.pinned_room.items()}
     pinned = list(view.pinned_free)
     for unit in range(quantity):
@@ -252,7 +261,7 @@ def placement_attempt(
             return attempt
         request = shape.request(name=f"unit {unit}")
         if carved is not None and carved.engine is not None:
-            on_carved = place(carved.engine, request, policy)
+            on_carved = place(carved.engine, request, policy, explain=False)
             if isinstance(on_carved, Placement):
                 carved.engine.apply(on_carved)
                 view.engine.apply(on_carved)
@@ -266,9 +275,23 @@ def placement_attempt(
             return attempt
         view.engine.apply(decision)
         attempt.bookings.append(_booking(view, decision, shape))
-        if carved is not None:
-            carved = carved_first()  # a fresh GPU was carved: the carved-first picture includes it now
+        if carved is not None:  # a fresh GPU was carved: the carved-first picture shows it carved now
+            if carved_rows is None:
+                carved_rows = _rows_by_node(nodes, reservations)
+            row, held = carved_rows[0][decision.node], carved_rows[1].get(carved_rows[0][decision.node].pk, [])
+            booked = [booking for booking in attempt.bookings if booking.node.name == decision.node]
+            if not view_node_rebuild(carved, row=row, reservations=[*held, *booking_rows(booked, shape=shape)],
+                                     carve_empty=False, exclusion=exclusion):
+                carved = carved_first()
     return attempt
+
+
+def _rows_by_node(nodes: list[NodeRow], reservations: list[Reservation]) -> tuple[dict[str, NodeRow], dict[int, list[Reservation]]]:
+    """The nodes by name, and the reservations by node."""
+    held: dict[int, list[Reservation]] = defaultdict(list)
+    for row in reservations:
+        held[row.node_id].append(row)
+    return {row.node.name: row for row in nodes}, held
 
 
 def booking_rows(bookings: list[Booking], *, shape: UnitShape) -> list[Reservation]:

@@ -352,6 +352,19 @@ def view_finish(
     )
 
 
+def view_node_rebuild(
+    view: PlacementView, *, row: NodeRow, reservations: list[Reservation], carve_empty: bool, exclusion: Exclusion
+) -> bool:
+    """Rebuild one node of ``view``'s engine from ``reservations`` (every row on it); False when
+    the engine cannot take it in place (build the picture again then)."""
+    if view.engine is None or row.node.name not in view.engine.index:
+        return False
+    per_gpu, cpu, memory = reservation_usage(reservations)
+    rebuilt = engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve_empty,
+                          exclusion=exclusion)
+    return view.engine.node_replace(view.engine.index[row.node.name], rebuilt)
+
+
 def pinned_layout(*, node: Node, gpu_index: int, gpu_count: int) -> Counter[str]:
     """Profile counts that ``Node.mig_layout`` pins on one GPU (empty: MIG on, nothing carved)."""
     for entry in node.mig_layout or []:

@@ -147,6 +147,18 @@ class RejectionKind(str, Enum):
     WHOLE_GPUS = "whole-gpus"
     MIG_SLICE = "mig-slice"
 
+    @classmethod
+    def for_request(cls, request: Request) -> RejectionKind:
+        """The kind of room ``request`` lacks when nothing more precise is asked for."""
+        kind = request.kind
+        if kind is RequestKind.MIG:
+            return cls.MIG_SLICE
+        if kind is RequestKind.SHARED:
+            return cls.GPU_SHARE
+        if kind is RequestKind.WHOLE:
+            return cls.WHOLE_GPUS
+        return cls.CPU_MEMORY
+
 
 @dataclass(frozen=True)
 class Rejection:

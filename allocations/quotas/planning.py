@@ -27,6 +27,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from allocations.booking.policy import placement_policy_for
+from allocations.booking.preview import dry_run_key
 from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
 from allocations.booking.state import ClusterState, cluster_state
 from allocations.booking.tenancy import Tenant, tenant_of
@@ -41,6 +42,7 @@ from allocations.quotas.wording import QuotaWords
 from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
 from clusters.models import Cluster
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -95,6 +97,8 @@ class _Room:
     tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
     workload: Workload | None = None
     tenant: Tenant | None = None
+    reads: SharedReads | None = None
+    """A page's shared reads, where its placement preview left its dry runs."""
     states: dict[int, ClusterState] = field(default_factory=dict)
     """Each cluster's kept placement state (read when first needed, unless the caller, which holds
     the clusters' rows, gave it)."""
@@ -121,6 +125,15 @@ class _Room:
             rows = [row for row in rows if state.keys[id(row)].allocation not in skip]
         self.rows[cluster.pk] = rows
 
+    def _dry_run(self, cluster: Cluster) -> Attempt | None:
+        """The page's dry run of the request on ``cluster`` (``allocations.booking.preview``), when
+        it saw exactly these rows: its first units are this attempt."""
+        state = self.states[cluster.pk]
+        if self.reads is None or self.rows[cluster.pk] is not state.rows_of_model(self.allocation.flavor.gpu_model):
+            return None
+        dry = self.reads.known(dry_run_key(cluster=cluster, flavor=self.allocation.flavor, tenant=self.tenant))
+        return dry.first(self.allocation.quantity) if isinstance(dry, Attempt) else None
+
     def attempts(self, victims: frozenset[int]) -> list[Attempt]:
         if victims not in self.tried:
             if self.workload is None:
@@ -130,7 +143,8 @@ class _Room:
             found: list[Attempt] = []
             for cluster in self.clusters:
                 self.read(cluster)
-                attempt = placement_attempt(
+                dry = None if victims else self._dry_run(cluster)
+                attempt = dry or placement_attempt(
                     cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
                     policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
                     reservations=self._without(cluster.pk, victims),
@@ -338,12 +352,13 @@ def _capacity_candidates(
 
 def admission_decide(
     *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = (),
-    states: dict[int, ClusterState] | None = None, workload: Workload | None = None,
+    states: dict[int, ClusterState] | None = None, workload: Workload | None = None, reads: SharedReads | None = None,
 ) -> Decision:
     """Would the allocation be admitted now, taking which grants, and where would its units go.
     ``untakeable``: grants that may not be chosen (another transaction holds them). ``states``:
     the clusters' kept placement states, when the caller holds their rows (an approval);
-    ``workload``: the placement workload, when the caller has read it already."""
+    ``workload``: the placement workload, when the caller has read it already; ``reads``: a page's
+    shared reads, whose placement preview's dry runs stand for attempts on every live reservation."""
     flavor = allocation.flavor
     parents = department_parent_map()
     department_id = allocation.project.department_id
@@ -378,7 +393,8 @@ def admission_decide(
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
         # something has to be taken.
-        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload)
+        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload,
+                     reads=reads)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
             checks = [words.details(check) for check in quick]
@@ -395,7 +411,7 @@ def admission_decide(
         checks = [words.details(check) for check in quota_only.checks]
         return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
     room = _Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
-                 workload=workload)
+                 workload=workload, reads=reads)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
