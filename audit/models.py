@@ -13,9 +13,10 @@ other columns are copies of its fields for filtering (``audit_verify`` checks th
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, cast
 
 from django.db import models
+from django.db.models.query_utils import DeferredAttribute
 
 
 class Outcome(models.TextChoices):
@@ -46,6 +47,12 @@ class AuditEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.seq} {self.action} by {self.actor_username or '-'}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        link = self.__dict__.get("_link")
+        if link is not None:  # copied or pickled: its chain step is sent first (audit.linking)
+            link()
+        return super().__getstate__()
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -82,6 +89,24 @@ class AuditEvent(models.Model):
     @property
     def prev_hash(self) -> str:
         return str(self.payload["prev_hash"])
+
+
+# The fields the chain step assigns (``audit.linking``): until it has run, they are missing from a
+# new event's ``__dict__``, and reading one sends the step first.
+CHAIN_FIELDS = ("seq", "occurred_at", "department_seq", "hash", "record")
+
+
+class _ChainField(DeferredAttribute):
+    def __get__(self, instance: Any, cls: Any = None) -> Any:
+        if instance is not None and self.field.attname not in instance.__dict__:
+            link = instance.__dict__.get("_link")
+            if link is not None:
+                link()
+        return super().__get__(instance, cls)
+
+
+for _name in CHAIN_FIELDS:
+    setattr(AuditEvent, _name, _ChainField(cast("models.Field[Any, Any]", AuditEvent._meta.get_field(_name))))
 
 
 class AuditCheckpoint(models.Model):

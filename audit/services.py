@@ -1,6 +1,6 @@
 """Writing audit events. Call ``audit_record`` inside the service's transaction, after the change
 and preferably last: the event and the change commit or roll back together, and the chain lock
-taken here is held until that commit.
+taken for it is held until that commit.
 
 Each event gets the next ``seq`` and its department's next ``department_seq``, the hashes of the
 previous events (globally and in its department), and a time never earlier than its predecessor's,
@@ -13,6 +13,13 @@ canonical JSON (``record_template``). On PostgreSQL the chain step is then one s
 ``audit_event_append`` function (``audit.schema.POSTGRESQL_APPEND``): deferred checks, lock, both
 chain heads, the five chain fields, the hash and the INSERT in one round trip. On SQLite the same
 step runs in Python (``_append_in_python``), with the same template.
+
+On PostgreSQL that statement is sent as late as the transaction allows (``audit.linking``): before
+the next statement on the connection, when the caller reads one of the event's chain fields, or,
+when the event is the last thing its transaction writes, in the same round trip as the COMMIT, so
+that the chain lock is held only while the database works, never while the writer's process is
+waiting to be scheduled. Every statement of the transaction, and every reader after it, sees the
+event exactly as if it had been appended at once.
 
 That lock is the last of the global lock order (:mod:`kernel.locks`): before taking it, the
 foreign-key checks PostgreSQL would otherwise run at COMMIT are run, so that their waits for other
@@ -30,8 +37,10 @@ from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
+from audit import linking
 from audit.actions import AuditAction, get_action
 from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, leaf_hash, record_fill, record_template
+from audit.linking import APPEND, append_parameters
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
 from audit.schema import CHAIN_LOCK_ID
@@ -76,17 +85,10 @@ def _append_in_python(template: tuple[str, ...], columns: dict[str, Any]) -> Aud
                                      hash=leaf_hash(data).hex(), record=data.decode("ascii"), **columns)
 
 
-_APPEND = "SELECT * FROM audit_event_append(%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)"
-
-
 def _append_in_database(connection: BaseDatabaseWrapper, template: tuple[str, ...], columns: dict[str, Any]) -> AuditEvent:
     """The chain step on PostgreSQL: one round trip (see ``audit.schema.POSTGRESQL_APPEND``)."""
     with connection.cursor() as cursor:
-        cursor.execute(_APPEND, [
-            list(template), columns["department_id"], columns["actor_id"], columns["actor_username"],
-            columns["action"], columns["target_type"], columns["target_id"], columns["outcome"],
-            columns["request_id"],
-        ])
+        cursor.execute(APPEND, append_parameters(template, columns))
         seq, occurred_at, department_seq, hash_, record = cursor.fetchone()
     event = AuditEvent(seq=seq, occurred_at=occurred_at, department_seq=department_seq, hash=hash_, record=record,
                        **columns)
@@ -133,6 +135,6 @@ def audit_record(
         details=scrub(details or {}), source_ip=context.source_ip, user_agent=escape_text(context.user_agent, limit=512),
         **columns,
     )
-    if connection.vendor == "postgresql":
-        return _append_in_database(connection, template, columns)
+    if connection.vendor == "postgresql":  # appended before the next statement, or with the COMMIT
+        return linking.append_deferred(connection, template, columns, append=_append_in_database)
     return _append_in_python(template, columns)  # SQLite: its write transaction is the chain lock

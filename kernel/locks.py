@@ -20,7 +20,11 @@ rows are locked in primary-key order:
 6. the audit chain lock (``audit.services.audit_record``'s transaction-scoped advisory lock), always
    last. Nothing may wait for a row after it, because every writer of an audit event waits for it
    while holding its rows: a transaction that waits for a row while holding the chain lock
-   deadlocks with the holder of that row as soon as that holder records its own event.
+   deadlocks with the holder of that row as soon as that holder records its own event. On
+   PostgreSQL the statement that takes it (the event's chain step) is sent before the
+   transaction's next statement or, when the event is its last write, together with its COMMIT
+   (``audit.linking``): never earlier than ``audit_record`` returns, never after anything the
+   transaction does next, so this order is the same as if it were taken in ``audit_record``.
 
 Four locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
 advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` and ``UsageDay``

@@ -52,7 +52,8 @@ def run_threads(target: Callable[[int], None], count: int) -> None:
 
 
 def test_concurrent_writers_leave_one_gapless_chain_in_commit_order(postgres: None) -> None:
-    """Every fifth transaction rolls back after writing its event. The committed events are numbered
+    """Every fifth transaction rolls back after writing its event; every third runs a statement after
+    it (the others end with it: its chain step goes with the COMMIT). The committed events are numbered
     without a gap, and whenever one transaction committed before another began, its event comes first."""
     start = last_seq()
     barrier = threading.Barrier(WRITERS)
@@ -67,6 +68,9 @@ def test_concurrent_writers_leave_one_gapless_chain_in_commit_order(postgres: No
                 with transaction.atomic():
                     event = audit_record(actor=None, action=actions.NODE_UPDATED, department_id=950 + index % 3,
                                          details={"writer": writer, "index": index})
+                    if index % 3 == 0:  # a statement after the event sends its chain step before it
+                        with connection.cursor() as cursor:
+                            cursor.execute("SELECT 1")
                     if (writer + index) % 5 == 0:
                         raise RolledBack
             except RolledBack:
@@ -103,6 +107,7 @@ def test_a_writer_holds_the_chain_from_its_event_until_its_transaction_ends(post
             try:
                 with transaction.atomic():
                     events[0] = audit_record(actor=None, action=actions.NODE_UPDATED, details={"writer": 0})
+                    assert events[0].seq  # reading a chain field appends the event now (else: with the COMMIT)
                     linked.set()
                     assert release.wait(timeout=30)
                     if outcome == "rollback":
