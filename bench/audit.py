@@ -12,9 +12,10 @@ CREATEDB), migrates it, and prints:
    the application role when its URL is given: with the chain step sent with the COMMIT (the event
    is the transaction's last write), and sent at once (the writer reads the event back before it
    commits), against the same writers running the same transactions without an event (one INSERT
-   each, no chain lock: what the machine allows them at that moment; rounds alternate the three, so
-   all see the same load on a shared machine), and the server's rate of commits made one at a time
-   (the bound of anything that serialises commits);
+   each, no chain lock: what the machine allows them at that moment) and with all of
+   ``audit_record``'s own work but one INSERT instead of the chain step (what is left when the chain
+   costs nothing); rounds alternate the four, so all see the same load on a shared machine; and the
+   server's rate of commits made one at a time (the bound of anything that serialises commits);
 2. the time to bulk-load the log up to ``--events`` (COPY of generated, correctly chained events)
    and to publish the first checkpoint over all of them (which replays and checks every event);
 3. export of all events as JSON Lines, against ``COPY (SELECT record ...) TO STDOUT`` of the same
