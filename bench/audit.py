@@ -22,8 +22,7 @@ CREATEDB), migrates it, and prints:
    rows in the same run (ratio of throughputs, target >= 0.5), and the peak memory of each;
 4. a full export bundle, and its offline verification (``python -m audit.verify``; target < 20 s).
 
-``--append-only`` stops after step 1. Each measured step runs in a fresh child process, so peak
-memory (ru_maxrss) is its own.
+``--append-only`` stops after step 1. Each measured step runs in a fresh child process (peak memory its own).
 """
 
 from __future__ import annotations
@@ -103,11 +102,8 @@ def _writer(url: str, count: int, barrier: Any, writer: int, mode: str, done: An
     if mode == "unchained":  # all of audit_record's own work, then one INSERT instead of the chain step
         from audit.services import linking
 
-        def insert(connection: Any, template: Any, columns: Any, *, append: Any) -> None:
-            with connection.cursor() as cursor:
-                cursor.execute("INSERT INTO bench_bare VALUES (%s, %s)", [writer, len(template)])
-
-        linking.append_deferred = insert
+        linking.append_deferred = lambda connection, template, columns, append: connection.cursor().execute(
+            "INSERT INTO bench_bare VALUES (%s, %s)", [writer, len(template)])
     connection.ensure_connection()  # connecting (and the process's start and exit) is not what is measured
     barrier.wait()
     for index in range(count):
