@@ -76,17 +76,25 @@ def _append_in_python(template: tuple[str, ...], columns: dict[str, Any]) -> Aud
                                      hash=leaf_hash(data).hex(), record=data.decode("ascii"), **columns)
 
 
-_APPEND = "SELECT * FROM audit_event_append(%s::text[], %s, %s, %s, %s, %s, %s, %s, %s)"
+# The template's six pieces go as one text, split by the database: a record is printable ASCII (its
+# canonical JSON escapes every control character), so chr(1) never occurs in it, and one string is
+# about ten times cheaper for the client to send than an array of six (measured: 6 and 68 µs).
+APPEND = "SELECT * FROM audit_event_append(string_to_array(%s, chr(1)), %s, %s, %s, %s, %s, %s, %s, %s)"
+_SEPARATOR = "\x01"
+
+
+def append_parameters(template: tuple[str, ...], columns: dict[str, Any]) -> list[Any]:
+    pieces = _SEPARATOR.join(template)
+    if pieces.count(_SEPARATOR) != len(template) - 1:
+        raise ValueError("an audit record template holds a control character")
+    return [pieces, columns["department_id"], columns["actor_id"], columns["actor_username"], columns["action"],
+            columns["target_type"], columns["target_id"], columns["outcome"], columns["request_id"]]
 
 
 def _append_in_database(connection: BaseDatabaseWrapper, template: tuple[str, ...], columns: dict[str, Any]) -> AuditEvent:
     """The chain step on PostgreSQL: one round trip (see ``audit.schema.POSTGRESQL_APPEND``)."""
     with connection.cursor() as cursor:
-        cursor.execute(_APPEND, [
-            list(template), columns["department_id"], columns["actor_id"], columns["actor_username"],
-            columns["action"], columns["target_type"], columns["target_id"], columns["outcome"],
-            columns["request_id"],
-        ])
+        cursor.execute(APPEND, append_parameters(template, columns))
         seq, occurred_at, department_seq, hash_, record = cursor.fetchone()
     event = AuditEvent(seq=seq, occurred_at=occurred_at, department_seq=department_seq, hash=hash_, record=record,
                        **columns)

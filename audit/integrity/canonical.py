@@ -145,14 +145,19 @@ def record_template(**fields: Any) -> tuple[str, ...]:
     record = record_fields(seq=1, prev_hash=GENESIS_HASH, occurred_at="", department_seq=None,
                            department_prev_hash=None, **fields)
     pieces: list[str] = []
-    current = "{"
-    for index, key in enumerate(sorted(record)):
-        current += ("," if index else "") + canonical_json(key).decode("ascii") + ":"
-        if key in CHAIN_FIELDS:
-            pieces.append(current)
-            current = ""
-        else:
-            current += canonical_json(record[key]).decode("ascii")
+    current, members = "{", 0
+    group: dict[str, Any] = {}
+    for key in sorted(record):  # the members between two chain fields serialised at once: one call, not one a member
+        if key not in CHAIN_FIELDS:
+            group[key] = record[key]
+            continue
+        if group:
+            current += ("," if members else "") + canonical_json(group).decode("ascii")[1:-1]
+            members, group = members + len(group), {}
+        pieces.append(current + ("," if members else "") + canonical_json(key).decode("ascii") + ":")
+        current, members = "", members + 1
+    if group:
+        current += "," + canonical_json(group).decode("ascii")[1:-1]
     pieces.append(current + "}")
     return tuple(pieces)
 
