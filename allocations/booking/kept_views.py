@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from allocations.booking.state import _FORGET, ClusterState, Fingerprint
+from allocations.booking.state import FORGET_HOOKS, ClusterState, Fingerprint
 from allocations.booking.tenancy import (
     UNKNOWN_TENANT,
     DepartmentTree,
@@ -54,7 +54,7 @@ class KeptView:
 ViewKey = tuple[int, UnitShape, bool, bool, bool]
 _LOCK = threading.Lock()
 _VIEWS: dict[ViewKey, KeptView] = {}
-_FORGET.append(_VIEWS.clear)
+FORGET_HOOKS.append(_VIEWS.clear)
 
 
 def _base_view(state: ClusterState, *, cluster: Cluster, shape: UnitShape, carve: bool) -> KeptView:

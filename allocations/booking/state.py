@@ -377,11 +377,11 @@ def kept_states_forget() -> None:
     """Drop every kept state and picture (tests; a process that changed rows behind our back)."""
     with _LOCK:
         _STATES.clear()
-        for forget in _FORGET:
+        for forget in FORGET_HOOKS:
             forget()
 
 
-_FORGET: list[Callable[[], None]] = []
+FORGET_HOOKS: list[Callable[[], None]] = []
 """What else is kept from the states (the kept pictures register here)."""
 
 
