@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -145,27 +146,54 @@ def child_seed(url: str, nodes: int, fill: float, seed_value: int) -> dict[str, 
     return {"nodes": nodes, "busy_nodes": len(busy), "seed_s": round(time.perf_counter() - began, 1)}
 
 
-def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup: int) -> dict[str, Any]:
+@dataclass
+class Stream:
+    """What a child replays the stream with: the seeded people, project, class and flavors."""
+
+    admin: Any
+    member: Any
+    project: Any
+    priority: Any
+    flavors: dict[str, Any]
+
+    def request(self, name: str, quantity: int) -> Any:
+        """A pending request of ``quantity`` units of flavor ``name``, starting now, for a week."""
+        import datetime
+
+        from django.utils import timezone
+
+        from allocations import services
+
+        now = timezone.now()
+        return services.allocation_request(
+            actor=self.member, project=self.project, flavor=self.flavors[name], quantity=quantity,
+            priority_class=self.priority, starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+        )
+
+
+def stream_open(url: str) -> Stream:
+    """Set a child up: Django on ``url``, pushes left queued in the outbox (no broker runs them here:
+    the approval is measured, not the delivery to the cluster), the engine's tables built."""
     django_setup(url)
-    import datetime
-
     from django.contrib.auth.models import User
-    from django.utils import timezone
 
-    from allocations import services
     from allocations.booking import reservations
     from allocations.models import Flavor, PriorityClass
     from clusters import outbox
-    from kernel.errors import CapacityExceeded
     from tenants.models import Project
 
-    # Pushes stay queued in the outbox (no broker runs them eagerly here): the approval is measured,
-    # not the delivery to the cluster.
     vars(outbox)["push_dispatch"] = lambda **kwargs: False
     reservations.placement_engine_warm()
-    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
-    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
-    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    return Stream(admin=User.objects.get(username="admin"), member=User.objects.get(username="member"),
+                  project=Project.objects.get(slug="bench-p"), priority=PriorityClass.objects.get(name="standard"),
+                  flavors={flavor.name: flavor for flavor in Flavor.objects.all()})
+
+
+def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup: int) -> dict[str, Any]:
+    stream = stream_open(url)
+    from allocations import services
+    from kernel.errors import CapacityExceeded
+
     rng = random.Random(seed_value)
     names = list(STREAM)
     weights = [STREAM[name][0] for name in names]
@@ -174,16 +202,12 @@ def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup
     refused = 0
     for step in range(approvals + warmup):
         for grant in due.pop(step, []):
-            services.allocation_release(actor=admin, allocation_id=grant)
+            services.allocation_release(actor=stream.admin, allocation_id=grant)
         name = names[step] if step < min(warmup, len(names)) else rng.choices(names, weights)[0]
-        now = timezone.now()
-        allocation = services.allocation_request(
-            actor=member, project=project, flavor=flavors[name], quantity=rng.choice(STREAM[name][1]),
-            priority_class=priority, starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
-        )
+        allocation = stream.request(name, rng.choice(STREAM[name][1]))
         began = time.perf_counter()
         try:
-            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
+            services.allocation_approve(actor=stream.admin, allocation_id=allocation.pk)
             due.setdefault(step + 1 + int(rng.expovariate(1 / lifetime)), []).append(allocation.pk)
         except CapacityExceeded:
             refused += step >= warmup
@@ -197,27 +221,14 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
     the cluster and what approval would do), as a researcher's browser asks for it, timed in
     process; between calls an approval or a release moves the cluster, so each call first brings
     the kept state forward."""
-    django_setup(url)
-    import datetime
-
-    from django.contrib.auth.models import User
+    stream = stream_open(url)
     from django.test import Client
-    from django.utils import timezone
 
     from allocations import services
-    from allocations.booking import reservations
-    from allocations.models import Flavor, PriorityClass
-    from clusters import outbox
     from kernel.errors import ApplicationError
-    from tenants.models import Project
 
-    vars(outbox)["push_dispatch"] = lambda **kwargs: False
-    reservations.placement_engine_warm()
-    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
-    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
-    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
     browser = Client(HTTP_HOST="localhost")
-    browser.force_login(member)
+    browser.force_login(stream.member)
     rng = random.Random(seed_value)
     names = list(STREAM)
     weights = [STREAM[name][0] for name in names]
@@ -225,21 +236,16 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
     latencies: list[float] = []
     for step in range(calls + warmup):
         if granted and rng.random() < 0.4:
-            services.allocation_release(actor=admin, allocation_id=granted.pop(rng.randrange(len(granted))))
+            services.allocation_release(actor=stream.admin, allocation_id=granted.pop(rng.randrange(len(granted))))
         else:
-            name = rng.choices(names, weights)[0]
-            now = timezone.now()
-            allocation = services.allocation_request(
-                actor=member, project=project, flavor=flavors[name], quantity=1, priority_class=priority,
-                starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
-            )
+            allocation = stream.request(rng.choices(names, weights)[0], 1)
             try:
-                granted.append(services.allocation_approve(actor=admin, allocation_id=allocation.pk).pk)
+                granted.append(services.allocation_approve(actor=stream.admin, allocation_id=allocation.pk).pk)
             except ApplicationError:
                 pass
         name = names[step] if step < min(warmup, len(names)) else rng.choices(names, weights)[0]
-        params = {"project": project.pk, "flavor": flavors[name].pk, "quantity": rng.choice(STREAM[name][1]),
-                  "priority_class": priority.pk, "duration_days": 7}
+        params = {"project": stream.project.pk, "flavor": stream.flavors[name].pk, "quantity": rng.choice(STREAM[name][1]),
+                  "priority_class": stream.priority.pk, "duration_days": 7}
         began = time.perf_counter()
         response = browser.get("/allocations/new/feedback/", params, HTTP_HX_REQUEST="true")
         elapsed = time.perf_counter() - began

@@ -79,17 +79,7 @@ class Cluster:
         """Scratch space for policies (keyed by the policy); never part of the state."""
 
         for i, nd in enumerate(nodes):
-            slots: dict[int, int] = {}
-            for j, gpu in enumerate(sorted(nd.gpus, key=lambda x: x.index)):
-                slots[gpu.index] = j
-                self.gpu_label[i, j] = gpu.index
-                self.gpu_model[i, j] = self.model_id[gpu.model]
-                self.gpu_mem[i, j] = gpu.memory_mib
-                if gpu.mig_geometry is None:
-                    self.gpu_free[i, j] = GPU_MILLI - gpu.used_milli
-                else:
-                    self._init_mig(i, j, gpu)
-            self._slot.append(slots)
+            self._slot.append(self._gpus_fill(i, nd))
         self.gpu_present = self.gpu_model >= 0
         self.shared_gpu = self.gpu_present & (self.mig_state == mig_tables.NO_MIG)
         self.node_model = np.array([_node_model(self.gpu_model[i, : len(nd.gpus)]) for i, nd in enumerate(nodes)],
@@ -104,6 +94,20 @@ class Cluster:
         self._model_masks: dict[frozenset[str], tuple[BoolArray, BoolArray]] = {}
 
     # ----------------------------------------------------------------- construction
+    def _gpus_fill(self, i: int, node: Node) -> dict[int, int]:
+        """Write row ``i``'s GPUs (the row is empty); returns GPU index → slot."""
+        slots: dict[int, int] = {}
+        for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
+            slots[gpu.index] = j
+            self.gpu_label[i, j] = gpu.index
+            self.gpu_model[i, j] = self.model_id[gpu.model]
+            self.gpu_mem[i, j] = gpu.memory_mib
+            if gpu.mig_geometry is None:
+                self.gpu_free[i, j] = GPU_MILLI - gpu.used_milli
+            else:
+                self._init_mig(i, j, gpu)
+        return slots
+
     def _init_mig(self, i: int, j: int, gpu: Gpu) -> None:
         assert gpu.mig_geometry is not None
         if gpu.mig_geometry not in GEOMETRIES:
@@ -169,17 +173,7 @@ class Cluster:
         self.tags[i] = 0
         for j in range(self.max_gpus):
             self.mig_instances.pop((i, j), None)
-        slots: dict[int, int] = {}
-        for j, gpu in enumerate(sorted(node.gpus, key=lambda x: x.index)):
-            slots[gpu.index] = j
-            self.gpu_label[i, j] = gpu.index
-            self.gpu_model[i, j] = self.model_id[gpu.model]
-            self.gpu_mem[i, j] = gpu.memory_mib
-            if gpu.mig_geometry is None:
-                self.gpu_free[i, j] = GPU_MILLI - gpu.used_milli
-            else:
-                self._init_mig(i, j, gpu)
-        self._slot[i] = slots
+        self._slot[i] = self._gpus_fill(i, node)
         self.gpu_present[i] = self.gpu_model[i] >= 0
         self.shared_gpu[i] = self.gpu_present[i] & (self.mig_state[i] == mig_tables.NO_MIG)
         self.node_model[i] = _node_model(self.gpu_model[i, : len(node.gpus)])
