@@ -180,6 +180,7 @@ def test_windows_cost_admission_one_query_however_many_there_are(world: World) -
     pending = ask(world, quantity=1)
     now = timezone.now()
     window(world, quota(world, "nlp"), begins_at=now + 5 * DAY, ends_at=now + 6 * DAY, limit="4")
+    queries()  # the cluster's placement state is read once, then kept (on PostgreSQL)
     one = queries()
     for department in ("nlp", "vision", "acme"):
         window(world, quota(world, department), begins_at=now - HOUR, ends_at=now + 2 * DAY, limit_delta="1")
