@@ -16,13 +16,10 @@ What the engine needs of a cluster is its inventory (nodes and GPUs) and its liv
   (``clusters.stamps``); a fingerprint of the cluster's nodes (how many, the highest id, the sum
   of their stamps) is read each time, and when it moved everything is read again.
 
-The engine's pictures (:class:`~allocations.booking.view.PlacementView`) are kept too, per unit
-shape, at the version they reflect, and brought forward by rebuilding only the nodes that changed.
-A picture for another set of reservations (those of the request's interval, without the grants it
-would reclaim, with the units it has just placed) or for a tenant who may not use some nodes is a
-copy with only the differing nodes rebuilt. :func:`kept_view` gives exactly what
-``placement_view`` builds from scratch; ``tests/placement/test_kept_state.py`` checks it after
-random sequences of bookings, releases, moves and inventory changes, across processes.
+The engine's pictures of a state are kept too (``allocations.booking.kept_views``), brought
+forward by rebuilding only the nodes that changed; ``tests/placement/test_kept_state.py`` checks
+that a kept state and its pictures equal a fresh read and build after random sequences of
+bookings, releases, moves and inventory changes, across processes.
 
 Kept states are immutable snapshots shared between threads; a newer one replaces an older one.
 """
