@@ -33,7 +33,7 @@ from allocations.booking.view import (
     PlacementView,
     UnitShape,
     ViewRows,
-    engine_node,
+    engine_nodes_replace,
     placement_view,
     reservation_usage,
     view_finish,
@@ -99,15 +99,12 @@ def _rebuilt(
     on them and on the pinned nodes) under ``exclusion``; None when the engine cannot take a node
     in place (rebuild it whole then)."""
     usage = reservation_usage(reservations)
-    per_gpu, cpu, memory = usage
     engine = base.engine.copy() if base.engine is not None else None
-    if engine is not None and nodes:
-        for row in rows.offering:
-            if row.pk in nodes:
-                rebuilt = engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve,
-                                      exclusion=exclusion)
-                if not engine.node_replace(engine.index[row.node.name], rebuilt):
-                    return None
+    if engine is not None and nodes and not engine_nodes_replace(
+        engine, rows=[row for row in rows.offering if row.pk in nodes], usage=usage, carve_empty=carve,
+        exclusion=exclusion,
+    ):
+        return None
     return view_finish(cluster=base.cluster, shape=shape, rows=rows, exclusion=exclusion, usage=usage, engine=engine,
                        nodes=base.nodes if not base.left_out else None)
 

@@ -352,17 +352,30 @@ def view_finish(
     )
 
 
+def engine_nodes_replace(
+    engine: EngineCluster, *, rows: Iterable[NodeRow], usage: Usage, carve_empty: bool, exclusion: Exclusion
+) -> bool:
+    """Rebuild ``rows`` (nodes of ``engine``) in place from ``usage`` (covering every row on them);
+    False when the engine cannot take one in place (build the picture again then)."""
+    per_gpu, cpu, memory = usage
+    for row in rows:
+        if row.node.name not in engine.index:
+            return False
+        rebuilt = engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve_empty,
+                              exclusion=exclusion)
+        if not engine.node_replace(engine.index[row.node.name], rebuilt):
+            return False
+    return True
+
+
 def view_node_rebuild(
     view: PlacementView, *, row: NodeRow, reservations: list[Reservation], carve_empty: bool, exclusion: Exclusion
 ) -> bool:
     """Rebuild one node of ``view``'s engine from ``reservations`` (every row on it); False when
     the engine cannot take it in place (build the picture again then)."""
-    if view.engine is None or row.node.name not in view.engine.index:
-        return False
-    per_gpu, cpu, memory = reservation_usage(reservations)
-    rebuilt = engine_node(row=row, per_gpu=per_gpu, cpu=cpu, memory=memory, carve_empty=carve_empty,
-                          exclusion=exclusion)
-    return view.engine.node_replace(view.engine.index[row.node.name], rebuilt)
+    return view.engine is not None and engine_nodes_replace(
+        view.engine, rows=[row], usage=reservation_usage(reservations), carve_empty=carve_empty, exclusion=exclusion
+    )
 
 
 def pinned_layout(*, node: Node, gpu_index: int, gpu_count: int) -> Counter[str]:
