@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.http import HttpRequest, HttpResponse
 
 from kernel.client_address import client_address
+from kernel.conf import setting_int
 
 _REQUEST_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -58,7 +59,10 @@ def request_context(context: RequestContext) -> Iterator[None]:
 
 
 def _context_from_request(request: HttpRequest) -> RequestContext:
-    supplied = request.headers.get("X-Request-ID", "")
+    # A caller's X-Request-ID is taken only from a trusted proxy (GPUPORTAL_TRUSTED_PROXIES >= 1:
+    # the proxy in front sets or passes it, e.g. nginx's $request_id); reached directly, anyone could
+    # forge it into the logs and the audit log, so the portal makes its own.
+    supplied = request.headers.get("X-Request-ID", "") if setting_int("GPUPORTAL_TRUSTED_PROXIES") > 0 else ""
     request_id = supplied if request_id_valid(supplied) else uuid.uuid4().hex
     return RequestContext(
         request_id=request_id,

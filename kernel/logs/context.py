@@ -1,6 +1,6 @@
 """What every log record carries besides its message, read when the record is formatted.
 
-- ``request_id``: the id of the request being served (``kernel.request_context``: the caller's
+- ``request_id``: the id of the request being served (``kernel.request_context``: a trusted proxy's
   valid ``X-Request-ID`` or a generated one, also the response's ``X-Request-ID`` and the audit
   events' ``request_id``); in a Celery task, the id of the request that enqueued it (``tasks``).
 - ``user`` and ``user_id``: the signed-in user of that request, once authentication has run (the

@@ -59,8 +59,9 @@ def test_an_exception_is_one_record_with_its_traceback_in_exc_info(json_logs: Ca
 
 @pytest.mark.django_db
 def test_each_request_writes_one_access_line_with_method_path_status_duration_and_request_id(
-    world: World, json_logs: Captured
+    world: World, json_logs: Captured, settings: Any
 ) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1  # the proxy in front passes its X-Request-ID
     token = Token.objects.create(user=world.users["nlp_member"])
     response = Client().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Token {token.key}", HTTP_X_REQUEST_ID="trace-me-1")
     assert response.status_code == 200
@@ -70,6 +71,16 @@ def test_each_request_writes_one_access_line_with_method_path_status_duration_an
     assert line["user"] == "nlp_member" and line["user_id"] == world.users["nlp_member"].pk
     assert isinstance(line["duration_ms"], float) and line["client_ip"] == "127.0.0.1"
     assert line["level"] == "INFO" and "query" not in line
+
+
+@pytest.mark.django_db
+def test_a_callers_request_id_is_ignored_without_a_trusted_proxy(json_logs: Captured, settings: Any) -> None:
+    """Reached directly, anyone could write any id into the logs and the audit log."""
+    settings.GPUPORTAL_TRUSTED_PROXIES = 0
+    response = Client().get("/api/v1/me/", HTTP_X_REQUEST_ID="forged-by-the-caller")
+    (line,) = json_logs.of("gpuportal.access")
+    assert line["request_id"] == response["X-Request-ID"] != "forged-by-the-caller"
+    assert re.fullmatch(r"[0-9a-f]{32}", line["request_id"])
 
 
 @pytest.mark.django_db
@@ -91,7 +102,10 @@ urlpatterns = [path("log-test/", boom_view)]
 
 @pytest.mark.django_db
 @pytest.mark.urls("tests.observability.test_logs")
-def test_records_written_by_a_view_name_the_signed_in_user_of_a_session(world: World, json_logs: Captured) -> None:
+def test_records_written_by_a_view_name_the_signed_in_user_of_a_session(
+    world: World, json_logs: Captured, settings: Any
+) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1
     client = Client()
     client.force_login(world.users["vision_admin"])
     assert client.get("/log-test/", HTTP_X_REQUEST_ID="page-1").status_code == 200
@@ -147,7 +161,8 @@ def test_a_process_writes_json_by_default_and_console_when_asked_and_refuses_oth
 
 
 @pytest.mark.django_db
-def test_djangos_own_line_of_a_refused_request_carries_its_request_id(json_logs: Captured) -> None:
+def test_djangos_own_line_of_a_refused_request_carries_its_request_id(json_logs: Captured, settings: Any) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1
     response = Client().get("/api/v1/me/", HTTP_X_REQUEST_ID="late-1")
     (line,) = json_logs.of("django.request")
     assert response.status_code == 401 and (line["level"], line["request_id"]) == ("WARNING", "late-1")

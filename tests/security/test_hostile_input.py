@@ -363,7 +363,8 @@ def test_a_fractional_id_in_a_body_is_refused_not_truncated(world: World) -> Non
 # ------------------------------------------------------------------------ the error contract
 
 
-def test_every_drf_error_carries_the_request_id_of_its_header(world: World) -> None:
+def test_every_drf_error_carries_the_request_id_of_its_header(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1  # a caller's X-Request-ID is taken from a trusted proxy only
     client = world.client("nlp_member")
     responses = [
         client.get("/api/v1/projects/999999/"),
@@ -382,8 +383,9 @@ def test_every_drf_error_carries_the_request_id_of_its_header(world: World) -> N
 
 @pytest.mark.urls("tests.security.boom_urls")
 def test_an_unhandled_error_under_the_api_is_the_json_envelope_with_the_request_id(
-    world: World, caplog: pytest.LogCaptureFixture
+    world: World, caplog: pytest.LogCaptureFixture, settings: Any
 ) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1
     with caplog.at_level(logging.ERROR):
         response = lenient(world.client("nlp_member")).get("/api/v1/test-boom/", HTTP_X_REQUEST_ID="op-ticket-42")
     assert response.status_code == 500
@@ -419,7 +421,8 @@ def test_an_unhandled_error_on_a_portal_page_keeps_the_html_page(world: World) -
     assert b"<html" in response.content
 
 
-def test_an_unknown_api_url_is_a_json_404_and_an_unknown_page_an_html_one(world: World) -> None:
+def test_an_unknown_api_url_is_a_json_404_and_an_unknown_page_an_html_one(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_TRUSTED_PROXIES = 1
     api = world.client("nlp_member").get("/api/v1/no-such-thing/", HTTP_X_REQUEST_ID="r-404")
     assert api.status_code == 404
     assert api["Content-Type"] == "application/json"
