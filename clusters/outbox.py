@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from clusters.models import ClusterPush, PushState
 from kernel.periodic import PeriodicThread
+from kernel.task_handover import task_hand_over
 
 log = logging.getLogger(__name__)
 
@@ -45,18 +46,9 @@ def push_dispatch(*, push_id: int, countdown: float | None = None) -> bool:
     """Hand a push to Celery; False (and the row stays pending for the dispatcher) when the
     broker cannot be reached. Never raises: a broker outage must not fail the request.
 
-    The task is looked up by name in the app's registry rather than sent with ``send_task`` so
-    that in-process tasks (the embedded default) still run eagerly."""
-    try:
-        task = current_app.tasks[PUSH_TASK]
-        if countdown is None:
-            task.apply_async((push_id,), retry=False)
-        else:
-            task.apply_async((push_id,), countdown=countdown, retry=False)
-    except Exception:  # the broker is down: pushes_dispatch will find the row
-        log.warning("could not hand push %s to the broker; the dispatcher will retry", push_id, exc_info=True)
-        return False
-    return True
+    The task is looked up by name in the app's registry (``kernel.task_handover``) so that
+    in-process tasks (the embedded default) still run eagerly."""
+    return task_hand_over(PUSH_TASK, push_id, countdown=countdown)
 
 
 def pushes_due(*, now: datetime.datetime | None = None, limit: int = 500) -> list[int]:

@@ -9,17 +9,14 @@ in-process sweeper).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from typing import Any
 
-from celery import current_app
 from django.db import IntegrityError, transaction
 
+from kernel.task_handover import task_hand_over
 from notifications.events import Event
 from notifications.models import Notification
-
-log = logging.getLogger(__name__)
 
 FAN_OUT_TASK = "notifications.tasks.notification_fan_out_task"
 DELIVER_TASK = "notifications.tasks.delivery_send_task"
@@ -52,13 +49,4 @@ def notification_enqueue(
 def task_send(name: str, object_id: int, *, countdown: float | None = None) -> bool:
     """Hand work to Celery by task name; False (the row waits for the dispatcher) when the broker
     cannot be reached. Never raises: a broker outage must not fail the request."""
-    try:
-        task = current_app.tasks[name]
-        if countdown is None:
-            task.apply_async((object_id,), retry=False)
-        else:
-            task.apply_async((object_id,), countdown=countdown, retry=False)
-    except Exception:
-        log.warning("could not hand %s(%s) to the broker; the dispatcher will retry", name, object_id, exc_info=True)
-        return False
-    return True
+    return task_hand_over(name, object_id, countdown=countdown)
