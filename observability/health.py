@@ -2,8 +2,10 @@
 container health checks and Kubernetes probes.
 
 * ``/livez``: the process answers (it touches nothing else, so a database outage never restarts it).
-* ``/readyz``: the database answers, every migration is applied, and Redis answers when a broker is
-  configured (``CELERY_BROKER_URL``); 503 with the failing checks otherwise.
+* ``/readyz``: the database answers, every migration is applied, and every Redis the portal is
+  configured with answers (the broker, ``CELERY_BROKER_URL``, and the shared cache,
+  ``GPUPORTAL_CACHE_URL``; "not configured" when there is none, as in the embedded default); 503
+  with the failing checks otherwise.
 
 Both answer in plain text, or JSON when asked (``Accept: application/json`` or ``?format=json``),
 to anyone: they say nothing but "ok" or which dependency is down, never why in detail (errors are
@@ -49,17 +51,34 @@ def _migrations() -> str | None:
     return None
 
 
-def _redis() -> str | None:
-    url = getattr(settings, "CELERY_BROKER_URL", None)
-    if not url or urlsplit(url).scheme not in ("redis", "rediss"):
-        return None
-    import redis  # only where a Redis broker is configured
+NOT_CONFIGURED = "not configured"  # a state that is not a failure
 
-    client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS, socket_timeout=REDIS_TIMEOUT_SECONDS)
-    try:
-        client.ping()
-    finally:
-        client.close()
+
+def _redis_urls() -> list[str]:
+    """The Redis servers this process depends on: the Celery broker and the shared cache."""
+    urls = []
+    broker = getattr(settings, "CELERY_BROKER_URL", None)
+    if broker and urlsplit(broker).scheme in ("redis", "rediss"):
+        urls.append(broker)
+    cache = settings.CACHES.get("default", {})
+    if cache.get("BACKEND", "").endswith("RedisCache"):
+        urls.append(str(cache["LOCATION"]))
+    return list(dict.fromkeys(urls))
+
+
+def _redis() -> str | None:
+    urls = _redis_urls()
+    if not urls:
+        return NOT_CONFIGURED
+    import redis  # only where Redis is configured
+
+    for url in urls:
+        client = redis.Redis.from_url(url, socket_connect_timeout=REDIS_TIMEOUT_SECONDS,
+                                      socket_timeout=REDIS_TIMEOUT_SECONDS)
+        try:
+            client.ping()
+        finally:
+            client.close()
     return None
 
 
@@ -99,5 +118,5 @@ def readyz_view(request: HttpRequest) -> HttpResponse:
             problem = "unreachable"
         checks[name] = "ok" if problem is None else problem
         log.debug("readiness check %s took %.3f s", name, time.monotonic() - started)
-    ready = all(state == "ok" for state in checks.values())
+    ready = all(state in ("ok", NOT_CONFIGURED) for state in checks.values())
     return _answer(request, status=200 if ready else 503, checks=checks)

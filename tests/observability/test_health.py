@@ -39,7 +39,7 @@ def test_readyz_is_ready_when_the_database_answers_and_every_migration_is_applie
     settings.CELERY_BROKER_URL = None
     response = Client().get("/readyz?format=json")
     assert response.status_code == 200
-    assert response.json() == {"status": "ok", "checks": {"database": "ok", "migrations": "ok", "redis": "ok"}}
+    assert response.json() == {"status": "ok", "checks": {"database": "ok", "migrations": "ok", "redis": "not configured"}}
     assert Client().get("/readyz").content.decode().splitlines()[0] == "ok"
 
 
@@ -66,6 +66,15 @@ def test_readyz_is_unavailable_when_redis_does_not_answer(settings: Any) -> None
     assert response.content.decode().splitlines() == ["unavailable", "database: ok", "migrations: ok", "redis: unreachable"]
 
 
+def test_readyz_is_unavailable_when_the_shared_cache_redis_does_not_answer(settings: Any) -> None:
+    """The sign-in lockout's counts live in the shared cache: a portal without it is not ready."""
+    settings.CELERY_BROKER_URL = None
+    settings.CACHES = {**settings.CACHES, "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                                      "LOCATION": f"redis://127.0.0.1:{closed_port()}/1"}}
+    response = Client().get("/readyz", HTTP_ACCEPT="application/json")
+    assert response.status_code == 503 and response.json()["checks"]["redis"] == "unreachable"
+
+
 def test_readyz_is_unavailable_not_an_error_when_the_database_fails(monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
     settings.CELERY_BROKER_URL = None
 
@@ -80,4 +89,6 @@ def test_readyz_is_unavailable_not_an_error_when_the_database_fails(monkeypatch:
 
 def test_readyz_is_ready_with_a_redis_that_answers(settings: Any, redis: Redis) -> None:
     settings.CELERY_BROKER_URL = redis.url
+    settings.CACHES = {**settings.CACHES, "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache",
+                                                      "LOCATION": redis.url}}
     assert Client().get("/readyz", HTTP_ACCEPT="application/json").json()["checks"]["redis"] == "ok"
