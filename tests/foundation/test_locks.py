@@ -115,8 +115,11 @@ def test_both_locks_are_resolved_for_every_supported_python() -> None:
 
 def test_the_image_and_make_run_install_the_runtime_lock_and_make_test_the_development_one() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "COPY pyproject.toml requirements.lock ./" in dockerfile
-    assert "-r requirements.lock" in dockerfile and "requirements-dev.lock" not in dockerfile
+    assert "COPY pyproject.toml requirements.lock requirements-dev.lock ./" in dockerfile
+    assert "-r requirements.lock" in dockerfile and "-r requirements-dev.lock" not in dockerfile
+    # The development lock only constrains the optional extras (EXTRAS=otel,ldap) to tested versions.
+    assert re.findall(r"-\w+ requirements-dev\.lock", dockerfile) == ["-c requirements-dev.lock"]
+    assert '".[${EXTRAS}]"' in dockerfile
     venv = (ROOT / "scripts" / "venv.sh").read_text()
     assert "runtime) lock=requirements.lock ;;" in venv and "dev) lock=requirements-dev.lock ;;" in venv
     targets = dict(re.findall(r"^([a-z-]+):[ \t]*([^\n=]*)$", (ROOT / "Makefile").read_text(), re.M))
