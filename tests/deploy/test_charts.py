@@ -90,6 +90,27 @@ def test_only_the_migration_hook_sees_the_owners_database_url(values: Path) -> N
         assert all("migrate-database-url" not in o["stringData"] for o in runtime)
 
 
+@pytest.mark.parametrize("sets", [[], ["serviceAccount.create=false", "serviceAccount.name=portal-ops"]],
+                         ids=["chart-account", "operator-account"])
+def test_the_migration_hook_runs_as_a_service_account_that_exists_before_the_release(sets: list[str]) -> None:
+    """A pre-install hook runs before the release's objects exist, and the API server refuses a pod
+    whose ServiceAccount is missing: the hook's account is a hook object made before the Job, or the
+    operator's own."""
+    objects = render(PORTAL, values=[MINIMAL], sets=sets)
+    job = find(objects, "Job")
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    made = [o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == account]
+    if "serviceAccount.create=false" in sets:
+        assert account == "portal-ops" and made == []
+        return
+    [hook_account] = made
+    annotations = hook_account["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == job["metadata"]["annotations"]["helm.sh/hook"]
+    assert int(annotations["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert "hook-succeeded" in annotations["helm.sh/hook-delete-policy"]
+    assert hook_account["automountServiceAccountToken"] is False
+
+
 def test_every_variable_the_chart_sets_is_one_the_portal_reads() -> None:
     settings = "".join((ROOT / "gpuportal" / name).read_text() for name in ("settings.py", "ldap_settings.py"))
     read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', settings))

@@ -233,14 +233,33 @@ checksum/secret: {{ include (print $.Template.BasePath "/secret.yaml") . | sha25
 {{- end -}}
 
 {{- define "gpu-portal.podCommon" -}}
-serviceAccountName: {{ include "gpu-portal.serviceAccountName" . }}
+{{- include "gpu-portal.podCommonAs" (dict "root" . "serviceAccount" (include "gpu-portal.serviceAccountName" .)) }}
+{{- end -}}
+
+{{/* podCommon with another ServiceAccount: the migration hook's, which exists before the release's. */}}
+{{- define "gpu-portal.podCommonAs" -}}
+serviceAccountName: {{ .serviceAccount }}
 automountServiceAccountToken: false
-{{- with .Values.imagePullSecrets }}
+{{- with .root.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- include "gpu-portal.podSecurityContext" . | nindent 2 }}
+  {{- include "gpu-portal.podSecurityContext" .root | nindent 2 }}
+{{- end -}}
+
+{{/*
+The migration hook's ServiceAccount. Pre-install hooks run before the release's own objects exist,
+and the ServiceAccount admission plugin refuses a pod whose ServiceAccount is missing, so the hook
+brings its own (weight -10, gone once the Job succeeded) when the chart creates ServiceAccounts;
+otherwise the operator's, which exists before the install.
+*/}}
+{{- define "gpu-portal.migrateServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- printf "%s-migrate" (include "gpu-portal.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- include "gpu-portal.serviceAccountName" . -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The node agent is not a portal pod: its own name, so the portal's NetworkPolicies leave it alone. */}}
