@@ -75,6 +75,7 @@ PROJECT_MEMBER_REMOVED = register(223, "project.member_removed", "A member was r
 PROJECT_QUOTA_SET = register(224, "project.quota_set", "A project's share of its department's quota was set")
 GROUP_MAPPING_CREATED = register(230, "group_mapping.created", "An identity provider group was mapped to a role")
 GROUP_MAPPING_DELETED = register(231, "group_mapping.deleted", "A group-to-role mapping was removed")
+GROUP_MAPPING_UPDATED = register(232, "group_mapping.updated", "A group-to-role mapping was changed")
 
 # 3xx catalogue: flavors, quotas, priority classes
 FLAVOR_CREATED = register(300, "flavor.created", "A flavor was created")

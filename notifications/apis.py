@@ -4,6 +4,7 @@ deliveries that failed (platform admins). Webhook URLs are answered redacted (sc
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
@@ -16,7 +17,8 @@ from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
 from kernel.errors import NotAllowed
-from notifications import services
+from kernel.sealing import Unreadable
+from notifications import crypto, services
 from notifications.events import EVENTS
 from notifications.models import Delivery, DeliveryState, Mode, Webhook, WebhookFormat
 from tenants.access import access_for, require_platform_admin
@@ -24,7 +26,7 @@ from tenants.selectors import department_get
 
 
 class WebhookOut(serializers.ModelSerializer):  # type: ignore[type-arg]
-    url = serializers.SerializerMethodField(help_text="Redacted: the scheme and host only.")
+    url = serializers.SerializerMethodField(help_text="Redacted: the scheme (https, or http) and host only.")
     host = serializers.CharField(source="url_host")
 
     class Meta:
@@ -32,7 +34,11 @@ class WebhookOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["id", "department_id", "name", "url", "host", "format", "events", "is_active", "created_at", "updated_at"]
 
     def get_url(self, hook: Webhook) -> str:
-        return f"https://{hook.url_host}/…"
+        try:  # the scheme is stored only inside the encrypted URL (http where the allow-list says http://host)
+            scheme = urlsplit(crypto.open_text(bytes(hook.url_encrypted))).scheme or "https"
+        except Unreadable:  # no configured key opens it (its sends fail too): the scheme is unknown
+            scheme = "https"
+        return f"{scheme}://{hook.url_host}/…"
 
 
 class WebhookCreatedOut(WebhookOut):

@@ -1,5 +1,5 @@
 """The worker's side of the outbox: fan a notification out into one delivery per channel, then
-send each delivery exactly once per channel.
+send each delivery once per channel (again only when a send outlives its lease, below).
 
 * Fan-out writes the ``Delivery`` rows of a notification (an e-mail per recipient, as each one's
   preference says: at once, in the digest, or skipped; a row per webhook that takes the event);
@@ -7,10 +7,12 @@ send each delivery exactly once per channel.
   transaction, so fanning out twice writes nothing new.
 * Sending claims the row (``SELECT … FOR UPDATE SKIP LOCKED``, a pending row whose lease is free)
   and takes a lease, sends outside any transaction, then marks it sent. A second task for the same
-  row finds it leased or sent and does nothing. The one window for a duplicate is a worker that dies
-  after the server accepted the message and before the row is marked: the lease then runs out and
-  the row is sent again. Webhook receivers dedupe on ``X-GPUPortal-Delivery``; e-mails carry it as
-  a header too.
+  row finds it leased or sent and does nothing. The one window for a duplicate is a send that
+  outlives its lease (a worker that dies after the server accepted the message and before the row is
+  marked, or a send slower than ``GPUPORTAL_NOTIFY_LEASE_SECONDS``): another worker then takes the
+  row over and sends again. The outcome is written only while the claim holds (the ``attempts`` and
+  ``claimed_until`` it claimed with), so a late first worker never overwrites the second's.
+  Webhook receivers dedupe on ``X-GPUPortal-Delivery``; e-mails carry it as a header too.
 * A failure is retried after an exponential backoff (capped) until ``GPUPORTAL_NOTIFY_MAX_ATTEMPTS``,
   then the row is failed; a permanent failure (a refused address, a 4xx, a host not allowed) fails
   it at once. Failed rows are listed for platform admins (``GET /api/v1/notification-deliveries/``).
@@ -25,7 +27,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from notifications import conf, crypto, webhooks
@@ -129,10 +131,23 @@ def delivery_send(*, delivery_id: int, ignore_schedule: bool = False) -> float |
     except Exception as error:  # a fault of ours: retried like a failure of the receiver
         log.exception("delivery %s failed unexpectedly", delivery.pk)
         return _failed(delivery, f"{error.__class__.__name__}", permanent=False)
-    Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(
-        state=DeliveryState.SENT, sent_at=timezone.now(), claimed_until=None, last_error=""
-    )
+    if not _claimed(delivery).update(state=DeliveryState.SENT, sent_at=timezone.now(), claimed_until=None, last_error=""):
+        _lost(delivery, "sent")
     return None
+
+
+def _claimed(delivery: Delivery) -> QuerySet[Delivery]:
+    """The row as long as this worker's claim holds: still pending, and neither taken over by another
+    worker after the lease ran out (``attempts`` and ``claimed_until`` change at every claim)."""
+    return Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING, attempts=delivery.attempts,
+                                   claimed_until=delivery.claimed_until)  # fmt: skip
+
+
+def _lost(delivery: Delivery, outcome: str) -> None:
+    """The claim ran out and another worker took the row over (or finished it): its outcome stands."""
+    log.warning("delivery %s (%s, attempt %s) %s after its lease of %ss ran out; another worker took it over, "
+                "its outcome is kept", delivery.pk, delivery.channel, delivery.attempts, outcome,
+                conf.lease_seconds())  # fmt: skip
 
 
 def _failed(delivery: Delivery, reason: str, *, permanent: bool) -> float | None:
@@ -144,7 +159,9 @@ def _failed(delivery: Delivery, reason: str, *, permanent: bool) -> float | None
     else:
         assert delay is not None
         fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
-    Delivery.objects.filter(pk=delivery.pk, state=DeliveryState.PENDING).update(**fields)
+    if not _claimed(delivery).update(**fields):
+        _lost(delivery, f"failed ({reason})")
+        return None
     log.warning("delivery %s (%s, attempt %s) failed%s: %s", delivery.pk, delivery.channel, delivery.attempts,
                 "" if delay is None else f", retry in {delay:.0f}s", reason)  # fmt: skip
     return delay

@@ -46,7 +46,7 @@ class ExternalGroupMappingAdmin(AuditedAdmin):
     list_filter = ["source", "role", "department"]
     search_fields = ["external_group"]
     audit_created = actions.GROUP_MAPPING_CREATED
-    audit_updated = actions.GROUP_MAPPING_CREATED  # an edit grants the mapping as it now reads
+    audit_updated = actions.GROUP_MAPPING_UPDATED
     audit_deleted = actions.GROUP_MAPPING_DELETED
 
 

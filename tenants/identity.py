@@ -20,6 +20,7 @@ from audit import actions
 from audit.services import audit_record
 from tenants.access import access_forget
 from tenants.models import ExternalGroupMapping, IdentitySource, Membership, MembershipSource, PersonalAccessToken
+from tenants.services import project_members_unreadable_remove
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ def external_roles_sync(*, user: User, source: str, groups: Collection[str]) -> 
 
     A role the user already holds manually is neither duplicated nor removed. Each grant and
     revocation is audited (as the user, the provider having vouched for them), with the source.
+    A revocation that leaves the user unable to read a project's department takes them off that
+    project too, audited ``project.member_removed`` with the source.
     """
     if source not in IdentitySource.values:
         raise ValueError(f"unknown identity source {source!r}")
@@ -70,6 +73,8 @@ def external_roles_sync(*, user: User, source: str, groups: Collection[str]) -> 
         changes.append(RoleChange(department_id=department_id, role=role, granted=True))
     if changes:
         access_forget(user)
+    if any(not change.granted for change in changes):  # as department_member_remove does for a manual role
+        project_members_unreadable_remove(actor=user, user=user, details={"source": source})
     return changes
 
 

@@ -21,9 +21,9 @@ from django.db import transaction
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import Conflict, FieldError, NotAllowed
-from tenants.access import access_for, access_forget, department_ancestor_ids, department_parent_map
+from tenants.access import access_for, department_ancestor_ids, department_parent_map
 from tenants.models import Department, Membership, MembershipSource, Project, Role
-from tenants.services import membership_grant, membership_revoke
+from tenants.services import membership_grant, membership_revoke, project_members_unreadable_remove
 
 SELF_SERVICE_ROLES = (Role.RESEARCHER, Role.DEPARTMENT_ADMIN)
 NOT_FOUND_HINT = (
@@ -142,18 +142,5 @@ def department_member_remove(*, actor: User, membership: Membership) -> list[str
             "Make someone else an admin first, or ask a platform admin.",
             details={"department": membership.department.slug},
         )
-    user = membership.user
     membership_revoke(actor=actor, membership=membership)
-    access_forget(user)
-    removed: list[str] = []
-    readable = access_for(user)
-    for project in Project.objects.filter(members=user).order_by("slug"):
-        if not readable.can_read_department(project.department_id):
-            project.members.remove(user)
-            audit_record(
-                actor=actor, action=actions.PROJECT_MEMBER_REMOVED, target=project,
-                department_id=project.department_id, before={"user": user.get_username()},
-                details={"why": "no role left in the department"},
-            )
-            removed.append(project.slug)
-    return removed
+    return project_members_unreadable_remove(actor=actor, user=membership.user)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.models import User
 from django.db import transaction
 
@@ -67,6 +69,26 @@ def membership_revoke(*, actor: User, membership: Membership) -> None:
     )
     access_forget(membership.user)
     membership.delete()
+
+
+@transaction.atomic
+def project_members_unreadable_remove(*, actor: User, user: User, details: dict[str, Any] | None = None) -> list[str]:
+    """Take ``user`` off every project whose department they can no longer read, once a role of
+    theirs has gone: each removal audited ``project.member_removed`` (``why``: no role left in the
+    department, plus ``details``). Returns the slugs of those projects."""
+    access_forget(user)
+    readable = access_for(user)
+    removed: list[str] = []
+    for project in Project.objects.filter(members=user).order_by("slug"):
+        if not readable.can_read_department(project.department_id):
+            project.members.remove(user)
+            audit_record(
+                actor=actor, action=actions.PROJECT_MEMBER_REMOVED, target=project,
+                department_id=project.department_id, before={"user": user.get_username()},
+                details={"why": "no role left in the department", **(details or {})},
+            )
+            removed.append(project.slug)
+    return removed
 
 
 @transaction.atomic

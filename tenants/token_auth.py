@@ -32,6 +32,7 @@ from tenants.access_tokens import (
     token_default_days,
 )
 from tenants.models import PersonalAccessToken, TokenScope
+from tenants.oidc.drf import ProviderAccessToken
 
 SCHEMES = ("bearer", "token")
 
@@ -87,12 +88,15 @@ class LegacyTokenAuthentication(TokenAuthentication):
 
 def credential_expiry(credential: object) -> datetime.datetime | None:
     """When the token a request authenticated with stops working (None for a session): a token may
-    not mint a token that outlives it, or a leaked one could renew itself past its expiry."""
+    not mint a token that outlives it, or a leaked one could renew itself past its expiry. The
+    provider's access token (a JWT) stops at its ``exp``."""
     if isinstance(credential, PersonalAccessToken):
         return credential.expires_at
     if isinstance(credential, Token):
         created: datetime.datetime = credential.created
         return created + datetime.timedelta(days=token_default_days())
+    if isinstance(credential, ProviderAccessToken):  # its ``exp``, which access_token_verify requires
+        return datetime.datetime.fromtimestamp(int(credential.claims["exp"]), tz=datetime.UTC)
     return None
 
 

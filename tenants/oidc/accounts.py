@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from audit import actions
@@ -23,6 +23,7 @@ from tenants.models import ExternalIdentity, IdentitySource
 from tenants.oidc.claims import claims_groups, username_for
 
 SOURCE = IdentitySource.OIDC
+_PROVISION_TRIES = 5  # usernames taken between the check and the insert, one after another
 
 
 class AccountRefused(Exception):
@@ -52,36 +53,63 @@ def _profile(claims: dict[str, Any]) -> dict[str, str]:
     return {"email": text("email", 254), "first_name": text("given_name", 150), "last_name": text("family_name", 150)}
 
 
-@transaction.atomic
-def oidc_signin(*, issuer: str, claims: dict[str, Any], groups_claim: str) -> User:
-    """The account of the ID token's subject (created at the first sign-in), its provider roles
-    recomputed from the groups claim, the sign-in audited. Raises ``AccountRefused`` for a
-    deactivated account (nothing changes then)."""
-    subject = str(claims["sub"])
-    identity = (
+def _identity_locked(*, issuer: str, subject: str) -> ExternalIdentity | None:
+    return (
         ExternalIdentity.objects.select_for_update(of=("self",)).select_related("user")
         .filter(issuer=issuer, subject=subject).first()
     )
-    profile = _profile(claims)
-    if identity is None:
-        user = User(username=username_for(claims), **profile)
-        user.set_unusable_password()
-        user.save()
-        identity = ExternalIdentity.objects.create(user=user, source=SOURCE, issuer=issuer, subject=subject)
+
+
+def _account_provision(*, issuer: str, subject: str, claims: dict[str, Any]) -> ExternalIdentity | None:
+    """The new account and identity of a subject's first sign-in, audited; ``None`` when another
+    sign-in of the same subject created them first (two callbacks at once). Each try is a savepoint:
+    a username taken since ``username_for`` looked is tried again with the next free name."""
+    attempt = 1
+    while True:
+        username = username_for(claims)
+        try:
+            with transaction.atomic():
+                user = User(username=username, **_profile(claims))
+                user.set_unusable_password()
+                user.save()
+                identity = ExternalIdentity.objects.create(user=user, source=SOURCE, issuer=issuer, subject=subject)
+        except IntegrityError:
+            if ExternalIdentity.objects.filter(issuer=issuer, subject=subject).exists():
+                return None
+            if attempt == _PROVISION_TRIES:
+                raise
+            attempt += 1
+            continue
         audit_record(
             actor=user, action=actions.ACCOUNT_PROVISIONED_OIDC, target=user,
             after={"username": user.username, "email": user.email},
             details={"issuer": issuer, "subject": subject},
         )
-    else:
-        user = identity.user
-        if not user.is_active:
-            raise AccountRefused(f"the account {user.username} is deactivated", subject=subject)
-        changed = [name for name, value in profile.items() if value and getattr(user, name) != value]
-        for name in changed:
-            setattr(user, name, profile[name])
-        if changed:
-            user.save(update_fields=changed)
+        return identity
+
+
+@transaction.atomic
+def oidc_signin(*, issuer: str, claims: dict[str, Any], groups_claim: str) -> User:
+    """The account of the ID token's subject (created at the first sign-in), its provider roles
+    recomputed from the groups claim, the sign-in audited. Raises ``AccountRefused`` for a
+    deactivated account (nothing changes then). Two first sign-ins of one subject at once end on
+    the one account that the first of them created."""
+    subject = str(claims["sub"])
+    identity = _identity_locked(issuer=issuer, subject=subject)
+    if identity is None:
+        identity = _account_provision(issuer=issuer, subject=subject, claims=claims) or _identity_locked(
+            issuer=issuer, subject=subject
+        )
+        assert identity is not None  # None above: the sign-in that won the race committed it
+    user = identity.user
+    if not user.is_active:
+        raise AccountRefused(f"the account {user.username} is deactivated", subject=subject)
+    profile = _profile(claims)
+    changed = [name for name, value in profile.items() if value and getattr(user, name) != value]
+    for name in changed:
+        setattr(user, name, profile[name])
+    if changed:
+        user.save(update_fields=changed)
     identity.last_login_at = timezone.now()
     identity.save(update_fields=["last_login_at"])
     groups = claims_groups(claims, path=groups_claim)

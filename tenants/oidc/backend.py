@@ -4,8 +4,8 @@
 - the ID token is checked by ``tokens.id_token_verify`` (RS256 only, ``iss`` exact, ``aud`` and
   ``azp``, times, nonce) against cached keys, where the library checks neither ``aud`` nor ``iss``;
 - the account is found by (issuer, ``sub``), never by e-mail (``accounts.oidc_signin``);
-- any failure (provider unreachable, bad token, deactivated account) is audited and answered as
-  "no user", never as an error page.
+- any failure (provider unreachable, bad token, deactivated account, a new account that could not
+  be created) is audited and answered as "no user", never as an error page.
 
 Django asks every backend about every ``authenticate()`` call: this one takes only the callback's
 ``nonce`` and ``code_verifier`` (so it never sees a password) and reads no setting and makes no
@@ -21,6 +21,7 @@ import requests
 from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import IntegrityError
 from django.http import HttpRequest
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 
@@ -62,6 +63,9 @@ class OidcBackend(OIDCAuthenticationBackend):  # type: ignore[misc]  # the libra
             oidc_signin_failed(reason=f"id token: {exc}")
         except AccountRefused as exc:
             oidc_signin_failed(reason=str(exc), subject=exc.subject)
+        except IntegrityError as exc:  # a new account that kept colliding (accounts.oidc_signin retries first)
+            logger.warning("OIDC sign-in failed: the account could not be created: %s", exc)
+            oidc_signin_failed(reason="account: could not be created, try again")
         return None
 
     def verify_token(self, token: Any, **kwargs: Any) -> dict[str, Any]:

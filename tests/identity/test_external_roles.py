@@ -80,3 +80,34 @@ def test_deactivation_ends_sessions_and_revokes_every_token(world: World) -> Non
     assert PersonalAccessToken.objects.get(user=user).revoked_at is not None
     event = AuditEvent.objects.get(action="account.deactivated")
     assert event.details["sessions_ended_count"] == 1 and event.details["tokens_revoked_count"] == 2
+
+
+def test_losing_the_last_provider_role_in_a_department_takes_the_user_off_its_projects_audited(world: World) -> None:
+    user = world.users["nobody"]
+    _map(world, "/gpu/nlp", Role.RESEARCHER)
+    _map(world, "/gpu/nlp-admins", Role.DEPARTMENT_ADMIN)
+    _map(world, "/gpu/vision", Role.RESEARCHER, "vision")
+    external_roles_sync(user=user, source="oidc", groups=["/gpu/nlp", "/gpu/nlp-admins", "/gpu/vision"])
+    world.llm.members.add(user)
+    world.seg.members.add(user)
+
+    external_roles_sync(user=user, source="oidc", groups=["/gpu/nlp", "/gpu/vision"])  # a role left in nlp
+    assert world.llm.members.filter(pk=user.pk).exists()
+    assert not AuditEvent.objects.filter(action="project.member_removed").exists()
+
+    external_roles_sync(user=user, source="oidc", groups=["/gpu/vision"])  # nlp's last role goes
+    assert not world.llm.members.filter(pk=user.pk).exists()
+    assert world.seg.members.filter(pk=user.pk).exists()  # vision's role stays, and its project
+    [removed] = AuditEvent.objects.filter(action="project.member_removed")
+    assert (removed.target_id, removed.department_id, removed.actor_id) == (str(world.llm.pk), world.nlp.pk, user.pk)
+    assert removed.before == {"user": "nobody"}
+    assert removed.details == {"why": "no role left in the department", "source": "oidc"}
+
+
+def test_a_manual_role_left_in_the_department_keeps_the_user_on_its_projects(world: World) -> None:
+    member = world.users["nlp_member"]  # a manual researcher in nlp, member of nlp-llm
+    _map(world, "/gpu/nlp-admins", Role.DEPARTMENT_ADMIN)
+    external_roles_sync(user=member, source="oidc", groups=["/gpu/nlp-admins"])
+    external_roles_sync(user=member, source="oidc", groups=[])
+    assert world.llm.members.filter(pk=member.pk).exists()
+    assert not AuditEvent.objects.filter(action="project.member_removed").exists()

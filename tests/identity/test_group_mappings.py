@@ -67,3 +67,22 @@ def test_the_django_admin_edits_are_audited(world: World) -> None:
     assert AuditEvent.objects.get(action="group_mapping.created").details == {"via": "admin"}
     client.post(f"/admin/tenants/externalgroupmapping/{mapping.pk}/delete/", {"post": "yes"})
     assert AuditEvent.objects.filter(action="group_mapping.deleted").count() == 1
+
+
+def test_a_django_admin_change_of_a_mapping_is_audited_as_updated_with_before_and_after(world: World) -> None:
+    from django.contrib.auth.models import User
+
+    admin = User.objects.create_superuser("root", password="pw-root")
+    client = Client()
+    client.force_login(admin)
+    mapping = ExternalGroupMapping.objects.create(source="oidc", external_group="/gpu/vision", department=world.vision,
+                                                  role=Role.RESEARCHER)
+    answer = client.post(f"/admin/tenants/externalgroupmapping/{mapping.pk}/change/", {
+        "source": "oidc", "external_group": "/gpu/vision", "department": world.vision.pk, "role": Role.DEPARTMENT_ADMIN,
+    })
+    assert answer.status_code == 302, answer.content[:2000]
+    assert not AuditEvent.objects.filter(action="group_mapping.created").exists()
+    event = AuditEvent.objects.get(action="group_mapping.updated")
+    assert (event.target_id, event.department_id) == (str(mapping.pk), world.vision.pk)
+    assert event.before == {"role": Role.RESEARCHER} and event.after == {"role": Role.DEPARTMENT_ADMIN}
+    assert event.details == {"via": "admin"}

@@ -4,6 +4,7 @@ every failure a 401 with the API's JSON error, never a 500."""
 
 from __future__ import annotations
 
+import datetime
 import time
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from django.contrib.auth.models import User
 from rest_framework.test import APIClient
 
-from tenants.models import ExternalIdentity
+from tenants.models import ExternalIdentity, PersonalAccessToken
 from tests.conftest import World
 from tests.identity.oidc_support import CLIENT_ID, CLIENT_SECRET, TestIssuer, issuer_fixture  # noqa: F401 (fixture)
 
@@ -135,3 +136,21 @@ def test_with_oidc_off_a_jwt_is_no_credential(world: World, test_issuer: TestIss
     settings.GPUPORTAL_OIDC_ISSUER = None
     answer = me(token)
     assert answer.status_code == 401 and answer.json()["error"]["code"] == "not_authenticated"
+
+
+def test_a_personal_token_made_with_an_access_token_lives_no_longer_than_that_access_token(
+    ada: User, test_issuer: TestIssuer,
+) -> None:
+    exp = int(time.time()) + 600
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {test_issuer.mint(access(test_issuer, exp=exp))}")
+    later = datetime.datetime.fromtimestamp(exp, tz=datetime.UTC) + datetime.timedelta(days=30)
+
+    refused = client.post("/api/v1/auth/tokens/", {"name": "ci", "expires_at": later.isoformat()}, format="json")
+    assert refused.status_code == 400, refused.content
+    assert "outlive" in refused.json()["error"]["fields"]["expires_at"][0]
+    assert not PersonalAccessToken.objects.filter(user=ada).exists()
+
+    default = client.post("/api/v1/auth/tokens/", {"name": "ci"}, format="json")
+    assert default.status_code == 201, default.content
+    assert PersonalAccessToken.objects.get(user=ada).expires_at == datetime.datetime.fromtimestamp(exp, tz=datetime.UTC)

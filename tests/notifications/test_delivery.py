@@ -252,3 +252,17 @@ def test_a_notification_fanned_out_twice_writes_its_deliveries_once(
     assert notification_fan_out(notification_id=notification.pk) == []  # its one e-mail is already sent
     assert Delivery.objects.count() == 1
     assert len(smtp.messages) == 1
+
+
+def test_a_webhook_allowed_over_plain_http_is_answered_with_http_still_redacted(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = ["http://chat.internal", "hooks.example.org"]
+    client = world.client("nlp_admin")
+    base = f"/api/v1/departments/{world.nlp.pk}/webhooks/"
+    plain = client.post(base, {"name": "chat", "url": "http://chat.internal:8065/hooks/secret-token"}, format="json")
+    tls = client.post(base, {"name": "ops", "url": "https://hooks.example.org/services/T0/secret"}, format="json")
+    assert plain.status_code == 201 and tls.status_code == 201, (plain.content, tls.content)
+    assert plain.json()["url"] == "http://chat.internal/…" and tls.json()["url"] == "https://hooks.example.org/…"
+    listed = {row["name"]: row["url"] for row in client.get(base).json()["results"]}
+    assert listed == {"chat": "http://chat.internal/…", "ops": "https://hooks.example.org/…"}
+    assert client.get(f"/api/v1/webhooks/{plain.json()['id']}/").json()["url"] == "http://chat.internal/…"
+    assert "secret" not in json.dumps(listed)
