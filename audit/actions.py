@@ -68,6 +68,7 @@ DEPARTMENT_CREATED = register(200, "department.created", "A department was creat
 DEPARTMENT_UPDATED = register(201, "department.updated", "A department was changed")
 MEMBERSHIP_GRANTED = register(210, "membership.granted", "A role was granted")
 MEMBERSHIP_REVOKED = register(211, "membership.revoked", "A role was revoked")
+MEMBERSHIP_CHANGED = register(212, "membership.changed", "A role grant was changed (its user, department, role or source)")
 PROJECT_CREATED = register(220, "project.created", "A project was created")
 PROJECT_UPDATED = register(221, "project.updated", "A project was changed")
 PROJECT_MEMBER_ADDED = register(222, "project.member_added", "A member was added to a project")

@@ -56,7 +56,7 @@ EVENT_CHOICES = sorted(EVENTS)
 
 class WebhookIn(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=100)
-    url = serializers.URLField(max_length=2000, help_text="https://, on GPUPORTAL_WEBHOOK_ALLOWED_HOSTS.")
+    url = serializers.URLField(max_length=2000, help_text="https:// (or http:// where the allow-list names the host so) on a host of GPUPORTAL_WEBHOOK_ALLOWED_HOSTS.")
     format = serializers.ChoiceField(choices=WebhookFormat.choices, default=WebhookFormat.JSON)
     events = serializers.ListField(child=serializers.ChoiceField(choices=EVENT_CHOICES), required=False, default=list,
                                    help_text="The events it receives; empty: all of them.")  # fmt: skip

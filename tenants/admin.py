@@ -25,7 +25,7 @@ class MembershipAdmin(AuditedAdmin):
     list_display = ["user", "department", "role"]
     list_filter = ["role", "department"]
     audit_created = actions.MEMBERSHIP_GRANTED
-    audit_updated = actions.MEMBERSHIP_GRANTED
+    audit_updated = actions.MEMBERSHIP_CHANGED
     audit_deleted = actions.MEMBERSHIP_REVOKED
 
 

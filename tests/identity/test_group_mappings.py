@@ -86,3 +86,22 @@ def test_a_django_admin_change_of_a_mapping_is_audited_as_updated_with_before_an
     assert (event.target_id, event.department_id) == (str(mapping.pk), world.vision.pk)
     assert event.before == {"role": Role.RESEARCHER} and event.after == {"role": Role.DEPARTMENT_ADMIN}
     assert event.details == {"via": "admin"}
+
+
+def test_a_django_admin_change_of_a_role_grant_is_audited_as_changed_not_as_a_new_grant(world: World) -> None:
+    from django.contrib.auth.models import User
+
+    from tenants.models import Membership
+
+    admin = User.objects.create_superuser("root", password="pw-root")
+    client = Client()
+    client.force_login(admin)
+    grant = Membership.objects.get(user=world.users["vision_member"], department=world.vision)
+    answer = client.post(f"/admin/tenants/membership/{grant.pk}/change/", {
+        "user": grant.user_id, "department": world.vision.pk, "role": Role.DEPARTMENT_ADMIN, "source": grant.source,
+    })
+    assert answer.status_code == 302, answer.content[:2000]
+    assert not AuditEvent.objects.filter(action="membership.granted", target_id=str(grant.pk)).exists()
+    event = AuditEvent.objects.get(action="membership.changed")
+    assert (event.target_id, event.department_id) == (str(grant.pk), world.vision.pk)
+    assert event.before == {"role": Role.RESEARCHER} and event.after == {"role": Role.DEPARTMENT_ADMIN}
