@@ -23,6 +23,15 @@ app.autodiscover_tasks()
 task_context_signals_connect()
 
 
+@app.on_after_configure.connect(weak=False)
+def eager_broker_in_memory(sender: Celery, **_: Any) -> None:
+    """Without a broker tasks run eagerly, yet Celery still takes a producer for each: an in-memory
+    transport keeps kombu from reaching for an AMQP server on localhost (and from warning that no
+    hostname was supplied, once per process)."""
+    if sender.conf.task_always_eager and not sender.conf.broker_url:
+        sender.conf.update(broker_url="memory://localhost/")
+
+
 @signals.setup_logging.connect(weak=False)
 def logging_setup(**_: Any) -> None:
     """Connected, it keeps Celery from configuring logging (and from redirecting standard output)."""
