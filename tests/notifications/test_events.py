@@ -170,3 +170,15 @@ def test_an_idle_warning_is_told_to_the_grants_owner(world: World) -> None:
     [(recipients, payload)] = _notified("allocation.idle_warning")
     assert recipients == [held.requested_by_id]
     assert (payload["allocation"], payload["policy"], payload["action"]) == (held.pk, "default", "notify")
+
+
+def test_messages_show_times_as_people_read_them_and_payloads_keep_the_exact_time() -> None:
+    from notifications.messages import describe, when
+
+    payload = {"allocation": 16, "quantity": 1, "flavor": "a100-80gb", "project": "nlp-llm", "requested_by": "alice",
+               "starts_at": "2026-12-02T15:55:30.588661+00:00", "ends_at": "2026-12-16T17:55:30+02:00",
+               "justification": "fine-tuning"}
+    message = describe("allocation.submitted", payload)
+    assert "From 2026-12-02 15:55 UTC to 2026-12-16 15:55 UTC." in message.lines
+    assert payload["starts_at"] == "2026-12-02T15:55:30.588661+00:00"
+    assert when(None) == "None" and when("soon") == "soon"
