@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db import IntegrityError
 from django_auth_ldap.backend import LDAPBackend
 
 from tenants.ldap.accounts import (
@@ -57,7 +58,13 @@ class DirectoryBackend(LDAPBackend):  # type: ignore[misc]  # django-auth-ldap h
         if User.objects.filter(username__iexact=name).exists():
             ldap_link_refused(username=name, issuer=config.issuer, dn=dn)
             raise ldap_user.AuthenticationFailed("a local account has this username")
-        return ldap_account_create(username=name, issuer=config.issuer, dn=dn), False
+        try:
+            return ldap_account_create(username=name, issuer=config.issuer, dn=dn), False
+        except IntegrityError:  # a first sign-in of the same entry won the race: use its account
+            identity = ldap_identity_find(issuer=config.issuer, dn=dn)
+            if identity is None or not identity.user.is_active:
+                raise ldap_user.AuthenticationFailed("the account was taken meanwhile") from None
+            return identity.user, False
 
     def authenticate_ldap_user(self, ldap_user: Any, password: str) -> User | None:
         user: User | None = super().authenticate_ldap_user(ldap_user, password)

@@ -57,3 +57,23 @@ def test_the_embedded_clock_runs_the_directory_sync_when_ldap_is_configured(worl
 
 def test_the_sync_task_does_nothing_without_ldap(world: World) -> None:
     assert ldap_sync_task.apply().get() == {"outcome": "not configured"}
+
+
+def test_two_first_sign_ins_of_one_entry_at_once_end_on_one_account(
+    world: World, directory_signin: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other sign-in creates the account between this one's lookup and its insert (played here
+    deterministically): this one then uses that account instead of failing with a 500."""
+    from tenants.ldap import backend
+
+    create = backend.ldap_account_create
+
+    def raced(**kwargs: Any) -> User:
+        create(**kwargs)  # the other sign-in, committed first
+        return create(**kwargs)  # this one: the username (and the entry) are taken now
+
+    monkeypatch.setattr(backend, "ldap_account_create", raced)
+    user = authenticate(username="alice", password=PASSWORDS["alice"])
+    assert user is not None and user.username == "alice"
+    assert User.objects.filter(username="alice").count() == 1
+    assert ExternalIdentity.objects.filter(user=user, source="ldap").count() == 1
