@@ -65,8 +65,7 @@ def test_two_first_sign_ins_of_one_entry_at_once_end_on_one_account(
     """The other sign-in creates the account between this one's lookup and its insert (played here
     deterministically): this one then uses that account instead of failing with a 500."""
     from tenants.ldap import backend
-
-    create = backend.ldap_account_create
+    from tenants.ldap.accounts import ldap_account_create as create
 
     def raced(**kwargs: Any) -> User:
         create(**kwargs)  # the other sign-in, committed first
