@@ -11,6 +11,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from allocations.models import Allocation, AllocationState, ChangeKind
 from audit.actions import get_action
 from audit.models import AuditEvent
+from kernel.times import time_readable
 from tenants.access import access_for
 
 _NOTE_KEYS = ("comment", "reason", "message", "justification")
@@ -35,17 +36,6 @@ class TimelineEntry:
         return _STATE_LABELS.get(self.state, self.state)
 
 
-def _when(value: object) -> str:
-    """An ISO timestamp as the portal writes times (UTC, to the minute); anything else as is."""
-    try:
-        moment = datetime.datetime.fromisoformat(str(value))
-    except ValueError:
-        return str(value)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(datetime.UTC)
-    return f"{moment:%Y-%m-%d %H:%M} UTC"
-
-
 def _victim(victim: Any) -> str:
     if not isinstance(victim, dict):
         return str(victim)
@@ -60,15 +50,15 @@ def _extra(details: dict[str, Any]) -> tuple[str, ...]:
     if isinstance(details.get("reclaimed"), list) and details["reclaimed"]:
         lines.append("Reclaims " + "; ".join(_victim(victim) for victim in details["reclaimed"]))
     if details.get("starts"):
-        lines.append(f"Starts {_when(details['starts'])}" if "T" in str(details["starts"]) else f"Starts {details['starts']}")
+        lines.append(f"Starts {time_readable(details['starts'])}" if "T" in str(details["starts"]) else f"Starts {details['starts']}")
     if details.get("deadline"):
         notice = details.get("notice_minutes")
-        lines.append(f"Runs until {_when(details['deadline'])}" + (f" ({notice} minutes' notice)" if notice else ""))
+        lines.append(f"Runs until {time_readable(details['deadline'])}" + (f" ({notice} minutes' notice)" if notice else ""))
     if details.get("change"):
         kind = _CHANGE_KINDS.get(str(details.get("kind")), str(details.get("kind") or "change")).lower()
         lines.append(f"Change #{details['change']} ({kind})")
     if details.get("ends_at"):
-        lines.append(f"New end: {_when(details['ends_at'])}")
+        lines.append(f"New end: {time_readable(details['ends_at'])}")
     if details.get("quantity"):
         lines.append(f"New quantity: {details['quantity']}")
     if details.get("released_units"):

@@ -3,10 +3,10 @@ show, made from its payload (which holds ids, names and times, never a secret)."
 
 from __future__ import annotations
 
-import datetime
 from dataclasses import dataclass, field
 from typing import Any
 
+from kernel.times import time_readable
 from notifications import events
 
 
@@ -21,20 +21,8 @@ def _grant(p: dict[str, Any]) -> str:
     return f"#{p.get('allocation')} ({p.get('quantity')} × {p.get('flavor')} for {p.get('project')})"
 
 
-def when(value: Any) -> str:
-    """A payload's time as people read it, ``2026-12-16 15:55 UTC``; the payload keeps the exact ISO
-    text for machines (webhook bodies). Anything that is not an ISO time is shown as it is."""
-    try:
-        moment = datetime.datetime.fromisoformat(str(value))
-    except ValueError:
-        return str(value)
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(datetime.UTC)
-    return f"{moment:%Y-%m-%d %H:%M} UTC"
-
-
 def _period(p: dict[str, Any]) -> str:
-    return f"From {when(p.get('starts_at'))} to {when(p.get('ends_at'))}."
+    return f"From {time_readable(p.get('starts_at'))} to {time_readable(p.get('ends_at'))}."
 
 
 def describe(event: str, payload: dict[str, Any]) -> Message:
@@ -56,18 +44,18 @@ def describe(event: str, payload: dict[str, Any]) -> Message:
         return Message(f"Your grant {_grant(p)} has started", [_period(p), "It is being provisioned on its cluster."], path)
     if event == events.RECLAIM_NOTICE.code:
         return Message(f"Your grant {_grant(p)} is reclaimed",
-                       [str(p.get("reason", "")), f"Its workloads keep running until {when(p.get('deadline'))}."], path)
+                       [str(p.get("reason", "")), f"Its workloads keep running until {time_readable(p.get('deadline'))}."], path)
     if event == events.EXPIRING.code:
         days = p.get("days")
         return Message(f"Your grant {_grant(p)} ends in {days} day{'s' if days != 1 else ''}",
-                       [f"It ends at {when(p.get('ends_at'))}. Renew it from its page if you still need it."], path)
+                       [f"It ends at {time_readable(p.get('ends_at'))}. Renew it from its page if you still need it."], path)
     if event == events.EXPIRED.code:
         return Message(f"Your {'request' if p.get('was') == 'pending' else 'grant'} {_grant(p)} expired",
-                       [f"It ended at {when(p.get('ends_at'))}."], path)
+                       [f"It ended at {time_readable(p.get('ends_at'))}."], path)
     if event == events.IDLE_WARNING.code:
         return Message(f"Your grant {_grant(p)} is idle",
                        [f"It has been idle for {p.get('idle_minutes')} minutes under idle policy {p.get('policy')}.",
-                        (f"Unless it is busy again, it will be reclaimed from {when(p.get('action_due_at'))}."
+                        (f"Unless it is busy again, it will be reclaimed from {time_readable(p.get('action_due_at'))}."
                          if p.get("action") == "reclaim" else "Release it if you no longer need it.")], "/idle/")
     if event == events.PUSH_FAILED.code:
         target = f"project {p['project']}" if p.get("project") else "the cluster-wide objects"

@@ -173,7 +173,8 @@ def test_an_idle_warning_is_told_to_the_grants_owner(world: World) -> None:
 
 
 def test_messages_show_times_as_people_read_them_and_payloads_keep_the_exact_time() -> None:
-    from notifications.messages import describe, when
+    from kernel.times import time_readable as when
+    from notifications.messages import describe
 
     payload = {"allocation": 16, "quantity": 1, "flavor": "a100-80gb", "project": "nlp-llm", "requested_by": "alice",
                "starts_at": "2026-12-02T15:55:30.588661+00:00", "ends_at": "2026-12-16T17:55:30+02:00",
