@@ -7,6 +7,7 @@ kinds of secret. Several materials allow rotation: the first encrypts, all decry
 from __future__ import annotations
 
 import base64
+import functools
 from collections.abc import Sequence
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
@@ -18,7 +19,9 @@ class Unreadable(Exception):
     """The stored secret cannot be decrypted with any configured key."""
 
 
-def _cipher(materials: Sequence[str], label: bytes) -> MultiFernet:
+@functools.lru_cache(maxsize=16)
+def _cipher(materials: tuple[str, ...], label: bytes) -> MultiFernet:
+    """The keys derived once per (materials, label): a list of webhooks opens every row's URL."""
     if not materials:
         raise ValueError("no key material")
     fernets = []
@@ -29,11 +32,11 @@ def _cipher(materials: Sequence[str], label: bytes) -> MultiFernet:
 
 
 def seal(plaintext: str, *, materials: Sequence[str], label: bytes) -> bytes:
-    return _cipher(materials, label).encrypt(plaintext.encode())
+    return _cipher(tuple(materials), label).encrypt(plaintext.encode())
 
 
 def unseal(token: bytes, *, materials: Sequence[str], label: bytes) -> str:
     try:
-        return _cipher(materials, label).decrypt(bytes(token)).decode()
+        return _cipher(tuple(materials), label).decrypt(bytes(token)).decode()
     except InvalidToken:
         raise Unreadable("cannot be decrypted with the configured key(s)") from None
