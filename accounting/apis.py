@@ -5,7 +5,6 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -16,6 +15,7 @@ from accounting.hours import HOUR, hour_floor
 from kernel.api.base import IdField, filters, iso_datetime
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 
 DEFAULT_SPAN = datetime.timedelta(days=7)
 # The longest range per granularity: a reply stays a few thousand rows.
@@ -45,7 +45,7 @@ class UsageFilter(serializers.Serializer[Any]):
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        end = hour_floor(attrs.get("to") or timezone.now())
+        end = hour_floor(attrs.get("to") or clock_now())
         start = hour_floor(attrs["from"]) if attrs.get("from") else end - DEFAULT_SPAN
         if start >= end:
             raise serializers.ValidationError({"to": ["must be at least an hour after 'from'."]})

@@ -29,12 +29,12 @@ from decimal import Decimal
 from django.db import transaction
 from django.db.models import Sum
 from django.db.models.functions import TruncDay
-from django.utils import timezone
 
 from accounting import conf
 from accounting.hours import HOUR, as_decimal, day_floor, gpu_hours, hour_floor, hours_in, seconds_by_hour
 from accounting.models import UsageDay, UsageHour
 from allocations.selectors import reservations_held_between
+from kernel.clock import clock_now
 from kernel.intervals import Interval
 from kernel.locks import advisory_xact_lock
 from telemetry.utilisation_reads import ROW_SECONDS, chosen_usage
@@ -73,7 +73,7 @@ def usage_hours_roll(
 ) -> RollOutcome:
     """Make the ``UsageHour`` rows of the UTC hours in [start, end) again (``start`` floored to its
     hour, ``end`` to the last hour that has ended by ``now``)."""
-    now = now or timezone.now()
+    now = now or clock_now()
     start, end = hour_floor(start), min(hour_floor(end), hour_floor(now))
     if end <= start:
         return RollOutcome(start=start, end=max(start, end), hours=0, rows=0, allocations=0)
@@ -163,6 +163,6 @@ def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime) -> i
 def usage_hours_roll_recent(*, now: datetime.datetime | None = None) -> RollOutcome:
     """The hours that ended within ``GPUPORTAL_ACCOUNTING_LATE_HOURS`` of ``now``: late utilisation
     rows (a Prometheus that answered late, an agent that caught up) are counted when they come."""
-    now = now or timezone.now()
+    now = now or clock_now()
     end = hour_floor(now)
     return usage_hours_roll(start=end - conf.late_margin(), end=end, now=now)

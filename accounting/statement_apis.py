@@ -8,7 +8,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.http import HttpResponse
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_serializer
 from rest_framework import serializers, status
@@ -23,6 +22,7 @@ from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from tenants.access import require_platform_admin
 
 
@@ -241,7 +241,7 @@ class StatementPreviewApi(ApiView):
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
         statement_reads.department_charges_allowed(user=request.user, department_id=params["department"])
-        period = params.get("period") or statements.month_of(timezone.now())
+        period = params.get("period") or statements.month_of(clock_now())
         start, end = month_bounds(period)
         found = statements.department_charges(department_id=params["department"], start=start, end=end)
         drafts = [

@@ -22,7 +22,6 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
-from django.utils import timezone
 
 from accounting import conf
 from accounting.charges import Card, Charges, Hour, charges_from_sums, month_bounds, statement_sha256
@@ -33,6 +32,7 @@ from allocations.models import Flavor
 from allocations.selectors import reservations_held_between
 from audit import actions
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.errors import FieldError
 from kernel.locks import advisory_xact_lock
 from tenants.access import require_platform_admin
@@ -123,7 +123,7 @@ def month_cards(*, start: datetime.datetime, end: datetime.datetime) -> list[Car
 
 def statements_close(*, period: str, now: datetime.datetime | None = None) -> list[Statement]:
     """Close the month ``period`` (``YYYY-MM``) for every department with usage in it."""
-    now = now or timezone.now()
+    now = now or clock_now()
     start, end = month_bounds(period)
     if end > now:
         raise FieldError("period", f"{period} has not ended yet.")
@@ -152,7 +152,7 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
 
 def statements_close_due(*, now: datetime.datetime | None = None) -> list[Statement]:
     """Close the month before ``now`` once its margin has passed and some department lacks its statements."""
-    now = now or timezone.now()
+    now = now or clock_now()
     this_month, _ = month_bounds(month_of(now))
     previous = month_of(this_month - datetime.timedelta(days=1))
     start, end = month_bounds(previous)
@@ -215,7 +215,7 @@ def statement_correct(
         line = StatementLine.objects.create(
             statement=statement, number=number, kind=LineKind.CORRECTION, project=project, flavor_id=flavor_id,
             basis="granted", gpu_hours=gpu_hours, rate=Decimal(0), amount=amount, reason=reason.strip(),
-            created_at=timezone.now(),
+            created_at=clock_now(),
         )  # fmt: skip
         audit_record(
             actor=actor, action=actions.STATEMENT_CORRECTED, target=statement, department_id=statement.department_id,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -23,6 +22,7 @@ from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from kernel.errors import NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -90,7 +90,7 @@ class AllocationRenewApi(_ChangeRequestApi):
     def post(self, request: Request, allocation_id: int) -> Response:
         self._changer(request, allocation_id)
         data = validated(RenewIn, request)
-        if data["ends_at"] <= timezone.now():
+        if data["ends_at"] <= clock_now():
             raise serializers.ValidationError({"ends_at": ["The new end must be in the future."]})
         return self._outcome(changes.allocation_renew(actor=actor(request), allocation_id=allocation_id, **data))
 

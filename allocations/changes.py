@@ -27,7 +27,6 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db import transaction
 from django.db.models import QuerySet
 from django.http import Http404
-from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeKind, ChangeState
@@ -39,6 +38,7 @@ from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.errors import (
     CapacityExceeded,
     Conflict,
@@ -95,7 +95,7 @@ def _check_new_end(*, allocation: Allocation, ends_at: datetime.datetime) -> Non
     if ends_at <= allocation.ends_at:
         raise FieldError("ends_at", f"The new end must be after the current end ({allocation.ends_at.isoformat()}).")
     longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
-    if ends_at - max(timezone.now(), allocation.starts_at) > longest:
+    if ends_at - max(clock_now(), allocation.starts_at) > longest:
         raise FieldError("ends_at", f"An allocation may run at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days ahead.")
 
 
@@ -265,7 +265,7 @@ def _apply_raise(*, actor: User, allocation: Allocation, change: AllocationChang
         )
     if cluster is None:
         raise Conflict(f"Allocation #{allocation.pk} has no cluster to add units on.")
-    start = max(timezone.now(), allocation.starts_at)
+    start = max(clock_now(), allocation.starts_at)
     refusal = extending.quota_refusal(
         allocation=allocation, quantity=change.quantity, starts_at=start, ends_at=allocation.ends_at
     )
@@ -302,7 +302,7 @@ def _allocation_change_approve(*, actor: User, change_id: int, comment: str) -> 
     else:
         applied = _apply_raise(actor=actor, allocation=allocation, change=change, cluster=cluster)
     allocation.save()
-    now = timezone.now()
+    now = clock_now()
     change.state = ChangeState.APPROVED
     change.decided_by = actor
     change.decided_at = now
@@ -337,7 +337,7 @@ def allocation_change_reject(*, actor: User, change_id: int, comment: str) -> Al
         raise FieldError("comment", "A rejection needs a comment for the requester.")
     change.state = ChangeState.REJECTED
     change.decided_by = actor
-    change.decided_at = timezone.now()
+    change.decided_at = clock_now()
     change.decision_comment = comment
     change.save()
     allocation_audit(
@@ -357,7 +357,7 @@ def allocation_change_cancel(*, actor: User, change_id: int) -> AllocationChange
     _require_pending(change)
     change.state = ChangeState.CANCELLED
     change.decided_by = actor
-    change.decided_at = timezone.now()
+    change.decided_at = clock_now()
     change.save()
     allocation_audit(
         actor=actor, action=actions.ALLOCATION_CHANGE_CANCELLED, allocation=allocation, before=None, after={},

@@ -9,9 +9,9 @@ import datetime
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from allocations.models import Allocation, AllocationState
+from kernel.clock import clock_now
 from notifications import events
 from notifications.events import Event
 from notifications.outbox import notification_enqueue
@@ -53,7 +53,7 @@ def allocation_notify(event: Event, allocation: Allocation, *, dedupe_key: str |
 def allocations_expiry_notices(*, now: datetime.datetime | None = None) -> int:
     """Tell the owner of every grant that ends within 7 days (then within 1) once per threshold;
     returns how many notices were written. A grant already within 1 day gets only that one."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     horizon = moment + datetime.timedelta(days=max(EXPIRY_THRESHOLDS_DAYS))
     rows = (Allocation.objects.filter(state__in=EXPIRY_NOTICE_STATES, ends_at__gt=moment, ends_at__lte=horizon)
             .select_related("project", "flavor", "cluster").order_by("pk"))  # fmt: skip

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -18,6 +17,7 @@ from allocations.models import Allocation, AllocationState
 from allocations.quotas.planning import admission_decide
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from kernel.errors import TransitionNotAllowed
 
 
@@ -106,7 +106,7 @@ def admission_preview(*, allocation_id: int) -> dict[str, Any]:
     starts = None
     if refusal is None:
         waits = any(victim.notice_minutes > 0 and victim.state != AllocationState.SCHEDULED for victim in decision.victims)
-        starts = "after-notice" if waits else ("at-start" if allocation.starts_at > timezone.now() else "now")
+        starts = "after-notice" if waits else ("at-start" if allocation.starts_at > clock_now() else "now")
     return {
         "admitted": refusal is None,
         "starts": starts,

@@ -7,7 +7,6 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -18,6 +17,7 @@ from allocations.project_caps import CapUse, project_caps, project_caps_set
 from kernel.api.base import ScopedRelatedField, actor, validated
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from kernel.errors import NotAllowed
 from tenants.access import access_for
 from tenants.models import Project
@@ -47,7 +47,7 @@ class ProjectCapsIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 def _answer(project: Project) -> Response:
-    caps: list[CapUse] = project_caps(project=project, at=timezone.now())
+    caps: list[CapUse] = project_caps(project=project, at=clock_now())
     body: dict[str, Any] = {"project_id": project.pk, "caps": [cap.__dict__ for cap in caps]}
     return Response(ProjectCapsOut(body).data)
 

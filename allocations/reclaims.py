@@ -19,7 +19,6 @@ import datetime
 from collections.abc import Callable, Iterable
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.models import Allocation, AllocationState
@@ -36,6 +35,7 @@ from allocations.transitions import (
     project_sync_enqueue,
 )
 from audit import actions
+from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from notifications.events import RECLAIM_NOTICE
 
@@ -154,7 +154,7 @@ def _event(actor: User | None, action: actions.AuditAction, row: Allocation, bef
 
 def allocations_reclaim_due(*, now: datetime.datetime | None = None) -> int:
     """Finish every reclaim whose notice has run out; returns how many. Each in its own transaction."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     due = list(
         Allocation.objects.filter(state=AllocationState.RECLAIMING, reclaim_deadline__lte=moment)
         .order_by("pk").values_list("pk", flat=True)

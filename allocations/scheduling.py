@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime
 
-from django.utils import timezone
-
 from allocations.models import Allocation, AllocationState
 from allocations.notices import allocation_notify
 from allocations.reclaims import reclaims_outstanding
@@ -20,13 +18,14 @@ from allocations.transitions import (
     provision_enqueue,
 )
 from audit import actions
+from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from notifications import events
 
 
 def allocations_start_due(*, now: datetime.datetime | None = None) -> int:
     """Start every scheduled grant whose start has come and whose victims are gone; returns how many."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     due = list(
         Allocation.objects.filter(state=AllocationState.SCHEDULED, starts_at__lte=moment, ends_at__gt=moment)
         .order_by("starts_at", "pk").values_list("pk", flat=True)

@@ -18,7 +18,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
-from django.utils import timezone
 
 from allocations.booking import reservations
 from allocations.booking.preview import candidate_clusters
@@ -44,6 +43,7 @@ from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.errors import (
     ApplicationError,
     CapacityExceeded,
@@ -74,7 +74,7 @@ def _validate_period(*, starts_at: datetime.datetime, ends_at: datetime.datetime
     further ahead than ``GPUPORTAL_MAX_START_AHEAD_DAYS`` (a grant is booked, ``scheduled``, from
     approval to its start: admission over its interval, docs/quotas.md)."""
     ahead = datetime.timedelta(days=settings.GPUPORTAL_MAX_START_AHEAD_DAYS)
-    if starts_at - timezone.now() > ahead:
+    if starts_at - clock_now() > ahead:
         raise FieldError(
             "starts_at", f"An allocation may start at most {settings.GPUPORTAL_MAX_START_AHEAD_DAYS} days ahead."
         )
@@ -125,7 +125,7 @@ def allocation_request(
         raise FieldError("quantity", "Must be a whole number of at least 1.")
     if cluster is not None and not cluster.is_active:
         raise FieldError("cluster", f"Cluster {cluster.name} does not accept new allocations.")
-    now = timezone.now()
+    now = clock_now()
     start = starts_at or now
     if start < now - datetime.timedelta(minutes=5):
         raise FieldError("starts_at", "The start may not be in the past.")
@@ -243,7 +243,7 @@ def _allocation_approve(*, actor: User, allocation_id: int, comment: str) -> All
     attempt = decision.attempt
     assert attempt is not None  # admitted
     reservations.reservations_store(allocation=allocation, attempt=attempt)
-    now = timezone.now()
+    now = clock_now()
     waiting, victim_events = reclaims_start(
         actor=actor, requester=allocation, victims=decision.victims, rows=victim_rows, now=now
     )
@@ -296,7 +296,7 @@ def allocation_reject(*, actor: User, allocation_id: int, comment: str) -> Alloc
     before = _snapshot(allocation)
     _move(allocation, AllocationState.REJECTED)
     allocation.decided_by = actor
-    allocation.decided_at = timezone.now()
+    allocation.decided_at = clock_now()
     allocation.decision_comment = comment
     allocation.save()
     allocation_notify(events.DECIDED, allocation, decision="rejected", decided_by=actor.get_username(), comment=comment)
@@ -335,7 +335,7 @@ def allocation_release(*, actor: User, allocation_id: int, comment: str = "") ->
 
 def allocations_expire(*, now: datetime.datetime | None = None) -> int:
     """Expire every allocation whose end has passed; returns how many. Each in its own transaction."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     due = list(
         Allocation.objects.filter(ends_at__lte=moment)
         .exclude(state__in=FINAL_STATES)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from allocations.models import Allocation, AllocationChange, ChangeState
 from allocations.states import can_transition
@@ -15,6 +14,7 @@ from audit.actions import AuditAction
 from audit.models import Outcome
 from audit.services import audit_record
 from clusters.outbox import push_enqueue
+from kernel.clock import clock_now
 from kernel.errors import TransitionNotAllowed
 
 
@@ -97,7 +97,7 @@ def pending_changes_close(*, allocation: Allocation, why: str) -> list[int]:
     )
     if ids:
         AllocationChange.objects.filter(pk__in=ids).update(
-            state=ChangeState.CANCELLED, decided_at=timezone.now(), decision_comment=why
+            state=ChangeState.CANCELLED, decided_at=clock_now(), decision_comment=why
         )
     return ids
 

@@ -14,7 +14,6 @@ import re
 from decimal import Decimal
 from typing import Any, cast
 
-from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers, status
@@ -30,6 +29,7 @@ from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginat
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from kernel.errors import FieldError, NotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -143,7 +143,7 @@ class WindowOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         }
 
     def _now(self) -> datetime.datetime:
-        now: datetime.datetime = self.context.setdefault("now", timezone.now())
+        now: datetime.datetime = self.context.setdefault("now", clock_now())
         return now
 
     @extend_schema_field({"type": "string", "nullable": True, "example": "PT12H"})
@@ -188,7 +188,7 @@ class QuotaWindowListApi(ApiView):
             state=params.get("state"),
         )
         return paginated(view=self, request=request, queryset=queryset, serializer=WindowOut,
-                         context={"request": request, "now": timezone.now()})
+                         context={"request": request, "now": clock_now()})
 
     @extend_schema(
         request=WindowIn, responses={201: WindowOut, **errors(400, 401, 403)},
@@ -353,7 +353,7 @@ class QuotaEffectiveApi(ApiView):
     def get(self, request: Request, quota_id: int) -> Response:
         quota = selectors.quota_get(user=request.user, quota_id=quota_id)
         params = filters(EffectiveFilter, request)
-        now = timezone.now()
+        now = clock_now()
         at = _instant(params, "at", now, now)
         class_id = _priority_class(params)
         effective = window_services.quota_effective(quota=quota, at=at, priority_class_id=class_id)
@@ -375,7 +375,7 @@ class QuotaTimelineApi(ApiView):
     def get(self, request: Request, quota_id: int) -> Response:
         quota = selectors.quota_get(user=request.user, quota_id=quota_id)
         params = filters(TimelineFilter, request)
-        now = timezone.now()
+        now = clock_now()
         start = _instant(params, "from", now, now)
         end = _instant(params, "to", start + DEFAULT_TIMELINE, now)
         if end <= start:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -19,6 +18,7 @@ from kernel.api.base import filters
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from tenants.access import access_for
 
 LONGEST_WITHIN = 7 * 24 * 60
@@ -94,7 +94,7 @@ class QuotaWindowShrinksApi(ApiView):
         minutes = params.get("within", int(WARN_WITHIN.total_seconds() // 60))
         access = access_for(request.user)
         shrinks = quota_window_shrinks_coming(
-            now=timezone.now(), within=datetime.timedelta(minutes=minutes),
+            now=clock_now(), within=datetime.timedelta(minutes=minutes),
             department_ids=None if access.reads_everything else access.readable,
         )
         paginator = Pagination()

@@ -23,13 +23,13 @@ from functools import lru_cache
 from typing import Any
 
 from django.db.models import Q
-from django.utils import timezone
 
 from allocations.models import Allocation, Quota
 from allocations.quotas import algebra, windows
 from allocations.quotas.planning import VictimInfo, grants_at, quota_tree, victim_infos
 from allocations.quotas.wording import scope_words
 from allocations.window_models import QuotaWindow, WindowKind, WindowState
+from kernel.clock import clock_now
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Project
 
@@ -181,7 +181,7 @@ def quota_window_shrinks_coming(
     (the ones a ``reclaim`` policy takes; under ``wait`` they keep running) and their owners (who
     requested them, the project's members). ``department_ids``: only the quotas of these departments.
     ``specs``: the windows, when the caller read them already (``specs_between``)."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     if specs is None:
         specs = specs_between(moment, moment + within + MICROSECOND)
     due = [(edge, quota_id) for quota_id, found in specs.items()

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from allocations.catalog import cluster_objects_enqueue
 from allocations.models import Allocation
@@ -63,6 +62,7 @@ from allocations.window_shrinks import (
 from audit import actions
 from audit.models import AuditEvent
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from tenants.access import department_chain
 
@@ -112,7 +112,7 @@ def quota_windows_tick(*, now: datetime.datetime | None = None, lookback: dateti
     """Apply every edge due in ``(now - lookback, now]`` not applied yet, then announce the shrinks
     coming within 30 minutes. A quiet tick reads the approved windows, the windows cancelled
     within ``lookback``, and nothing else unless a shrink is coming."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     since = moment - lookback
     specs = specs_between(since, moment + WARN_WITHIN + MICROSECOND)
     due: list[tuple[datetime.datetime, int, str, bool]] = [

@@ -15,7 +15,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from audit.conf import audit_checkpoint_folder, audit_origin, audit_signing_key, audit_trusted_keys
 from audit.integrity.chain import record_parse_or_fail
@@ -28,6 +27,7 @@ from audit.integrity.store import CheckpointFolder, CheckpointProof
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.proofs import gap_nodes
 from audit.services import audit_time_format, chain_lock
+from kernel.clock import clock_now
 
 CHECKPOINT_LOCK_ID = 0x6770_7561_7564_0002
 NODE_LEVEL_STEP = 8  # store subtree roots of 2**8, 2**16, ... events
@@ -192,7 +192,7 @@ def _next_checkpoint(latest: AuditCheckpoint | None) -> tuple[AuditCheckpoint, C
         if (0, seq - 1) in nodes.wanted:
             nodes.wanted[(0, seq - 1)] = event.hash
     nodes.flush()
-    times = [audit_time_format(timezone.now())]
+    times = [audit_time_format(clock_now())]
     times += [previous.time] if previous else []
     times += [state.last.occurred_at] if state.last else []
     checkpoint = Checkpoint(
@@ -208,7 +208,7 @@ def _next_checkpoint(latest: AuditCheckpoint | None) -> tuple[AuditCheckpoint, C
         extension=tuple((level, _completed(nodes.wanted[(level, index)])) for level, index in extension),
     )
     row = AuditCheckpoint(
-        number=checkpoint.number, size=checkpoint.size, root=checkpoint.root.hex(), created_at=timezone.now(),
+        number=checkpoint.number, size=checkpoint.size, root=checkpoint.root.hex(), created_at=clock_now(),
         note="", frontier=json.dumps([value.hex() for value in state.compact.frontier]),
         departments=json.dumps(heads_to_json(state.heads)) if state.heads_changed or latest is None else "",
     )

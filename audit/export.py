@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.utils import timezone
 
 from audit.checkpoints import checkpoint_heads, checkpoint_publish
 from audit.integrity.bundle import context_line, departments_line, end_line, header_line, nodes_line, quarantine_line
@@ -27,6 +26,7 @@ from audit.models import AuditCheckpoint, AuditEvent
 from audit.proofs import gap_nodes
 from audit.selectors import AuditFilters, audit_seq_bounds
 from audit.services import audit_time_format
+from kernel.clock import clock_now
 
 CHUNK = 5000
 COPY_BATCH = 1 << 20
@@ -277,7 +277,7 @@ def audit_export_bundle(*, filters: AuditFilters, checkpoint: AuditCheckpoint) -
     scope = filters.scope()
     upto = checkpoint.size
     selection = _bundle_selection(filters, upto)
-    head = [header_line(checkpoint_note=checkpoint.note, scope=scope, exported_at=audit_time_format(timezone.now()))]
+    head = [header_line(checkpoint_note=checkpoint.note, scope=scope, exported_at=audit_time_format(clock_now()))]
     if scope.departments is not None:
         head.append(departments_line(heads_proof(checkpoint_heads(checkpoint), scope.departments)))
     yield b"\n".join(head) + b"\n"
@@ -301,6 +301,6 @@ def audit_export(*, filters: AuditFilters, output: str, checkpoint: AuditCheckpo
 
 
 def export_filename(output: str, *, now: Any = None) -> str:
-    stamp = (now or timezone.now()).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or clock_now()).strftime("%Y%m%dT%H%M%SZ")
     suffix = {"jsonl": "jsonl", "csv": "csv", "bundle": "bundle.jsonl"}[output]
     return f"audit-{stamp}.{suffix}"

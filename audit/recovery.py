@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.utils import timezone
 
 from audit import actions
 from audit.checkpoints import CHECKPOINT_LOCK_ID, checkpoint_publish, checkpoint_resume, events_after
@@ -41,6 +40,7 @@ from audit.integrity.quarantine import ROW_FIELDS, quarantine_digest
 from audit.models import AuditCheckpoint, AuditEvent, AuditQuarantine, AuditQuarantinedEvent
 from audit.schema import statements_for
 from audit.services import audit_record, audit_time_format, chain_lock
+from kernel.clock import clock_now
 
 ROWS_LISTED = 20  # rows summarised in the audit.quarantined event (all of them are in the quarantine table)
 _COLUMNS = ", ".join(ROW_FIELDS)
@@ -184,7 +184,7 @@ def quarantine_and_reanchor(*, from_seq: int, reason: str, operator: str) -> Rec
         listed = _summaries(from_seq)
         quarantine = AuditQuarantine.objects.create(
             id=(AuditQuarantine.objects.order_by("-id").values_list("id", flat=True).first() or 0) + 1,
-            created_at=timezone.now(), from_seq=from_seq, to_seq=found.log_size, event_count=count, digest=digest,
+            created_at=clock_now(), from_seq=from_seq, to_seq=found.log_size, event_count=count, digest=digest,
             checkpoint_number=found.checkpoint_number, checkpoint_size=found.checkpoint_size, anchor_hash=anchor,
             failure_kind=found.failure.kind, failure_seq=found.first_bad, failure_message=found.failure.message,
             reason=reason, operator=operator,

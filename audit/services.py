@@ -28,13 +28,13 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.utils import timezone
 
 from audit.actions import AuditAction, get_action
 from audit.integrity.canonical import GENESIS_HASH, TIME_FORMAT, leaf_hash, record_fill, record_template
 from audit.models import AuditEvent, Outcome
 from audit.redaction import escape_text, scrub
 from audit.schema import CHAIN_LOCK_ID
+from kernel.clock import clock_now
 from kernel.request_context import current_request_context
 
 
@@ -61,7 +61,7 @@ def _append_in_python(template: tuple[str, ...], columns: dict[str, Any]) -> Aud
     department_id = columns["department_id"]
     last = AuditEvent.objects.order_by("-seq").values_list("seq", "hash", "occurred_at").first()
     seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    occurred_at = timezone.now()
+    occurred_at = clock_now()
     if last is not None and occurred_at < last[2]:
         occurred_at = last[2]  # never earlier than the previous event: time order is seq order
     department_seq, department_prev_hash = None, None

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection
-from django.utils import timezone
 
 from audit.conf import audit_checkpoint_folder, audit_checkpoint_interval_seconds, audit_trusted_keys
 from audit.integrity.divergence import Range, divergence_bounds, subtree_facts
@@ -33,6 +32,7 @@ from audit.integrity.store import ChainSummary, CheckpointFolder, checkpoint_cha
 from audit.models import AuditCheckpoint, AuditQuarantine, AuditQuarantinedEvent
 from audit.recovery import quarantine_rows
 from audit.services import audit_time_format
+from kernel.clock import clock_now
 
 CHUNK = 5000
 COLUMNS = (
@@ -227,7 +227,7 @@ def _heartbeat_check(report: LiveReport, events: int) -> None:
         if events:
             report.warnings.append("no checkpoint has been published yet: is the beat process running?")
         return
-    age = (timezone.now() - latest[0]).total_seconds()
+    age = (clock_now() - latest[0]).total_seconds()
     if age > 2 * interval:
         report.warnings.append(
             f"the latest checkpoint is {age:.0f} s old, more than twice the heartbeat interval ({interval} s): is the "

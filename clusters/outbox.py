@@ -21,9 +21,9 @@ import threading
 from celery import current_app
 from django.db import connections, transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from clusters.models import ClusterPush, PushState
+from kernel.clock import clock_now
 from kernel.periodic import PeriodicThread
 from kernel.task_handover import task_hand_over
 
@@ -36,7 +36,7 @@ PUSH_TASK = "delivery.tasks.cluster_push_task"
 def push_enqueue(*, cluster_id: int, project_id: int | None, allocation_id: int | None = None) -> ClusterPush:
     """Record a push in the current transaction; dispatch it once that commits."""
     push = ClusterPush.objects.create(
-        cluster_id=cluster_id, project_id=project_id, allocation_id=allocation_id, available_at=timezone.now()
+        cluster_id=cluster_id, project_id=project_id, allocation_id=allocation_id, available_at=clock_now()
     )
     transaction.on_commit(lambda: push_dispatch(push_id=push.pk))
     return push
@@ -52,7 +52,7 @@ def push_dispatch(*, push_id: int, countdown: float | None = None) -> bool:
 
 
 def pushes_due(*, now: datetime.datetime | None = None, limit: int = 500) -> list[int]:
-    moment = now or timezone.now()
+    moment = now or clock_now()
     return list(
         ClusterPush.objects.filter(state=PushState.PENDING, available_at__lte=moment)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=moment))

@@ -23,8 +23,6 @@ import datetime
 from collections import defaultdict
 from typing import Any
 
-from django.utils import timezone
-
 from allocations.models import Allocation, AllocationState
 from audit import actions
 from audit.models import Outcome
@@ -32,6 +30,7 @@ from audit.services import audit_record
 from clusters.models import Cluster
 from delivery.drivers import ApplyResult
 from delivery.eviction import PodEviction
+from kernel.clock import clock_now
 from tenants.models import Project
 
 ENDED_STATES = (AllocationState.RECLAIMED, AllocationState.RELEASED, AllocationState.EXPIRED)
@@ -66,7 +65,7 @@ def pods_evicted_details(*, cluster: Cluster, result: ApplyResult, with_held_bac
     if not namespaces:
         return []
     projects = {project.slug: project for project in Project.objects.filter(slug__in=namespaces)}
-    now = timezone.now()
+    now = clock_now()
     events = []
     for namespace in namespaces:
         project = projects.get(namespace)

@@ -28,7 +28,6 @@ import random
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from allocations.models import Allocation
 from allocations.services import (
@@ -41,6 +40,7 @@ from clusters.models import Cluster, ClusterPush, PushState
 from delivery.drivers import DriverError, PermanentDriverError
 from delivery.notices import push_failed_notify
 from delivery.services import cluster_sync_project, cluster_sync_shared
+from kernel.clock import clock_now
 from kernel.locks import rows_key_share
 from kernel.transactions import retry_on_deadlock
 
@@ -55,7 +55,7 @@ def push_backoff_seconds(attempts: int, *, jitter: float = 0.2) -> float:
 
 @transaction.atomic
 def _claim(push_id: int, *, ignore_schedule: bool) -> ClusterPush | None:
-    now = timezone.now()
+    now = clock_now()
     push = ClusterPush.objects.select_for_update(skip_locked=True).filter(pk=push_id, state=PushState.PENDING).first()
     if push is None:
         return None
@@ -86,14 +86,14 @@ def _lease_give_back(push: ClusterPush) -> None:
     delay = datetime.timedelta(seconds=push_backoff_seconds(push.attempts))
     try:
         ClusterPush.objects.filter(pk=push.pk, state=PushState.PENDING, claimed_until=push.claimed_until).update(
-            claimed_until=None, available_at=timezone.now() + delay
+            claimed_until=None, available_at=clock_now() + delay
         )
     except Exception:  # the database is what failed: the lease runs out by itself
         log.warning("could not give back the lease of push %s", push.pk, exc_info=True)
 
 
 def _deliver(push: ClusterPush) -> float | None:
-    started = timezone.now()
+    started = clock_now()
     if push.allocation_id is not None:
         allocation = allocation_provision_start(allocation_id=push.allocation_id)
         if allocation is None:  # released or expired meanwhile: the push still syncs the project
@@ -118,7 +118,7 @@ def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
     Every lock comes before the first audit event (kernel.locks): the push rows (SKIP LOCKED),
     their allocations in primary-key order, the cluster FOR KEY SHARE; then each allocation is
     written once (``allocation_provision_succeeded`` passes an approved one through provisioning)."""
-    now = timezone.now()
+    now = clock_now()
     covered = list(
         ClusterPush.objects.select_for_update(skip_locked=True)
         .filter(cluster_id=push.cluster_id, state=PushState.PENDING, created_at__lte=started)
@@ -146,10 +146,10 @@ def _failed(push: ClusterPush, error: DriverError) -> float | None:
     delay = None if final else push_backoff_seconds(push.attempts)
     fields: dict[str, object] = {"last_error": reason[:4000], "claimed_until": None}
     if final:
-        fields |= {"state": PushState.FAILED, "completed_at": timezone.now()}
+        fields |= {"state": PushState.FAILED, "completed_at": clock_now()}
     else:
         assert delay is not None
-        fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
+        fields["available_at"] = clock_now() + datetime.timedelta(seconds=delay)
     ClusterPush.objects.filter(pk=push.pk).update(**fields)
     if final:
         push_failed_notify(push=push, reason=reason)

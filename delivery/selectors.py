@@ -6,8 +6,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from django.utils import timezone
-
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import effective
@@ -18,6 +16,7 @@ from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushSt
 from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources
+from kernel.clock import clock_now
 from tenants.access import department_ancestor_ids, department_parent_map
 from tenants.models import Membership, Project, Role
 
@@ -190,7 +189,7 @@ def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
             granted[slug][name] += quantity * per_unit
         department_ids[slug] = department_id
     guaranteed: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    specs, now = (approved_window_specs() if department_ids else {}), timezone.now()  # the guarantee in force now
+    specs, now = (approved_window_specs() if department_ids else {}), clock_now()  # the guarantee in force now
     for quota_id, department_id, resource, amount, most, mode, memory, cores in Quota.objects.filter(
         department_id__in=department_ids.values(), flavor__isnull=False
     ).values_list("pk", "department_id", "flavor__resource_name", "guaranteed", "limit",

@@ -14,7 +14,6 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Case, F, TextField, Value, When
-from django.utils import timezone
 
 from audit import actions
 from audit.models import Outcome
@@ -32,6 +31,7 @@ from delivery.node_configs import RenderError, mig_plan, render_node_objects
 from delivery.pinning import render_pool_policies
 from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
 from delivery.volcano import VOLCANO_NAMESPACE, is_scheduler_config, render_volcano_objects
+from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from tenants.access import require_platform_admin
 from tenants.models import Project
@@ -258,7 +258,7 @@ def _record_drift(*, cluster: Cluster, plan: Plan) -> None:
     slugs = Project.objects.filter(pk__in=[pid for pid in pending if pid is not None]).values_list("slug", flat=True)
     busy |= {Scope(namespace=slug, objects=[]).label for slug in slugs}
     drifted = [change for change in plan.changes if change.scope not in busy]
-    Cluster.objects.filter(pk=cluster.pk).update(last_drift_at=timezone.now())
+    Cluster.objects.filter(pk=cluster.pk).update(last_drift_at=clock_now())
     if not drifted:
         return
     ClusterDrift.objects.bulk_create(
@@ -296,7 +296,7 @@ def _record_push(
     newly_missing = bool(missing) and missing != cluster.last_sync_error
     failures = F("push_failures") + 1 if error else F("push_failures")
     Cluster.objects.filter(pk=cluster.pk).update(
-        last_sync_at=timezone.now(), last_sync_error=sync_error, push_failures=failures
+        last_sync_at=clock_now(), last_sync_error=sync_error, push_failures=failures
     )
     if newly_missing or result is None or result.applied or result.pruned:  # else nothing changed: nothing to record
         _audit_push(cluster=cluster, project=project, error=error or (missing if newly_missing else ""), result=result)

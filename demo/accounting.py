@@ -8,13 +8,13 @@ import datetime
 from decimal import Decimal
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from accounting.models import Basis, RateCard
 from accounting.rate_cards import rate_card_create
 from accounting.rolling import usage_hours_roll
 from accounting.statements import statements_close_due
 from allocations.models import Flavor
+from kernel.clock import clock_now
 
 VALID_FROM = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 # flavor: (EUR per GPU-equivalent-hour, basis)
@@ -27,7 +27,7 @@ PRICES: dict[str, tuple[str, str]] = {
 
 
 def demo_accounting_seed(*, now: datetime.datetime | None = None) -> None:
-    now = now or timezone.now()
+    now = now or clock_now()
     admin = User.objects.get(username="admin")
     for flavor in Flavor.objects.filter(name__in=PRICES).exclude(pk__in=RateCard.objects.values("flavor_id")):
         price, basis = PRICES[flavor.name]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from allocations.fair_share.services import fair_share_shares_set, fair_share_tick
+from kernel.clock import clock_now
 from tenants.models import Department
 
 SHARES = {"vision": 2}
@@ -21,4 +21,4 @@ def demo_fair_share_seed(*, now: datetime.datetime | None = None) -> None:
     admin = User.objects.get(username="admin")
     for department in Department.objects.filter(slug__in=SHARES):
         fair_share_shares_set(actor=admin, department_id=department.pk, shares=SHARES[department.slug])
-    fair_share_tick(now=now or timezone.now())
+    fair_share_tick(now=now or clock_now())

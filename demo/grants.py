@@ -20,11 +20,11 @@ import datetime
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from allocations.models import Allocation, Flavor, PriorityClass
 from allocations.services import allocation_approve, allocation_request
 from demo.history import demo_history_seed
+from kernel.clock import clock_now
 from tenants.models import Project
 
 
@@ -62,7 +62,7 @@ def demo_grants_seed(*, now: datetime.datetime | None = None) -> int:
         return 0
     created = demo_history_seed(now=now)
     standard = PriorityClass.objects.get(name="gpu-standard")
-    moment = now or timezone.now()
+    moment = now or clock_now()
     for grant in DEMO_GRANTS:
         starts_at = moment + datetime.timedelta(days=grant.starts_in_days) if grant.starts_in_days else None
         allocation = allocation_request(

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 
 from allocations.models import Allocation, Flavor, PriorityClass, Reservation
 from allocations.services import allocation_approve, allocation_reject, allocation_release, allocation_request
+from kernel.clock import clock_now
 from tenants.models import Project
 
 DAY = datetime.timedelta(days=1)
@@ -68,7 +68,7 @@ def _date_back(allocation: Allocation, past: Past, now: datetime.datetime) -> No
 
 def demo_history_seed(*, now: datetime.datetime | None = None) -> int:
     """Create the past grants (the caller checks that no allocation exists); returns how many."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     standard = PriorityClass.objects.get(name="gpu-standard")
     for past in DEMO_HISTORY:
         requester = User.objects.get(username=past.requester)

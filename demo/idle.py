@@ -13,10 +13,9 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from django.utils import timezone
-
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleAction, IdlePolicy
+from kernel.clock import clock_now
 from tenants.models import Department
 
 POLICIES: list[dict[str, Any]] = [
@@ -36,4 +35,4 @@ def demo_idle_seed(*, now: datetime.datetime | None = None) -> None:
         slug = values.pop("department")
         values["department"] = Department.objects.get(slug=slug) if slug else None
         IdlePolicy.objects.get_or_create(name=values.pop("name"), defaults=values)
-    idle_cases_evaluate(now=now or timezone.now())
+    idle_cases_evaluate(now=now or clock_now())

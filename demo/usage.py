@@ -24,10 +24,10 @@ import random
 from dataclasses import dataclass
 
 from django.db import transaction
-from django.utils import timezone
 
 from allocations.models import Allocation, AllocationState, Reservation
 from allocations.states import ON_CLUSTER_STATES
+from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, UsageSource
 
 BUCKET = datetime.timedelta(minutes=5)
@@ -97,7 +97,7 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
     )  # fmt: skip
     if not grants or AllocationUsage.objects.filter(allocation__in=grants).exists():
         return 0
-    end = _floor(now or timezone.now())
+    end = _floor(now or clock_now())
     rng = random.Random(SEED)
     outage_node = min(grant.reservations.values_list("node_id", flat=True).first() or 0 for grant in grants)
     rows: list[AllocationUsage] = []

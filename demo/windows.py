@@ -18,11 +18,11 @@ from decimal import Decimal
 from zoneinfo import ZoneInfo
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 
 from allocations.models import PriorityClass, Quota
 from allocations.window_models import QuotaWindow, WindowKind
 from allocations.window_services import quota_window_create
+from kernel.clock import clock_now
 
 BERLIN = "Europe/Berlin"
 NIGHTLY = "FREQ=DAILY;BYHOUR=20;BYMINUTE=0;BYSECOND=0"
@@ -45,7 +45,7 @@ def demo_windows_seed(*, now: datetime.datetime | None = None) -> int:
     """Create the demo windows unless any window exists; returns how many were created."""
     if QuotaWindow.objects.exists():
         return 0
-    moment = now or timezone.now()
+    moment = now or clock_now()
     admin = User.objects.get(username="admin")
     nlp = Quota.objects.get(department__slug="nlp", flavor__isnull=True)
     vision = Quota.objects.get(department__slug="vision", flavor__isnull=True)

@@ -8,10 +8,10 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
-from django.utils import timezone
 
 from allocations.models import Flavor
 from allocations.project_caps import department_caps
+from kernel.clock import clock_now
 from tenants.access import access_for
 from tenants.models import Department, Project, Role
 from tenants.selectors import department_list, department_memberships
@@ -30,7 +30,7 @@ def department_page(*, user: User, department: Department) -> dict[str, Any]:
         Project.objects.filter(department=department).order_by("slug")
         .prefetch_related(Prefetch("members", queryset=User.objects.order_by("username")))
     )
-    caps = department_caps(project_ids=[project.pk for project in projects], at=timezone.now())
+    caps = department_caps(project_ids=[project.pk for project in projects], at=clock_now())
     roles = Role.choices if access.is_platform_admin else [
         (Role.RESEARCHER.value, Role.RESEARCHER.label), (Role.DEPARTMENT_ADMIN.value, Role.DEPARTMENT_ADMIN.label)]
     return {

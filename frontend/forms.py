@@ -9,7 +9,6 @@ from django import forms
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.validators import MaxValueValidator
-from django.utils import timezone
 
 from allocations.models import Allocation, Flavor, PriorityClass
 from allocations.selectors import flavor_list, priority_class_list
@@ -18,6 +17,7 @@ from audit.models import Outcome
 from clusters.models import Cluster
 from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects, servable_flavor_ids
+from kernel.clock import clock_now
 from kernel.limits import TEXT_LIMIT
 from tenants.models import Department, Project
 
@@ -129,7 +129,7 @@ class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
         """The requested start (None: now) and end, from cleaned data."""
         starts_at: datetime.datetime | None = self.cleaned_data.get("starts_at")
         days = int(self.cleaned_data["duration_days"])
-        return starts_at, (starts_at or timezone.now()) + datetime.timedelta(days=days)
+        return starts_at, (starts_at or clock_now()) + datetime.timedelta(days=days)
 
 
 class DecisionForm(DescribedFieldsMixin, forms.Form):

@@ -18,13 +18,13 @@ import datetime
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.utils import timezone
 
 from allocations.booking.preview import candidate_clusters, preview_states
 from allocations.booking.reservations import placement_workload
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
 from allocations.quotas.planning import Decision, admission_decide
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.reads import SharedReads
 from tenants.access import access_for
 from tenants.models import Department, Project
@@ -133,7 +133,7 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
     ]
     # As the placement preview API says it (allocations/preview_apis.py).
     waits = any(line.notice_minutes > 0 and line.state != AllocationState.SCHEDULED for line in lines)
-    starts = "after-notice" if waits else ("at-start" if allocation.starts_at > timezone.now() else "now")
+    starts = "after-notice" if waits else ("at-start" if allocation.starts_at > clock_now() else "now")
     return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)
 
 
@@ -166,7 +166,7 @@ def request_outlook(
     reads: SharedReads | None = None,
 ) -> AdmissionOutlook:
     """What approving a request with these fields would do now, before it is submitted."""
-    start = starts_at or timezone.now()
+    start = starts_at or clock_now()
     hypothetical = Allocation(
         pk=UNSAVED_PK, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
         cluster=cluster, starts_at=start, ends_at=max(ends_at, start + datetime.timedelta(minutes=1)),

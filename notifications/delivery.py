@@ -28,8 +28,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q, QuerySet
-from django.utils import timezone
 
+from kernel.clock import clock_now
 from notifications import conf, crypto, webhooks
 from notifications.events import DIGEST, event_get
 from notifications.mail import absolute, mail_send
@@ -92,7 +92,7 @@ def notification_fan_out(*, notification_id: int) -> list[int]:
         notification = (Notification.objects.select_for_update(skip_locked=True)
                         .filter(pk=notification_id, fanned_out_at__isnull=True).first())  # fmt: skip
         if notification is not None:
-            now = timezone.now()
+            now = clock_now()
             Delivery.objects.bulk_create(
                 [*_email_rows(notification, now), *_webhook_rows(notification, now)], ignore_conflicts=True
             )
@@ -103,7 +103,7 @@ def notification_fan_out(*, notification_id: int) -> list[int]:
 
 @transaction.atomic
 def _claim(delivery_id: int, *, ignore_schedule: bool) -> Delivery | None:
-    now = timezone.now()
+    now = clock_now()
     delivery = (Delivery.objects.select_for_update(skip_locked=True)
                 .filter(pk=delivery_id, state=DeliveryState.PENDING, mode=Mode.IMMEDIATE).first())  # fmt: skip
     if delivery is None:
@@ -131,7 +131,7 @@ def delivery_send(*, delivery_id: int, ignore_schedule: bool = False) -> float |
     except Exception as error:  # a fault of ours: retried like a failure of the receiver
         log.exception("delivery %s failed unexpectedly", delivery.pk)
         return _failed(delivery, f"{error.__class__.__name__}", permanent=False)
-    if not _claimed(delivery).update(state=DeliveryState.SENT, sent_at=timezone.now(), claimed_until=None, last_error=""):
+    if not _claimed(delivery).update(state=DeliveryState.SENT, sent_at=clock_now(), claimed_until=None, last_error=""):
         _lost(delivery, "sent")
     return None
 
@@ -158,7 +158,7 @@ def _failed(delivery: Delivery, reason: str, *, permanent: bool) -> float | None
         fields["state"] = DeliveryState.FAILED
     else:
         assert delay is not None
-        fields["available_at"] = timezone.now() + datetime.timedelta(seconds=delay)
+        fields["available_at"] = clock_now() + datetime.timedelta(seconds=delay)
     if not _claimed(delivery).update(**fields):
         _lost(delivery, f"failed ({reason})")
         return None
@@ -184,7 +184,7 @@ def _send(delivery: Delivery) -> None:
                   items=[{**item, "link": absolute(item.get("path", ""))} for item in items or []])
         return
     target = _webhook_target(delivery)
-    now = timezone.now()
+    now = clock_now()
     body = webhooks.body_for(format=target.format, delivery_key=key, event=notification.event, message=message,
                              link=absolute(message.path), notification=_public(notification), sent_at=now)  # fmt: skip
     webhooks.post(target=target, body=body, delivery_key=key, event=notification.event, sent_at=now)
@@ -210,7 +210,7 @@ def _webhook_target(delivery: Delivery) -> webhooks.Target:
 
 
 def deliveries_due(*, now: datetime.datetime | None = None, limit: int = 500) -> list[int]:
-    moment = now or timezone.now()
+    moment = now or clock_now()
     return list(
         Delivery.objects.filter(state=DeliveryState.PENDING, mode=Mode.IMMEDIATE, available_at__lte=moment)
         .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=moment))
@@ -219,7 +219,7 @@ def deliveries_due(*, now: datetime.datetime | None = None, limit: int = 500) ->
 
 
 def notifications_unfanned(*, older_than_seconds: float = 10.0, limit: int = 500) -> list[int]:
-    cutoff = timezone.now() - datetime.timedelta(seconds=older_than_seconds)
+    cutoff = clock_now() - datetime.timedelta(seconds=older_than_seconds)
     return list(Notification.objects.filter(fanned_out_at__isnull=True, created_at__lte=cutoff)
                 .order_by("pk").values_list("pk", flat=True)[:limit])  # fmt: skip
 

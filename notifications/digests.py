@@ -9,8 +9,8 @@ import datetime
 from collections import defaultdict
 
 from django.db import transaction
-from django.utils import timezone
 
+from kernel.clock import clock_now
 from notifications.events import DIGEST
 from notifications.messages import describe
 from notifications.models import Delivery, DeliveryState, Mode, Notification
@@ -26,7 +26,7 @@ def digest_cutoff(*, now: datetime.datetime, hour: int) -> datetime.datetime | N
 def digests_send(*, now: datetime.datetime | None = None, hour: int) -> int:
     """Gather every person's digest e-mails written before today's digest hour into one digest
     each; returns how many digests were written."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     cutoff = digest_cutoff(now=moment, hour=hour)
     if cutoff is None:
         return 0
@@ -65,6 +65,6 @@ def digest_write(*, user_id: int, cutoff: datetime.datetime) -> int:
     if digest is None:  # today's digest for this person was written by another run: theirs gathered the rows
         return 0
     Delivery.objects.filter(pk__in=[row.pk for row in rows]).update(
-        state=DeliveryState.DIGESTED, digest=digest, sent_at=timezone.now()
+        state=DeliveryState.DIGESTED, digest=digest, sent_at=clock_now()
     )
     return 1

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from decimal import Decimal
 
 from django.db.models import Count, Max, Min, Q
-from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -24,6 +23,7 @@ from allocations.quotas import windows
 from allocations.quotas.window_reading import approved_window_specs
 from audit.models import AuditCheckpoint, AuditEvent
 from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
+from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, NodeReportState
 from tenants.access import department_parent_map, department_subtree_ids
 
@@ -49,7 +49,7 @@ class PortalCollector(Collector):
         self._now = now
 
     def collect(self) -> Iterator[Metric]:
-        now = self._now or timezone.now()
+        now = self._now or clock_now()
         yield from quota_families(now=now)
         yield from allocation_families(now=now)
         yield from cluster_families()

@@ -14,7 +14,6 @@ import re
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import exceptions, serializers, status
@@ -29,6 +28,7 @@ from kernel.api.base import IdField, actor, filters, iso_datetime, paginated, re
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError, NotAllowed
 from telemetry import conf, node_tokens, selectors
 from telemetry.ingest.report import node_report_ingest, report_check
@@ -169,7 +169,7 @@ class NodeReportApi(ApiView):
         responses={200: Output, **errors(400, 401, 403, 404, 413, 415)},
     )
     def post(self, request: Request, node_name: str) -> Response:
-        received_at = timezone.now()
+        received_at = clock_now()
         token = request.auth
         assert isinstance(token, NodeToken)
         if token.node_name != node_name:
@@ -382,7 +382,7 @@ class TelemetryNodeListApi(ApiView):
     @extend_schema(parameters=[Filter], responses={200: TelemetryNodeOut(many=True), **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(self.Filter, request)
-        now = timezone.now()
+        now = clock_now()
         queryset = selectors.telemetry_node_list(
             user=request.user, now=now, cluster_id=params.get("cluster"), stale=params.get("stale"),
             mig_mismatch=params.get("mig_mismatch"),
@@ -397,7 +397,7 @@ class TelemetryNodeDetailApi(ApiView):
     @extend_schema(responses={200: TelemetryNodeDetailOut, **errors(401, 404)})
     def get(self, request: Request, node_id: int) -> Response:
         node = selectors.telemetry_node_get(user=request.user, node_id=node_id)
-        return Response(TelemetryNodeDetailOut(node, context={"request": request, "now": timezone.now()}).data)
+        return Response(TelemetryNodeDetailOut(node, context={"request": request, "now": clock_now()}).data)
 
 
 class GpuSampleOut(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -422,7 +422,7 @@ class GpuSampleListApi(ApiView):
     def get(self, request: Request, gpu_id: int) -> Response:
         params = filters(self.Filter, request)
         gpu = selectors.observed_gpu_get(user=request.user, gpu_id=gpu_id)
-        until = params.get("until") or timezone.now()
+        until = params.get("until") or clock_now()
         since = params.get("since") or until - datetime.timedelta(days=1)
         if since >= until:
             raise ApplicationError("'since' must be before 'until'.", fields={"since": ["must be before until"]})

@@ -8,10 +8,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from django.http import Http404
-from django.utils import timezone
 
 from allocations.selectors import live_reservations_on
 from clusters.selectors import cluster_get
+from kernel.clock import clock_now
 from telemetry.models import ObservedGpu
 from telemetry.utilisation_reads import ROW_SECONDS, User, chosen_usage, readable_departments
 
@@ -63,7 +63,7 @@ def gpu_busy_overlay(*, user: User, cluster_id: int, now: datetime.datetime | No
     if readable_departments(user) is not None:
         raise Http404("Only those who read every department see the GPUs' activity.")
     cluster = cluster_get(user=user, cluster_id=cluster_id)
-    moment = now or timezone.now()
+    moment = now or clock_now()
     overlay: dict[tuple[str, int], GpuBusy] = {}
     for node, index, percent, seen, stale_at in ObservedGpu.objects.filter(
         node__cluster=cluster, is_present=True, gpu__isnull=False

@@ -9,11 +9,11 @@ import datetime
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.http import Http404
-from django.utils import timezone
 
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.errors import FieldError
 from telemetry import conf, tokens
 from telemetry.models import NodeToken
@@ -53,7 +53,7 @@ def node_token_revoke(*, actor: User, token_id: int) -> NodeToken:
         raise Http404("No such node token.")
     if token.revoked_at is not None:
         return token
-    token.revoked_at = timezone.now()
+    token.revoked_at = clock_now()
     token.revoked_by = actor
     token.save(update_fields=["revoked_at", "revoked_by"])
     audit_record(

@@ -9,8 +9,8 @@ from typing import Any
 
 from django.db import models, transaction
 from django.db.models import Avg, Count
-from django.utils import timezone
 
+from kernel.clock import clock_now
 from telemetry import conf
 from telemetry.models import GpuSample, SampleRollup, SampleTier
 
@@ -49,7 +49,7 @@ def _floor(moment: datetime.datetime, seconds: int) -> datetime.datetime:
 def gpu_samples_roll_up(*, now: datetime.datetime | None = None) -> dict[str, int]:
     """Compute the 5-minute and hourly means of the raw samples for every bucket that has ended
     since the last run (and those within ``ROLLUP_OVERLAP`` before it, again). Idempotent."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     written: dict[str, int] = {}
     oldest_raw = moment - conf.raw_retention()
     for tier, seconds in BUCKET_SECONDS.items():
@@ -110,7 +110,7 @@ def _retention(tier: int) -> datetime.timedelta:
 def gpu_samples_trim(*, now: datetime.datetime | None = None, tiers: Iterable[int] = tuple(SampleTier)) -> dict[str, int]:
     """Delete samples older than their tier's retention, in batches. Raw samples are kept until
     both downsampled tiers have covered them."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     deleted: dict[str, int] = {}
     marks = list(SampleRollup.objects.values_list("rolled_until", flat=True))
     for tier in tiers:

@@ -6,17 +6,17 @@ from __future__ import annotations
 import datetime
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Node
+from kernel.clock import clock_now
 from telemetry.models import NodeReportState
 
 
 def nodes_mark_stale(*, now: datetime.datetime | None = None) -> int:
     """Flag (and audit) every node whose reports stopped; one short transaction per node."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     candidates = list(
         NodeReportState.objects.filter(is_stale=False, stale_at__lte=moment).order_by("pk").values_list("pk", flat=True)
     )

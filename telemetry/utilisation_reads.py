@@ -35,11 +35,11 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import models
 from django.db.models import Exists, OuterRef, Q, QuerySet, Sum
 from django.http import Http404
-from django.utils import timezone
 
 from allocations.models import Allocation, Reservation
 from clusters.models import Cluster
 from clusters.selectors import cluster_get, sees_every_department
+from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, UsageSource
 from telemetry.samples import EpochBucket
 from tenants.access import access_for
@@ -297,7 +297,7 @@ def cluster_utilisation(
     departments = readable_departments(user)
     cluster = cluster_get(user=user, cluster_id=cluster_id)
     spec = RANGES[range_name]
-    start, end = range_window(spec, now=now or timezone.now())
+    start, end = range_window(spec, now=now or clock_now())
     seconds = spec.bucket_seconds
     origin, stop = _epoch(start), _epoch(end)
     edges = [(_at(at), _at(min(at + seconds, stop))) for at in range(origin, stop, seconds)]
@@ -361,7 +361,7 @@ def allocation_activity(*, user: User, allocation: Allocation, now: datetime.dat
     """The allocation's activity over the last 24 hours and its newest memory reading (one query)."""
     if not access_for(user).can_read_department(allocation.project.department_id):
         raise Http404("No such allocation.")
-    moment = now or timezone.now()
+    moment = now or clock_now()
     end = _at(_epoch(moment) - _epoch(moment) % ROW_SECONDS)
     start = end - SPARKLINE_SPAN
     rows = chosen_usage().filter(allocation_id=allocation.pk, bucket_start__gte=start, bucket_start__lt=end)

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from audit import actions
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.conf import setting_int
 from kernel.errors import FieldError, NotAllowed
 from tenants.access import access_for
@@ -136,7 +137,7 @@ def access_token_create(
         raise FieldError("name", f"At most {NAME_MAX_LENGTH} characters.")
     if scope not in TokenScope.values:
         raise FieldError("scope", f"One of: {', '.join(TokenScope.values)}.")
-    now = timezone.now()
+    now = clock_now()
     expiry = token_expiry_check(expires_at=expires_at, now=now, not_after=not_after)
     text = _token_text()
     while PersonalAccessToken.objects.filter(prefix=text[:PREFIX_LENGTH]).exists():  # 71 bits: never, in practice
@@ -161,7 +162,7 @@ def access_token_revoke(*, actor: User, token_id: int, via: str = "api") -> Pers
         raise Http404("No such token among yours.")
     if token.revoked_at is not None:
         return token
-    token.revoked_at = timezone.now()
+    token.revoked_at = clock_now()
     token.save(update_fields=["revoked_at"])
     audit_record(
         actor=actor, action=actions.ACCESS_TOKEN_REVOKED, target=token,
@@ -174,7 +175,7 @@ def access_token_revoke(*, actor: User, token_id: int, via: str = "api") -> Pers
 def access_token_authenticate(*, text: str, now: datetime.datetime | None = None) -> PersonalAccessToken:
     """The token that ``text`` is, with its user; ``TokenRefused`` when it is malformed, unknown,
     revoked, expired, or its user inactive. Records the use (at most once a minute)."""
-    now = now or timezone.now()
+    now = now or clock_now()
     prefix = token_prefix_of(text)
     if prefix is None:
         raise TokenRefused("Malformed access token.")
@@ -209,7 +210,7 @@ def access_token_use_record(*, token: PersonalAccessToken, now: datetime.datetim
 
 def access_token_list(*, user: User, state: str | None = None, now: datetime.datetime | None = None) -> QuerySet[PersonalAccessToken]:
     """The user's own tokens, newest first; ``state`` one of active, expired, revoked."""
-    now = now or timezone.now()
+    now = now or clock_now()
     tokens = PersonalAccessToken.objects.filter(user=user)
     if state == "active":
         tokens = tokens.filter(revoked_at__isnull=True, expires_at__gt=now)
@@ -231,6 +232,6 @@ def access_token_get(*, user: User, token_id: int) -> PersonalAccessToken:
 def token_state(token: PersonalAccessToken, *, now: datetime.datetime | None = None) -> str:
     if token.revoked_at is not None:
         return "revoked"
-    if token.expires_at <= (now or timezone.now()):
+    if token.expires_at <= (now or clock_now()):
         return "expired"
     return "active"

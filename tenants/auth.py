@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
-from django.utils import timezone
 
 from audit import actions
 from audit.models import AuditEvent, Outcome
 from audit.services import audit_record
+from kernel.clock import clock_now
 from tenants.access_tokens import IssuedToken, access_token_create
 from tenants.models import TokenScope
 from tenants.signin_lockout import USERNAME_MAX_LENGTH
@@ -35,7 +35,7 @@ def auth_token_issue(*, user: User) -> IssuedToken:
     """An expiring API token for a user who signed in with a password (``POST /api/v1/auth/token/``):
     a new personal access token of scope ``write`` named "password sign-in <date>", with the default
     expiry, audited ``access_token.created`` (via ``password``) without the token itself."""
-    name = f"password sign-in {timezone.now():%Y-%m-%d %H:%M} UTC"
+    name = f"password sign-in {clock_now():%Y-%m-%d %H:%M} UTC"
     return access_token_create(actor=user, name=name, scope=TokenScope.WRITE, via="password")
 
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from audit import actions
 from audit.services import audit_record
+from kernel.clock import clock_now
 from tenants.access import access_forget
 from tenants.models import ExternalGroupMapping, IdentitySource, Membership, MembershipSource, PersonalAccessToken
 from tenants.services import project_members_unreadable_remove
@@ -81,7 +81,7 @@ def external_roles_sync(*, user: User, source: str, groups: Collection[str]) -> 
 def _sessions_end(user: User) -> int:
     """Delete the user's sessions (database sessions, the portal's engine)."""
     ended = 0
-    for session in Session.objects.filter(expire_date__gt=timezone.now()).iterator():
+    for session in Session.objects.filter(expire_date__gt=clock_now()).iterator():
         if str(session.get_decoded().get("_auth_user_id")) == str(user.pk):
             session.delete()
             ended += 1
@@ -92,7 +92,7 @@ def _sessions_end(user: User) -> int:
 def account_deactivate(*, actor: User | None, user: User, reason: str) -> None:
     """Deactivate an account: its sessions end and every token it holds stops working, now."""
     User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
-    now = timezone.now()
+    now = clock_now()
     sessions = _sessions_end(user)
     tokens = PersonalAccessToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now)
     legacy, _ = Token.objects.filter(user=user).delete()

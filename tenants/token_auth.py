@@ -17,13 +17,13 @@ import datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication, TokenAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.request import Request
 
+from kernel.clock import clock_now
 from tenants.access_tokens import (
     SAFE_METHODS,
     TokenRefused,
@@ -81,7 +81,7 @@ class LegacyTokenAuthentication(TokenAuthentication):
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         user, token = super().authenticate_credentials(key)
         assert isinstance(token, Token)
-        if token.created + datetime.timedelta(days=token_default_days()) <= timezone.now():
+        if token.created + datetime.timedelta(days=token_default_days()) <= clock_now():
             raise exceptions.AuthenticationFailed("This API token has expired: sign in again for a new one.")
         return user, token
 

@@ -19,7 +19,6 @@ import datetime
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 
 from accounting.idle import ladder
 from accounting.idle.evaluation import case_audit, case_snapshot
@@ -29,6 +28,7 @@ from allocations.selectors import allocation_may_change
 from allocations.services import allocation_release
 from allocations.transitions import allocation_lock
 from audit import actions
+from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
 from tenants.access import access_for
@@ -78,7 +78,7 @@ def _locked_open(*, actor: User, case_id: int) -> tuple[IdleCase, dict[str, obje
 
 
 def idle_case_keep(*, actor: User, case_id: int, reason: str, now: datetime.datetime | None = None) -> IdleCase:
-    now = now or timezone.now()
+    now = now or clock_now()
     with transaction.atomic():
         case, before = _locked_open(actor=actor, case_id=case_id)
         idle_case_may_keep(actor=actor, case=case)
@@ -108,7 +108,7 @@ def idle_case_keep(*, actor: User, case_id: int, reason: str, now: datetime.date
 def idle_case_exempt(
     *, actor: User, case_id: int, until: datetime.datetime, reason: str, now: datetime.datetime | None = None
 ) -> IdleCase:
-    now = now or timezone.now()
+    now = now or clock_now()
     with transaction.atomic():
         case, before = _locked_open(actor=actor, case_id=case_id)
         allocation = case.allocation
@@ -129,7 +129,7 @@ def idle_case_exempt(
 
 
 def idle_case_release(*, actor: User, case_id: int, comment: str = "", now: datetime.datetime | None = None) -> IdleCase:
-    now = now or timezone.now()
+    now = now or clock_now()
     with transaction.atomic():
         case, before = _locked_open(actor=actor, case_id=case_id)
         idle_case_may_keep(actor=actor, case=case)

@@ -18,8 +18,6 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.utils import timezone
-
 from accounting.idle import ladder
 from accounting.idle.reading import Watch, idle_watches_read
 from accounting.idle_models import IdleAction, IdleCase, IdleState
@@ -30,6 +28,7 @@ from allocations.transitions import allocation_lock
 from audit import actions
 from audit.actions import AuditAction
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from notifications.events import IDLE_WARNING
 
@@ -87,7 +86,7 @@ def evidence(watch: Watch, result: ladder.Step, *, last_bucket: datetime.datetim
 
 def idle_cases_evaluate(*, now: datetime.datetime | None = None) -> EvaluationOutcome:
     """One pass of the ladder over every active grant under an idle policy."""
-    now = now or timezone.now()
+    now = now or clock_now()
     last_bucket = ladder.last_complete_bucket(now)
     reading = idle_watches_read(now=now, last_bucket=last_bucket)
     outcome = EvaluationOutcome(at=now, watched=len(reading.watches), held_off=reading.held_off)

@@ -26,7 +26,6 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from allocations.booking.reservations import booking_rows, placement_attempt, placement_workload
 from allocations.booking.state import placement_version_bump
@@ -48,6 +47,7 @@ from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
 from clusters.outbox import push_enqueue
+from kernel.clock import clock_now
 from tenants.access import require_platform_admin
 
 PLAN_POLICIES = ("ours", "bestfit")
@@ -223,7 +223,7 @@ def movable_allocation_ids(*, cluster: Cluster, now: datetime.datetime) -> list[
 
 def defrag_plan(*, cluster: Cluster, now: datetime.datetime | None = None, movable_ids: list[int] | None = None) -> DefragPlan:
     """What moving the not-yet-started units would gain; nothing is changed."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     ids = set(movable_allocation_ids(cluster=cluster, now=moment) if movable_ids is None else movable_ids)
     nodes = node_rows(cluster)
     live = list(
@@ -274,7 +274,7 @@ def defrag_apply(
     budget (``allocations.booking.defrag_schedule``)."""
     if actor is not None:
         require_platform_admin(actor, to="move GPU reservations")
-    moment = now or timezone.now()
+    moment = now or clock_now()
     cluster = Cluster.objects.get(pk=cluster_id)
     candidates = movable_allocation_ids(cluster=cluster, now=moment)
     locked = list(

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from allocations.booking.defrag import DefragPlan, defrag_apply, defrag_plan, movable_allocation_ids
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.conf import setting_bool, setting_int
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class BudgetedPlanner:
     def __call__(
         self, *, cluster: Cluster, now: datetime.datetime | None = None, movable_ids: list[int] | None = None
     ) -> DefragPlan:
-        moment = now or timezone.now()
+        moment = now or clock_now()
         ids = sorted(movable_allocation_ids(cluster=cluster, now=moment) if movable_ids is None else movable_ids)
         full = defrag_plan(cluster=cluster, now=moment, movable_ids=ids)
         self.wanted = len(full.moves)
@@ -131,7 +131,7 @@ def defrag_scheduled_run(
 ) -> list[DefragRun]:
     """One periodic pass over the active clusters, each in its own transaction (a cluster that
     fails is logged and the others still run). ``budget`` and ``dry_run`` default to the settings."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     budget = defrag_move_budget() if budget is None else budget
     dry_run = defrag_dry_run() if dry_run is None else dry_run
     runs = []

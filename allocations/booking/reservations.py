@@ -15,7 +15,6 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, QuerySet, Sum
-from django.utils import timezone
 
 from allocations.booking.kept_views import kept_exclusion, kept_view
 from allocations.booking.minimums import minimums_refusal
@@ -48,6 +47,7 @@ from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster, Node
+from kernel.clock import clock_now
 from kernel.errors import CapacityExceeded
 
 
@@ -390,7 +390,7 @@ def reservations_free(*, rows: QuerySet[Reservation], reason: str) -> int:
     cluster's row is taken FOR NO KEY UPDATE until the transaction ends, after the allocation's,
     as kernel/locks.py orders them)."""
     freed = 0
-    moment = timezone.now()
+    moment = clock_now()
     for cluster_id in sorted(set(rows.values_list("node__cluster_id", flat=True))):
         version = placement_version_bump(cluster_id=cluster_id)
         freed += rows.filter(node__cluster_id=cluster_id).update(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -21,6 +20,7 @@ from allocations.fair_share.services import fair_share_shares_set
 from kernel.api.base import actor, validated
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from tenants.access import require_platform_admin
 
 
@@ -65,7 +65,7 @@ class SharesIn(serializers.Serializer[Any]):
 class FairShareApi(ApiView):
     @extend_schema(responses={200: TableOut, **errors(401, 404)})
     def get(self, request: Request) -> Response:
-        return Response(TableOut(fair_share_table_for(user=request.user, now=timezone.now())).data)
+        return Response(TableOut(fair_share_table_for(user=request.user, now=clock_now())).data)
 
 
 class FairShareDepartmentApi(ApiView):
@@ -76,6 +76,6 @@ class FairShareDepartmentApi(ApiView):
         require_platform_admin(request.user, to="set fair-share shares")
         data = validated(SharesIn, request)
         fair_share_shares_set(actor=actor(request), department_id=department_id, shares=data["shares"])
-        table = fair_share_table_for(user=request.user, now=timezone.now())
+        table = fair_share_table_for(user=request.user, now=clock_now())
         row = next(row for row in table.rows if row.department_id == department_id and not row.own_projects)
         return Response(RowOut(row).data)

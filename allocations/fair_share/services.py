@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
-from django.utils import timezone
 
 from allocations.fair_share.models import SHARES_MAX, FairShare
 from allocations.fair_share.reads import half_life_seconds
@@ -32,6 +31,7 @@ from allocations.fair_share.tree import decayed, held_decayed
 from allocations.selectors import reservations_held_between
 from audit import actions
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.errors import FieldError
 from kernel.intervals import Interval, merged
 from kernel.locks import advisory_xact_lock
@@ -79,7 +79,7 @@ def _held(
 def fair_share_tick(*, now: datetime.datetime | None = None) -> TickOutcome:
     """Decay every department's usage to ``now`` and add what its own projects held since its last
     tick. Three queries and two writes, whatever the number of departments."""
-    now = now or timezone.now()
+    now = now or clock_now()
     half_life = half_life_seconds()
     first = now - datetime.timedelta(seconds=half_life * FIRST_SPAN_HALF_LIVES)
     with transaction.atomic():
@@ -94,7 +94,7 @@ def fair_share_tick(*, now: datetime.datetime | None = None) -> TickOutcome:
         if not since:
             return TickOutcome(now=now, departments=0, intervals=0)
         added, intervals = _held(since=since, now=now, half_life=half_life)
-        written = timezone.now()
+        written = clock_now()
         new: list[FairShare] = []
         changed: list[FairShare] = []
         for department_id in sorted(since):

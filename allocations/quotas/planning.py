@@ -24,7 +24,6 @@ from decimal import Decimal
 from typing import Any
 
 from django.db.models import Q, Sum
-from django.utils import timezone
 
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.preview import dry_run_key
@@ -41,6 +40,7 @@ from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.wording import QuotaWords
 from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
 from clusters.models import Cluster
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
@@ -277,7 +277,7 @@ def overlapping_grants(
     grants: list[algebra.Grant] = []
     info: dict[int, dict[str, Any]] = {}
     promised: set[int] = set()
-    factors = fair_share_factors(now=timezone.now())
+    factors = fair_share_factors(now=clock_now())
     for row in rows:
         if row["reclaimed_for_id"] == allocation.pk:
             promised.add(row["pk"])
@@ -300,7 +300,7 @@ def grants_at(
         .exclude(state=AllocationState.RECLAIMING).values(*GRANT_FIELDS).order_by("pk")
     )
     info = {row["pk"]: dict(row) for row in rows}
-    factors = fair_share_factors(now=timezone.now())  # the standing now
+    factors = fair_share_factors(now=clock_now())  # the standing now
     grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked,
                      factors=factors) for row in info.values()]
     return grants, info

@@ -14,7 +14,6 @@ from django.contrib.auth.models import User
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from accounting.idle.selectors import idle_case_list
@@ -42,6 +41,7 @@ from frontend.selectors import (
 )
 from frontend.timeline import allocation_standing, allocation_timeline
 from frontend.utilisation import allocation_usage_panel
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
 from kernel.reads import SharedReads
@@ -99,7 +99,7 @@ def _outlook_for(form: AllocationRequestForm, user: User, reads: SharedReads | N
     if values["quantity"] < 1 or values["duration_days"] < 1:
         return None
     starts_at = values["starts_at"]
-    ends_at = (starts_at or timezone.now()) + datetime.timedelta(days=values["duration_days"])
+    ends_at = (starts_at or clock_now()) + datetime.timedelta(days=values["duration_days"])
     return request_outlook(
         user=user, project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
         priority_class=values["priority_class"], cluster=values["cluster"], starts_at=starts_at, ends_at=ends_at,

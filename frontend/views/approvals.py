@@ -12,7 +12,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 
 from allocations.fair_share.reads import FairShareStanding, fair_share_table
@@ -33,6 +32,7 @@ from frontend.selectors import (
     quota_bars,
 )
 from frontend.views.windows import WindowRow, window_rows
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from kernel.reads import SharedReads
 from tenants.access import Access, access_for
@@ -77,7 +77,7 @@ def _windows(user: User) -> list[WindowRow]:
     pending = quota_window_list(user=user, state=WindowState.PENDING)
     if not access.is_platform_admin:
         pending = pending.filter(quota__department_id__in=access.administered)
-    return window_rows(user, list(pending.order_by("created_at", "id")[:QUEUE_LIMIT]), timezone.now())
+    return window_rows(user, list(pending.order_by("created_at", "id")[:QUEUE_LIMIT]), clock_now())
 
 
 def _require_admin(access: Access) -> None:
@@ -127,7 +127,7 @@ def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:
 def approvals(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     _require_admin(access_for(user))
-    standings = fair_share_table(now=timezone.now()).standings()  # the queue's order: two queries
+    standings = fair_share_table(now=clock_now()).standings()  # the queue's order: two queries
     factors = {department_id: standing.factor for department_id, standing in standings.items()}
     pending_ids = list(pending_for_decision(user=user, factors=factors).values_list("pk", flat=True)[:QUEUE_LIMIT])
     form = DecisionForm(request.POST or None, pending_ids=pending_ids)
@@ -156,6 +156,6 @@ def department_usage(request: HttpRequest) -> HttpResponse:
         "bars": quota_bars(user=user, department_ids=department_ids),
         "promises": department_promises(user=user, department_ids=department_ids),
         "holding": holding_by_project(user=user, department_ids=department_ids),
-        **department_accounting(user=user, department_ids=department_ids, now=timezone.now()),
+        **department_accounting(user=user, department_ids=department_ids, now=clock_now()),
     }
     return render(request, "frontend/department_usage.html", context)

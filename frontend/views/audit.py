@@ -15,7 +15,6 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from audit.checkpoints import AuditIntegrityError
@@ -28,6 +27,7 @@ from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
 from frontend.forms import AuditFilterForm
 from frontend.http import portal_user
+from kernel.clock import clock_now
 from tenants.models import Department
 
 PAGE_SIZE = 50
@@ -98,7 +98,7 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
     """Replay the whole log against its checkpoints now (auditors and platform admins)."""
     if not _visibility(request).everything:
         raise PermissionDenied("Only auditors of the whole organisation and platform admins verify the log.")
-    result: dict[str, Any] = {"at": timezone.now(), "by": portal_user(request).get_username()}
+    result: dict[str, Any] = {"at": clock_now(), "by": portal_user(request).get_username()}
     try:
         report = audit_log_verify()
     except ImproperlyConfigured as error:

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from allocations.fair_share.reads import FairShareRow, fair_share_table_for
 from frontend.http import portal_user
+from kernel.clock import clock_now
 
 DEEPEST_INDENT = 4
 """Rows deeper than this are indented as far (``.fs-depth-N`` in portal.css; no inline style)."""
@@ -28,6 +28,6 @@ class Line:
 @require_GET
 @login_required
 def fair_share(request: HttpRequest) -> HttpResponse:
-    table = fair_share_table_for(user=portal_user(request), now=timezone.now())
+    table = fair_share_table_for(user=portal_user(request), now=clock_now())
     lines = [Line(row=row, indent=min(row.depth, DEEPEST_INDENT)) for row in table.rows]
     return render(request, "frontend/fair_share.html", {"title": "Fair share", "table": table, "lines": lines})

@@ -14,7 +14,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from accounting.idle.cases import idle_case_exempt, idle_case_keep, idle_case_release
@@ -22,6 +21,7 @@ from accounting.idle.selectors import idle_case_get
 from frontend.http import form_add_service_error, portal_user
 from frontend.idle import idle_inbox
 from frontend.idle_forms import FORMS
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from tenants.access import access_for
 
@@ -32,7 +32,7 @@ def _require_role(user: User) -> None:
 
 
 def _page(request: HttpRequest, user: User, *, failed: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:
-    context = {"title": "Idle grants", **idle_inbox(user=user, now=timezone.now()), "failed": failed or {}}
+    context = {"title": "Idle grants", **idle_inbox(user=user, now=clock_now()), "failed": failed or {}}
     return render(request, "frontend/idle_cases.html", context, status=status)
 
 

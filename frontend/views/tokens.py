@@ -18,12 +18,12 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods
 
 from frontend.forms import DescribedFieldsMixin
 from frontend.http import form_add_service_error, portal_user
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from tenants.access_tokens import (
     NAME_MAX_LENGTH,
@@ -66,7 +66,7 @@ class TokenCreateForm(DescribedFieldsMixin, forms.Form):
 
 
 def _context(user: User, *, form: TokenCreateForm, issued: IssuedToken | None = None) -> dict[str, Any]:
-    now = timezone.now()
+    now = clock_now()
     tokens = [(token, token_state(token, now=now)) for token in access_token_list(user=user, now=now)]
     return {"title": "API tokens", "form": form, "issued": issued, "tokens": tokens,
             "max_days": token_max_days(), "default_days": token_default_days()}
@@ -86,7 +86,7 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
         try:
             issued = access_token_create(
                 actor=user, name=data["name"], scope=data["scope"], via="portal",
-                expires_at=timezone.now() + datetime.timedelta(days=data["expires_in_days"]),
+                expires_at=clock_now() + datetime.timedelta(days=data["expires_in_days"]),
             )
         except ApplicationError as error:
             form_add_service_error(form, error, field_map={"expires_at": "expires_in_days"})

@@ -15,7 +15,6 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from allocations.models import Quota
@@ -35,6 +34,7 @@ from allocations.window_services import (
 from frontend.http import form_add_service_error, portal_user
 from frontend.quota_calendar import calendar_departments, department_calendar
 from frontend.window_forms import SERVICE_FIELDS, WindowDecisionForm, WindowRequestForm
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from tenants.access import access_for
 from tenants.models import Department
@@ -85,14 +85,14 @@ def window_rows(user: User, windows: list[QuotaWindow], now: datetime.datetime) 
 def _form(department: Department, user: User, data: object = None) -> WindowRequestForm:
     return WindowRequestForm(
         data, quotas=quota_list(user=user, department_id=department.pk), priority_classes=priority_class_list(user=user),
-        initial={"begins_at": timezone.now().replace(second=0, microsecond=0) + datetime.timedelta(hours=1)},
+        initial={"begins_at": clock_now().replace(second=0, microsecond=0) + datetime.timedelta(hours=1)},
     )
 
 
 def _page(request: HttpRequest, user: User, department: Department, *, form: WindowRequestForm | None = None,
           status: int = 200) -> HttpResponse:
     access = access_for(user)
-    now = timezone.now()
+    now = clock_now()
     may_ask = access.can_administer_department(department.pk) and Quota.objects.filter(department=department).exists()
     windows = list(quota_window_list(user=user, department_id=department.pk)[:WINDOWS_SHOWN])
     context = {

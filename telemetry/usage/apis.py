@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -18,6 +17,7 @@ from allocations.selectors import allocation_get
 from kernel.api.base import filters
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from telemetry.models import UsageSource
 from telemetry.usage import reads
 
@@ -80,5 +80,5 @@ class AllocationUtilisationApi(ApiView):
     def get(self, request: Request, allocation_id: int) -> Response:
         params = filters(self.Filter, request)
         allocation = allocation_get(user=request.user, allocation_id=allocation_id)
-        data = reads.allocation_utilisation(allocation=allocation, window=params["window"], now=timezone.now())
+        data = reads.allocation_utilisation(allocation=allocation, window=params["window"], now=clock_now())
         return Response(UtilisationOut(data).data)

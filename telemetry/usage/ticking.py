@@ -25,11 +25,11 @@ from typing import Any
 
 from django.db import transaction
 from django.db.models import Q
-from django.utils import timezone
 
 from allocations.models import Reservation, SharingMode
 from clusters.dcgm import MIB
 from clusters.models import Cluster, Gpu
+from kernel.clock import clock_now
 from telemetry import conf
 from telemetry.models import AllocationUsage, GpuSample, NodeReportState, ObservedGpu, SampleTier
 from telemetry.usage import queries
@@ -80,7 +80,7 @@ def allocations_utilisation_tick(
     *, now: datetime.datetime | None = None, client_for: Callable[[Cluster], PrometheusClient] | None = None
 ) -> TickOutcome:
     """Write the utilisation rows of the bucket that just ended (see the module's docstring)."""
-    moment = now or timezone.now()
+    moment = now or clock_now()
     start = bucket_of(moment)
     end = start + BUCKET
     outcome = TickOutcome(bucket_start=start)
@@ -264,7 +264,7 @@ def _ask(client: PrometheusClient, asked: dict[str, str], *, at: datetime.dateti
 
 def allocation_usage_trim(*, now: datetime.datetime | None = None) -> int:
     """Delete utilisation rows older than the retention, in batches."""
-    cutoff = (now or timezone.now()) - conf.utilisation_retention()
+    cutoff = (now or clock_now()) - conf.utilisation_retention()
     total = 0
     while True:
         batch = list(AllocationUsage.objects.filter(bucket_start__lt=cutoff).values_list("id", flat=True)[:TRIM_BATCH])

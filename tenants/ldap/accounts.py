@@ -14,11 +14,11 @@ from collections.abc import Collection
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.utils import timezone
 
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
+from kernel.clock import clock_now
 from tenants.identity import RoleChange, external_roles_sync
 from tenants.ldap.directory import dn_normal
 from tenants.models import ExternalGroupMapping, ExternalIdentity, IdentitySource
@@ -76,6 +76,6 @@ def ldap_mapped_groups(groups: Collection[str]) -> list[str]:
 def ldap_roles_apply(*, user: User, identity: ExternalIdentity, groups: Collection[str], login: bool) -> list[RoleChange]:
     """Recompute the user's LDAP roles from their groups; on a sign-in, note its time."""
     if login:
-        identity.last_login_at = timezone.now()
+        identity.last_login_at = clock_now()
         identity.save(update_fields=["last_login_at"])
     return external_roles_sync(user=user, source=SOURCE, groups=ldap_mapped_groups(groups))

@@ -13,11 +13,11 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
+from kernel.clock import clock_now
 from tenants.identity import external_roles_sync
 from tenants.models import ExternalIdentity, IdentitySource
 from tenants.oidc.claims import claims_groups, username_for
@@ -110,7 +110,7 @@ def oidc_signin(*, issuer: str, claims: dict[str, Any], groups_claim: str) -> Us
         setattr(user, name, profile[name])
     if changed:
         user.save(update_fields=changed)
-    identity.last_login_at = timezone.now()
+    identity.last_login_at = clock_now()
     identity.save(update_fields=["last_login_at"])
     groups = claims_groups(claims, path=groups_claim)
     changes = external_roles_sync(user=user, source=SOURCE, groups=groups)

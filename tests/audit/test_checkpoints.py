@@ -173,7 +173,7 @@ def test_live_verification_warns_when_the_heartbeat_stopped(settings: Any, publi
     publish()
     assert not [warning for warning in audit_log_verify().warnings if "heartbeat" in warning]
     later = timezone_now() + datetime.timedelta(seconds=61)
-    monkeypatch.setattr("audit.verification.timezone.now", lambda: later)
+    monkeypatch.setattr("audit.verification.clock_now", lambda: later)
     record()
     (warning,) = [warning for warning in audit_log_verify().warnings if "heartbeat" in warning]
     assert "more than twice the heartbeat interval (30 s)" in warning and "The 1 events since" in warning

@@ -6,11 +6,11 @@ import datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from accounting.hours import hour_floor
 from accounting.rolling import usage_hours_roll, usage_hours_roll_recent
+from kernel.clock import clock_now
 
 DAY = datetime.timedelta(days=1)
 
@@ -36,7 +36,7 @@ class Command(BaseCommand):
                 f"rolled {outcome.hours} hour(s): {outcome.rows} row(s) for {outcome.allocations} allocation(s)"
             )
             return
-        now = timezone.now()
+        now = clock_now()
         end = hour_floor(_moment(options["end"], "--to")) if options["end"] else hour_floor(now)
         if options["start"] is None:
             raise CommandError("--from: needed with --to")
