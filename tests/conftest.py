@@ -67,6 +67,15 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
 
 
 @pytest.fixture(autouse=True)
+def _clock_given_back() -> Iterator[None]:
+    """A test that moves the one clock (kernel.clock) gives the system clock back afterwards."""
+    from kernel.clock import clock_reset
+
+    yield
+    clock_reset()
+
+
+@pytest.fixture(autouse=True)
 def _kept_placement_states_forgotten() -> None:
     """Each test starts with no kept placement state: a rolled-back test's rows are gone, and ids
     may come back (allocations.booking.state)."""
