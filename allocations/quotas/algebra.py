@@ -10,7 +10,8 @@ What a department holds in a scope (``reserved``): what its own projects use plu
 holds, at least the part of its guarantee it does not lend (``guaranteed - lending_limit``; with the
 default lending limit, all of the guarantee is lent and a department holds exactly what it uses).
 A quota's check: what its department holds, the request included, is at most its ``limit`` times
-the request's priority-class oversubscription factor.
+the request's priority-class oversubscription factor, and never above its ``cap``: the share of a
+priority class that a window of that class writes is a hard cap, which no factor raises.
 
 When checks fail, victims may be taken, oversubscribed grants before the others, then lowest
 priority first, then (among equal priorities) the department furthest over its fair share first
@@ -71,6 +72,12 @@ class Limit:
     lending_limit: Decimal | None = None  # None: lends all of its unused guarantee
     limit_by: int | None = None  # the quota window that set ``limit`` (None: the quota's own)
     kept: Decimal | None = None  # a window lowered the limit but lets what holds beyond it run: taken beyond this
+    cap: Decimal | None = None  # a hard cap no oversubscription factor raises (a class's share its own window set)
+
+    def raised(self, factor: Decimal) -> Decimal:
+        """The limit a request of this oversubscription factor is checked against."""
+        raised = (self.limit * factor).quantize(Decimal("0.0001"))
+        return raised if self.cap is None else min(raised, self.cap)
 
     @property
     def beyond(self) -> Decimal:
@@ -247,16 +254,9 @@ def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
             if limit is None:
                 continue
             holds = holdings.inner(department, scope, {})
-            checks.append(
-                Check(
-                    department_id=department,
-                    scope=scope,
-                    holds=holds,
-                    requested=holdings.inner(department, scope, {ask.department_id: amount}) - holds,
-                    limit=limit.limit,
-                    effective_limit=(limit.limit * ask.factor).quantize(Decimal("0.0001")),
-                )
-            )
+            requested = holdings.inner(department, scope, {ask.department_id: amount}) - holds
+            checks.append(Check(department_id=department, scope=scope, holds=holds, requested=requested,
+                                limit=limit.limit, effective_limit=limit.raised(ask.factor)))
     return checks
 
 
@@ -266,9 +266,7 @@ def checks_from_totals(tree: Tree, totals: Mapping[tuple[int, Scope], Decimal], 
     return _checks(tree, _Holdings(tree, (), totals), ask)
 
 
-def _ranked_beyond(
-    grants: list[Grant], *, scope: Scope, line: Decimal
-) -> set[int]:
+def _ranked_beyond(grants: list[Grant], *, scope: Scope, line: Decimal) -> set[int]:
     """Ids of the grants that lie (wholly or partly) beyond ``line`` when ranked by priority (highest
     first), then age (oldest first): the ones that do not fit under it."""
     beyond: set[int] = set()

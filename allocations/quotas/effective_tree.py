@@ -5,8 +5,10 @@ Two readings of one interval ``[start, end)`` (a request's):
 * **the lowest numbers** (``QuotaView.tree``): each quota's guarantee and limit are the least its
   approved windows leave at any moment of the interval (``windows.lowest``), its lending limit at
   most that guarantee; each priority class one of its windows targets gets its share as a scope of
-  its own (``algebra.class_scope``). Checked against everything held over the interval, it is
-  conservative: what fits it fits at every moment. Most approvals stop there.
+  its own (``algebra.class_scope``), capped (``Limit.cap``) where a window of the class sets that
+  limit: no oversubscription factor raises what an administrator wrote for a class. Checked against
+  everything held over the interval, it is conservative: what fits it fits at every moment. Most
+  approvals stop there.
 * **step by step** (``QuotaView.stepped``), when windows change a number within the interval and
   the lowest numbers refuse: the interval is cut where any window's edge falls, and each step is a
   scope of its own (``("at", step, scope)``) with that step's numbers; a grant weighs only in the
@@ -42,6 +44,19 @@ def _may_be_in_force(spec: windows.WindowSpec, start: datetime.datetime, end: da
     if spec.begins_at >= end:
         return False
     return spec.kind != "temporary" or (spec.ends_at is not None and spec.ends_at > start)
+
+
+def _cap(
+    guaranteed: Decimal, limit: Decimal, found: list[windows.WindowSpec], start: datetime.datetime,
+    end: datetime.datetime, priority_class_id: int,
+) -> Decimal | None:
+    """The least limit that a window of the class itself sets for its share at any moment of
+    ``[start, end)``: a hard cap, which the class's oversubscription factor does not raise (None: no
+    window of the class sets the limit then, and the share is the department's limit)."""
+    own = {spec.id for spec in found if spec.priority_class_id == priority_class_id}
+    steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end,
+                             priority_class_id=priority_class_id)
+    return min((step.effective.limit for step in steps if step.effective.limit_by in own), default=None)
 
 
 @dataclass
@@ -100,7 +115,8 @@ class QuotaView:
                 share, kept = self._lowest(guaranteed, limit, found, start, end, class_id)
                 scope = algebra.class_scope(class_id, flavor_id)
                 limits[(department_id, scope)] = algebra.Limit(
-                    department_id, scope, share.guaranteed, share.limit, None, share.limit_by, kept
+                    department_id, scope, share.guaranteed, share.limit, None, share.limit_by, kept,
+                    _cap(guaranteed, limit, found, start, end, class_id),
                 )
                 shares.add((department_id, class_id, flavor_id))
         return limits, shares

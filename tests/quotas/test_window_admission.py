@@ -111,14 +111,14 @@ def test_a_class_share_limits_that_class_in_the_whole_subtree_and_not_the_others
     now = timezone.now()
     day = window(world, quota(world, "nlp"), begins_at=now - HOUR, ends_at=now + 6 * HOUR, limit="2",
                  priority_class=world.preemptible)
-    # The preemptible class oversubscribes by 1.5: its share of 2 admits 3.
+    # The share a window of the class writes is a hard cap: the class's factor of 1.5 does not raise it.
     granted(world, quantity=2, project="speech_project", persona="speech_member", priority="preemptible",
             length=2 * HOUR)
     with pytest.raises(QuotaExceeded) as refusal:
         approve(world, ask(world, quantity=2, priority="preemptible", length=2 * HOUR))
     details = refusal.value.details
     assert (details["department"], details["priority_class"], details["limit"], details["effective_limit"],
-            details["in_use"], details["limit_by"]) == ("nlp", "gpu-preemptible", "2", "3", "2", day.pk)
+            details["in_use"], details["limit_by"]) == ("nlp", "gpu-preemptible", "2", "2", "2", day.pk)
     assert "gpu-preemptible's share of GPU-equivalents" in refusal.value.message
 
     assert granted(world, quantity=5, length=2 * HOUR).state == AllocationState.APPROVED  # another class: not limited
