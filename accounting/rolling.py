@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -36,7 +37,7 @@ from accounting.models import UsageDay, UsageHour
 from allocations.selectors import reservations_held_between
 from kernel.clock import clock_now
 from kernel.intervals import Interval
-from kernel.locks import advisory_xact_lock
+from kernel.locks import advisory_xact_lock, references_key_share
 from telemetry.utilisation_reads import ROW_SECONDS, chosen_usage
 
 ROLL_LOCK_ID = 0x6770_7561_6363_0001  # pg_advisory_xact_lock key of the usage roll-up
@@ -94,7 +95,7 @@ def usage_hours_roll(
             ))  # fmt: skip
         UsageHour.objects.filter(hour__gte=start, hour__lt=end).delete()
         UsageHour.objects.bulk_create(rows, batch_size=2000)
-        usage_days_refresh(start=start, end=end)
+        usage_days_refresh(start=start, end=end, hours=rows)
     return RollOutcome(start=start, end=end, hours=len(hours_in(start, end)), rows=len(rows), allocations=len(grants))
 
 
@@ -138,9 +139,15 @@ def _measured_seconds(
     return dict(measured), dict(used)
 
 
-def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime) -> int:
+def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime, hours: Sequence[UsageHour] = ()) -> int:
     """Sum again the ``UsageDay`` rows of every UTC day that [start, end) touches, from all of its
-    hours (those rolled before included); call it in the transaction that rolled the hours."""
+    hours (those rolled before included); call it in the transaction that rolled the ``hours``.
+
+    Before the days are written, the rows that the new hours and days refer to (grants,
+    departments, projects, flavors, clusters) are locked FOR KEY SHARE in the global lock order
+    (``kernel.locks.references_key_share``): PostgreSQL would take those locks at COMMIT in the
+    order the rows were written, and a roll that held a cluster's while it waited for a department
+    an approval held FOR UPDATE deadlocked with that approval, which waited for the cluster."""
     first = day_floor(start)
     last = day_floor(end - HOUR) + DAY
     keys = ("day", "department_id", "project_id", "flavor_id", "cluster_id")
@@ -155,6 +162,7 @@ def usage_days_refresh(*, start: datetime.datetime, end: datetime.datetime) -> i
                  measured=item["measured_sum"], used=item["used_sum"])  # fmt: skip
         for item in grouped
     ]
+    references_key_share(transaction.get_connection(), [*hours, *days])
     UsageDay.objects.filter(day__gte=first, day__lt=last).delete()
     UsageDay.objects.bulk_create(days, batch_size=2000)
     return len(days)

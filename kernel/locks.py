@@ -56,10 +56,40 @@ SQLite needs none of this: its write transaction (``BEGIN IMMEDIATE``) excludes 
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable
 
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
+
+# The order above as data, by model label: the kinds a transaction may lock, first to last (the
+# outbox rows, allocations, idle cases, the department chain, projects, quotas, flavors, clusters,
+# node tokens, node report states, nodes, GPUs, reservations; the audit chain lock after them all).
+# ``references_key_share`` locks by it, and refuses a kind that has no place in it;
+# tests/architecture/test_row_locks.py holds the source and docs/security.md to it.
+LOCK_ORDER: tuple[str, ...] = (
+    "clusters.ClusterPush",
+    "allocations.Allocation",
+    "accounting.IdleCase",
+    "tenants.Department",
+    "tenants.Project",
+    "allocations.Quota",
+    "allocations.Flavor",
+    "clusters.Cluster",
+    "telemetry.NodeToken",
+    "telemetry.NodeReportState",
+    "clusters.Node",
+    "clusters.Gpu",
+    "allocations.Reservation",
+)
+
+
+def lock_rank(model: type[models.Model]) -> int:
+    """The place of ``model``'s rows in the global lock order (``LOCK_ORDER``)."""
+    label = model._meta.label
+    if label not in LOCK_ORDER:
+        raise LookupError(f"{label} has no place in the global lock order (kernel.locks.LOCK_ORDER)")
+    return LOCK_ORDER.index(label)
 
 
 def advisory_xact_lock(connection: BaseDatabaseWrapper, lock_id: int) -> None:
@@ -97,3 +127,25 @@ def rows_key_share(connection: BaseDatabaseWrapper, model: type[models.Model], p
             [keys],
         )
         return {int(row[0]) for row in cursor.fetchall()}
+
+
+def references_key_share(connection: BaseDatabaseWrapper, rows: Iterable[models.Model]) -> None:
+    """Lock FOR KEY SHARE, kind after kind in the global order and in primary-key order within a
+    kind, every row that the foreign keys of ``rows`` (new rows about to be written) point to.
+
+    PostgreSQL checks those keys at COMMIT (Django's are deferred), row after row, each with a KEY
+    SHARE lock on the row it points to: in the order the rows were written, which is no order at
+    all. A writer of many rows (the usage roll-up, the utilisation tick) would then hold the KEY
+    SHARE of one row (a cluster) while it waits for another (a department) that a transaction in
+    the order holds FOR UPDATE and that waits for the first: a deadlock. Taken here first, the
+    checks at COMMIT wait for nothing."""
+    targets: dict[type[models.Model], set[int]] = defaultdict(set)
+    for row in rows:
+        for field in row._meta.concrete_fields:
+            if not isinstance(field, models.ForeignKey) or not getattr(field, "db_constraint", True):
+                continue  # no constraint, no check
+            value, target = getattr(row, field.attname), field.related_model
+            if value is not None and isinstance(target, type) and field.target_field.primary_key:
+                targets[target].add(int(value))
+    for model in sorted(targets, key=lock_rank):
+        rows_key_share(connection, model, targets[model])

@@ -30,6 +30,7 @@ from allocations.models import Reservation, SharingMode
 from clusters.dcgm import MIB
 from clusters.models import Cluster, Gpu
 from kernel.clock import clock_now
+from kernel.locks import references_key_share
 from telemetry import conf
 from telemetry.models import AllocationUsage, GpuSample, NodeReportState, ObservedGpu, SampleTier
 from telemetry.usage import queries
@@ -106,6 +107,11 @@ def allocations_utilisation_tick(
                 memory_used_bytes=figures.memory_used_bytes, memory_granted_bytes=item.memory_mib * MIB * len(item.units),
             ))  # fmt: skip
     with transaction.atomic():
+        # The keys of the rows (grant, cluster, department) are checked at COMMIT, row after row:
+        # lock what they point to first, in the global order (kernel.locks), or the tick holds a
+        # cluster's KEY SHARE while it waits for a department an approval holds (and the approval
+        # waits for the cluster).
+        references_key_share(transaction.get_connection(), rows)
         AllocationUsage.objects.bulk_create(
             rows, batch_size=1000, update_conflicts=True, unique_fields=["allocation", "bucket_start", "source"],
             update_fields=_UPDATED,
