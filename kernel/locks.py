@@ -12,7 +12,8 @@ rows are locked in primary-key order:
    idle case that follows a grant (``accounting.IdleCase``: the idle evaluation and the keep,
    exempt and release of a case lock the grant first, then its case; see ``accounting.idle``);
 3. departments: the department chain, nearest first but locked in primary-key order (admission,
-   quota changes), then quota and flavor rows (the catalogue);
+   quota changes), then projects (FOR UPDATE by the changes of one project), then quota and flavor
+   rows (the catalogue);
 4. clusters: FOR UPDATE by whoever books or moves GPUs on them or changes their credentials, FOR
    NO KEY UPDATE by whoever frees reservations on them (the UPDATE that moves the placement
    version, ``allocations.booking.state.placement_version_bump``: after the allocation's row), FOR
@@ -28,24 +29,30 @@ rows are locked in primary-key order:
 
 Four locks stand apart, each taken first by the only transactions that take it: the usage roll-up's
 advisory lock (``accounting.rolling``: a roll then writes only its own ``UsageHour`` and ``UsageDay``
-rows and, at COMMIT, takes the KEY SHARE of the rows they refer to; it records no audit event), the
-statement close's (``accounting.statements``: it writes a department's statements and lines, then
-takes the audit chain lock last), and fair share's (``allocations.fair_share.services``: the decay
-tick then writes only ``FairShare`` rows, records no audit event and, at COMMIT, takes the KEY SHARE
-of their departments; a change of shares writes one ``FairShare`` row, then takes the audit chain
-lock last). No transaction that holds a row ever waits for any of them. A user's account row is
+rows, after it has taken the KEY SHARE of the rows they refer to in this order, with
+``references_key_share``; it records no audit event), the statement close's
+(``accounting.statements``: it writes a department's statements and lines, then takes the audit
+chain lock last), and fair share's (``allocations.fair_share.services``: the decay tick then writes
+only ``FairShare`` rows, records no audit event and, at COMMIT, takes the KEY SHARE of their
+departments, in primary-key order as it writes them; a change of shares writes one ``FairShare``
+row, then takes the audit chain lock last). No transaction that holds a row ever waits for any of them. A user's account row is
 the fourth: the sync of a user's roles from an identity provider and an account's deactivation
 (``tenants.identity``) lock it first, FOR NO KEY UPDATE, which never conflicts with the KEY SHARE of
 a foreign-key check, and then write only that user's memberships, sessions and tokens before the
 audit chain lock.
 
-Two consequences that are easy to miss:
+Three consequences that are easy to miss:
 
 * PostgreSQL takes a KEY SHARE lock on the row a foreign key points to when it checks the key, and
   Django creates every foreign key DEFERRABLE INITIALLY DEFERRED, so those checks, and their
   waits, come at COMMIT: after the chain lock. ``audit_record`` therefore runs the pending checks
   (``deferred_checks_run``) before it takes the chain lock, and services insert what refers to
   other rows (the outbox rows of a push, above all) *before* they record their event.
+* Those checks run row after row, in the order the rows were written, each kind of key mixed with
+  the others: a writer of many rows that refer to grants, departments and clusters (the usage
+  roll-up, the utilisation tick) would hold the KEY SHARE of a cluster while it waits for a
+  department that an approval holds FOR UPDATE, and the approval waits for the cluster. Such a
+  writer takes those locks first, in this order (``references_key_share``, by ``LOCK_ORDER``).
 * A transaction that records several events (the push's recording marks many allocations active)
   takes every row lock it needs before the first event, and then writes each row once: updating a
   row a second time in one transaction makes PostgreSQL check all of its foreign keys again.
