@@ -29,6 +29,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from allocations.booking import reservations
+from allocations.booking.state import reservations_restamp
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeKind, ChangeState
 from allocations.quotas import extending
 from allocations.selectors import allocation_may_change, live_reservations_on
@@ -168,6 +169,8 @@ def allocation_renew(
     before = allocation_snapshot(allocation)
     allocation.ends_at = ends_at
     allocation.save()
+    if allocation.state != AllocationState.PENDING:
+        reservations_restamp(allocation_id=allocation.pk)  # its rows hold their GPUs longer
     details = {"justification": justification} if justification else None
     allocation_audit(actor=actor, action=actions.ALLOCATION_RENEWED, allocation=allocation, before=before, details=details)
     return ChangeOutcome(allocation=allocation, change=None, applied=True)
@@ -253,6 +256,7 @@ def _apply_renewal(*, allocation: Allocation, change: AllocationChange) -> dict[
     if refusal is not None:
         raise refusal
     allocation.ends_at = change.ends_at
+    reservations_restamp(allocation_id=allocation.pk)  # its rows hold their GPUs longer
     return {}
 
 

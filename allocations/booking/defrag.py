@@ -92,6 +92,8 @@ def reservation_used_milli(row: Reservation, *, model: str, memory_mib: int) -> 
 
 
 def cluster_fragmentation(*, nodes: list[NodeRow], reservations: list[Reservation]) -> Fragmentation:
+    """How much of each GPU the rows book, whenever they hold it (a layout's measure: units booked
+    one after another on one GPU use it well, as units booked side by side do)."""
     gpus = {(row.node.pk, gpu.index): gpu for row in nodes if row.node.is_schedulable for gpu in row.gpus}
     used: dict[tuple[int, int], int] = defaultdict(int)
     for row in reservations:
@@ -205,9 +207,9 @@ def _assign(rows: list[Reservation], fresh: list[Reservation]) -> list[Reservati
             unclaimed.append(new)
             continue
         waiting.remove(old)
-        new.allocation_id, new.unit = old.allocation_id, old.unit
+        new.allocation, new.unit = old.allocation, old.unit  # with its interval (allocations.booking.usage)
     for old, new in zip(waiting, unclaimed, strict=True):
-        new.allocation_id, new.unit = old.allocation_id, old.unit
+        new.allocation, new.unit = old.allocation, old.unit
     return fresh
 
 

@@ -28,6 +28,7 @@ from allocations.booking.tenancy import (
     project_tenants,
     tenancy_exclusion,
 )
+from allocations.booking.usage import reservation_usage
 from allocations.booking.view import (
     NodeRow,
     PlacementView,
@@ -35,7 +36,6 @@ from allocations.booking.view import (
     ViewRows,
     engine_nodes_replace,
     placement_view,
-    reservation_usage,
     view_finish,
     view_rows,
 )

@@ -36,6 +36,7 @@ from typing import Any, NamedTuple
 from django.db import connection
 from django.db.models import Count, F, Max, Sum
 
+from allocations.booking.usage import with_spans
 from allocations.booking.view import (
     NodeRow,
     node_rows,
@@ -86,6 +87,19 @@ def placement_version_bump(*, cluster_id: int) -> int:
     return int(row[0])
 
 
+def reservations_restamp(*, allocation_id: int) -> int:
+    """Stamp the allocation's live rows with their cluster's next placement version, after its
+    interval changed (a renewal): when a row holds its GPUs is part of what the kept states and
+    pictures know of it (``allocations.booking.usage``). Takes the cluster's row as releasing does
+    (after the allocation's, kernel/locks.py). Returns how many rows were stamped."""
+    rows = Reservation.objects.filter(allocation_id=allocation_id, released_at__isnull=True)
+    stamped = 0
+    for cluster_id in sorted(set(rows.values_list("node__cluster_id", flat=True))):
+        version = placement_version_bump(cluster_id=cluster_id)
+        stamped += rows.filter(node__cluster_id=cluster_id).update(changed_version=version)
+    return stamped
+
+
 def _written_here(cluster_id: int) -> bool:
     """Whether this thread's open transaction moved the cluster's version: its rows are then not
     committed, and a state read now must not be kept for others."""
@@ -122,9 +136,10 @@ def version_and_fingerprint(*, cluster_id: int) -> tuple[int, Fingerprint]:
 
 
 def _live_rows(queryset: Any) -> list[Reservation]:
-    """Reservation rows as placement reads them, each with ``kept_project``: its allocation's project."""
-    return list(queryset.defer("created_at", "release_reason").annotate(kept_project=F("allocation__project_id"))
-                .order_by("pk"))
+    """Reservation rows as placement reads them, each with ``kept_project``: its allocation's project,
+    and its allocation's interval (``with_spans``: when it holds what it books)."""
+    return list(with_spans(queryset.defer("created_at", "release_reason"))
+                .annotate(kept_project=F("allocation__project_id")).order_by("pk"))
 
 
 class RowKey(NamedTuple):

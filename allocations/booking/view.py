@@ -22,11 +22,13 @@ Nodes whose CPU or memory is unknown (0 in the inventory) are not limited by it.
 from __future__ import annotations
 
 import functools
+import logging
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from allocations.booking.tenancy import Exclusion
+from allocations.booking.usage import GpuUse, Usage, reservation_usage, with_spans
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement import Cluster as EngineCluster
 from allocations.placement import Gpu as EngineGpu
@@ -41,6 +43,7 @@ GPU_MILLI = 1000
 UNKNOWN_CAPACITY = 1 << 40
 """Stands in for a node's CPU (millicores) or memory (MiB) when the inventory does not know it."""
 PINNED_POLICY = "pinned-layout"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -130,43 +133,34 @@ def gpu_label(gpu_indices: Iterable[int], mig_profile: str | None, mig_start: in
     return f"gpu{gpus}@{mig_start}" if mig_profile and mig_start is not None else f"gpu{gpus}"
 
 
-@dataclass
-class GpuUse:
-    """What live reservations hold on one GPU."""
-
-    milli: int = 0
-    slices: list[MigSlice] = field(default_factory=list)
-
-
-def reservation_usage(reservations: Iterable[Reservation]) -> tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]:
-    per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
-    cpu: Counter[int] = Counter()
-    memory: Counter[int] = Counter()
-    for row in reservations:
-        cpu[row.node_id] += row.cpu_millicores
-        memory[row.node_id] += row.memory_mib
-        for index in row.gpu_indices:
-            use = per_gpu[(row.node_id, int(index))]
-            if row.mig_profile:
-                use.slices.append(MigSlice(row.mig_profile, int(row.mig_start or 0)))
-            else:
-                use.milli += row.gpu_milli
-    return per_gpu, cpu, memory
-
-
 def _capacity(value: int) -> int:
     return int(value) if value > 0 else UNKNOWN_CAPACITY
 
 
-def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool) -> EngineGpu:
+def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool, node: str) -> EngineGpu:
     if not use.milli and not use.slices:
         return _empty_engine_gpu(gpu, mig_mode_when_empty)
     geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
-    if use.slices and geometry is not None:
-        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
-    if not use.milli and mig_mode_when_empty and geometry is not None:
+    if use.slices:
+        if geometry is not None and not use.milli and _instances_fit(geometry, use.slices, gpu=gpu, node=node):
+            return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
+        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, GPU_MILLI)  # held whole at some instant
+    if mig_mode_when_empty and geometry is not None and not use.milli:
         return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
     return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, min(use.milli, GPU_MILLI))
+
+
+def _instances_fit(geometry: MigGeometry, slices: list[MigSlice], *, gpu: GpuRow, node: str) -> bool:
+    """Whether the MIG instances booked on the GPU can exist as booked (none of them on a memory
+    slice another holds at the same instant, every profile one this GPU knows). Otherwise the
+    GPU is shown full, so nothing more is booked there, and the double booking is logged."""
+    try:
+        geometry.held(slices)
+    except (ValueError, KeyError) as problem:
+        logger.error("MIG instances booked on %s gpu%s cannot exist as booked (%s): the GPU is shown full",
+                     node, gpu.index, problem)
+        return False
+    return True
 
 
 @functools.lru_cache(maxsize=4096)
@@ -232,7 +226,8 @@ def engine_node(
         cpu_milli=cpu_cap,
         memory_mib=memory_cap,
         gpus=tuple(
-            _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()), mig_mode_when_empty=carve_empty)
+            _engine_gpu(gpu, per_gpu.get((node.pk, gpu.index), GpuUse()), mig_mode_when_empty=carve_empty,
+                        node=node.name)
             for gpu in row.gpus if (node.pk, gpu.index) not in exclusion.gpus
         ),
         cpu_used_milli=min(cpu.get(node.pk, 0), cpu_cap),
@@ -265,9 +260,6 @@ class ViewRows:
 
     offering: list[NodeRow]
     pinned: list[NodeRow]
-
-
-Usage = tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]
 
 
 def view_rows(*, cluster: Cluster, shape: UnitShape, nodes: list[NodeRow]) -> ViewRows:
@@ -304,7 +296,7 @@ def placement_view(
                      nodes=node_rows(cluster, gpu_model=shape.gpu_model) if nodes is None else nodes)
     node_ids = {row.pk for row in rows.offering + rows.pinned if row.pk not in excluded.nodes}
     if reservations is None:
-        reservations = list(live_reservations_on(node_ids=node_ids).order_by("pk"))
+        reservations = list(with_spans(live_reservations_on(node_ids=node_ids)).order_by("pk"))
     usage = reservation_usage(row for row in reservations if row.node_id in node_ids)
     per_gpu, cpu, memory = usage
     engine = None

@@ -116,9 +116,7 @@ class Cluster:
         if not gpu.mig_slices:  # the common case on a large cluster: one lookup per geometry
             self.mig_state[i, j] = _empty_mig_state(geo.name)
             return
-        state = MigState()
-        for s in gpu.mig_slices:
-            state = geo.add(state, geo.profile(s.profile), s.start)
+        state = geo.held(gpu.mig_slices)  # bookings that never meet in time share slices
         self.mig_state[i, j] = mig_tables.encode(mig_tables.geometry_id(geo.name), state)
         self.mig_instances[(i, j)] = list(gpu.mig_slices)
 

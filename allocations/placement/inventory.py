@@ -6,16 +6,20 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .peaks import ALWAYS, Span
+
 GPU_MILLI = 1000
 """Capacity of one GPU in thousandths (the unit of a share)."""
 
 
 @dataclass(frozen=True)
 class MigSlice:
-    """An existing MIG GPU instance: its profile name and first memory slice."""
+    """A MIG GPU instance: its profile name, first memory slice and when it is held (always, unless
+    it is a booking of a grant over an interval: see :mod:`allocations.placement.peaks`)."""
 
     profile: str
     start: int
+    during: Span = ALWAYS
 
 
 @dataclass(frozen=True)
@@ -23,8 +27,11 @@ class Gpu:
     """One physical GPU.
 
     ``mig_geometry`` is None for a GPU in shared (milli) mode; otherwise it names a key of
-    :data:`allocations.placement.mig.GEOMETRIES` and ``mig_slices`` lists the instances that
-    already exist. ``used_milli`` is the share already reserved on a shared-mode GPU.
+    :data:`allocations.placement.mig.GEOMETRIES` and ``mig_slices`` lists the instances booked on
+    it, each held during its span: the GPU holds every memory slice any of them takes, and the
+    most compute slices and ``+me`` instances held at one instant (``MigGeometry.held``); two of
+    them on one memory slice at one instant are refused. ``used_milli`` is the share already
+    reserved on a shared-mode GPU (the most held at one instant).
     """
 
     index: int
@@ -72,7 +79,8 @@ def node_from_record(record: Mapping[str, Any]) -> Node:
 
     Expected keys: ``name``, ``cpu_milli``, ``memory_mib``, optional ``cpu_used_milli``,
     ``memory_used_mib`` and ``gpus`` (a list of mappings with ``index``, ``model`` and optional
-    ``memory_mib``, ``used_milli``, ``mig_geometry``, ``mig_slices`` as ``[{profile, start}]``).
+    ``memory_mib``, ``used_milli``, ``mig_geometry``, ``mig_slices`` as ``[{profile, start}]``, each
+    with an optional ``during``: ``[begin, end]``).
     Shortcut: ``gpu_count`` + ``gpu_model`` create identical, empty GPUs.
     """
     gpus: list[Gpu] = []
@@ -84,7 +92,8 @@ def node_from_record(record: Mapping[str, Any]) -> Node:
                 memory_mib=int(g.get("memory_mib", 0)),
                 used_milli=int(g.get("used_milli", 0)),
                 mig_geometry=g.get("mig_geometry"),
-                mig_slices=tuple(MigSlice(str(s["profile"]), int(s["start"])) for s in g.get("mig_slices") or ()),
+                mig_slices=tuple(MigSlice(str(s["profile"]), int(s["start"]), _span(s.get("during")))
+                                 for s in g.get("mig_slices") or ()),
             )
         )
     if not gpus and record.get("gpu_count"):
@@ -100,6 +109,13 @@ def node_from_record(record: Mapping[str, Any]) -> Node:
         cpu_used_milli=int(record.get("cpu_used_milli", 0)),
         memory_used_mib=int(record.get("memory_used_mib", 0)),
     )
+
+
+def _span(value: Any) -> Span:
+    if value is None:
+        return ALWAYS
+    begin, end = value
+    return float(begin), float(end)
 
 
 def nodes_from_records(records: Iterable[Mapping[str, Any]]) -> list[Node]:

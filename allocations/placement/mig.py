@@ -12,11 +12,12 @@ slices, number of ``+me`` instances), so every legality question is a table look
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
 from .inventory import MigSlice
+from .peaks import at_one_instant, sweep
 
 MEMORY_SLICES = 8
 COMPUTE_SLICES = 7
@@ -90,6 +91,30 @@ class MigGeometry:
             state.compute + profile.compute,
             state.media + int(profile.media_extensions),
         )
+
+    def held(self, slices: Sequence[MigSlice]) -> MigState:
+        """What the instances occupy over their spans, for a new instance that must fit beside them
+        at every instant: every memory slice any of them takes, and the most compute slices and
+        ``+me`` instances held at one instant. Instances that never overlap in time may share
+        memory slices; two on one slice at one instant raise ``ValueError`` (the GPU booked twice),
+        an unknown profile ``KeyError``."""
+        profiles = [self.profile(item.profile) for item in slices]
+        if at_one_instant([item.during for item in slices]):
+            state = MigState()
+            for item, profile in zip(slices, profiles, strict=True):
+                state = self.add(state, profile, item.start)
+            return state
+        mask = compute = media = 0
+        now = MigState()
+        for position, begins in sweep([item.during for item in slices]):
+            item, profile = slices[position], profiles[position]
+            if begins:
+                now = self.add(now, profile, item.start)
+                mask |= now.mask
+                compute, media = max(compute, now.compute), max(media, now.media)
+            else:
+                now = self.remove(now, profile, item.start)
+        return MigState(mask, compute, media)
 
     def remove(self, state: MigState, profile: MigProfile, start: int) -> MigState:
         """State after destroying the instance of ``profile`` at ``start``."""

@@ -27,11 +27,7 @@ class Optimum:
 
 
 def _state(geometry: str, node: Node, gpu_pos: int) -> MigState:
-    geo = GEOMETRIES[geometry]
-    st = MigState()
-    for s in node.gpus[gpu_pos].mig_slices:
-        st = geo.add(st, geo.profile(s.profile), s.start)
-    return st
+    return GEOMETRIES[geometry].held(node.gpus[gpu_pos].mig_slices)
 
 
 def mig_optimum(nodes: Sequence[Node], requests: Sequence[Request], time_limit_s: float = 10.0,

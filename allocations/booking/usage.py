@@ -1,0 +1,87 @@
+"""What reservation rows hold over time, per GPU and per node, as the placement engine's pictures
+need it (``allocations.booking.view``).
+
+A row holds its GPUs (a share, or a MIG instance), CPU and memory over its allocation's interval.
+A picture for an interval shows, per GPU and node, the most that is held at one instant: rows that
+never hold at the same instant (two grants booked one after the other on one MIG slice) do not add
+up, rows that do add up, and a unit placed beside them over all of their spans fits at every
+instant (``allocations.placement.peaks``; for MIG instances ``MigGeometry.held``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from django.db.models import F, QuerySet
+
+from allocations.models import Allocation, Reservation
+from allocations.placement import MigSlice
+from allocations.placement.peaks import ALWAYS, Span, peak_sum
+
+
+@dataclass
+class GpuUse:
+    """What live reservations hold on one GPU: the most share held at one instant, and the MIG
+    instances, each with the span it is held (``MigGeometry.held`` finds what they occupy)."""
+
+    milli: int = 0
+    slices: list[MigSlice] = field(default_factory=list)
+
+
+Usage = tuple[dict[tuple[int, int], GpuUse], Counter[int], Counter[int]]
+
+
+def with_spans(rows: QuerySet[Reservation]) -> QuerySet[Reservation]:
+    """``rows`` read with when each holds what it books: its allocation's interval (:func:`row_spans`)."""
+    return rows.annotate(kept_starts=F("allocation__starts_at"), kept_ends=F("allocation__ends_at"))
+
+
+def row_spans(rows: Sequence[Reservation]) -> list[Span]:
+    """When each row holds what it books: its allocation's interval ``[starts_at, ends_at)``, read
+    with the row (:func:`with_spans`) or with its allocation, else in one query for the rows that
+    have neither. A row of no allocation yet (a unit being placed) holds at every instant."""
+    spans: list[Span | None] = []
+    unknown: set[int] = set()
+    for row in rows:
+        starts = getattr(row, "kept_starts", None)
+        if starts is not None:
+            spans.append((starts.timestamp(), row.kept_ends.timestamp()))  # type: ignore[attr-defined]
+        elif Reservation.allocation.is_cached(row):
+            spans.append((row.allocation.starts_at.timestamp(), row.allocation.ends_at.timestamp()))
+        elif row.allocation_id is not None:
+            spans.append(None)
+            unknown.add(row.allocation_id)
+        else:
+            spans.append(ALWAYS)
+    if not unknown:
+        return [span or ALWAYS for span in spans]
+    read = {pk: (starts.timestamp(), ends.timestamp()) for pk, starts, ends in
+            Allocation.objects.filter(pk__in=unknown).values_list("pk", "starts_at", "ends_at")}
+    return [span or read.get(row.allocation_id, ALWAYS) for span, row in zip(spans, rows, strict=True)]
+
+
+def reservation_usage(reservations: Iterable[Reservation]) -> Usage:
+    """What ``reservations`` hold per GPU and per node's CPU and memory, at the instant each holds
+    the most: rows that never hold at the same instant do not add up, those that do add up
+    (``allocations.placement.peaks``). A unit placed beside them over all of their spans fits
+    at every instant."""
+    rows = list(reservations)
+    per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
+    shares: dict[tuple[int, int], list[tuple[Span, int]]] = defaultdict(list)
+    cpu_held: dict[int, list[tuple[Span, int]]] = defaultdict(list)
+    memory_held: dict[int, list[tuple[Span, int]]] = defaultdict(list)
+    for row, span in zip(rows, row_spans(rows), strict=True):
+        cpu_held[row.node_id].append((span, row.cpu_millicores))
+        memory_held[row.node_id].append((span, row.memory_mib))
+        for index in row.gpu_indices:
+            if row.mig_profile:
+                per_gpu[(row.node_id, int(index))].slices.append(MigSlice(row.mig_profile, int(row.mig_start or 0), span))
+            else:
+                shares[(row.node_id, int(index))].append((span, row.gpu_milli))
+    for key, held in shares.items():
+        per_gpu[key].milli = peak_sum(held)
+    cpu = Counter({node: peak_sum(held) for node, held in cpu_held.items()})
+    memory = Counter({node: peak_sum(held) for node, held in memory_held.items()})
+    return per_gpu, cpu, memory
