@@ -1,8 +1,11 @@
-"""``GET /api/v1/usage/``: GPU-equivalent-hours granted, measured and used (docs/accounting.md)."""
+"""``GET /api/v1/usage/``: GPU-equivalent-hours granted, measured and used (docs/accounting.md), and the
+quotas of the departments covered: in use at an instant (``at``, default now) and at their peak over
+the range (docs/quotas.md, "In use, at an instant and over an interval")."""
 
 from __future__ import annotations
 
 import datetime
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema, extend_schema_serializer
@@ -12,6 +15,7 @@ from rest_framework.response import Response
 
 from accounting import selectors
 from accounting.hours import HOUR, hour_floor
+from allocations.catalog_apis import InstantField
 from kernel.api.base import IdField, filters, iso_datetime
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
@@ -36,6 +40,7 @@ class UsageFilter(serializers.Serializer[Any]):
     )
     granularity = serializers.ChoiceField(choices=list(selectors.GRANULARITIES), required=False, default="day")
     group_by = serializers.ChoiceField(choices=list(selectors.GROUPS), required=False, default="department")
+    at = InstantField(required=False, help_text="The instant the quotas' `in_use` is read at (ISO 8601); default: now.")
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
@@ -92,8 +97,38 @@ class ReportOut(serializers.Serializer[Any]):
     total = TotalsOut()
 
 
+@extend_schema_serializer(component_name="UsageQuota")
+class QuotaInUseOut(serializers.Serializer[Any]):
+    quota = serializers.IntegerField()
+    department = serializers.CharField()
+    flavor = serializers.CharField(allow_null=True, help_text="Null: the department's GPU-equivalents.")
+    unit = serializers.ChoiceField(choices=["units", "gpu_equivalents"])
+    in_use = serializers.DecimalField(
+        max_digits=14, decimal_places=4,
+        help_text="What the grants of the department's subtree that hold at `at` hold (their interval contains it).",
+    )
+    effective_limit = serializers.DecimalField(max_digits=14, decimal_places=4, help_text="The limit in force at `at`.")
+    limit_by = serializers.IntegerField(allow_null=True, help_text="The quota window that set it; null: the quota's own.")
+    peak_in_use = serializers.DecimalField(
+        max_digits=14, decimal_places=4,
+        help_text="The most held at any one moment of [start, end): never the sum of grants that do not overlap.",
+    )
+    lowest_limit = serializers.DecimalField(
+        max_digits=14, decimal_places=4, help_text="The least limit in force at any moment of [start, end)."
+    )
+
+
+@extend_schema_serializer(component_name="UsageAnswer")
+class UsageOut(ReportOut):
+    at = serializers.DateTimeField(help_text="The instant of the quotas' `in_use`: now, or the query's `at`.")
+    quotas = QuotaInUseOut(
+        many=True, help_text="The quotas of the departments covered (a department's subtree, a project's department); "
+        "quotas span clusters, so `cluster` does not narrow them.",
+    )
+
+
 class UsageApi(ApiView):
-    @extend_schema(parameters=[UsageFilter], responses={200: ReportOut, **errors(400, 401, 404)})
+    @extend_schema(parameters=[UsageFilter], responses={200: UsageOut, **errors(400, 401, 404)})
     def get(self, request: Request) -> Response:
         params = filters(UsageFilter, request)
         report = selectors.usage_report(
@@ -101,7 +136,24 @@ class UsageApi(ApiView):
             group_by=params["group_by"], department_id=params.get("department"), project_id=params.get("project"),
             cluster_id=params.get("cluster"),
         )  # fmt: skip
-        return Response(report_data(report))
+        at = params.get("at") or clock_now()
+        quotas = selectors.usage_quotas(user=request.user, at=at, start=report.start, end=report.end,
+                                        department_id=params.get("department"), project_id=params.get("project"))
+        return Response({**report_data(report), "at": iso_datetime(at), "quotas": [_quota(found) for found in quotas]})
+
+
+def _amount(value: Decimal) -> str:
+    return f"{value:.4f}"
+
+
+def _quota(found: selectors.QuotaInUse) -> dict[str, Any]:
+    quota = found.at.quota
+    return {
+        "quota": quota.pk, "department": quota.department.slug, "flavor": quota.flavor.name if quota.flavor else None,
+        "unit": "units" if quota.flavor_id else "gpu_equivalents", "in_use": _amount(found.at.in_use),
+        "effective_limit": _amount(found.at.effective_limit), "limit_by": found.at.limit_by,
+        "peak_in_use": _amount(found.over.peak), "lowest_limit": _amount(found.over.lowest_limit),
+    }  # fmt: skip
 
 
 def _totals(totals: selectors.UsageTotals) -> dict[str, Any]:

@@ -26,8 +26,10 @@ from django.http import Http404
 
 from accounting.hours import day_floor
 from accounting.models import UsageDay, UsageHour
+from allocations.admission import QuotaSpan, QuotaUsage, quota_spans, quota_usages
+from allocations.selectors import quota_list
 from clusters.models import Cluster
-from tenants.access import access_for, department_subtree_ids
+from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Department, Project
 
 User = AbstractBaseUser | AnonymousUser
@@ -120,6 +122,32 @@ def usage_report(
         used=sum((row.totals.used for row in found), Decimal(0)),
     )
     return UsageReport(start=start, end=end, granularity=granularity, group_by=group_by, rows=tuple(found), total=total)
+
+
+@dataclass(frozen=True)
+class QuotaInUse:
+    """One quota in a usage report: in use at an instant, and at its peak over the report's range."""
+
+    at: QuotaUsage
+    over: QuotaSpan
+
+
+def usage_quotas(
+    *, user: User, at: datetime.datetime, start: datetime.datetime, end: datetime.datetime,
+    department_id: int | None = None, project_id: int | None = None,
+) -> list[QuotaInUse]:  # fmt: skip
+    """The quotas of the departments the report covers (``department``: its subtree; ``project``:
+    its department), each at ``at`` and over ``[start, end)`` (``allocations.admission``): what the
+    grants holding at that instant hold, and the most they hold at any one moment of the range."""
+    quotas = quota_list(user=user)
+    if department_id is not None:
+        parents = department_parent_map()
+        quotas = quotas.filter(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
+    if project_id is not None:
+        quotas = quotas.filter(department__projects__pk=project_id)
+    found = list(quotas)
+    return [QuotaInUse(at=usage, over=span) for usage, span in
+            zip(quota_usages(quotas=found, at=at), quota_spans(quotas=found, start=start, end=end), strict=True)]
 
 
 def _day_ceil(moment: datetime.datetime) -> datetime.datetime:

@@ -6,6 +6,7 @@ services check the role again and hold the rules (``allocations.catalog``)."""
 
 from __future__ import annotations
 
+import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -16,11 +17,13 @@ from rest_framework.response import Response
 
 from allocations import catalog, selectors
 from allocations.models import PreemptionPolicy, PriorityClass
+from allocations.window_services import HORIZON
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.ordering import ordered
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
+from kernel.clock import clock_now
 from tenants.access import require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 from tenants.selectors import department_list
@@ -122,9 +125,20 @@ class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
         source="quota.lending_limit", max_digits=10, decimal_places=4, allow_null=True,
         help_text="How much of its unused guarantee the department lends to its siblings; null: all of it.",
     )
-    in_use = _amount(help_text="What the department's whole subtree holds now.")
-    available = _amount(help_text="The limit less what is in use, never negative.")
-    borrowed = _amount(help_text="What is in use beyond the guarantee (lent by others, may be reclaimed), never negative.")
+    at = serializers.DateTimeField(help_text="The instant the numbers below are of: now, or the query's `at`.")
+    in_use = _amount(
+        help_text="What the grants of the department's whole subtree that hold at `at` hold (a grant holds while its "
+        "interval contains the instant): never grants that do not hold then."
+    )
+    effective_guaranteed = _amount(help_text="The guarantee in force at `at` (the approved quota windows applied).")
+    effective_limit = _amount(help_text="The limit in force at `at` (the approved quota windows applied).")
+    limit_by = serializers.IntegerField(
+        allow_null=True, help_text="The quota window whose value `effective_limit` is; null: the quota's own limit."
+    )
+    available = _amount(help_text="The effective limit less what is in use, never negative.")
+    borrowed = _amount(
+        help_text="What is in use beyond the effective guarantee (lent by others, may be reclaimed), never negative."
+    )
 
     def get_unit(self, usage: selectors.QuotaUsage) -> str:
         return "units" if usage.quota.flavor_id else "gpu_equivalents"
@@ -160,15 +174,35 @@ QUOTA_RULES = (
 )
 
 
-def _quota_out(quota: Any) -> dict[str, Any]:
-    return dict(QuotaOut(selectors.quota_usages(quotas=[quota])[0]).data)
+class InstantField(serializers.DateTimeField):
+    """An instant to read quota use at: ISO 8601, within the windows' horizon of now (400 naming the
+    parameter otherwise)."""
+
+    def to_internal_value(self, value: Any) -> datetime.datetime:
+        moment: datetime.datetime = super().to_internal_value(value)
+        now = clock_now()
+        if not now - HORIZON <= moment <= now + HORIZON:
+            raise serializers.ValidationError(f"Must lie within {HORIZON.days} days of now.")
+        return moment
+
+
+class AtFilter(serializers.Serializer):  # type: ignore[type-arg]
+    at = InstantField(
+        required=False,
+        help_text=f"The instant to read the use and the numbers in force at (ISO 8601, within {HORIZON.days} days of "
+        "now); default: now.",
+    )
+
+
+def _quota_out(quota: Any, at: datetime.datetime | None = None) -> dict[str, Any]:
+    return dict(QuotaOut(selectors.quota_usages(quotas=[quota], at=at)[0]).data)
 
 
 class QuotaListApi(ApiView):
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
     ordering_fields = {"id": "id", "department": "department__slug", "guaranteed": "guaranteed", "limit": "limit"}
 
-    class Filter(serializers.Serializer):  # type: ignore[type-arg]
+    class Filter(AtFilter):
         department = IdField(required=False)
 
     @extend_schema(parameters=[Filter], responses={200: QuotaOut(many=True), **errors(400, 401, 404)})
@@ -177,7 +211,8 @@ class QuotaListApi(ApiView):
         quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
         paginator = Pagination()
         page = paginator.paginate_queryset(ordered(quotas, view=self, request=request), request, view=self) or []
-        return paginator.get_paginated_response(QuotaOut(selectors.quota_usages(quotas=list(page)), many=True).data)
+        usages = selectors.quota_usages(quotas=list(page), at=params.get("at"))
+        return paginator.get_paginated_response(QuotaOut(usages, many=True).data)
 
     @extend_schema(
         request=QuotaIn, responses={201: QuotaOut, **errors(400, 401, 403)},
@@ -192,9 +227,10 @@ class QuotaListApi(ApiView):
 
 
 class QuotaDetailApi(ApiView):
-    @extend_schema(responses={200: QuotaOut, **errors(401, 404)})
+    @extend_schema(parameters=[AtFilter], responses={200: QuotaOut, **errors(400, 401, 404)})
     def get(self, request: Request, quota_id: int) -> Response:
-        return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id)))
+        at = filters(AtFilter, request).get("at")
+        return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id), at))
 
     @extend_schema(
         request=QuotaNumbersIn(partial=True), responses={200: QuotaOut, **errors(400, 401, 403, 404)},

@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocations import selectors
+from allocations.admission import checks_with_segments
 from allocations.booking.preview import candidate_clusters, placement_preview
 from allocations.models import Allocation, AllocationState
 from allocations.quotas.planning import admission_decide
@@ -47,13 +48,41 @@ class ReclaimOut(serializers.Serializer):  # type: ignore[type-arg]
     notice_minutes = serializers.IntegerField(help_text="How long it keeps running after approval (0: at once).")
 
 
+class QuotaSegmentOut(serializers.Serializer):  # type: ignore[type-arg]
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        fields = super().get_fields()
+        fields["from"] = serializers.DateTimeField()
+        fields["until"] = serializers.DateTimeField()
+        return fields
+
+    in_use = serializers.CharField(help_text="What the department's grants that hold during the segment hold.")
+    limit = serializers.CharField(help_text="The limit in force during the segment (windows applied).")
+
+
 class QuotaCheckOut(serializers.Serializer):  # type: ignore[type-arg]
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+        fields = super().get_fields()  # "from" is a Python keyword: added under its name here
+        fields["from"] = serializers.DateTimeField(help_text="The start of the interval this line checks.")
+        fields["until"] = serializers.DateTimeField(help_text="Its end (exclusive).")
+        return fields
+
     department = serializers.CharField()
     flavor = serializers.CharField(allow_null=True, help_text="Null: the department's GPU-equivalents.")
+    priority_class = serializers.CharField(
+        required=False, help_text="Present when the line checks this priority class's share of the quota."
+    )
     requested = serializers.CharField()
-    in_use = serializers.CharField(help_text="What the department holds over the request's interval.")
+    in_use = serializers.CharField(
+        help_text="What admission counts against the quota over the line's interval: every grant that overlaps it "
+        "(conservative); `segments` say what holds at each moment."
+    )
     limit = serializers.CharField()
     effective_limit = serializers.CharField(help_text="The limit times the priority class's oversubscription factor.")
+    limit_by = serializers.IntegerField(required=False, help_text="The quota window that set the limit.")
+    segments = QuotaSegmentOut(
+        many=True, help_text="The line's interval cut where what holds or the limit in force changes: the use moment "
+        "by moment, never grants that do not overlap added up.",
+    )
 
 
 class RefusalOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -111,6 +140,6 @@ def admission_preview(*, allocation_id: int) -> dict[str, Any]:
         "admitted": refusal is None,
         "starts": starts,
         "reclaim": [victim.as_details() for victim in decision.victims],
-        "quota_checks": decision.checks,
+        "quota_checks": checks_with_segments(allocation=allocation, checks=decision.checks),
         "refusal": {"code": refusal.code, "message": refusal.message} if refusal is not None else None,
     }

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Count, Prefetch, Q, QuerySet
 from django.http import Http404
 
-from allocations.admission import department_usages
+from allocations.admission import QuotaUsage as QuotaUsage  # re-exported: the quota API's reads
+from allocations.admission import quota_usages as quota_usages
 from allocations.models import Allocation, AllocationChange, ChangeState, Flavor, PriorityClass, Quota, Reservation
 from allocations.states import HOLDING_STATES
-from tenants.access import access_for, department_parent_map, department_subtree_ids
+from tenants.access import access_for
 from tenants.selectors import project_is_member
 
 if TYPE_CHECKING:
@@ -198,21 +197,6 @@ def priority_class_get(*, user: AbstractBaseUser | AnonymousUser, priority_class
         raise Http404("No such priority class.") from None
 
 
-@dataclass(frozen=True)
-class QuotaUsage:
-    quota: Quota
-    in_use: Decimal
-
-    @property
-    def available(self) -> Decimal:
-        return max(self.quota.limit - self.in_use, Decimal(0))
-
-    @property
-    def borrowed(self) -> Decimal:
-        """What the department uses beyond its guarantee: capacity lent by others, which may be reclaimed."""
-        return max(self.in_use - self.quota.guaranteed, Decimal(0))
-
-
 def quota_list(*, user: AbstractBaseUser | AnonymousUser, department_id: int | None = None) -> QuerySet[Quota]:
     access = access_for(user)
     queryset = Quota.objects.select_related("department", "flavor")
@@ -228,17 +212,3 @@ def quota_get(*, user: AbstractBaseUser | AnonymousUser, quota_id: int) -> Quota
         return quota_list(user=user).get(pk=quota_id)
     except Quota.DoesNotExist:
         raise Http404("No such quota.") from None
-
-
-def quota_usages(*, quotas: list[Quota]) -> list[QuotaUsage]:
-    """Current use of each quota (its department's whole subtree): two queries, however many quotas."""
-    if not quotas:
-        return []
-    parents = department_parent_map()
-    scopes = [
-        (department_subtree_ids(root_ids=[quota.department_id], parents=parents), quota.flavor_id) for quota in quotas
-    ]
-    return [
-        QuotaUsage(quota=quota, in_use=in_use)
-        for quota, in_use in zip(quotas, department_usages(scopes=scopes), strict=True)
-    ]

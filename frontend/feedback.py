@@ -1,7 +1,8 @@
 """Live feedback for a GPU request: GPU-equivalents, quota left, and whether and where it fits.
 
-The quota numbers come from the same admission function that approval uses
-(``allocations.admission.quota_checks``); the physical fit from the placement engine's dry run
+The quota numbers are the display's (``allocations.admission.quota_checks``): what holds now, or
+over the request's interval moment by moment, against the limits the quota windows leave (approval
+decides again, ``allocations.quotas.planning``); the physical fit from the placement engine's dry run
 (``allocations.booking.preview``) on each cluster approval would try. Everything is read
 without locks: it describes the moment, and approval decides again under locks. ``where`` names
 the cluster, nodes and GPUs the engine would choose now.
@@ -9,10 +10,11 @@ the cluster, nodes and GPUs the engine would choose now.
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from allocations.admission import quota_checks
+from allocations.admission import Span, quota_checks
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Flavor, PriorityClass
 from clusters.models import Cluster
@@ -22,12 +24,26 @@ from tenants.models import Project
 
 
 @dataclass(frozen=True)
+class QuotaSegment:
+    """``[start, end)`` of the request's interval, during which what is held and the limit stay."""
+
+    start: datetime.datetime
+    end: datetime.datetime
+    in_use: Decimal
+    limit: Decimal  # the limit in force × the priority class's oversubscription factor
+
+
+@dataclass(frozen=True)
 class QuotaLine:
+    """One quota on the request's department chain, at the moment with the least room: now, or over
+    the request's interval (its segments: what holds when, never grants that do not overlap added up)."""
+
     department: str
     what: str  # "a100 units" or "GPU-equivalents"
     requested: Decimal
     in_use: Decimal
-    limit: Decimal  # effective limit: the quota's limit × the priority class's oversubscription factor
+    limit: Decimal  # effective limit: the limit in force (windows applied) × the priority class's factor
+    segments: tuple[QuotaSegment, ...] = ()  # over the request's interval; none for the instant now
 
     @property
     def left(self) -> Decimal:
@@ -74,14 +90,14 @@ class RequestFeedback:
 
 
 def _quota_lines(
-    *, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass, reads: SharedReads
+    *, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass, reads: SharedReads,
+    span: Span | None,
 ) -> list[QuotaLine]:
     chain, parents = reads.once(("department chain", project.department_id), department_chain,
                                 department_id=project.department_id)
-    checks = quota_checks(
-        chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=priority_class.oversubscription_factor,
-        reads=reads,
-    )
+    factor = priority_class.oversubscription_factor
+    checks = quota_checks(chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=factor, reads=reads,
+                          span=span)
     return [
         QuotaLine(
             department=check.department,
@@ -89,6 +105,11 @@ def _quota_lines(
             requested=check.requested,
             in_use=check.in_use,
             limit=check.effective_limit,
+            segments=tuple(
+                QuotaSegment(segment.start, segment.end, segment.in_use,
+                             (segment.effective.limit * factor).quantize(Decimal("0.0001")))
+                for segment in check.segments
+            ) if span is not None else (),
         )
         for check in checks
     ]
@@ -109,9 +130,11 @@ def request_feedback(
     priority_class: PriorityClass | None,
     cluster: Cluster | None,
     reads: SharedReads | None = None,
+    span: Span | None = None,
 ) -> RequestFeedback:
     """Everything that can be said about a request from the fields filled in so far. A page that
-    gives feedback on many requests passes one ``reads``, so that their shared reads run once."""
+    gives feedback on many requests passes one ``reads``, so that their shared reads run once.
+    ``span``: the request's interval, when known (its quota lines are then over it, else now)."""
     if flavor is None or quantity is None or quantity < 1:
         return RequestFeedback(flavor=flavor, quantity=quantity)
     reads = reads if reads is not None else SharedReads()
@@ -119,7 +142,7 @@ def request_feedback(
     quota: list[QuotaLine] = []
     if project is not None and priority_class is not None:
         quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
-                             reads=reads)
+                             reads=reads, span=span)
     clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster, reads=reads, project=project)
     first_fit = next((line for line in clusters if line.fits), None)
     where = [f"cluster {first_fit.cluster}: {first_fit.where_label}"] if first_fit else []

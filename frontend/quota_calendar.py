@@ -304,7 +304,7 @@ def department_calendar(
     classes = PriorityClass.objects.in_bulk(class_ids)
     subtree = department_subtree_ids(root_ids=[department.pk], parents=department_parent_map())
     grants = _grants(subtree, now, end)
-    for quota, usage in zip(quotas, quota_usages(quotas=quotas), strict=True):
+    for quota, usage in zip(quotas, quota_usages(quotas=quotas, at=now), strict=True):
         mine = specs.get(quota.pk, [])
         held = _held(grants, quota, subtree, None)
         calendar.rows.append(_row(quota=quota, specs=mine, in_use=usage.in_use, held=held, priority_class=None,

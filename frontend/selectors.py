@@ -160,7 +160,8 @@ class QuotaBar:
 
 
 def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[QuotaBar]:
-    """Quota use of the given departments (all the user can read when None)."""
+    """Quota use of the given departments (all the user can read when None) now: what the grants
+    holding now hold, of the numbers the quota windows leave now."""
     quotas = quota_list(user=user)
     if department_ids is not None:
         quotas = quotas.filter(department_id__in=department_ids)
@@ -170,8 +171,8 @@ def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[Q
             flavor=usage.quota.flavor.name if usage.quota.flavor else "GPU-equivalents",
             unit="units" if usage.quota.flavor else "GPU-eq.",
             in_use=usage.in_use,
-            guaranteed=usage.quota.guaranteed,
-            limit=usage.quota.limit,
+            guaranteed=usage.effective_guaranteed,
+            limit=usage.effective_limit,
         )
         for usage in quota_usages(quotas=list(quotas))
     ]

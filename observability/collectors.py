@@ -17,15 +17,12 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from accounting.idle_models import OPEN_STATES, IdleAction, IdleCase, IdleState
-from allocations.admission import department_usages
+from allocations.admission import quota_usages
 from allocations.models import Allocation, AllocationState, Quota
-from allocations.quotas import windows
-from allocations.quotas.window_reading import approved_window_specs
 from audit.models import AuditCheckpoint, AuditEvent
 from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
 from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, NodeReportState
-from tenants.access import department_parent_map, department_subtree_ids
 
 # A utilisation bucket older than this is not "now" any more: its allocation's activity is absent.
 USAGE_FRESHNESS = datetime.timedelta(minutes=15)
@@ -34,7 +31,8 @@ _QUOTA_HELP = {
     "guaranteed": "The quota's guaranteed amount",
     "limit": "The quota's hard limit",
     "effective_limit": "The hard limit in force now (with the quota windows that apply now)",
-    "used": "What holding allocations in the department's subtree count against the quota",
+    "used": "What the grants of the department's subtree that hold now (their interval contains now) count against "
+    "the quota",
 }
 
 
@@ -60,13 +58,9 @@ class PortalCollector(Collector):
 
 
 def quota_families(*, now: datetime.datetime) -> Iterator[Metric]:
+    """Each quota now: what the grants holding now hold and the numbers the windows leave now
+    (``allocations.admission.quota_usages``, as the quota API answers them)."""
     quotas = list(Quota.objects.select_related("department", "flavor").order_by("department__slug", "flavor__name"))
-    specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas])
-    parents = department_parent_map()
-    scopes = [
-        (department_subtree_ids(root_ids=[quota.department_id], parents=parents), quota.flavor_id) for quota in quotas
-    ]
-    used = department_usages(scopes=scopes)
     per_flavor = {name: GaugeMetricFamily(
         f"gpuportal_quota_{name}_units", f"{_QUOTA_HELP[name]}, in units of the flavor.",
         labels=["department", "flavor", "sharing_mode"],
@@ -75,12 +69,11 @@ def quota_families(*, now: datetime.datetime) -> Iterator[Metric]:
         f"gpuportal_quota_{name}_gpu_equivalents", f"{_QUOTA_HELP[name]}, in GPU-equivalents (all flavors).",
         labels=["department"],
     ) for name in _QUOTA_FIELDS}  # fmt: skip
-    for quota, in_use in zip(quotas, used, strict=True):
-        in_force = windows.effective(
-            guaranteed=quota.guaranteed, limit=quota.limit, windows=specs.get(quota.pk, []), at=now
-        )
+    for usage in quota_usages(quotas=quotas, at=now):
+        quota = usage.quota
         values: dict[str, Decimal] = {
-            "guaranteed": quota.guaranteed, "limit": quota.limit, "effective_limit": in_force.limit, "used": in_use,
+            "guaranteed": quota.guaranteed, "limit": quota.limit, "effective_limit": usage.effective_limit,
+            "used": usage.in_use,
         }  # fmt: skip
         for name, value in values.items():
             if quota.flavor is None:

@@ -87,8 +87,15 @@ def _parsed(form: AllocationRequestForm, names: tuple[str, ...]) -> dict[str, An
 
 
 def _feedback_for(form: AllocationRequestForm, reads: SharedReads | None = None) -> Any:
-    """Feedback from whichever fields parse, even while others are still wrong or empty."""
-    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")), reads=reads)
+    """Feedback from whichever fields parse, even while others are still wrong or empty; its quota
+    lines over the request's interval once the start (or none: now) and the duration parse."""
+    timing = _parsed(form, ("starts_at", "duration_days"))
+    span = None
+    if timing["duration_days"] is not None and timing["duration_days"] >= 1:
+        starts_at = timing["starts_at"] or clock_now()
+        span = (starts_at, starts_at + datetime.timedelta(days=timing["duration_days"]))
+    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")), reads=reads,
+                            span=span)
 
 
 def _outlook_for(form: AllocationRequestForm, user: User, reads: SharedReads | None = None) -> AdmissionOutlook | None:

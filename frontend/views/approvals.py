@@ -95,6 +95,7 @@ def _queue(user: User, standings: dict[int, FairShareStanding]) -> list[QueueRow
             feedback=request_feedback(
                 project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
                 priority_class=allocation.priority_class, cluster=allocation.cluster, reads=reads,
+                span=(allocation.starts_at, allocation.ends_at),
             ),
             outlook=admission_outlook(user=user, allocation=allocation) if index < OUTLOOK_ROWS else None,
             own=four_eyes and allocation.requested_by_id == user.pk,
