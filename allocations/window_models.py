@@ -95,7 +95,9 @@ class EdgeKind(models.TextChoices):
 
 class QuotaWindowEdge(models.Model):
     """One edge of a window that the tick applied: at most once (the unique constraint), with the
-    effective values before and after."""
+    effective values before and after. A shrink under ``reclaim`` whose grants were being changed
+    (row-locked) at the edge is recorded with its reclaim pending, which later ticks take up until
+    it is met (``allocations.window_tick``)."""
 
     window = models.ForeignKey(QuotaWindow, on_delete=models.CASCADE, related_name="edges")
     at = models.DateTimeField(help_text="When the edge falls (the occurrence's start or end).")
@@ -104,10 +106,15 @@ class QuotaWindowEdge(models.Model):
     before = models.JSONField(default=dict)
     after = models.JSONField(default=dict)
     reclaimed = models.JSONField(default=list, help_text="Grants the edge reclaimed (shrink policy reclaim).")
+    reclaim_pending = models.BooleanField(
+        default=False, help_text="Its reclaim is not met yet: grants in the way were being changed; later ticks try again."
+    )
 
     class Meta:
         ordering = ["at", "pk"]
         constraints = [models.UniqueConstraint(fields=["window", "at", "kind"], name="quota_window_edge_once")]
+        indexes = [models.Index(fields=["at"], condition=models.Q(reclaim_pending=True),
+                                name="quota_window_edge_pending")]
 
     def __str__(self) -> str:
         return f"{self.kind} of window #{self.window_id} at {self.at.isoformat()}"

@@ -17,7 +17,16 @@ its own:
   holds beyond its new effective limit (chosen as ``allocations.window_shrinks`` says), through the
   reclaim path with their notice; their ids are the edge's ``reclaimed``. Under ``wait`` nothing is
   taken: admission refuses above the new value from the edge on (it reads the windows itself, so a
-  request that crosses a shrink must fit the shrunk quota whether or not the tick ran).
+  request that crosses a shrink must fit the shrunk quota whether or not the tick ran);
+* **a reclaim is met eventually**: the tick holds the department chain, so it may not wait for a
+  grant's row (that is the reverse of the global lock order, ``kernel.locks``: an owner renewing or
+  resizing the grant holds its row and waits for the chain). It locks the grants with SKIP LOCKED,
+  and when the ones in the way are being changed it takes nothing and records the edge with its
+  reclaim pending (``reclaim_pending``, audited ``unmet``). Every later tick, before the edges due,
+  takes up each pending reclaim in a transaction of its own under the same locks, against the
+  numbers in force *then* (a shrink that is over takes nothing), until it is met: then the edge's
+  ``reclaimed`` grows by what it took and ``quota_window.reclaim_met`` is audited, once (a second
+  tick finds the edge no longer pending under the chain lock).
 
 A window cancelled while in force ends when it is cancelled (``decided_at``): the tick applies
 that end as an edge of its own. A late tick (the clock was down) applies the missed edges within
@@ -69,8 +78,8 @@ from tenants.access import department_chain
 LOOKBACK = datetime.timedelta(hours=1)
 VICTIM_LOCK_TRIES = 3
 
-__all__ = ["AppliedEdge", "TickResult", "quota_window_edge_apply", "quota_window_shrinks_coming",
-           "quota_window_shrinks_warn", "quota_windows_tick"]
+__all__ = ["AppliedEdge", "TickResult", "quota_window_edge_apply", "quota_window_reclaim_retry",
+           "quota_window_shrinks_coming", "quota_window_shrinks_warn", "quota_windows_tick"]
 
 
 @dataclass(frozen=True)
@@ -105,13 +114,15 @@ class AppliedEdge:
 @dataclass
 class TickResult:
     applied: list[AppliedEdge] = field(default_factory=list)
+    met: list[AppliedEdge] = field(default_factory=list)  # edges whose pending reclaim this tick met
     warned: int = 0
 
 
 def quota_windows_tick(*, now: datetime.datetime | None = None, lookback: datetime.timedelta = LOOKBACK) -> TickResult:
     """Apply every edge due in ``(now - lookback, now]`` not applied yet, then announce the shrinks
-    coming within 30 minutes. A quiet tick reads the approved windows, the windows cancelled
-    within ``lookback``, and nothing else unless a shrink is coming."""
+    coming within 30 minutes; first, take up the reclaims still pending. A quiet tick reads the
+    approved windows, the windows cancelled within ``lookback``, the pending edges (none, mostly:
+    a partial index), and nothing else unless a shrink is coming."""
     moment = now or clock_now()
     since = moment - lookback
     specs = specs_between(since, moment + WARN_WITHIN + MICROSECOND)
@@ -124,6 +135,10 @@ def quota_windows_tick(*, now: datetime.datetime | None = None, lookback: dateti
         if windows.in_force(window_spec(row), row.decided_at):
             due.append((row.decided_at, row.pk, "end", True))
     result = TickResult()
+    for edge_id in QuotaWindowEdge.objects.filter(reclaim_pending=True).order_by("at", "pk").values_list("pk", flat=True):
+        met = quota_window_reclaim_retry(edge_id=edge_id, now=moment)
+        if met is not None:
+            result.met.append(met)
     if due:
         done = set(QuotaWindowEdge.objects.filter(at__gt=since, at__lte=moment).values_list("window_id", "at", "kind"))
         for at, window_id, kind, cancelled in sorted(due, key=lambda item: (item[0], item[2] != "end", item[1])):
@@ -171,16 +186,12 @@ def _edge_apply(
     if window.shrink_policy == ShrinkPolicy.RECLAIM and after.limit < before.limit:
         victims, rows, unmet = _victims_locked(window=window, now=now)
     label = scope_label(window)
-    waiting, events = reclaims_start(
-        actor=None, victims=victims, rows=rows, now=now, window_id=window.pk,
-        reason=(f"Reclaimed by quota window #{window.pk}: the limit of department {quota.department.slug} for "
-                f"{label} went down from {plain(before.limit)} to {plain(after.limit)} at {at:%Y-%m-%d %H:%M} UTC, "
-                "and the department held more than that."),
-    )
+    waiting, events = reclaims_start(actor=None, victims=victims, rows=rows, now=now, window_id=window.pk,
+                                     reason=_reason(window, plain(before.limit), plain(after.limit), at))
     pushes = cluster_objects_enqueue() if changed else 0  # before the events: the outbox rows' key checks
     reclaimed = [victim.allocation_id for victim in victims]
     QuotaWindowEdge.objects.create(window=window, at=at, kind=kind, before=numbers(before), after=numbers(after),
-                                   reclaimed=reclaimed)
+                                   reclaimed=reclaimed, reclaim_pending=unmet)
     for write in events:
         write()
     details: dict[str, Any] = {
@@ -192,11 +203,56 @@ def _edge_apply(
     if waiting:
         details["notice"] = "the reclaimed grants run out their notice first"
     if unmet:
-        details["unmet"] = "grants in the way are being changed right now: nothing was reclaimed"
+        details["unmet"] = "grants in the way are being changed right now: later ticks reclaim them"
     audit_record(actor=None, action=actions.QUOTA_WINDOW_EDGE, target=window, department_id=quota.department_id,
                  before=numbers(before), after=numbers(after), details=details)
     return AppliedEdge(window.pk, quota.pk, quota.department.slug, label, at, kind, numbers(before), numbers(after),
                        pushes, tuple(reclaimed), cancelled)
+
+
+@retry_on_deadlock()
+def quota_window_reclaim_retry(*, edge_id: int, now: datetime.datetime) -> AppliedEdge | None:
+    """Take up the pending reclaim of one edge: None while the grants in the way are still being
+    changed, or when another tick met it first; else the edge, with what it took now."""
+    department_id = (QuotaWindowEdge.objects.filter(pk=edge_id)
+                     .values_list("window__quota__department_id", flat=True).first())
+    if department_id is None:
+        return None
+    department_chain(department_id=department_id, lock=True)
+    edge = QuotaWindowEdge.objects.filter(pk=edge_id, reclaim_pending=True).first()
+    if edge is None:  # met by a concurrent tick, which held the chain before us
+        return None
+    window = QuotaWindow.objects.select_related("quota__department", "quota__flavor", "priority_class").get(
+        pk=edge.window_id)
+    victims, rows, unmet = _victims_locked(window=window, now=now)
+    if unmet:
+        return None
+    quota, label = window.quota, scope_label(window)
+    before, after = edge.before, edge.after
+    waiting, events = reclaims_start(actor=None, victims=victims, rows=rows, now=now, window_id=window.pk,
+                                     reason=_reason(window, before["limit"], after["limit"], edge.at))
+    taken = [victim.allocation_id for victim in victims]
+    edge.reclaimed = [*edge.reclaimed, *taken]
+    edge.reclaim_pending = False
+    edge.save(update_fields=["reclaimed", "reclaim_pending"])
+    for write in events:
+        write()
+    details: dict[str, Any] = {
+        "at": edge.at.isoformat(), "kind": edge.kind, "quota": quota.pk, "scope": label,
+        "reclaimed": taken, "late_seconds": int((now - edge.at).total_seconds()),
+    }
+    if waiting:
+        details["notice"] = "the reclaimed grants run out their notice first"
+    audit_record(actor=None, action=actions.QUOTA_WINDOW_RECLAIM_MET, target=window,
+                 department_id=quota.department_id, before=before, after=after, details=details)
+    return AppliedEdge(window.pk, quota.pk, quota.department.slug, label, edge.at, edge.kind, before, after, 0,
+                       tuple(taken))
+
+
+def _reason(window: QuotaWindow, before: str, after: str, at: datetime.datetime) -> str:
+    return (f"Reclaimed by quota window #{window.pk}: the limit of department {window.quota.department.slug} for "
+            f"{scope_label(window)} went down from {before} to {after} at {at:%Y-%m-%d %H:%M} UTC, "
+            "and the department held more than that.")
 
 
 def _victims_locked(

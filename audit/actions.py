@@ -89,6 +89,9 @@ QUOTA_WINDOW_REJECTED = register(314, "quota_window.rejected", "A quota window w
 QUOTA_WINDOW_CANCELLED = register(315, "quota_window.cancelled", "A quota window was cancelled")
 QUOTA_WINDOW_EDGE = register(316, "quota_window.edge", "A quota window began or ended: the effective quota changed")
 QUOTA_WINDOW_SHRINK_WARNED = register(317, "quota_window.shrink_warned", "A coming shrink of a quota was announced to the grants it hits")
+QUOTA_WINDOW_RECLAIM_MET = register(
+    319, "quota_window.reclaim_met", "A quota window's shrink reclaimed, on a later tick, the grants that were in its way"
+)
 PLACEMENT_DEFRAG_RUN = register(318, "placement.defrag_run", "A scheduled defragmentation pass ran (or reported, dry-run)")
 PRIORITY_CLASS_CREATED = register(320, "priority_class.created", "A priority class was created")
 PRIORITY_CLASS_UPDATED = register(321, "priority_class.updated", "A priority class was changed")
