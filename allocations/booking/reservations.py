@@ -28,6 +28,7 @@ from allocations.booking.sharing import (
 )
 from allocations.booking.state import ClusterState, placement_version_bump
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
+from allocations.booking.usage import with_spans
 from allocations.booking.view import (
     PINNED_POLICY,
     NodeRow,
@@ -210,7 +211,7 @@ def placement_attempt(
         attempt.kind = "memory-reserve"
         return attempt
     if reservations is None:
-        reservations = list(live_reservations_on(node_ids=[row.node.pk for row in nodes]).order_by("pk"))
+        reservations = list(with_spans(live_reservations_on(node_ids=[row.node.pk for row in nodes])).order_by("pk"))
     if exclusion is None and state is not None:
         exclusion = kept_exclusion(state, tenant=tenant, nodes=nodes, reservations=reservations)
     if exclusion is None:

@@ -18,7 +18,7 @@ from django.db.models import F, QuerySet
 
 from allocations.models import Allocation, Reservation
 from allocations.placement import MigSlice
-from allocations.placement.peaks import ALWAYS, Span, peak_sum
+from allocations.placement.peaks import ALWAYS, Span, at_one_instant, sweep
 
 
 @dataclass
@@ -68,20 +68,51 @@ def reservation_usage(reservations: Iterable[Reservation]) -> Usage:
     (``allocations.placement.peaks``). A unit placed beside them over all of their spans fits
     at every instant."""
     rows = list(reservations)
-    per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
-    shares: dict[tuple[int, int], list[tuple[Span, int]]] = defaultdict(list)
-    cpu_held: dict[int, list[tuple[Span, int]]] = defaultdict(list)
-    memory_held: dict[int, list[tuple[Span, int]]] = defaultdict(list)
+    by_node: dict[int, list[tuple[Reservation, Span]]] = defaultdict(list)
     for row, span in zip(rows, row_spans(rows), strict=True):
-        cpu_held[row.node_id].append((span, row.cpu_millicores))
-        memory_held[row.node_id].append((span, row.memory_mib))
-        for index in row.gpu_indices:
-            if row.mig_profile:
-                per_gpu[(row.node_id, int(index))].slices.append(MigSlice(row.mig_profile, int(row.mig_start or 0), span))
-            else:
-                shares[(row.node_id, int(index))].append((span, row.gpu_milli))
-    for key, held in shares.items():
-        per_gpu[key].milli = peak_sum(held)
-    cpu = Counter({node: peak_sum(held) for node, held in cpu_held.items()})
-    memory = Counter({node: peak_sum(held) for node, held in memory_held.items()})
+        by_node[row.node_id].append((row, span))
+    per_gpu: dict[tuple[int, int], GpuUse] = defaultdict(GpuUse)
+    cpu: Counter[int] = Counter()
+    memory: Counter[int] = Counter()
+    for node, held in by_node.items():
+        amounts: list[tuple[int, int, list[tuple[tuple[int, int], int]]]] = []
+        for row, span in held:
+            shares = []
+            for index in row.gpu_indices:
+                if row.mig_profile:
+                    per_gpu[(node, int(index))].slices.append(MigSlice(row.mig_profile, int(row.mig_start or 0), span))
+                else:
+                    shares.append(((node, int(index)), row.gpu_milli))
+            amounts.append((row.cpu_millicores, row.memory_mib, shares))
+        if at_one_instant([span for _, span in held]):  # the common case: every row here holds now
+            cpu[node], memory[node] = sum(amount[0] for amount in amounts), sum(amount[1] for amount in amounts)
+            for _, _, shares in amounts:
+                for key, milli in shares:
+                    per_gpu[key].milli += milli
+        else:
+            cpu[node], memory[node] = _most_at_once(amounts, sweep([span for _, span in held]), per_gpu)
     return per_gpu, cpu, memory
+
+
+def _most_at_once(
+    amounts: list[tuple[int, int, list[tuple[tuple[int, int], int]]]], order: list[tuple[int, bool]],
+    per_gpu: dict[tuple[int, int], GpuUse],
+) -> tuple[int, int]:
+    """One node's rows (CPU, memory, shares per GPU) taken and given back in ``order``: the most
+    CPU and memory held at once, and each GPU's most share (written to ``per_gpu``)."""
+    cpu = memory = most_cpu = most_memory = 0
+    share: dict[tuple[int, int], int] = defaultdict(int)
+    for position, begins in order:
+        row_cpu, row_memory, shares = amounts[position]
+        if not begins:
+            cpu, memory = cpu - row_cpu, memory - row_memory
+            for key, milli in shares:
+                share[key] -= milli
+            continue
+        cpu, memory = cpu + row_cpu, memory + row_memory
+        most_cpu, most_memory = max(most_cpu, cpu), max(most_memory, memory)
+        for key, milli in shares:
+            share[key] += milli
+            if share[key] > per_gpu[key].milli:
+                per_gpu[key].milli = share[key]
+    return most_cpu, most_memory

@@ -22,17 +22,24 @@ ALWAYS: Span = (-math.inf, math.inf)
 
 def at_one_instant(spans: Sequence[Span]) -> bool:
     """Whether some instant lies in every span (then everything booked is held at once)."""
-    return not spans or max(begin for begin, _ in spans) < min(end for _, end in spans)
+    latest_begin, earliest_end = -math.inf, math.inf
+    for begin, end in spans:
+        if begin > latest_begin:
+            latest_begin = begin
+        if end < earliest_end:
+            earliest_end = end
+    return latest_begin < earliest_end
 
 
 def peak_sum(items: Sequence[tuple[Span, int]]) -> int:
     """The largest sum of the amounts held at one instant."""
     if len(items) < 2:
         return items[0][1] if items else 0
-    if at_one_instant([span for span, _ in items]):
+    spans = [span for span, _ in items]
+    if at_one_instant(spans):
         return sum(amount for _, amount in items)
     held = peak = 0
-    for position, begins in sweep([span for span, _ in items]):
+    for position, begins in sweep(spans):
         amount = items[position][1]
         held += amount if begins else -amount
         peak = max(peak, held)

@@ -6,6 +6,8 @@ instant (issue 31, defect 1)."""
 from __future__ import annotations
 
 import datetime
+import random
+from collections.abc import Callable
 
 import pytest
 
@@ -101,3 +103,28 @@ def test_reservation_rows_that_never_meet_are_not_added_up() -> None:
     assert cpu[2] == 4000 and memory[2] == 32768
     slices = per_gpu[(2, 0)].slices
     assert [item.start for item in slices] == [0, 0] and A100.held(slices) == MigState(mask=0x0F, compute=3)
+
+
+def test_the_most_held_at_once_equals_a_count_at_every_instant_a_booking_begins() -> None:
+    rng = random.Random(31)
+    for _ in range(200):
+        rows = [
+            row(node=rng.randrange(2), gpu=rng.randrange(2), days=(begin, begin + rng.randint(1, 4)),
+                milli=rng.choice([250, 500, 1000]), cpu=rng.choice([1000, 4000]), memory=rng.choice([1024, 8192]))
+            for begin in (rng.randrange(10) for _ in range(rng.randint(1, 8)))
+        ]
+        per_gpu, cpu, memory = reservation_usage(rows)
+        for node in {r.node_id for r in rows}:
+            here = [r for r in rows if r.node_id == node]
+            assert cpu[node] == most_at_a_start(here, lambda r: r.cpu_millicores)
+            assert memory[node] == most_at_a_start(here, lambda r: r.memory_mib)
+            for gpu in {int(r.gpu_indices[0]) for r in here}:
+                on = [r for r in here if int(r.gpu_indices[0]) == gpu]
+                assert per_gpu[(node, gpu)].milli == most_at_a_start(on, lambda r: r.gpu_milli)
+
+
+def most_at_a_start(rows: list[Reservation], amount: Callable[[Reservation], int]) -> int:
+    """Counted the slow way: at each instant a row begins, what the rows holding then add up to."""
+    spans = [(r.kept_starts, r.kept_ends) for r in rows]  # type: ignore[attr-defined]
+    return max(sum(amount(r) for r, (begin, end) in zip(rows, spans, strict=True) if begin <= at < end)
+               for at, _ in spans)
