@@ -1,4 +1,4 @@
-"""Quotas: what each department is guaranteed, may use, and uses now."""
+"""Quotas: what each department is guaranteed, may use, and uses now (or at ``--at``)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ QUOTA_COLUMNS: list[Column] = [
     ("UNIT", "unit"),
     ("GUARANTEED", "guaranteed"),
     ("LIMIT", "limit"),
+    ("IN FORCE", "effective_limit"),
     ("IN USE", "in_use"),
     ("BORROWED", "borrowed"),
     ("AVAILABLE", "available"),
@@ -31,13 +32,17 @@ def quotas() -> None:
 @quotas.command("show")
 @click.option("--department", default=None, shell_complete=completer("department"),
               help="Only this department's quotas (slug or id).")
+@click.option("--at", default=None, metavar="ISO-8601",
+              help="What is in use and the limit in force at this instant (default: now).")
 @output_option
-def quotas_show(department: str | None) -> None:
-    """The quotas you may see, with what is in use and still available."""
+def quotas_show(department: str | None, at: str | None) -> None:
+    """The quotas you may see, with what is in use and still available, and the limit in force."""
     api = state().api()
     params: dict[str, Any] = {}
     if department:
         params["department"] = resolve_id(api, "department", department)
+    if at:
+        params["at"] = at
     emit_list(api.items("quotas/", params), QUOTA_COLUMNS, state().output, empty="No quotas.")
 
 

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from allocations.models import Allocation, AllocationState
+from kernel.clock import clock_now
 from tests.cli.conftest import Cli, Portal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -174,6 +175,10 @@ def test_quotas_show_for_a_department(portal: Portal, cli: Cli) -> None:
     assert {q["department"] for q in quotas} == {"nlp"}
     table = cli("quotas", "show", "--department", str(portal.world.nlp.pk))
     assert table.stdout.splitlines()[0].split()[:3] == ["ID", "DEPARTMENT", "FLAVOR"]
+    at = (clock_now() + datetime.timedelta(days=30)).replace(microsecond=0)  # another instant
+    later = json.loads(cli("quotas", "show", "--department", "nlp", "--at", at.isoformat(), "-o", "json").stdout)
+    assert {(q["at"], q["effective_limit"], q["in_use"]) for q in later if q["flavor"] == "a100"} == {
+        (at.isoformat().replace("+00:00", "Z"), "8.0000", "0.0000")}
 
 
 def test_a_renewal_beyond_the_self_service_window_waits_and_the_admin_approves_it_as_a_change(
