@@ -259,6 +259,14 @@ class Allocation(models.Model):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="reclaimed_grants",
         help_text="The request whose admission reclaims this grant.",
     )
+    reclaim_units = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="A partial reclaim: how many of its units it gives back at reclaim_deadline (empty: none, or "
+        "the whole grant while reclaiming).",
+    )
+    reclaim_from_state = models.CharField(
+        max_length=16, blank=True, help_text="Reclaiming: the state it had, given back if the reclaim is called off."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
