@@ -188,3 +188,7 @@ def test_the_request_lines_and_the_preview_carry_their_time_segments(
     assert (check["from"], check["until"]) == (span[0].isoformat().replace("+00:00", "Z"),
                                                span[1].isoformat().replace("+00:00", "Z"))
     assert [(s["in_use"], s["limit"]) for s in check["segments"]] == [("6", "8"), ("5", "8")]
+    admin = Client()
+    admin.force_login(world.users["vision_admin"])
+    queue = " ".join(admin.get("/approvals/").content.decode().split())
+    assert "vision · h100 units: 6 + 1 of 8 <span class=\"muted\">(its tightest of 2 periods" in queue
