@@ -29,6 +29,7 @@ from accounting.models import UsageDay, UsageHour
 from allocations.admission import QuotaSpan, QuotaUsage, quota_spans, quota_usages
 from allocations.selectors import quota_list
 from clusters.models import Cluster
+from kernel.reads import SharedReads
 from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Department, Project
 
@@ -139,15 +140,17 @@ def usage_quotas(
     """The quotas of the departments the report covers (``department``: its subtree; ``project``:
     its department), each at ``at`` and over ``[start, end)`` (``allocations.admission``): what the
     grants holding at that instant hold, and the most they hold at any one moment of the range."""
+    reads = SharedReads()
     quotas = quota_list(user=user)
     if department_id is not None:
-        parents = department_parent_map()
+        parents = reads.once(("parents",), department_parent_map)
         quotas = quotas.filter(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
     if project_id is not None:
         quotas = quotas.filter(department__projects__pk=project_id)
     found = list(quotas)
-    return [QuotaInUse(at=usage, over=span) for usage, span in
-            zip(quota_usages(quotas=found, at=at), quota_spans(quotas=found, start=start, end=end), strict=True)]
+    usages = quota_usages(quotas=found, at=at, reads=reads)
+    spans = quota_spans(quotas=found, start=start, end=end, reads=reads)
+    return [QuotaInUse(at=usage, over=span) for usage, span in zip(usages, spans, strict=True)]
 
 
 def _day_ceil(moment: datetime.datetime) -> datetime.datetime:

@@ -111,14 +111,23 @@ def _subtrees(quotas: list[Quota], parents: dict[int, int | None]) -> list[froze
     return [department_subtree_ids(root_ids=[quota.department_id], parents=parents) for quota in quotas]
 
 
-def quota_usages(*, quotas: list[Quota], at: datetime.datetime | None = None) -> list[QuotaUsage]:
-    """Each quota at ``at`` (default now): three queries, however many quotas."""
+def _shared(reads: SharedReads | None) -> tuple[dict[int, int | None], dict[int, list[windows.WindowSpec]]]:
+    """The department tree and the approved windows, read once per ``reads``."""
+    reads = reads if reads is not None else SharedReads()
+    return reads.once(("parents",), department_parent_map), reads.once(("approved windows",), approved_window_specs)
+
+
+def quota_usages(
+    *, quotas: list[Quota], at: datetime.datetime | None = None, reads: SharedReads | None = None
+) -> list[QuotaUsage]:
+    """Each quota at ``at`` (default now): three queries, however many quotas (one, with ``reads``
+    that read the tree and the windows already)."""
     if not quotas:
         return []
     at = at or clock_now()
-    subtrees = _subtrees(quotas, department_parent_map())
+    parents, specs = _shared(reads)
+    subtrees = _subtrees(quotas, parents)
     used = department_usages(scopes=[(ids, quota.flavor_id) for ids, quota in zip(subtrees, quotas, strict=True)], at=at)
-    specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas])
     return [
         QuotaUsage(quota=quota, in_use=amount, at=at, effective=windows.effective(
             guaranteed=quota.guaranteed, limit=quota.limit, windows=specs.get(quota.pk, []), at=at))
@@ -185,13 +194,16 @@ def quota_span(
     return QuotaSpan(quota=quota, start=start, end=end, segments=tuple(found))
 
 
-def quota_spans(*, quotas: list[Quota], start: datetime.datetime, end: datetime.datetime) -> list[QuotaSpan]:
-    """Each quota over ``[start, end)``: three queries, however many quotas."""
+def quota_spans(
+    *, quotas: list[Quota], start: datetime.datetime, end: datetime.datetime, reads: SharedReads | None = None
+) -> list[QuotaSpan]:
+    """Each quota over ``[start, end)``: three queries, however many quotas (one, with ``reads``
+    that read the tree and the windows already)."""
     if not quotas:
         return []
-    subtrees = _subtrees(quotas, department_parent_map())
+    parents, specs = _shared(reads)
+    subtrees = _subtrees(quotas, parents)
     rows = held_rows(department_ids=frozenset().union(*subtrees), span=(start, end))
-    specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas])
     return [quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=(start, end))
             for quota, subtree in zip(quotas, subtrees, strict=True)]
 
