@@ -20,6 +20,7 @@ help:
 	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
+	@echo "make simulate   the simulator: SEEDS=1-200 STEPS=1000 [MUTATION=name|all] (docs/simulation.md)"
 	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
 	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
 
@@ -80,6 +81,23 @@ test-fast: venv
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
+
+## simulate: the simulator beyond the suite's budget (docs/simulation.md): SEEDS seeds of STEPS steps,
+## every invariant after every step; MUTATION=<name>|all checks that broken code is caught instead.
+## With DATABASE_URL set it uses that PostgreSQL, else it starts the suite's services (as make test).
+SEEDS ?= 1-200
+STEPS ?= 1000
+MUTATION ?=
+SIMULATE := $(BIN)/python -m tests.simulation --seeds $(SEEDS) --steps $(STEPS) $(if $(MUTATION),--mutation $(MUTATION))
+.PHONY: simulate
+simulate: venv
+	@if [ -n "$$DATABASE_URL" ]; then \
+		GPUPORTAL_REQUIRE_POSTGRES=1 GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE=1 $(SIMULATE); \
+	else \
+		env_file=$$(mktemp); trap 'scripts/services.sh down; rm -f "$$env_file"' EXIT; \
+		scripts/services.sh up >"$$env_file" && . "$$env_file" && unset CELERY_BROKER_URL && \
+		GPUPORTAL_REQUIRE_POSTGRES=1 GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE=1 $(SIMULATE); \
+	fi
 
 ## compose-secrets: the two secret files and the .env (database passwords) docker-compose.yml
 ## needs, made once with safe permissions; an existing one is never overwritten.

@@ -1,0 +1,1 @@
+"""Deterministic simulation of the whole policy stack over time (docs/simulation.md)."""

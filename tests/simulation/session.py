@@ -1,0 +1,94 @@
+"""Runs of many seeds, as the suite and ``python -m tests.simulation`` ask for them: the plain
+budget (every invariant; a failing seed is shrunk and printed with its replay command), one
+sequence replayed (``only``), or a mutation (the code broken on purpose; only the invariant that
+must catch it is watched, and the run stops at the seed that does)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tests.simulation.faults import faults_installed
+from tests.simulation.mutations import MUTATIONS, mutated
+from tests.simulation.report import Summary, failure_text
+from tests.simulation.runner import run_seed
+from tests.simulation.shrink import shrink
+
+INVARIANTS = frozenset({
+    "escaped-exception", "capacity", "booking-leak", "booking-count", "quota-over-limit", "reclaim-notice",
+    "reclaim-beneficiary", "reclaim-within-guarantee", "reclaim-reason", "shrink-reclaim-met", "reclaim-deadline",
+    "expiry", "start", "window-edge", "audit-once", "preview-approve", "displayed-in-use", "http-5xx", "audit-verifies",
+})
+
+
+@dataclass(frozen=True)
+class Options:
+    seeds: list[int]
+    steps: int
+    only: list[int] | None = None
+    mutation: str = ""
+    shrink_seconds: float = 300.0
+    ignore: frozenset[str] = frozenset()
+    probe_every: int = 25
+
+    @classmethod
+    def from_environment(cls) -> Options:
+        env = os.environ.get
+        only = env("GPUPORTAL_SIM_ONLY")
+        return cls(
+            seeds=seeds_parse(env("GPUPORTAL_SIM_SEEDS", "1-20")), steps=int(env("GPUPORTAL_SIM_STEPS", "300")),
+            only=[int(part) for part in only.split(",") if part] if only else None,
+            mutation=env("GPUPORTAL_SIM_MUTATION", ""), shrink_seconds=float(env("GPUPORTAL_SIM_SHRINK_SECONDS", "300")),
+            ignore=frozenset(filter(None, env("GPUPORTAL_SIM_IGNORE", "").split(","))),
+            probe_every=int(env("GPUPORTAL_SIM_PROBE_EVERY", "25")),
+        )
+
+
+def seeds_parse(text: str) -> list[int]:
+    """``1-20``, ``7``, ``3,9,12-14``."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        seeds += range(int(first), int(last or first) + 1)
+    return seeds
+
+
+def simulate(options: Options) -> tuple[Summary, list[str]]:
+    """Every seed; returns the summary and a report per failing seed (the first one shrunk)."""
+    summary = Summary()
+    reports: list[str] = []
+    with faults_installed() as faults:
+        for seed in options.seeds:
+            result = run_seed(seed, options.steps, keep=options.only, faults=faults, ignore=options.ignore,
+                              probe_every=options.probe_every)
+            summary.add(result)
+            failure = result.failure
+            if failure is None:
+                continue
+            shrunk = None
+            if options.only is None and not reports and options.shrink_seconds > 0:
+                shrunk, _ = shrink(failure, faults=faults, ignore=options.ignore, budget_seconds=options.shrink_seconds)
+            reports.append(failure_text(failure, options.steps, shrunk))
+    return summary, reports
+
+
+def mutation_check(options: Options) -> tuple[Summary, str | None]:
+    """Run the seeds with the code broken as ``options.mutation`` says until one breaks the
+    invariant that must catch it; the report of that seed, or None when none did."""
+    expected = MUTATIONS[options.mutation][0]
+    ignore = INVARIANTS - {expected}
+    summary = Summary()
+    with faults_installed() as faults, mutated(options.mutation):
+        for seed in options.seeds:
+            result = run_seed(seed, options.steps, keep=options.only, faults=faults, ignore=ignore,
+                              probe_every=options.probe_every)
+            summary.add(result)
+            if result.failure is not None:
+                shrunk = None
+                if options.shrink_seconds > 0:
+                    shrunk, _ = shrink(result.failure, faults=faults, ignore=ignore,
+                                       budget_seconds=options.shrink_seconds)
+                caught = (f"mutation {options.mutation} caught by {expected} at seed {seed}, step "
+                          f"{result.failure.step}, after {summary.steps} steps in all\n")
+                return summary, caught + failure_text(result.failure, options.steps, shrunk, options.mutation)
+    return summary, None
