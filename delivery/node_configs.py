@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
+from allocations.placement.mig import MigGeometry, MigState, geometry_for_model, mig_layout_starts
 from delivery.pinning import node_pool_labels
 from delivery.rendering import cluster_labels
 
@@ -255,6 +255,73 @@ def render_node_objects(plans: list[NodePlan], *, namespace: str) -> list[dict[s
         render_mig_parted_configmap(ordered, namespace=namespace),
         *(render_node_labels(plan) for plan in ordered),
     ]
+
+
+# ------------------------------------------------------------------------ the layout in force
+
+
+@dataclass(frozen=True)
+class BookedUnit:
+    """One live reservation of a grant on the cluster: its node, GPUs, MIG instance (profile and
+    first memory slice; no profile: the GPUs booked whole or shared) and whether its grant's
+    interval holds at the instant the layout is for."""
+
+    node_id: int
+    gpu_indices: tuple[int, ...]
+    mig_profile: str = ""
+    mig_start: int | None = None
+    in_force: bool = True
+
+
+_WHOLE = "whole"  # a GPU booked whole or shared: MIG off, no instance on it
+_UNKNOWN = "unknown"  # an instance whose memory slices are not known: it takes the GPU
+
+
+def units_in_force(units: Iterable[BookedUnit], geometries: Mapping[tuple[int, int], MigGeometry]) -> list[BookedUnit]:
+    """What a node holds now: every unit in force, then each unit not in force (a grant past its end
+    whose expiry has not run yet, or one on the cluster before its start) that fits beside what is
+    already kept, in the order given; a unit that would share a memory slice (or a GPU booked whole)
+    with one kept is left out, to be carved when its grant is in force. Grants that never meet in
+    time are booked on the same slices on purpose, so the layout never adds them up.
+    ``geometries``: (node id, GPU index) → its MIG geometry; a GPU without one is claimed whole."""
+    units = list(units)
+    kept = [unit for unit in units if unit.in_force]
+    if len(kept) == len(units):
+        return kept
+    taken: dict[tuple[int, int], MigState | str] = {}
+    for unit in kept:
+        taken.update(_claim(unit, taken, geometries) or {})
+    for unit in units:
+        if not unit.in_force and (claimed := _claim(unit, taken, geometries)) is not None:
+            taken.update(claimed)
+            kept.append(unit)
+    return kept
+
+
+def _claim(
+    unit: BookedUnit, taken: Mapping[tuple[int, int], MigState | str], geometries: Mapping[tuple[int, int], MigGeometry]
+) -> dict[tuple[int, int], MigState | str] | None:
+    """What ``unit`` takes on each of its GPUs beside ``taken``, or None when it clashes."""
+    claimed: dict[tuple[int, int], MigState | str] = {}
+    for index in unit.gpu_indices:
+        key = (unit.node_id, index)
+        held, geometry = taken.get(key), geometries.get(key)
+        if not unit.mig_profile:
+            if held not in (None, _WHOLE):
+                return None
+            claimed[key] = _WHOLE
+        elif unit.mig_start is None or geometry is None:
+            if held is not None:
+                return None
+            claimed[key] = _UNKNOWN
+        elif held is None or isinstance(held, MigState):
+            try:
+                claimed[key] = geometry.add(held or MigState(), geometry.profile(unit.mig_profile), unit.mig_start)
+            except (KeyError, ValueError):
+                return None
+        else:
+            return None
+    return claimed
 
 
 # ------------------------------------------------------------------------ interim MIG planner

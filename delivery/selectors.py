@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import datetime
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
+from allocations.placement.mig import MigGeometry, geometry_for_model
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import effective
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
-from delivery.node_configs import MigGroup, NodePlan, mig_groups_from_layouts
+from delivery.node_configs import BookedUnit, MigGroup, NodePlan, mig_groups_from_layouts, units_in_force
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources
 from kernel.clock import clock_now
@@ -224,22 +226,49 @@ def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
 
 
 def booked_gpu_layouts(
-    *, cluster: Cluster, node_ids: Iterable[int] | None = None
+    *, cluster: Cluster, node_ids: Iterable[int] | None = None, at: datetime.datetime | None = None
 ) -> dict[int, tuple[dict[int, dict[str, int]], set[int]]]:
-    """Per node id: the MIG instances live reservations of grants on the cluster book on each GPU (index → profile →
-    count), and the GPUs booked whole or shared (not carved)."""
-    out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
-    # A scheduled grant's units are carved when it starts, not before (its booking may share a GPU
-    # with a grant that ends before it starts).
+    """Per node id: the MIG instances the grants on the cluster hold at ``at`` (now by default) on
+    each GPU (index → profile → count), and the GPUs booked whole or shared (not carved).
+
+    A grant on the cluster whose interval does not hold ``at`` (past its end, its expiry not run
+    yet) keeps its units only where they fit beside those in force: the next grant booked on the
+    same slices may already have started (``delivery.node_configs.units_in_force``). A scheduled
+    grant is not on the cluster: its units are carved when the timeline starts it, which pushes
+    the layout again."""
+    moment = at or clock_now()
     rows = live_reservations_on(cluster=cluster, node_ids=node_ids).filter(allocation__state__in=ON_CLUSTER_STATES)
-    for node_id, indices, profile in rows.values_list("node_id", "gpu_indices", "mig_profile"):
-        carved, uncarved = out[node_id]
-        for index in indices:
-            if profile:
-                carved[int(index)][profile] = carved[int(index)].get(profile, 0) + 1
+    units = [
+        BookedUnit(node_id=node_id, gpu_indices=tuple(int(index) for index in indices), mig_profile=profile,
+                   mig_start=start, in_force=begins <= moment < ends)
+        for node_id, indices, profile, start, begins, ends in rows.order_by("allocation__starts_at", "pk").values_list(
+            "node_id", "gpu_indices", "mig_profile", "mig_start", "allocation__starts_at", "allocation__ends_at"
+        )
+    ]
+    out: dict[int, tuple[dict[int, dict[str, int]], set[int]]] = defaultdict(lambda: (defaultdict(dict), set()))
+    for unit in units_in_force(units, _gpu_geometries(units)):
+        carved, uncarved = out[unit.node_id]
+        for index in unit.gpu_indices:
+            if unit.mig_profile:
+                carved[index][unit.mig_profile] = carved[index].get(unit.mig_profile, 0) + 1
             else:
-                uncarved.add(int(index))
+                uncarved.add(index)
     return dict(out)
+
+
+def _gpu_geometries(units: list[BookedUnit]) -> dict[tuple[int, int], MigGeometry]:
+    """(node id, GPU index) → MIG geometry of the GPUs under units not in force; one query, none
+    when every unit is in force."""
+    nodes = {unit.node_id for unit in units if not unit.in_force}
+    if not nodes:
+        return {}
+    out = {}
+    for node_id, index, model, memory in Gpu.objects.filter(node_id__in=nodes).values_list(
+        "node_id", "index", "model", "memory_mib"
+    ):
+        if (geometry := geometry_for_model(model, memory)) is not None:
+            out[(node_id, index)] = geometry
+    return out
 
 
 def _compute_capability(labels: dict[str, str]) -> tuple[int, int] | None:
