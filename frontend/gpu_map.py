@@ -13,18 +13,30 @@ A GPU's mode comes from the flavors of the allocations it holds (``sharing_key``
 holds MIG instances, ``exclusive`` for whole GPUs, ``mps/4`` / ``timeslice/2`` for replicas.
 Holding allocations on the cluster with units that have no live reservation (granted before GPU
 placement existed) are listed as ``unplaced``. ``gpu_map`` runs four queries whatever the size.
+
+The map is drawn at an instant (now, or the page's ``at``): a unit is drawn when its allocation's
+interval holds that instant. Grants booked one after the other may share a GPU, even a MIG
+instance's slices, as they never meet; a booking that starts later is listed under its GPU and
+node as "booked from" its start, never drawn on top of what holds the GPU at the instant, and
+one past its end (its expiry not run yet) is not drawn.
 """
 
 from __future__ import annotations
 
+import datetime
 import re
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from typing import Any
+
+from django import forms
 
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from clusters.models import Cluster, Node, NodeSharing
+from frontend.forms import DateTimeLocalInput, DescribedFieldsMixin
+from kernel.clock import clock_now
 from telemetry.gpu_busy import GpuBusy
 from tenants.models import Isolation
 
@@ -82,6 +94,28 @@ class Segment:
         return f"{(self.share if self.span is None else self.span) * GPU_WIDTH:.2f}"
 
 
+def _when(moment: datetime.datetime) -> str:
+    return f"{moment.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+
+
+@dataclass(frozen=True)
+class Later:
+    """A booking on a GPU (or a node's GPUs) that starts after the map's instant."""
+
+    allocation_id: int
+    department: str
+    flavor: str
+    starts_at: datetime.datetime
+    units: int = 1
+    gpus: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        where = f" on {', '.join(f'gpu{index}' for index in self.gpus)}" if self.gpus else ""
+        return (f"#{self.allocation_id} {self.department}: {self.units} × {self.flavor} booked from "
+                f"{_when(self.starts_at)}{where}")  # fmt: skip
+
+
 @dataclass
 class GpuCell:
     index: int
@@ -92,6 +126,7 @@ class GpuCell:
     segments: list[Segment] = field(default_factory=list)
     memory_mib: int = 0
     busy: GpuBusy | None = None  # the utilisation overlay, when the page adds it (frontend.utilisation)
+    later: list[Later] = field(default_factory=list)  # bookings starting after the map's instant
 
     @property
     def used(self) -> Decimal:
@@ -126,9 +161,19 @@ class GpuCell:
     @property
     def description(self) -> str:
         if not self.segments:
-            return f"GPU {self.index}: free"
-        parts = ", ".join(f"#{pk} {department}: {units} × {flavor}" for pk, department, flavor, units in self.holders)
-        return f"GPU {self.index}: {self.used_percent} % allocated ({parts})"
+            now = f"GPU {self.index}: free"
+        else:
+            parts = ", ".join(f"#{pk} {department}: {units} × {flavor}" for pk, department, flavor, units in self.holders)
+            now = f"GPU {self.index}: {self.used_percent} % allocated ({parts})"
+        return "; ".join([now, *(booking.label for booking in self.later)])
+
+    def book_later(self, booking: Later) -> None:
+        """Note a unit booked from a later start (one entry per allocation)."""
+        for position, known in enumerate(self.later):
+            if known.allocation_id == booking.allocation_id:
+                self.later[position] = replace(known, units=known.units + booking.units)
+                return
+        self.later.append(booking)
 
     def hold(self, *, key: str) -> None:
         """Record the sharing kind of a unit on this GPU (a mix, which should not happen, shows as such)."""
@@ -155,17 +200,46 @@ class NodeMap:
     schedulable: bool
     gpus: list[GpuCell]
     pools: tuple[str, ...] = ()  # who the node is kept for: its MPS tenant, dedicated departments or projects
+    later: tuple[Later, ...] = ()  # its bookings that start after the map's instant, by start
 
     @property
     def svg_width(self) -> int:
         return max(len(self.gpus), 1) * (GPU_WIDTH + GPU_GAP)
-
 
 @dataclass(frozen=True)
 class GpuMap:
     nodes: list[NodeMap]
     legend: list[tuple[str, str]]
     unplaced: list[str]
+    at: datetime.datetime | None = None  # the instant drawn
+    now: bool = True  # whether it is the page's now (no ``at`` asked for)
+
+    @property
+    def when(self) -> str:
+        return _when(self.at) if self.at is not None else ""
+
+
+class MapAtForm(DescribedFieldsMixin, forms.Form):
+    """The GPU map's query string: ``at``, the instant to draw (now by default; not before the
+    current minute, as the map draws the bookings as they stand, not history)."""
+
+    at = forms.DateTimeField(
+        required=False, label="At (UTC)", widget=DateTimeLocalInput(),
+        error_messages={"invalid": "at: give an instant as YYYY-MM-DDTHH:MM (UTC) or ISO 8601 with an offset."},
+        help_text="The instant to draw the map at; empty: now.",
+    )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.describe_fields()
+
+    def clean_at(self) -> datetime.datetime | None:
+        moment: datetime.datetime | None = self.cleaned_data.get("at")
+        if moment is not None and moment < clock_now().replace(second=0, microsecond=0):
+            raise forms.ValidationError(
+                "at: must not lie in the past: the map draws the bookings as they stand (now or a later instant)."
+            )
+        return moment
 
 
 def _mig_extent(*, cell: GpuCell, profile: str) -> tuple[Decimal, Decimal]:
@@ -211,7 +285,47 @@ def _pools(node: Node, rows: list[Reservation]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def gpu_map(*, cluster: Cluster) -> GpuMap:
+def _later(units: dict[int, list[Reservation]]) -> tuple[Later, ...]:
+    """One line per allocation booked on the node from a later start: its units and GPUs."""
+    out = []
+    for rows in units.values():
+        allocation = rows[0].allocation
+        out.append(Later(
+            allocation_id=allocation.pk, department=allocation.project.department.slug, flavor=allocation.flavor.name,
+            starts_at=allocation.starts_at, units=len(rows),
+            gpus=tuple(sorted({int(index) for row in rows for index in row.gpu_indices})),
+        ))  # fmt: skip
+    return tuple(sorted(out, key=lambda booking: (booking.starts_at, booking.allocation_id)))
+
+
+def _place(
+    reservations: list[Reservation], *, cells: dict[tuple[int, int], GpuCell], colours: dict[int, str],
+    moment: datetime.datetime,
+) -> dict[int, dict[int, list[Reservation]]]:
+    """Draw each unit held at ``moment`` on its GPUs (a GPU the inventory no longer lists is not
+    drawn), note under its GPUs each unit booked from a later start; returns those, node →
+    allocation → units. A unit past its end at ``moment`` (its expiry not run yet) holds nothing."""
+    later: dict[int, dict[int, list[Reservation]]] = {}
+    for reservation in reservations:
+        allocation = reservation.allocation
+        if allocation.ends_at <= moment:
+            continue
+        listed = [cell for index in reservation.gpu_indices if (cell := cells.get((reservation.node_id, int(index))))]
+        if allocation.starts_at <= moment:
+            for cell in listed:
+                _draw(cell, reservation, colour=colours[allocation.project.department_id])
+            continue
+        booking = Later(allocation_id=allocation.pk, department=allocation.project.department.slug,
+                        flavor=allocation.flavor.name, starts_at=allocation.starts_at)
+        for cell in listed:
+            cell.book_later(booking)
+        later.setdefault(reservation.node_id, {}).setdefault(allocation.pk, []).append(reservation)
+    return later
+
+
+def gpu_map(*, cluster: Cluster, at: datetime.datetime | None = None) -> GpuMap:
+    """The map of the cluster's GPUs at ``at`` (default: now)."""
+    moment = at or clock_now()
     nodes = list(Node.objects.filter(cluster=cluster).prefetch_related("gpus").order_by("name"))
     cells: dict[tuple[int, int], GpuCell] = {}
     rows: dict[int, list[GpuCell]] = {}
@@ -242,11 +356,7 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
     on_node: dict[int, list[Reservation]] = {}
     for reservation in reservations:
         on_node.setdefault(reservation.node_id, []).append(reservation)
-        colour = colours[reservation.allocation.project.department_id]
-        for index in reservation.gpu_indices:
-            cell = cells.get((reservation.node_id, int(index)))
-            if cell is not None:  # a GPU the inventory no longer lists is not drawn
-                _draw(cell, reservation, colour=colour)
+    later = _place(reservations, cells=cells, colours=colours, moment=moment)
     for cell in cells.values():
         cell.segments.sort(key=lambda segment: segment.offset)
     unplaced = unplaced_labels(holding)
@@ -254,9 +364,11 @@ def gpu_map(*, cluster: Cluster) -> GpuMap:
     return GpuMap(
         nodes=[
             NodeMap(name=node.name, schedulable=node.is_schedulable, gpus=rows[node.pk],
-                    pools=_pools(node, on_node.get(node.pk, [])))
+                    pools=_pools(node, on_node.get(node.pk, [])), later=_later(later.get(node.pk, {})))
             for node in nodes
         ],
         legend=legend,
         unplaced=unplaced,
+        at=moment,
+        now=at is None,
     )

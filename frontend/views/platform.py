@@ -20,7 +20,7 @@ from clusters.selectors import (
     cluster_push_list,
     node_list,
 )
-from frontend.gpu_map import gpu_map
+from frontend.gpu_map import MapAtForm, gpu_map
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
 from frontend.utilisation import gpu_map_busy
@@ -47,19 +47,26 @@ def clusters(request: HttpRequest) -> HttpResponse:
 @require_GET
 @login_required
 def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
+    """The cluster's page; its GPU map is drawn now, or at the query's ``at`` (a bad one: 400 naming it)."""
     user = _platform_admin(request)
     cluster = cluster_get(user=user, cluster_id=cluster_id)
+    form = MapAtForm(request.GET or None)
+    valid = not form.is_bound or form.is_valid()
+    at = form.cleaned_data.get("at") if form.is_bound and valid else None
+    drawn = gpu_map(cluster=cluster, at=at) if valid else None
     context = {
         "title": f"Cluster {cluster.name}",
         "cluster": cluster,
         "missing_prerequisite": cluster_missing_prerequisite(cluster),
         "nodes": node_list(user=user, cluster_id=cluster.pk),
-        "map": gpu_map_busy(user=user, cluster=cluster, drawn=gpu_map(cluster=cluster)),
+        # How busy each GPU is now: only on the map of now.
+        "map": gpu_map_busy(user=user, cluster=cluster, drawn=drawn) if drawn is not None and drawn.now else drawn,
+        "map_form": form,
         "pushes": cluster_push_list(user=user, cluster_id=cluster.pk)[:RECENT],
         "drifts": cluster_drift_list(user=user, cluster_id=cluster.pk)[:RECENT],
         "defrag": defrag_plan(cluster=cluster),
     }
-    return render(request, "frontend/cluster_detail.html", context)
+    return render(request, "frontend/cluster_detail.html", context, status=200 if valid else 400)
 
 
 @require_POST
