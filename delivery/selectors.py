@@ -212,12 +212,13 @@ def department_queues(*, cluster: Cluster) -> list[DepartmentQueue]:
 
 
 def mig_demand(*, cluster: Cluster) -> dict[str, dict[str, int]]:
-    """MIG instances that holding allocations need and no reservation books yet (units granted
-    before GPU placement existed): GPU model → profile → count."""
+    """MIG instances that allocations on the cluster need and no reservation books yet (units
+    granted before GPU placement existed): GPU model → profile → count. A scheduled grant's are
+    carved when it starts, as its booked ones are (``booked_gpu_layouts``)."""
     demand: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for model, profile, quantity, booked in (
         holding_with_live_units(cluster_ids=[cluster.pk])
-        .filter(flavor__sharing_mode=SharingMode.MIG)
+        .filter(flavor__sharing_mode=SharingMode.MIG, state__in=ON_CLUSTER_STATES)
         .values_list("flavor__gpu_model", "flavor__mig_profile", "quantity", "live_units")
     ):
         if quantity > booked:

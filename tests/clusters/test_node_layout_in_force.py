@@ -21,7 +21,7 @@ from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from allocations.scheduling import allocations_start_due
 from allocations.services import allocations_expire
 from clusters.models import ClusterPush, PushState
-from delivery.selectors import booked_gpu_layouts, node_plans
+from delivery.selectors import booked_gpu_layouts, mig_demand, node_plans
 from delivery.services import cluster_scope
 from kernel.clock import clock_now, clock_set
 from tests.conftest import A100, World, build_world, requires_postgres
@@ -108,3 +108,18 @@ def test_a_held_grant_past_its_end_keeps_its_instances_where_nothing_in_force_ne
     assert carved(world) == {node: (("3g.40gb", 2),)}
     [(carves, whole)] = booked_gpu_layouts(cluster=world.cluster).values()
     assert list(carves.values()) == [{"3g.40gb": 2}] and whole == set()
+
+
+def test_units_granted_before_gpu_placement_are_carved_when_their_grant_starts_not_before() -> None:
+    """The interim planner's demand (units with no reservation) follows the same rule: a scheduled
+    grant's instances are carved when the timeline starts it, which pushes the layout again."""
+    world = build_world(a100_gpus=8, h100_gpus=0)
+    start = clock_now() + datetime.timedelta(hours=1)
+    legacy = Allocation.objects.create(
+        project=world.llm, flavor=world.mig, quantity=2, priority_class=world.standard, cluster=world.cluster,
+        starts_at=start, ends_at=start + DAY, justification="legacy", requested_by=world.users["nlp_member"],
+        state=AllocationState.SCHEDULED,
+    )
+    assert mig_demand(cluster=world.cluster) == {}
+    Allocation.objects.filter(pk=legacy.pk).update(state=AllocationState.ACTIVE)
+    assert mig_demand(cluster=world.cluster) == {A100: {"1g.10gb": 2}}
