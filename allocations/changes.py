@@ -7,9 +7,11 @@ becomes a pending :class:`AllocationChange` beyond that, which an admin of the d
 Either way admission runs for the added interval (``allocations.quotas.extending``) when it is
 applied: quota and GPUs must be free then, the grant's own bookings staying where they are.
 
-Resize: fewer units is self-service (the highest-numbered units' reservations are released);
+Resize: fewer units is self-service (the highest-numbered units' reservations are released, as a
+partial reclaim releases them: ``allocation_units_give_back``);
 more units is a pending change, admitted on approval over what remains of the grant's interval,
 only the added units placed. A change never reclaims another grant: it is refused (409) instead.
+A grant that gives back some of its units at a reclaim's deadline takes no change until then.
 
 Four-eyes: nobody decides a change they requested (``GPUPORTAL_FOUR_EYES``). Locks as in
 ``allocations.services.allocation_approve``: the allocation, its department chain, its cluster,
@@ -69,6 +71,18 @@ class ChangeOutcome:
 def _require_changer(*, actor: User, allocation: Allocation) -> None:
     if not allocation_may_change(user=actor, allocation=allocation):
         raise NotAllowed("Only the project's members or the department's admins may change this allocation.")
+
+
+def _require_no_reclaim(allocation: Allocation) -> None:
+    """A grant giving back some of its units at a reclaim's deadline takes no change until then:
+    admission planned the reclaim on its units as they are."""
+    if allocation.reclaim_units is not None and allocation.state != AllocationState.RECLAIMING:
+        deadline = allocation.reclaim_deadline.isoformat() if allocation.reclaim_deadline else "its deadline"
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} gives back {allocation.reclaim_units} of its {allocation.quantity} units "
+            f"at {deadline} (reclaimed for request #{allocation.reclaimed_for_id}); it takes no change until then.",
+            details={"state": allocation.state, "reclaim_units": allocation.reclaim_units, "reclaim_deadline": deadline},
+        )
 
 
 def _require_change_decider(*, actor: User, allocation: Allocation, change: AllocationChange) -> None:
@@ -156,6 +170,7 @@ def allocation_renew(
         )
     _check_new_end(allocation=allocation, ends_at=ends_at)
     _check_justification(justification)
+    _require_no_reclaim(allocation)
     if allocation.state != AllocationState.PENDING:
         if ends_at > self_renew_until(allocation):
             change = _change_request(
@@ -176,11 +191,15 @@ def allocation_renew(
     return ChangeOutcome(allocation=allocation, change=None, applied=True)
 
 
-def _release_highest(*, allocation: Allocation, keep: int) -> list[int]:
-    """Release the live reservations of the allocation's highest-numbered units beyond ``keep``."""
+def allocation_units_give_back(*, allocation: Allocation, keep: int, reason: str) -> list[int]:
+    """Lower the (locked) grant to ``keep`` units: the live reservations of its highest-numbered
+    units beyond them are released (with ``reason``); returns those units. The caller saves the row,
+    enqueues its project's push and records the event: a resize, or a partial reclaim
+    (``allocations.reclaims``), which admission planned on exactly these units."""
     live = list(live_reservations_on().filter(allocation=allocation).order_by("-unit").values_list("pk", "unit"))
     extra = live[: max(len(live) - keep, 0)]
-    reservations.reservations_free(rows=live_reservations_on().filter(pk__in=[pk for pk, _ in extra]), reason="resized")
+    reservations.reservations_free(rows=live_reservations_on().filter(pk__in=[pk for pk, _ in extra]), reason=reason)
+    allocation.quantity = keep
     return sorted(unit for _, unit in extra)
 
 
@@ -200,14 +219,14 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
     if quantity == allocation.quantity:
         raise FieldError("quantity", f"The allocation already has {quantity} units.")
     _check_justification(justification)
+    _require_no_reclaim(allocation)
     if quantity > allocation.quantity:
         change = _change_request(
             actor=actor, allocation=allocation, kind=ChangeKind.RESIZE, quantity=quantity, justification=justification
         )
         return ChangeOutcome(allocation=allocation, change=change, applied=False)
     before = allocation_snapshot(allocation)
-    released = _release_highest(allocation=allocation, keep=quantity)
-    allocation.quantity = quantity
+    released = allocation_units_give_back(allocation=allocation, keep=quantity, reason="resized")
     allocation.save()
     if allocation.state in ON_CLUSTER_STATES:  # before the event (kernel.locks)
         project_sync_enqueue(project_id=allocation.project_id, cluster_id=allocation.cluster_id)
@@ -299,6 +318,7 @@ def _allocation_change_approve(*, actor: User, change_id: int, comment: str) -> 
             f"Allocation #{allocation.pk} is {allocation.state}; a change applies only to a granted allocation.",
             details={"state": allocation.state},
         )
+    _require_no_reclaim(allocation)
     before = allocation_snapshot(allocation)
     cluster = _lock_admission(allocation)
     if change.kind == ChangeKind.RENEW:

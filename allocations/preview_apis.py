@@ -46,6 +46,10 @@ class ReclaimOut(serializers.Serializer):  # type: ignore[type-arg]
     state = serializers.CharField()
     why = serializers.ChoiceField(choices=["borrowed", "oversubscribed", "lower-priority"])
     notice_minutes = serializers.IntegerField(help_text="How long it keeps running after approval (0: at once).")
+    units = serializers.IntegerField(
+        help_text="How many of its units approval would take (fewer than its quantity: a partial reclaim, it keeps the rest)."
+    )
+    facts = serializers.CharField(help_text="Why it may be taken, worded from the facts that make it a victim.")
 
 
 class QuotaSegmentOut(serializers.Serializer):  # type: ignore[type-arg]

@@ -1,7 +1,8 @@
-"""Scheduled starts: an approved grant whose start is ahead (or whose reclaimed capacity is still
-running out its notice) is ``scheduled``. It holds its booking for its interval and nothing of it
-is on the cluster; the periodic ``allocations_start_due`` (every minute, by beat or in-process)
-moves it to ``approved`` and provisions it as an immediate approval would."""
+"""Scheduled starts: an approved grant whose start is ahead (or whose victims are still running out
+their notice: grants reclaimed for it, or giving back units to it) is ``scheduled``. It holds its
+booking for its interval and nothing of it is on the cluster; the periodic ``allocations_start_due``
+(every minute, by beat or in-process) moves it to ``approved`` and provisions it as an immediate
+approval would."""
 
 from __future__ import annotations
 

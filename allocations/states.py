@@ -2,14 +2,19 @@
 
 A grant whose start is ahead is ``scheduled``: it holds its booking, nothing is on the cluster.
 A grant chosen to make room for another (``docs/quotas.md``) is ``reclaiming`` until its notice
-deadline, then ``reclaimed``.
+deadline, then ``reclaimed``; if the request it made room for is gone before then, the reclaim is
+called off and the grant goes back to the state it had (``reclaim_from_state``). A grant that gives
+back only some of its units keeps its state: ``reclaim_units`` says how many go at the deadline.
 """
 
 from __future__ import annotations
 
+from django.db.models import Q
+
 from allocations.models import AllocationState as S
 
 _RECLAIMABLE = {S.RECLAIMING}
+_RESTORABLE = {S.APPROVED, S.PROVISIONING, S.ACTIVE, S.FAILED}  # a reclaim called off: the state it had
 
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PENDING: frozenset({S.APPROVED, S.SCHEDULED, S.REJECTED, S.CANCELLED, S.EXPIRED}),
@@ -18,7 +23,7 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     S.PROVISIONING: frozenset({S.ACTIVE, S.FAILED, S.RELEASED, S.EXPIRED, *_RECLAIMABLE}),
     S.ACTIVE: frozenset({S.RELEASED, S.EXPIRED, *_RECLAIMABLE}),
     S.FAILED: frozenset({S.PROVISIONING, S.RELEASED, S.EXPIRED, *_RECLAIMABLE}),
-    S.RECLAIMING: frozenset({S.RECLAIMED, S.RELEASED, S.EXPIRED}),
+    S.RECLAIMING: frozenset({S.RECLAIMED, S.RELEASED, S.EXPIRED, *_RESTORABLE}),
     S.REJECTED: frozenset(),
     S.CANCELLED: frozenset(),
     S.RELEASED: frozenset(),
@@ -44,3 +49,9 @@ FINAL_STATES: frozenset[str] = frozenset({S.REJECTED, S.CANCELLED, S.RELEASED, S
 
 def can_transition(current: str, target: str) -> bool:
     return target in ALLOWED_TRANSITIONS.get(current, frozenset())
+
+
+def reclaim_pending_q() -> Q:
+    """The grants a reclaim is under way for: ``reclaiming`` (all of it), or holding with
+    ``reclaim_units`` set (some of its units, at ``reclaim_deadline``)."""
+    return Q(state=S.RECLAIMING) | Q(reclaim_units__isnull=False, state__in=HOLDING_STATES - {S.RECLAIMING})

@@ -25,7 +25,7 @@ from typing import Any
 from django.db.models import Q
 
 from allocations.models import Allocation, Quota
-from allocations.quotas import algebra, windows
+from allocations.quotas import algebra, victims, windows
 from allocations.quotas.planning import VictimInfo, grants_at, quota_tree, victim_infos
 from allocations.quotas.wording import scope_words
 from allocations.window_models import QuotaWindow, WindowKind, WindowState
@@ -131,7 +131,7 @@ def shrink_victims(
     own = algebra.Tree(parents=parents, limits=limits, class_shares=tree.class_shares)
     subtree = department_subtree_ids(root_ids=[department_id], parents=parents)
     grants, info = grants_at(at=at, department_ids=subtree, tree=tree, untakeable=untakeable)
-    plan = algebra.plan(own, grants, algebra.Ask(department_id=department_id, amounts={scope: Decimal(0)}, priority=0))
+    plan = victims.plan(own, grants, algebra.Ask(department_id=department_id, amounts={scope: Decimal(0)}, priority=0))
     return victim_infos(plan.victims, info), plan.admitted
 
 

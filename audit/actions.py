@@ -118,6 +118,9 @@ ALLOCATION_RECLAIMING = register(
 )
 ALLOCATION_RECLAIMED = register(416, "allocation.reclaimed", "A reclaimed allocation's capacity and quota were released")
 ALLOCATION_RESIZED = register(417, "allocation.resized", "An allocation's quantity was changed")
+ALLOCATION_RECLAIM_CANCELLED = register(
+    418, "allocation.reclaim_cancelled", "A reclaim was called off: the request it made room for is gone, the grant keeps its units"
+)
 ALLOCATION_CHANGE_REQUESTED = register(420, "allocation.change_requested", "A change to a grant was requested for approval")
 ALLOCATION_CHANGE_APPROVED = register(421, "allocation.change_approved", "A change to a grant was approved and applied")
 ALLOCATION_CHANGE_REJECTED = register(422, "allocation.change_rejected", "A change to a grant was rejected")

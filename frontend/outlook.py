@@ -36,7 +36,7 @@ UNSAVED_PK = 0
 
 WHY_LABELS = {
     "borrowed": "borrowed beyond its department's guarantee",
-    "oversubscribed": "held beyond its department's limit through oversubscription",
+    "oversubscribed": "held beyond a department's limit",
     "lower-priority": "lower priority than this request",
 }
 
@@ -56,6 +56,7 @@ class ReclaimLine:
     notice_minutes: int
     readable: bool  # the viewer may open it (its department is theirs to read)
     other_department: bool  # not the request's own department
+    units: int | None = None  # how many of its units go (None: all of them)
 
     @property
     def why_label(self) -> str:
@@ -70,7 +71,8 @@ class ReclaimLine:
 
     @property
     def label(self) -> str:
-        return (f"#{self.allocation_id} {self.quantity} × {self.flavor} of {self.project} "
+        part = f"{self.units} of its " if self.units is not None and self.units < self.quantity else ""
+        return (f"#{self.allocation_id} {part}{self.quantity} × {self.flavor} of {self.project} "
                 f"(department {self.department}, {self.priority_class}): {self.why_label}; {self.notice_label}")
 
 
@@ -127,7 +129,7 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
             flavor=victim.flavor, quantity=victim.quantity, priority_class=victim.priority_class, state=victim.state,
             why=victim.why, notice_minutes=victim.notice_minutes,
             readable=victim.department in ids and access.can_read_department(ids[victim.department]),
-            other_department=ids.get(victim.department) != own,
+            other_department=ids.get(victim.department) != own, units=victim.gives_back,
         )
         for victim in decision.victims
     ]

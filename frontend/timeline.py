@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from allocations.models import Allocation, AllocationState, ChangeKind
+from allocations.states import reclaim_pending_q
 from audit.actions import get_action
 from audit.models import AuditEvent
 from kernel.times import time_readable
@@ -39,7 +40,9 @@ class TimelineEntry:
 def _victim(victim: Any) -> str:
     if not isinstance(victim, dict):
         return str(victim)
-    return (f"#{victim.get('allocation')} ({victim.get('quantity')} × {victim.get('flavor')} of {victim.get('project')}, "
+    units, quantity = victim.get("units"), victim.get("quantity")
+    part = f"{units} of its " if isinstance(units, int) and isinstance(quantity, int) and units < quantity else ""
+    return (f"#{victim.get('allocation')} ({part}{victim.get('quantity')} × {victim.get('flavor')} of {victim.get('project')}, "
             f"department {victim.get('department')}: {victim.get('why')}, {victim.get('notice_minutes')} min notice)")
 
 
@@ -168,10 +171,12 @@ def allocation_standing(
         released = next((entry.occurred_at for entry in reversed(timeline) if entry.action == "allocation.reclaimed"),
                         allocation.reclaim_deadline)
         return Standing(f"Its capacity was released at {_utc(released)}. {reason}", request_id=target)
+    if allocation.reclaim_units is not None and allocation.reclaim_deadline is not None:  # gives back some units
+        return Standing(f"{allocation.reclaim_reason} Runs until {_utc(allocation.reclaim_deadline)}.")
     if state != AllocationState.SCHEDULED:
         return None
     victims = list(
-        Allocation.objects.filter(reclaimed_for=allocation, state=AllocationState.RECLAIMING)
+        Allocation.objects.filter(reclaim_pending_q(), reclaimed_for=allocation)
         .order_by("pk").values_list("pk", "reclaim_deadline", "project__department_id")
     )
     if not victims:

@@ -42,6 +42,11 @@ def describe(event: str, payload: dict[str, Any]) -> Message:
         return Message(f"Your request {_grant(p)} was {verdict}", lines, path)
     if event == events.STARTED.code:
         return Message(f"Your grant {_grant(p)} has started", [_period(p), "It is being provisioned on its cluster."], path)
+    if event == events.RECLAIM_NOTICE.code and p.get("cancelled"):
+        return Message(f"The reclaim of your grant {_grant(p)} is called off", [str(p.get("reason", ""))], path)
+    if event == events.RECLAIM_NOTICE.code and p.get("partial"):
+        return Message(f"Your grant {_grant(p)} gives back {p.get('units')} of its units",
+                       [str(p.get("reason", "")), f"They keep running until {time_readable(p.get('deadline'))}."], path)
     if event == events.RECLAIM_NOTICE.code:
         return Message(f"Your grant {_grant(p)} is reclaimed",
                        [str(p.get("reason", "")), f"Its workloads keep running until {time_readable(p.get('deadline'))}."], path)

@@ -30,14 +30,17 @@ pruned so that no victim could be given back):
 * **priority preemption**: a request of a ``PreemptLowerPriority`` class may take grants of
   strictly lower priority in its own department's subtree.
 
-Capacity (whether the GPUs are free) is the caller's: ``plan`` takes an optional ``capacity_fits``
-callback, asked with the set of victims, so that physical room is reclaimed through the same path.
+The plan itself (``allocations.quotas.victims.plan``: the facts that make a grant a victim, the
+guarantees and promises that keep one from being taken, and how many of its units must go) builds
+on this module. Capacity (whether the GPUs are free) is the caller's: ``plan`` takes an optional
+``capacity_fits`` callback, asked with the units it would take, so that physical room is reclaimed
+through the same path.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -101,8 +104,10 @@ class Grant:
     amounts: Mapping[Scope, Decimal]
     priority: int
     age: int  # larger is newer (the allocation's id does)
-    takeable: bool = True  # False: already being reclaimed, or locked by another transaction
+    takeable: bool = True  # False: already being reclaimed, a reclaim's beneficiary, or locked by another transaction
     fair_share: float = 1.0  # its department's Fair Tree factor (allocations.fair_share): lower is taken first
+    units: int = 1  # how many units ``amounts`` weigh (each an equal part): a victim may give back some of them
+    leaving: int = 0  # units on their way out (a reclaim runs out its notice): counted, but ranked nowhere
 
 
 @dataclass(frozen=True)
@@ -133,9 +138,30 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Fact:
+    """What makes a grant a victim, as it stands when the plan is made: ``why`` (``borrowed``,
+    ``oversubscribed``, ``lower-priority``) and ``basis``: ``guarantee`` (the grant lies beyond the
+    guarantee of ``department``, whose grants hold ``held`` there against ``line``), ``own-projects``
+    (it is held by ``department``'s own projects, which no team's guarantee covers), ``limit`` (it
+    lies beyond ``department``'s limit: ``held`` against ``line``) or ``priority`` (a request of
+    priority ``line`` in ``department``, whose subtree holds it at priority ``held``). ``units``: how
+    many of its units may go for it: those beyond a guarantee, all of them for the other bases."""
+
+    why: str
+    basis: str
+    department_id: int
+    scope: Scope | None
+    held: Decimal
+    line: Decimal
+    units: int
+
+
+@dataclass(frozen=True)
 class Victim:
     allocation_id: int
     why: str  # "borrowed", "oversubscribed" or "lower-priority"
+    units: int = 1  # how many of its units go (all of them: the whole grant)
+    fact: Fact | None = None
 
 
 @dataclass(frozen=True)
@@ -264,183 +290,3 @@ def checks_from_totals(tree: Tree, totals: Mapping[tuple[int, Scope], Decimal], 
     """The checks of ``ask`` from what each department's own projects use per scope (no grant
     detail): enough when nothing needs taking, which is most approvals."""
     return _checks(tree, _Holdings(tree, (), totals), ask)
-
-
-def _ranked_beyond(grants: list[Grant], *, scope: Scope, line: Decimal) -> set[int]:
-    """Ids of the grants that lie (wholly or partly) beyond ``line`` when ranked by priority (highest
-    first), then age (oldest first): the ones that do not fit under it."""
-    beyond: set[int] = set()
-    running = ZERO
-    for grant in sorted(grants, key=lambda g: (-g.priority, g.age)):
-        amount = grant.amounts.get(scope, ZERO)
-        if amount <= 0:
-            continue
-        running += amount
-        if running > line:
-            beyond.add(grant.allocation_id)
-    return beyond
-
-
-def eligible_victims(tree: Tree, grants: list[Grant], ask: Ask, failing: list[Check]) -> dict[int, str]:
-    """Allocation id → why it may be taken, for the checks that fail."""
-    by_department: dict[int, list[Grant]] = defaultdict(list)
-    by_id = {grant.allocation_id: grant for grant in grants}
-    for grant in grants:
-        by_department[grant.department_id].append(grant)
-
-    def in_subtree(root: int) -> list[Grant]:
-        return [grant for department in tree.subtree(root) for grant in by_department.get(department, ())]
-
-    holdings = _Holdings(tree, grants)
-    eligible: dict[int, str] = {}
-    for check in failing:
-        scope, level = check.scope, check.department_id
-        limit = tree.limits[(level, scope)]
-        # Oversubscribed: beyond the level's plain limit.
-        for grant_id in _ranked_beyond(in_subtree(level), scope=scope, line=limit.beyond):
-            if ask.factor <= 1 or ask.priority > by_id[grant_id].priority:
-                eligible.setdefault(grant_id, "oversubscribed")
-        # Reclaim: at the failing level and at every level below it on the request's path, a path
-        # child that the request keeps within its guarantee takes back what its siblings borrow
-        # there (all of it lies in the failing level's subtree, so taking it helps the check).
-        amount = ask.amounts.get(scope, ZERO)
-        for below in tree.chain(ask.department_id):
-            path_child = tree.child_towards(below, ask.department_id)
-            if path_child is not None:
-                _reclaimable_under(
-                    tree, holdings, below, path_child, scope, {ask.department_id: amount}, by_department, eligible
-                )
-            if below == level:
-                break
-    if ask.preempts_lower:
-        for grant in in_subtree(ask.department_id):
-            if grant.priority < ask.priority:
-                eligible.setdefault(grant.allocation_id, "lower-priority")
-    return {grant_id: why for grant_id, why in eligible.items() if by_id[grant_id].takeable}
-
-
-def _reclaimable_under(
-    tree: Tree, holdings: _Holdings, level: int, path_child: int, scope: Scope, extra: Mapping[int, Decimal],
-    by_department: Mapping[int, list[Grant]], eligible: dict[int, str],
-) -> None:
-    """If the request keeps ``path_child`` within its guarantee, mark what borrows under ``level``:
-    grants of ``level``'s own projects, and grants of ``path_child``'s siblings beyond what their
-    guarantee leaves after the unlent guarantees of their own children."""
-    child_limit = tree.limits.get((path_child, scope))
-    if child_limit is None or holdings.inner(path_child, scope, extra) > child_limit.guaranteed:
-        return
-    for grant in by_department.get(level, ()):
-        if grant.amounts.get(scope, ZERO) > 0:
-            eligible.setdefault(grant.allocation_id, "borrowed")
-    for sibling in tree.children.get(level, ()):
-        if sibling == path_child:
-            continue
-        sibling_limit = tree.limits.get((sibling, scope))
-        line = sibling_limit.guaranteed if sibling_limit is not None else ZERO
-        members = [grant for department in tree.subtree(sibling) for grant in by_department.get(department, ())]
-        used = sum((grant.amounts.get(scope, ZERO) for grant in members), ZERO)
-        kept_below = holdings.inner(sibling, scope, {}) - used  # idle guarantees its children do not lend
-        for grant_id in _ranked_beyond(members, scope=scope, line=max(line - kept_below, ZERO)):
-            eligible.setdefault(grant_id, "borrowed")
-
-
-def within_guarantee(tree: Tree, grants: list[Grant], ask: Ask) -> bool:
-    """Whether the request keeps its department within its guarantee in every scope it touches
-    (the nearest department with a quota in that scope answers; none anywhere: not within)."""
-    holdings = _Holdings(tree, grants)
-    for scope, amount in ask.amounts.items():
-        nearest = next((d for d in tree.chain(ask.department_id) if (d, scope) in tree.limits), None)
-        if nearest is None:
-            continue
-        if holdings.inner(nearest, scope, {ask.department_id: amount}) > tree.limits[(nearest, scope)].guaranteed:
-            return False
-    return True
-
-
-def grants_beyond(tree: Tree, grants: list[Grant], *, line: str) -> set[int]:
-    """Grants beyond the ``line`` (``"guaranteed"``: they borrow; ``"limit"``: they oversubscribe)
-    of some quota on their department's chain, in any scope."""
-    by_department: dict[int, list[Grant]] = defaultdict(list)
-    for grant in grants:
-        by_department[grant.department_id].append(grant)
-    holdings = _Holdings(tree, grants)
-    out: set[int] = set()
-    for (department, scope), limit in tree.limits.items():
-        members = [g for d in tree.subtree(department) for g in by_department.get(d, ())]
-        edge = limit.beyond if line == "limit" else limit.guaranteed
-        if line == "guaranteed":  # less what the department's idle teams keep and do not lend
-            used = sum((g.amounts.get(scope, ZERO) for g in members), ZERO)
-            edge = max(edge - (holdings.inner(department, scope, {}) - used), ZERO)
-        out |= _ranked_beyond(members, scope=scope, line=edge)
-    return out
-
-
-def plan(
-    tree: Tree,
-    grants: list[Grant],
-    ask: Ask,
-    *,
-    capacity_fits: Callable[[frozenset[int]], bool] | None = None,
-    capacity_candidates: Mapping[int, str] | None = None,
-) -> Plan:
-    """Admit ``ask`` against ``grants`` (the holding grants whose intervals overlap the request's),
-    taking victims if it needs them and may. ``capacity_fits(victim ids)`` says whether the request
-    then fits on the GPUs; ``capacity_candidates`` are the grants (id → why) it may take for room."""
-    by_id = {grant.allocation_id: grant for grant in grants}
-    holdings = _Holdings(tree, grants)
-    checks = _checks(tree, holdings, ask)
-    fits_now = capacity_fits(frozenset()) if capacity_fits is not None else True
-    if all(check.fits for check in checks) and fits_now:
-        return Plan(admitted=True, victims=(), checks=tuple(checks))
-    failing = [check for check in checks if not check.fits]
-    eligible = eligible_victims(tree, grants, ask, failing) if failing else {}
-    if not fits_now and capacity_candidates:
-        for grant_id, why in capacity_candidates.items():
-            eligible.setdefault(grant_id, why)
-    eligible = {grant_id: why for grant_id, why in eligible.items() if grant_id in by_id and by_id[grant_id].takeable}
-    failing_keys = [(tree.subtree(check.department_id), check.scope) for check in failing]
-
-    def helps(grant: Grant) -> bool:
-        if not fits_now and grant.allocation_id in (capacity_candidates or {}):
-            return True
-        return any(
-            grant.amounts.get(scope, ZERO) > 0 and grant.department_id in subtree for subtree, scope in failing_keys
-        )
-
-    order = sorted(
-        (by_id[grant_id] for grant_id in eligible),
-        key=lambda g: (eligible[g.allocation_id] != "oversubscribed", g.priority, g.fair_share, -g.age,
-                       g.allocation_id),
-    )
-    taken: list[Grant] = []
-
-    def passes() -> tuple[bool, list[Check], bool]:
-        now = _checks(tree, holdings, ask)
-        room = capacity_fits(frozenset(g.allocation_id for g in taken)) if capacity_fits is not None else True
-        return all(check.fits for check in now) and room, now, room
-
-    ok, now, room = False, checks, fits_now
-    for grant in order:
-        if not helps(grant):
-            continue
-        taken.append(grant)
-        holdings.without(grant)
-        ok, now, room = passes()
-        if ok:
-            break
-    if not ok:
-        return Plan(admitted=False, victims=(), checks=tuple(now), capacity_fits=room)
-    for grant in list(reversed(taken)):  # give back every victim the request can do without
-        taken.remove(grant)
-        holdings.with_back(grant)
-        still, _, _ = passes()
-        if not still:
-            taken.append(grant)
-            holdings.without(grant)
-    taken.sort(key=lambda g: order.index(g))
-    final = _checks(tree, holdings, ask)
-    return Plan(
-        admitted=True,
-        victims=tuple(Victim(g.allocation_id, eligible[g.allocation_id]) for g in taken),
-        checks=tuple(final),
-    )

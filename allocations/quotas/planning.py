@@ -3,7 +3,11 @@ request's, and the GPUs, read into :mod:`allocations.quotas.algebra`.
 
 Time-aware: only holding allocations whose ``[starts_at, ends_at)`` overlaps the request's count,
 for quota and for GPUs alike; a booking that ends before another starts does not conflict.
-Grants already being reclaimed *for this request* count for nothing (they are promised to it).
+Grants already being reclaimed *for this request* count for nothing (they are promised to it), and
+a grant giving back some of its units to it counts only the units it keeps. A grant that a reclaim
+under way is making room for is never taken (``reclaim_beneficiaries``); the units a reclaim under
+way takes count for every other request until its notice ends, but rank nowhere
+(``allocations.quotas.victims``).
 The quotas are the *effective* ones over the request's interval: the lowest numbers its approved
 quota windows leave at any moment of it (``quota_tree``). Each grant carries its department's
 fair-share factor (``allocations.fair_share``), read only when grants are (something may be taken):
@@ -23,50 +27,27 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Q, Sum
+from django.db.models import Case, F, IntegerField, Sum, Value, When
+from django.db.models.functions import Coalesce
 
-from allocations.booking.policy import placement_policy_for
-from allocations.booking.preview import dry_run_key
-from allocations.booking.reservations import Attempt, placement_attempt, placement_refusal, placement_workload
-from allocations.booking.state import ClusterState, cluster_state
-from allocations.booking.tenancy import Tenant, tenant_of
-from allocations.booking.view import NodeRow
+from allocations.booking.reservations import Attempt, placement_refusal
+from allocations.booking.state import ClusterState
 from allocations.fair_share.reads import fair_share_factors
-from allocations.models import Allocation, AllocationState, PreemptionPolicy, Reservation
+from allocations.models import Allocation, AllocationState, PreemptionPolicy
 from allocations.placement import Workload
 from allocations.project_caps import project_cap_refusal
-from allocations.quotas import algebra
+from allocations.quotas import algebra, victims
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
+from allocations.quotas.room import Room
+from allocations.quotas.victim_info import VictimInfo, victim_infos
 from allocations.quotas.wording import QuotaWords
-from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES
+from allocations.states import HOLDING_STATES, RECLAIMABLE_STATES, reclaim_pending_q
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
-
-
-@dataclass(frozen=True)
-class VictimInfo:
-    """A grant the request would take, as people read it."""
-
-    allocation_id: int
-    project: str
-    department: str
-    flavor: str
-    quantity: int
-    priority_class: str
-    state: str
-    why: str  # borrowed, oversubscribed, lower-priority
-    notice_minutes: int
-
-    def as_details(self) -> dict[str, Any]:
-        return {
-            "allocation": self.allocation_id, "project": self.project, "department": self.department,
-            "flavor": self.flavor, "quantity": self.quantity, "priority_class": self.priority_class,
-            "state": self.state, "why": self.why, "notice_minutes": self.notice_minutes,
-        }
 
 
 @dataclass
@@ -82,105 +63,6 @@ class Decision:
     @property
     def admitted(self) -> bool:
         return self.refusal is None
-
-
-@dataclass
-class _Room:
-    """The GPUs of the candidate clusters during the request's interval, each cluster read once,
-    when first needed."""
-
-    allocation: Allocation
-    clusters: list[Cluster]
-    promised: set[int] = field(default_factory=set)
-    nodes: dict[int, list[NodeRow]] = field(default_factory=dict)
-    rows: dict[int, list[Reservation]] = field(default_factory=dict)
-    tried: dict[frozenset[int], list[Attempt]] = field(default_factory=dict)
-    workload: Workload | None = None
-    tenant: Tenant | None = None
-    reads: SharedReads | None = None
-    """A page's shared reads, where its placement preview left its dry runs."""
-    states: dict[int, ClusterState] = field(default_factory=dict)
-    """Each cluster's kept placement state (read when first needed, unless the caller, which holds
-    the clusters' rows, gave it)."""
-
-    def read(self, cluster: Cluster) -> None:
-        if cluster.pk in self.nodes:
-            return
-        start, end = self.allocation.starts_at, self.allocation.ends_at
-        state = self.states.get(cluster.pk)
-        if state is None:
-            state = self.states[cluster.pk] = cluster_state(cluster=cluster)
-        nodes = state.nodes_of(self.allocation.flavor.gpu_model)
-        self.nodes[cluster.pk] = nodes
-        # The grants whose interval misses the request's hold nothing it could use; the rest of a
-        # holder's rows count, whatever the holder (a row of a non-holding allocation is kept busy).
-        elsewhere = set(
-            Allocation.objects.filter(cluster_id=cluster.pk, state__in=HOLDING_STATES)
-            .filter(Q(starts_at__gte=end) | Q(ends_at__lte=start))
-            .values_list("pk", flat=True)
-        )
-        skip = {self.allocation.pk} | self.promised | elsewhere
-        rows = state.rows_of_model(self.allocation.flavor.gpu_model)
-        if skip & state.allocations():  # else the state's own list: its kept picture as it is
-            rows = [row for row in rows if state.keys[id(row)].allocation not in skip]
-        self.rows[cluster.pk] = rows
-
-    def _dry_run(self, cluster: Cluster) -> Attempt | None:
-        """The page's dry run of the request on ``cluster`` (``allocations.booking.preview``), when
-        it saw exactly these rows: its first units are this attempt."""
-        state = self.states[cluster.pk]
-        if self.reads is None or self.rows[cluster.pk] is not state.rows_of_model(self.allocation.flavor.gpu_model):
-            return None
-        dry = self.reads.known(dry_run_key(cluster=cluster, flavor=self.allocation.flavor, tenant=self.tenant))
-        return dry.first(self.allocation.quantity) if isinstance(dry, Attempt) else None
-
-    def attempts(self, victims: frozenset[int]) -> list[Attempt]:
-        if victims not in self.tried:
-            if self.workload is None:
-                self.workload = placement_workload(include=self.allocation.flavor)
-            if self.tenant is None:
-                self.tenant = tenant_of(self.allocation.project)
-            found: list[Attempt] = []
-            for cluster in self.clusters:
-                self.read(cluster)
-                dry = None if victims else self._dry_run(cluster)
-                attempt = dry or placement_attempt(
-                    cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
-                    policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
-                    reservations=self._without(cluster.pk, victims),
-                    tenant=self.tenant, state=self.states[cluster.pk],
-                )
-                found.append(attempt)
-                if attempt.complete:
-                    break
-            self.tried[victims] = found
-        return self.tried[victims]
-
-    def _without(self, cluster_id: int, victims: frozenset[int]) -> list[Reservation]:
-        rows = self.rows[cluster_id]
-        if not victims:
-            return rows
-        keys = self.states[cluster_id].keys
-        return [row for row in rows if keys[id(row)].allocation not in victims]
-
-    def fits(self, victims: frozenset[int]) -> bool:
-        if frozenset() in self.tried and self.tried[frozenset()][-1].complete:
-            return True  # taking grants away only frees GPUs
-        attempts = self.attempts(victims)
-        return bool(attempts) and attempts[-1].complete
-
-    def placed(self, victims: frozenset[int]) -> Attempt | None:
-        attempts = self.attempts(victims)
-        if attempts and attempts[-1].complete:
-            return attempts[-1]
-        if victims and self.fits(frozenset()):
-            return self.attempts(frozenset())[-1]
-        return None
-
-    def on_clusters(self) -> set[int]:
-        for cluster in self.clusters:
-            self.read(cluster)
-        return {row.allocation_id for rows in self.rows.values() for row in rows}
 
 
 def quota_tree(
@@ -215,25 +97,29 @@ def _overlapping(*, allocation: Allocation, department_ids: Iterable[int]) -> An
 def department_totals(
     *, allocation: Allocation, department_ids: Iterable[int], tree: algebra.Tree | None = None
 ) -> tuple[dict[tuple[int, algebra.Scope], Decimal], set[int]]:
-    """What each department's own projects hold per scope over the allocation's interval (grants
-    promised to it left out), in one grouped query; and whether any grant is promised to it. With
-    a ``tree`` that has classes' shares, the grants of those classes count in the shares too."""
+    """What each department's own projects hold per scope over the allocation's interval (what is
+    promised to it left out: a grant reclaimed for it, or the units a grant gives back to it), in one
+    grouped query; and the departments whose grants promise it something. With a ``tree`` that has
+    classes' shares, the grants of those classes count in the shares too."""
     shares = tree is not None and bool(tree.class_shares)
     group = ["project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id"]
+    staying = Case(When(state=AllocationState.RECLAIMING, then=Value(0)),
+                   default=F("quantity") - Coalesce("reclaim_units", Value(0)), output_field=IntegerField())
     rows = (
         _overlapping(allocation=allocation, department_ids=department_ids)
         .values(*group, *(["priority_class_id"] if shares else []))
-        .annotate(units=Sum("quantity"))
+        .annotate(units=Sum("quantity"), staying=Sum(staying))
         .order_by()
     )
     totals: dict[tuple[int, algebra.Scope], Decimal] = defaultdict(Decimal)
     promised: set[int] = set()
     for row in rows:
-        if row["reclaimed_for_id"] == allocation.pk:
-            promised.add(row["project__department_id"])
-            continue
         department = row["project__department_id"]
-        amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=row["units"],
+        units = row["units"]
+        if row["reclaimed_for_id"] == allocation.pk:
+            promised.add(department)
+            units = row["staying"]
+        amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=units,
                                 gpu_equivalents=row["flavor__gpu_equivalents"])
         if tree is not None and shares:
             amounts = tree.class_amounts(department, row["priority_class_id"], amounts)
@@ -246,44 +132,66 @@ GRANT_FIELDS = (
     "pk", "starts_at", "ends_at", "project__department_id", "project__department__slug", "project__slug", "flavor_id",
     "flavor__name",
     "flavor__gpu_equivalents", "quantity", "priority_class_id", "priority_class__value", "priority_class__name",
-    "priority_class__notice_minutes", "priority_class__preemptible", "state", "cluster_id", "reclaimed_for_id",
+    "priority_class__notice_minutes", "priority_class__preemptible", "priority_class__oversubscription_factor",
+    "state", "cluster_id", "reclaimed_for_id", "reclaim_units",
 )
 
 
+def _leaving(row: dict[str, Any]) -> int:
+    """How many of the grant's units a reclaim already under way takes (all of them while reclaiming)."""
+    if row["state"] == AllocationState.RECLAIMING:
+        return int(row["quantity"])
+    return int(row["reclaim_units"] or 0)
+
+
 def _grant(
-    row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool, factors: dict[int, float]
+    row: dict[str, Any], *, tree: algebra.Tree | None, takeable: bool, factors: dict[int, float], quantity: int | None = None
 ) -> algebra.Grant:
-    amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=row["quantity"],
-                            gpu_equivalents=row["flavor__gpu_equivalents"])
+    units = row["quantity"] if quantity is None else quantity
+    amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=units, gpu_equivalents=row["flavor__gpu_equivalents"])
     if tree is not None:
         amounts = tree.class_amounts(row["project__department_id"], row["priority_class_id"], amounts)
     if isinstance(tree, SteppedTree):
         amounts = tree.timed(amounts, row["starts_at"], row["ends_at"])
+    leaving = _leaving(row) if quantity is None else 0
     return algebra.Grant(
         allocation_id=row["pk"], department_id=row["project__department_id"], amounts=amounts,
-        priority=row["priority_class__value"], age=row["pk"], takeable=takeable,
-        fair_share=factors.get(row["project__department_id"], 1.0),
+        priority=row["priority_class__value"], age=row["pk"], takeable=takeable and not leaving,
+        fair_share=factors.get(row["project__department_id"], 1.0), units=units, leaving=leaving,
+    )
+
+
+def reclaim_beneficiaries() -> set[int]:
+    """The grants that a reclaim under way is making room for: never taken themselves."""
+    return set(
+        Allocation.objects.filter(reclaim_pending_q()).exclude(reclaimed_for=None)
+        .values_list("reclaimed_for_id", flat=True)
     )
 
 
 def overlapping_grants(
     *, allocation: Allocation, department_ids: Iterable[int], untakeable: Iterable[int] = (),
     tree: algebra.Tree | None = None,
-) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]], set[int]]:
+) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]], dict[int, int]]:
     """The holding grants of these departments whose intervals overlap the allocation's, as the
-    algebra sees them; their rows by id (for people); and the ids promised to this allocation."""
-    blocked = set(untakeable)
+    algebra sees them; their rows by id (for people); and what is promised to this allocation (id
+    → how many units: a grant reclaiming for it counts for nothing, one giving back some units to
+    it counts only the units it keeps)."""
+    blocked = set(untakeable) | reclaim_beneficiaries()
     rows = _overlapping(allocation=allocation, department_ids=department_ids).values(*GRANT_FIELDS).order_by("pk")
     grants: list[algebra.Grant] = []
     info: dict[int, dict[str, Any]] = {}
-    promised: set[int] = set()
+    promised: dict[int, int] = {}
     factors = fair_share_factors(now=clock_now())
     for row in rows:
-        if row["reclaimed_for_id"] == allocation.pk:
-            promised.add(row["pk"])
+        takeable = row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked
+        if row["reclaimed_for_id"] == allocation.pk and _leaving(row):
+            promised[row["pk"]] = _leaving(row)
+            if _leaving(row) < row["quantity"]:
+                grants.append(_grant(row, tree=tree, takeable=False, factors=factors,
+                                     quantity=row["quantity"] - _leaving(row)))
             continue
         info[row["pk"]] = dict(row)
-        takeable = row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked
         grants.append(_grant(row, tree=tree, takeable=takeable, factors=factors))
     return grants, info, promised
 
@@ -292,8 +200,9 @@ def grants_at(
     *, at: datetime.datetime, department_ids: Iterable[int], tree: algebra.Tree, untakeable: Iterable[int] = ()
 ) -> tuple[list[algebra.Grant], dict[int, dict[str, Any]]]:
     """The grants that hold at ``at`` in these departments, less those already being reclaimed
-    (they are on their way out), as the algebra sees them, and their rows by id."""
-    blocked = set(untakeable)
+    (they are on their way out; a grant giving back some units counts the units it keeps), as the
+    algebra sees them, and their rows by id. A grant a reclaim is making room for is never taken."""
+    blocked = set(untakeable) | reclaim_beneficiaries()
     rows = (
         _holding(starts_at=at, ends_at=at + datetime.timedelta(microseconds=1), department_ids=department_ids,
                  exclude=None)
@@ -301,53 +210,10 @@ def grants_at(
     )
     info = {row["pk"]: dict(row) for row in rows}
     factors = fair_share_factors(now=clock_now())  # the standing now
-    grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked,
-                     factors=factors) for row in info.values()]
+    grants = [_grant(row, tree=tree, takeable=row["state"] in RECLAIMABLE_STATES and row["pk"] not in blocked
+                     and not row["reclaim_units"], factors=factors, quantity=row["quantity"] - (row["reclaim_units"] or 0))
+              for row in info.values()]
     return grants, info
-
-
-def victim_infos(victims: Iterable[algebra.Victim], info: dict[int, dict[str, Any]]) -> list[VictimInfo]:
-    """The victims as people read them, from their rows (``overlapping_grants``, ``grants_at``)."""
-    return [
-        VictimInfo(
-            allocation_id=victim.allocation_id,
-            project=info[victim.allocation_id]["project__slug"],
-            department=info[victim.allocation_id]["project__department__slug"],
-            flavor=info[victim.allocation_id]["flavor__name"],
-            quantity=info[victim.allocation_id]["quantity"],
-            priority_class=info[victim.allocation_id]["priority_class__name"],
-            state=info[victim.allocation_id]["state"],
-            why=victim.why,
-            notice_minutes=0 if info[victim.allocation_id]["priority_class__preemptible"]
-            else int(info[victim.allocation_id]["priority_class__notice_minutes"]),
-        )
-        for victim in victims
-    ]
-
-
-def _capacity_candidates(
-    *, tree: algebra.Tree, grants: list[algebra.Grant], ask: algebra.Ask, on_clusters: set[int]
-) -> dict[int, str]:
-    """Grants whose GPUs the request may take for room: those that oversubscribe (for a request that
-    does not, or of higher priority), those that borrow (for a request within its guarantee), and
-    lower-priority grants of its own subtree (for a class that preempts)."""
-    local = [grant for grant in grants if grant.allocation_id in on_clusters and grant.takeable]
-    out: dict[int, str] = {}
-    over = algebra.grants_beyond(tree, grants, line="limit")
-    for grant in local:
-        if grant.allocation_id in over and (ask.factor <= 1 or ask.priority > grant.priority):
-            out[grant.allocation_id] = "oversubscribed"
-    if algebra.within_guarantee(tree, grants, ask):
-        borrowing = algebra.grants_beyond(tree, grants, line="guaranteed")
-        for grant in local:
-            if grant.allocation_id in borrowing:
-                out.setdefault(grant.allocation_id, "borrowed")
-    if ask.preempts_lower:
-        subtree = tree.subtree(ask.department_id)
-        for grant in local:
-            if grant.department_id in subtree and grant.priority < ask.priority:
-                out.setdefault(grant.allocation_id, "lower-priority")
-    return out
 
 
 def admission_decide(
@@ -393,8 +259,8 @@ def admission_decide(
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
         # something has to be taken.
-        room = _Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload,
-                     reads=reads)
+        room = Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload,
+                    reads=reads)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
             checks = [words.details(check) for check in quick]
@@ -406,16 +272,16 @@ def admission_decide(
         ask = dataclasses.replace(ask, amounts=stepped.timed(ask.amounts, allocation.starts_at, allocation.ends_at))
     grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable,
                                                 tree=tree)
-    quota_only = algebra.plan(tree, grants, ask)
+    quota_only = victims.plan(tree, grants, ask)
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
         checks = [words.details(check) for check in quota_only.checks]
         return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
-    room = _Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
-                 workload=workload, reads=reads)
+    room = Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
+                workload=workload, reads=reads)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
-        capacity = _capacity_candidates(tree=tree, grants=grants, ask=ask, on_clusters=room.on_clusters())
-    plan = algebra.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
+        capacity = victims.room_facts(tree, grants, ask, local=room.on_clusters())
+    plan = victims.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
     checks = [words.details(check) for check in plan.checks]
     if not plan.admitted:
@@ -425,12 +291,12 @@ def admission_decide(
         else:
             refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(frozenset()))
         return Decision(plan=plan, checks=checks, refusal=refusal)
-    victims = frozenset(victim.allocation_id for victim in plan.victims)
-    attempt = room.placed(victims)
+    cut = frozenset((victim.allocation_id, victim.units) for victim in plan.victims)
+    attempt = room.placed(cut)
     if attempt is None:  # the algebra was told the request fits: it cannot happen, but never book nothing
-        refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(victims))
+        refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(cut))
         return Decision(plan=plan, checks=checks, refusal=refusal)
-    people = victim_infos(plan.victims, info)
+    people = victim_infos(plan.victims, info, tree=tree)
     return Decision(plan=plan, checks=checks, victims=people, attempt=attempt)
 
 

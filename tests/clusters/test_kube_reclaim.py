@@ -43,11 +43,12 @@ def pool(kube_world: World, fake_gpu_nodes: Any) -> Iterator[dict[str, str]]:
 
 
 def borrowing_departments(world: World) -> PriorityClass:
-    """The quotas of tests/quotas/test_reclaim_flow.py: the organisation may hold 14 GPUs, vision
-    is guaranteed 8 and may borrow up to 12, nlp is guaranteed 4. Returns a third class, above
-    standard, so the victim runs pods of three priorities."""
+    """The organisation may hold 12 GPUs, vision is guaranteed 8 and may borrow up to 12, nlp is
+    guaranteed 4: nlp's request for its 4 takes back all 4 that vision borrows (a reclaim takes a
+    whole grant only when no part would do). Returns a third class, above standard, so the victim
+    runs pods of three priorities."""
     Quota.objects.all().delete()
-    Quota.objects.create(department=world.acme, flavor=None, guaranteed=Decimal("0"), limit=Decimal("14"))
+    Quota.objects.create(department=world.acme, flavor=None, guaranteed=Decimal("0"), limit=Decimal("12"))
     Quota.objects.create(department=world.nlp, flavor=None, guaranteed=Decimal("4"), limit=Decimal("10"))
     Quota.objects.create(department=world.vision, flavor=None, guaranteed=Decimal("8"), limit=Decimal("12"))
     world.preemptible.preemptible = True  # reclaimed without notice
@@ -110,7 +111,7 @@ def test_a_reclaimed_grant_lowers_the_quota_and_evicts_its_pods_lowest_priority_
                                      ("cheap-a", 2, "gpu-preemptible")])
     head = audit_head()
 
-    request = granted(world, "nlp_member", "nlp_admin", "llm", 3, world.standard)  # within nlp's guarantee
+    request = granted(world, "nlp_member", "nlp_admin", "llm", 4, world.standard)  # within nlp's guarantee
 
     borrowed.refresh_from_db()
     assert (borrowed.state, borrowed.reclaimed_for_id) == (AllocationState.RECLAIMED, request.pk)
@@ -130,7 +131,7 @@ def test_a_reclaimed_grant_lowers_the_quota_and_evicts_its_pods_lowest_priority_
     assert events[0].department_id == world.vision.pk
     request.refresh_from_db()
     assert request.state == AllocationState.ACTIVE
-    assert gpu_quota(core, world.llm.slug) == "3"
+    assert gpu_quota(core, world.llm.slug) == "4"
 
 
 def test_a_reclaim_with_notice_evicts_nothing_until_the_notice_ran_out_then_the_newest_pods_beyond_it(
@@ -148,7 +149,7 @@ def test_a_reclaim_with_notice_evicts_nothing_until_the_notice_ran_out_then_the_
                                      ("std-b", 2, "gpu-standard"), ("std-a", 2, "gpu-standard")])
     head = audit_head()
 
-    request = granted(world, "nlp_member", "nlp_admin", "llm", 3, world.standard)
+    request = granted(world, "nlp_member", "nlp_admin", "llm", 4, world.standard)
 
     borrowed.refresh_from_db()
     assert (borrowed.state, request.state) == (AllocationState.RECLAIMING, AllocationState.SCHEDULED)
@@ -167,7 +168,7 @@ def test_a_reclaim_with_notice_evicts_nothing_until_the_notice_ran_out_then_the_
     ]
     assert event.details["reclaimed_for"] == [request.pk]
     assert allocations_start_due(now=later) == 1
-    assert gpu_quota(core, world.llm.slug) == "3"
+    assert gpu_quota(core, world.llm.slug) == "4"
 
 
 def _budget(core: Any, namespace: str, *, allowed: int) -> None:
@@ -197,7 +198,7 @@ def test_a_disruption_budget_holds_a_pod_back_until_a_later_push_after_it_is_gon
     _budget(core, namespace, allowed=1)
     head = audit_head()
 
-    request = granted(world, "nlp_member", "nlp_admin", "llm", 3, world.standard)
+    request = granted(world, "nlp_member", "nlp_admin", "llm", 4, world.standard)
 
     assert gpu_quota(core, namespace) == "8"
     assert wait_for_pods(core, namespace, {"std", "cheap-b"})  # the budget allowed one disruption

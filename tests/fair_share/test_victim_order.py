@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from allocations import services
 from allocations.fair_share.models import FairShare
 from allocations.models import Allocation, AllocationState, Quota
-from allocations.quotas import algebra
+from allocations.quotas import algebra, victims
 from tenants.models import Department, Project, Role
 from tests.conftest import World
 from tests.quotas.test_algebra_properties import CLASSES, SETTINGS, Stream, streams
@@ -47,7 +47,7 @@ def test_the_department_furthest_over_its_share_gives_first_whatever_the_ages(
         algebra.Grant(10, NLP, {None: D(2)}, priority=1000, age=ages[NLP], fair_share=nlp_factor),
         algebra.Grant(11, VISION, {None: D(2)}, priority=1000, age=ages[VISION], fair_share=vision_factor),
     ]
-    plan = algebra.plan(borrowing_tree(), grants, algebra.Ask(AUDIO, {None: D(2)}, priority=1000))
+    plan = victims.plan(borrowing_tree(), grants, algebra.Ask(AUDIO, {None: D(2)}, priority=1000))
     assert plan.admitted
     assert [(victim.allocation_id, victim.why) for victim in plan.victims] == [(10 if taken == NLP else 11, "borrowed")]
 
@@ -55,10 +55,10 @@ def test_the_department_furthest_over_its_share_gives_first_whatever_the_ages(
 def test_with_equal_fair_shares_the_newest_gives_first_and_priority_still_comes_before_fair_share() -> None:
     tree, ask = borrowing_tree(), algebra.Ask(AUDIO, {None: D(2)}, priority=1000)
     equal = [algebra.Grant(10, NLP, {None: D(2)}, 1000, age=1), algebra.Grant(11, VISION, {None: D(2)}, 1000, age=2)]
-    assert [victim.allocation_id for victim in algebra.plan(tree, equal, ask).victims] == [11]
+    assert [victim.allocation_id for victim in victims.plan(tree, equal, ask).victims] == [11]
     lower = [algebra.Grant(10, NLP, {None: D(2)}, 100, age=1, fair_share=1.0),
              algebra.Grant(11, VISION, {None: D(2)}, 1000, age=2, fair_share=0.1)]
-    assert [victim.allocation_id for victim in algebra.plan(tree, lower, ask).victims] == [10]
+    assert [victim.allocation_id for victim in victims.plan(tree, lower, ask).victims] == [10]
 
 
 @SETTINGS
@@ -77,7 +77,7 @@ def test_victims_are_ordered_oversubscribed_first_then_priority_then_fair_share_
         priority, factor, preempts = CLASSES[name]
         amounts: dict[algebra.Scope, Decimal] = {flavor: D(units), None: D(units) * (D(1) if flavor == 7 else D("0.5"))}
         ask = algebra.Ask(department, amounts, priority, factor, preempts)
-        plan = algebra.plan(tree, list(grants), ask)
+        plan = victims.plan(tree, list(grants), ask)
         if not plan.admitted:
             continue
         by_id = {grant.allocation_id: grant for grant in grants}

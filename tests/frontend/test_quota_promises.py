@@ -77,7 +77,7 @@ def test_the_request_form_says_before_submitting_what_approval_would_reclaim(wor
     html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
     text = text_of(html)
     assert "Approval would reclaim 1 grant from other departments:" in text
-    assert (f"#{borrowed.pk} 4 × a100 of vision-seg (department vision, gpu-standard): "
+    assert (f"#{borrowed.pk} 1 of its 4 × a100 of vision-seg (department vision, gpu-standard): "
             "borrowed beyond its department's guarantee; runs 15 more minutes") in text
     assert "It would start once the grants it reclaims have run out their notice." in text
     assert f'href="/allocations/{borrowed.pk}/"' not in html  # nlp_member cannot open vision's grant
@@ -143,10 +143,10 @@ def test_the_approver_sees_what_approval_would_reclaim(world: World, login: Logi
     html = login("nlp_admin").get("/approvals/").content.decode()
     outlook = re.search(rf'<div class="outlook" id="outlook-{request.pk}">(.*?)</div>', html, re.S)
     assert outlook is not None
-    assert (f"Approval would reclaim 1 grant from other departments: #{borrowed.pk} 4 × a100 of vision-seg "
+    assert (f"Approval would reclaim 1 grant from other departments: #{borrowed.pk} 1 of its 4 × a100 of vision-seg "
             "(department vision, gpu-standard): borrowed beyond its department's guarantee") in text_of(outlook.group(1))
     detail = login("nlp_admin").get(f"/allocations/{request.pk}/").content.decode()
-    assert "On approval, as things stand" in detail and f"#{borrowed.pk} 4 × a100 of vision-seg" in text_of(detail)
+    assert "On approval, as things stand" in detail and f"#{borrowed.pk} 1 of its 4 × a100 of vision-seg" in text_of(detail)
 
 
 def test_the_queue_previews_admission_for_its_first_rows_only(world: World, login: Login) -> None:
@@ -163,22 +163,24 @@ def test_the_victims_owner_sees_why_and_until_when_and_the_requester_when_it_sta
     world: World, login: Login
 ) -> None:
     _, borrowed = vision_borrows(world)
-    request = ask(world, "nlp_member", "llm", 3)
+    Quota.objects.filter(department=world.acme).update(limit=Decimal("12"))  # all 4 must go: the whole grant
+    request = ask(world, "nlp_member", "llm", 4)
     services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request.pk, comment="guarantee")
     borrowed.refresh_from_db()
     assert borrowed.state == AllocationState.RECLAIMING and borrowed.reclaim_deadline is not None
     deadline = f"{borrowed.reclaim_deadline.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC"
 
     victim_page = login("vision_member").get(f"/allocations/{borrowed.pk}/").content.decode()
-    assert (f"Reclaimed for request #{request.pk} (3 × a100 for nlp-llm): it borrowed capacity beyond its "
-            f"department's guarantee. Runs until {deadline}.") in text_of(victim_page)
+    assert (f"Reclaimed for request #{request.pk} (4 × a100 for nlp-llm): it borrowed beyond the guarantee of "
+            f"department vision, which held 12 GPU-equivalents against a guarantee of 8. Runs until {deadline}.") \
+        in text_of(victim_page)
     assert '<span class="state state-reclaiming">Reclaiming</span>' in victim_page  # badge, and in the timeline
     assert f'href="/allocations/{request.pk}/"' not in victim_page  # vision cannot open nlp's request
     assert f"Runs until {deadline} (15 minutes' notice)" in text_of(victim_page)
     assert "still on test-cluster until its notice ends" in victim_page  # its workloads keep running
     dashboard = login("vision_member").get("/").content.decode()
     assert "Reclaiming" in dashboard and f"until {borrowed.reclaim_deadline:%Y-%m-%d %H:%M}" in dashboard
-    assert f"Reclaimed for request #{request.pk} (3 × a100 for nlp-llm)" in text_of(dashboard)
+    assert f"Reclaimed for request #{request.pk} (4 × a100 for nlp-llm)" in text_of(dashboard)
 
     request_page = text_of(login("nlp_member").get(f"/allocations/{request.pk}/").content.decode())
     assert f"Starts once the grants it reclaims have run out their notice (#{borrowed.pk}), by {deadline}" in request_page
@@ -189,7 +191,7 @@ def test_the_victims_owner_sees_why_and_until_when_and_the_requester_when_it_sta
     assert allocations_reclaim_due(now=later) == 1 and allocations_start_due(now=later) == 1
     victim_page = text_of(login("vision_member").get(f"/allocations/{borrowed.pk}/").content.decode())
     assert re.search(rf"Its capacity was released at \d{{4}}-\d\d-\d\d \d\d:\d\d UTC\. Reclaimed for request #{request.pk} "
-                     r"\(3 × a100 for nlp-llm\): it borrowed", victim_page), victim_page
+                     r"\(4 × a100 for nlp-llm\): it borrowed", victim_page), victim_page
     assert "Reclaimed" in victim_page
     assert "Starts once" not in text_of(login("nlp_member").get(f"/allocations/{request.pk}/").content.decode())
 

@@ -36,7 +36,7 @@ from decimal import Decimal
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations.quotas import algebra
+from allocations.quotas import algebra, victims
 
 D = Decimal
 ROOT = 1
@@ -246,7 +246,7 @@ def replay(tree: algebra.Tree, ops: list[Op], locked: set[int]) -> Iterator[Step
         priority, factor, preempts = CLASSES[name]
         amounts: dict[algebra.Scope, Decimal] = {flavor: D(units), None: D(units) * EQUIVALENTS[flavor]}
         ask = algebra.Ask(department, amounts, priority, factor, preempts)
-        plan = algebra.plan(tree, list(grants), ask)
+        plan = victims.plan(tree, list(grants), ask)
         step = Step(tree, tuple(grants), ask, plan)
         yield step
         if plan.admitted:
@@ -377,9 +377,9 @@ def test_a_team_within_its_guarantee_reclaims_what_its_sibling_team_borrowed_whe
                 (team, None): limit(team, 1, 1), (sibling, None): limit(sibling, 0, 1)},
     )
     borrowing = algebra.Grant(1, sibling, {None: D(1)}, 1000, age=1)  # beyond the sibling's guarantee of 0
-    assert algebra.plan(tree, [], algebra.Ask(sibling, {None: D(1)}, 1000)).admitted
+    assert victims.plan(tree, [], algebra.Ask(sibling, {None: D(1)}, 1000)).admitted
     ask = algebra.Ask(team, {None: D(1)}, 1000)  # the team: 0 + 1 <= 1; the root: 1 + 1 > 1
-    plan = algebra.plan(tree, [borrowing], ask)
+    plan = victims.plan(tree, [borrowing], ask)
     assert plan.admitted and [(v.allocation_id, v.why) for v in plan.victims] == [(1, "borrowed")]
 
 
@@ -390,7 +390,7 @@ def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrows_past_
         limits={(root, None): limit(root, 0, 2), (department, None): limit(department, 1, 2),
                 (sibling, None): limit(sibling, 1, 2), (team, None): limit(team, 1, 1, lending=0)},
     )
-    assert algebra.plan(tree, [], algebra.Ask(sibling, {None: D(1)}, 1000)).admitted  # the sibling: 1 + 1 <= 2
+    assert victims.plan(tree, [], algebra.Ask(sibling, {None: D(1)}, 1000)).admitted  # the sibling: 1 + 1 <= 2
     borrowing = algebra.Grant(1, sibling, {None: D(1)}, 1000, age=1)  # the sibling holds 2, its guarantee is 1
-    plan = algebra.plan(tree, [borrowing], algebra.Ask(department, {None: D(1)}, 1000))
+    plan = victims.plan(tree, [borrowing], algebra.Ask(department, {None: D(1)}, 1000))
     assert plan.admitted and [(v.allocation_id, v.why) for v in plan.victims] == [(1, "borrowed")]

@@ -154,9 +154,9 @@ def test_without_a_lending_limit_the_same_idle_guarantee_is_lent(world: World) -
 
 
 def test_one_large_borrowing_grant_that_frees_enough_is_not_combined_with_smaller_ones(world: World) -> None:
-    quotas(world, acme=12, nlp=(4, 12), vision=(8, 12))
-    kept = granted(world, "vision_member", 7)
-    large = granted(world, "vision_member", 4)  # 7 + 4 > 8: borrows
+    quotas(world, acme=13, nlp=(4, 12), vision=(8, 13))
+    kept = granted(world, "vision_member", 8)
+    large = granted(world, "vision_member", 4)  # wholly beyond vision's 8: borrows
     small = granted(world, "vision_member", 1, world.preemptible)  # borrows too, and goes first by priority
     pending = request(world, "nlp_member", 4)
 

@@ -16,7 +16,8 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
-from django.db.models import F, Sum
+from django.db.models import F, Sum, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from allocations import services
@@ -79,13 +80,14 @@ def approve_all_at_once(world: World, ids: list[int]) -> Counter[str]:
 
 
 def held(department: Department, *, leaving: bool) -> Decimal:
-    """GPU-equivalents the department's subtree holds; ``leaving``: counting the grants that are
-    being reclaimed (they hold until their notice runs out) too."""
+    """GPU-equivalents the department's subtree holds; ``leaving``: counting the grants (and units)
+    that are being reclaimed (they hold until their notice runs out) too."""
     states = HOLDING_STATES if leaving else HOLDING_STATES - {AllocationState.RECLAIMING}
     subtree = department_subtree_ids(root_ids=[department.pk], parents=department_parent_map())
+    units = F("quantity") if leaving else F("quantity") - Coalesce("reclaim_units", Value(0))
     total = (
         Allocation.objects.filter(state__in=states, project__department_id__in=subtree)
-        .aggregate(total=Sum(F("quantity") * F("flavor__gpu_equivalents")))["total"]
+        .aggregate(total=Sum(units * F("flavor__gpu_equivalents")))["total"]
     )
     return Decimal(total or 0)
 
@@ -108,11 +110,11 @@ def test_fifty_requests_racing_for_one_borrowed_grant_reclaim_it_once(world: Wor
 
     outcomes = approve_all_at_once(world, ids)
 
-    # One takes the grant and waits out its notice; the others find it promised and acme full.
+    # One takes a unit of the grant and waits out its notice; the others find it promised and acme full.
     assert outcomes == Counter({AllocationState.SCHEDULED: 1, "quota": APPROVALS - 1})
     borrowed.refresh_from_db()
     winner = Allocation.objects.get(pk__in=ids, state=AllocationState.SCHEDULED)
-    assert borrowed.state == AllocationState.RECLAIMING and borrowed.reclaimed_for_id == winner.pk
+    assert borrowed.reclaim_units == 1 and borrowed.reclaimed_for_id == winner.pk
     assert reclaim_events(borrowed, "allocation.reclaiming") == 1
     assert Allocation.objects.filter(reclaimed_for__isnull=False).count() == 1
     never_overcommitted(world, leaving=False)

@@ -43,16 +43,16 @@ def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrowed(worl
     borrowed = services.allocation_approve(
         actor=world.users["vision_admin"], allocation_id=ask(world, "vision_member", "seg", 4).pk
     )
-    request = ask(world, "nlp_member", "llm", 3)
+    request = ask(world, "nlp_member", "llm", 3)  # acme: 12 + 3 > 14, so one unit must go
 
     approved = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request.pk)
 
     borrowed.refresh_from_db()
     kept.refresh_from_db()
-    assert borrowed.state == AllocationState.RECLAIMING
+    assert borrowed.state == AllocationState.ACTIVE and borrowed.reclaim_units == 1  # gives back 1 of its 4
     assert borrowed.reclaimed_for_id == request.pk and borrowed.reclaim_deadline is not None
-    assert "borrowed capacity" in borrowed.reclaim_reason
-    assert kept.state != AllocationState.RECLAIMING
+    assert "borrowed beyond the guarantee of department vision" in borrowed.reclaim_reason
+    assert kept.reclaim_units is None and kept.state != AllocationState.RECLAIMING
     assert approved.state == AllocationState.SCHEDULED  # waits for the notice
     assert allocations_start_due() == 0
 
@@ -61,7 +61,7 @@ def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrowed(worl
     assert allocations_start_due(now=later) == 1
     borrowed.refresh_from_db()
     approved.refresh_from_db()
-    assert borrowed.state == AllocationState.RECLAIMED
+    assert borrowed.state == AllocationState.ACTIVE and borrowed.quantity == 3 and borrowed.reclaim_units is None
     assert approved.state in (AllocationState.APPROVED, AllocationState.PROVISIONING, AllocationState.ACTIVE)
     assert AuditEvent.objects.filter(action="allocation.reclaimed", target_id=str(borrowed.pk)).exists()
 
@@ -105,11 +105,12 @@ def test_gpus_that_a_sibling_borrowed_are_reclaimed_when_the_cluster_is_full(wor
 
     services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request.pk)
 
-    states = {row.pk: row.state for row in Allocation.objects.filter(pk__in=[kept.pk, small.pk, large.pk])}
-    assert states == {kept.pk: states[kept.pk], small.pk: states[small.pk], large.pk: AllocationState.RECLAIMING}
-    assert states[kept.pk] != AllocationState.RECLAIMING and states[small.pk] != AllocationState.RECLAIMING
+    giving = {row.pk: row.reclaim_units for row in Allocation.objects.filter(pk__in=[kept.pk, small.pk, large.pk])}
+    assert giving == {kept.pk: None, small.pk: None, large.pk: 4}  # the 4 GPUs it needs, from the newest borrower
     event = AuditEvent.objects.get(action="allocation.approved", target_id=str(request.pk))
-    assert [(item["allocation"], item["why"]) for item in event.details["reclaimed"]] == [(large.pk, "borrowed")]
+    assert [(item["allocation"], item["why"], item["units"]) for item in event.details["reclaimed"]] == [
+        (large.pk, "borrowed", 4)
+    ]
 
 
 def test_a_preemptible_victim_is_reclaimed_at_once_and_the_request_provisions_now(world: World) -> None:
@@ -124,8 +125,8 @@ def test_a_preemptible_victim_is_reclaimed_at_once_and_the_request_provisions_no
     approved = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=ask(world, "nlp_member", "llm", 3).pk)
 
     cheap.refresh_from_db()
-    assert cheap.state == AllocationState.RECLAIMED
-    assert not cheap.reservations.filter(released_at__isnull=True).exists()
+    assert cheap.state == AllocationState.ACTIVE and cheap.quantity == 3  # one unit must go: it goes at once
+    assert cheap.reservations.filter(released_at__isnull=True).count() == 3
     assert approved.state != AllocationState.SCHEDULED
     actions = list(AuditEvent.objects.filter(target_id=str(cheap.pk)).order_by("seq").values_list("action", flat=True))
     assert actions[-2:] == ["allocation.reclaiming", "allocation.reclaimed"]

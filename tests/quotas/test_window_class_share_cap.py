@@ -11,7 +11,7 @@ import pytest
 from django.db.models import Q
 
 from allocations.models import AllocationState, Quota
-from allocations.quotas import algebra
+from allocations.quotas import algebra, victims
 from allocations.quotas.effective_tree import QuotaView
 from kernel.clock import clock_now
 from kernel.errors import QuotaExceeded
@@ -93,7 +93,7 @@ def test_the_algebra_raises_a_limit_by_the_factor_but_never_a_cap() -> None:
     ask_ = algebra.Ask(department_id=1, amounts={None: Decimal(1), scope: Decimal(1)}, priority=100,
                        factor=Decimal("1.5"))
 
-    plan = algebra.plan(tree, grants, ask_)
+    plan = victims.plan(tree, grants, ask_)
 
     assert not plan.admitted
     assert [(check.scope, check.limit, check.effective_limit) for check in plan.failing] == [

@@ -107,7 +107,7 @@ def test_a_shrink_with_wait_takes_nothing_and_admission_refuses_above_the_new_va
     assert (refusal.value.details["limit"], refusal.value.details["in_use"]) == ("4", "6")
 
 
-def test_a_shrink_with_reclaim_takes_the_lowest_priority_and_newest_with_their_notice(world: World, head: int) -> None:
+def test_a_shrink_with_reclaim_takes_the_lowest_priority_and_newest_with_their_notice_no_more_than_must_go(world: World, head: int) -> None:
     world.preemptible.preemptible = True  # reclaimed without notice
     world.preemptible.save(update_fields=["preemptible"])
     oldest = granted(world, quantity=3)
@@ -123,14 +123,19 @@ def test_a_shrink_with_reclaim_takes_the_lowest_priority_and_newest_with_their_n
     assert QuotaWindowEdge.objects.get(window=shrink).reclaimed == [cheap.pk, newest.pk]
     for row in (oldest, cheap, newest):
         row.refresh_from_db()
-    assert (cheap.state, newest.state) == (AllocationState.RECLAIMED, AllocationState.RECLAIMING)
-    assert oldest.state not in (AllocationState.RECLAIMING, AllocationState.RECLAIMED)
+    # 3 must go: both units of the preemptible grant at once, then one of the newest's two (only
+    # the part that must go), with its notice.
+    assert (cheap.state, newest.reclaim_units) == (AllocationState.RECLAIMED, 1)
+    assert oldest.state not in (AllocationState.RECLAIMING, AllocationState.RECLAIMED) and oldest.reclaim_units is None
     assert newest.reclaim_deadline == now + 15 * MINUTE and newest.reclaimed_for_id is None
     assert f"quota window #{shrink.pk}" in newest.reclaim_reason and "from 10 to 4" in newest.reclaim_reason
+    assert newest.reclaim_reason.endswith("1 of its 2 units go.")
     [event] = [e for e in audited("allocation.reclaiming", head) if e.target_id == str(newest.pk)]
     assert (event.details["window"], event.details["for"], event.details["notice_minutes"]) == (shrink.pk, None, 15)
-    assert held({world.nlp.pk, world.speech.pk}, now) == 3  # within the new limit once the notice runs out
+    assert held({world.nlp.pk, world.speech.pk}, now) == 4  # within the new limit once the notice runs out
     assert allocations_reclaim_due(now=now + 16 * MINUTE) == 1
+    newest.refresh_from_db()
+    assert newest.quantity == 1 and newest.reclaim_units is None
     assert quota_windows_tick(now=now + MINUTE).applied == []
 
 

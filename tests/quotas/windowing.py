@@ -57,11 +57,12 @@ def granted(world: World, *, quantity: int, approver: str = "nlp_admin", **how: 
 
 
 def held(department_ids: set[int], at: datetime.datetime, *, leaving: bool = False) -> int:
-    """Units held at ``at`` in these departments (``leaving``: count the grants being reclaimed too)."""
+    """Units held at ``at`` in these departments (``leaving``: count the grants, and the units of
+    grants, being reclaimed too)."""
     states = HOLDING_STATES if leaving else HOLDING_STATES - {AllocationState.RECLAIMING}
-    return sum(Allocation.objects.filter(
+    return sum(quantity - (0 if leaving else units or 0) for quantity, units in Allocation.objects.filter(
         state__in=states, project__department_id__in=department_ids, starts_at__lte=at, ends_at__gt=at,
-    ).values_list("quantity", flat=True))
+    ).values_list("quantity", "reclaim_units"))
 
 
 def audit_head() -> int:

@@ -1,0 +1,393 @@
+"""The victim choice, pure: which grants a request may take, the facts that make each one a victim,
+and how many of its units must go (``docs/quotas.md``, "Admission" and "Partial reclaim").
+
+Facts are read from the grants as they will stand once the reclaims already under way are done: a
+grant's units on their way out (``Grant.leaving``) rank nowhere, so a grant that a reclaim is making
+room for never looks beyond a line because its victim still holds what it gives back. (The quota
+checks still count those units until their notice ends.) Each fact names its line and how many of
+the grant's units lie beyond it (the unit across the line counts as beyond):
+
+* **borrowed** (for a request that keeps the child ``C`` of a department ``L`` on its path within
+  ``C``'s guarantee): a grant of another child ``B`` of ``L`` beyond ``B``'s guarantee (basis
+  ``guarantee``), or a grant of ``L``'s own projects (basis ``own-projects``: all of it);
+* **oversubscribed** (for a request of factor 1, or of a higher priority): a grant that lies, wholly
+  or partly, beyond the limit of a department on the request's chain (basis ``limit``: all of its
+  units, since the request needs the department under that line);
+* **lower-priority** (for a ``PreemptLowerPriority`` request): a grant of its own department's
+  subtree of strictly lower priority (basis ``priority``: all of it).
+
+What no fact overrides: a grant that a reclaim is making room for (its caller marks it not
+``takeable``), and, for a request from outside the grant's department's subtree, the units of a
+grant within its department's guarantee (the nearest department on its chain with a quota in each
+scope; a unit beyond it in any scope is beyond). A request of nothing (a quota window's shrink
+bringing a department within its own new limit) takes from its own subtree and is not held back
+by guarantees.
+
+The plan: victims in order (oversubscribed first, then lowest priority, the department furthest
+over its fair share, newest), each taken as far as its facts allow until every check passes and the
+units fit; then every victim the request can do without is given back (latest taken first); then
+each victim still taken gives back only the units that must go, the most protected first. Every
+victim's fact is checked against the grants once more before the plan is returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from decimal import ROUND_CEILING, Decimal
+
+from allocations.quotas.algebra import (
+    ZERO,
+    Ask,
+    Check,
+    Fact,
+    Grant,
+    Plan,
+    Scope,
+    Tree,
+    Victim,
+    _checks,
+    _Holdings,
+)
+
+Cut = frozenset[tuple[int, int]]
+"""Units taken: (allocation id, how many of its units), as the capacity callback is asked."""
+
+
+def staying(grant: Grant, scope: Scope) -> Decimal:
+    """What the grant weighs in ``scope`` once its units on their way out are gone."""
+    amount = grant.amounts.get(scope, ZERO)
+    return amount if grant.leaving <= 0 else amount * (grant.units - grant.leaving) / grant.units
+
+
+def part(grant: Grant, units: int) -> Grant:
+    """The grant's ``units`` units, as a grant of their own (the whole grant for all of them)."""
+    if units >= grant.units:
+        return grant
+    return dataclasses.replace(
+        grant, amounts={scope: amount * units / grant.units for scope, amount in grant.amounts.items()}, units=units
+    )
+
+
+def _units_of(grant: Grant, scope: Scope, amount: Decimal) -> int:
+    """How many of the grant's units weigh ``amount`` in ``scope`` (rounded up; at least one)."""
+    per_unit = grant.amounts[scope] / grant.units
+    needed = int((amount / per_unit).to_integral_value(rounding=ROUND_CEILING))
+    return max(1, min(needed, grant.units - grant.leaving))
+
+
+class View:
+    """The grants as the facts read them, with what each department's subtree holds, ranked."""
+
+    def __init__(self, tree: Tree, grants: Iterable[Grant]):
+        self.tree = tree
+        self.grants = list(grants)
+        self.by_id = {grant.allocation_id: grant for grant in self.grants}
+        self.by_department: dict[int, list[Grant]] = defaultdict(list)
+        for grant in self.grants:
+            self.by_department[grant.department_id].append(grant)
+        self.holdings = _Holdings(tree, self.grants)
+        self._subtrees: dict[int, set[int]] = {}
+        self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
+
+    def subtree(self, department_id: int) -> set[int]:
+        if department_id not in self._subtrees:
+            self._subtrees[department_id] = self.tree.subtree(department_id)
+        return self._subtrees[department_id]
+
+    def members(self, department_id: int) -> list[Grant]:
+        return [grant for node in self.subtree(department_id) for grant in self.by_department.get(node, ())]
+
+    def held(self, department_id: int, scope: Scope) -> Decimal:
+        return sum((staying(grant, scope) for grant in self.members(department_id)), ZERO)
+
+    def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
+        """What the department's teams keep of their guarantees and do not lend, beyond their use."""
+        used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
+        return self.holdings.inner(department_id, scope, {}) - used
+
+    def guarantee_line(self, department_id: int, scope: Scope) -> Decimal:
+        limit = self.tree.limits.get((department_id, scope))
+        line = limit.guaranteed if limit is not None else ZERO
+        return max(line - self.idle_kept(department_id, scope), ZERO)
+
+    def beyond(self, department_id: int, scope: Scope, line: Decimal) -> dict[int, Decimal]:
+        """How much of each grant of the department's subtree lies beyond ``line`` when they are
+        ranked by priority (highest first), then age (oldest first)."""
+        key = (department_id, scope, line)
+        if key not in self._ranked:
+            out: dict[int, Decimal] = {}
+            running = ZERO
+            for grant in sorted(self.members(department_id), key=lambda g: (-g.priority, g.age)):
+                amount = staying(grant, scope)
+                if amount <= 0:
+                    continue
+                start, running = running, running + amount
+                if running > line:
+                    out[grant.allocation_id] = running - max(start, line)
+            self._ranked[key] = out
+        return self._ranked[key]
+
+    def beyond_facts(self, department_id: int, scope: Scope, line: Decimal, *, why: str, basis: str) -> dict[int, Fact]:
+        """The grants beyond ``line``: for a guarantee, the units beyond it may go; for a limit, all
+        of a grant that lies (wholly or partly) beyond it (the request needs it under the line)."""
+        held = self.held(department_id, scope)
+        return {
+            grant_id: Fact(why, basis, department_id, scope, held, line,
+                           _units_of(grant, scope, amount) if basis == "guarantee" else grant.units - grant.leaving)
+            for grant_id, amount in self.beyond(department_id, scope, line).items()
+            for grant in (self.by_id[grant_id],)
+        }
+
+    def free_units(self, grant: Grant, ask: Ask) -> int:
+        """How many of the grant's units ``ask`` may take whatever the fact: all of them for a request
+        of nothing or one from its department's subtree; otherwise those beyond its department's
+        guarantee (the nearest quota in each scope it weighs in; none anywhere: all of them)."""
+        if not any(amount > 0 for amount in ask.amounts.values()):
+            return grant.units
+        best, covered = 0, False
+        for scope, amount in grant.amounts.items():
+            nearest = next((d for d in self.tree.chain(grant.department_id) if (d, scope) in self.tree.limits), None)
+            if amount <= 0 or nearest is None:
+                continue
+            covered = True
+            if ask.department_id in self.subtree(nearest):
+                return grant.units
+            beyond = self.beyond(nearest, scope, self.guarantee_line(nearest, scope)).get(grant.allocation_id)
+            if beyond is not None:
+                best = max(best, _units_of(grant, scope, beyond))
+        return best if covered else grant.units
+
+
+def _note(facts: dict[int, Fact], found: Mapping[int, Fact]) -> None:
+    """Keep the first fact found for each grant, unless a later one lets more of its units go."""
+    for grant_id, fact in found.items():
+        known = facts.get(grant_id)
+        if known is None or fact.units > known.units:
+            facts[grant_id] = fact
+
+
+def _borrowed_under(view: View, level: int, path_child: int, scope: Scope, extra: Mapping[int, Decimal]) -> dict[int, Fact]:
+    """If the request (``extra``: its department → its amount) keeps ``path_child`` within its
+    guarantee, what borrows under ``level``: its own projects' grants, and its other children's
+    grants beyond their guarantees."""
+    tree = view.tree
+    child_limit = tree.limits.get((path_child, scope))
+    if child_limit is None or view.holdings.inner(path_child, scope, extra) > child_limit.guaranteed:
+        return {}
+    found: dict[int, Fact] = {}
+    own = [grant for grant in view.by_department.get(level, ()) if staying(grant, scope) > 0]
+    held = sum((staying(grant, scope) for grant in own), ZERO)
+    for grant in own:
+        found[grant.allocation_id] = Fact("borrowed", "own-projects", level, scope, held, ZERO, grant.units - grant.leaving)
+    for sibling in tree.children.get(level, ()):
+        if sibling != path_child:
+            _note(found, view.beyond_facts(sibling, scope, view.guarantee_line(sibling, scope), why="borrowed",
+                                           basis="guarantee"))
+    return found
+
+
+def _path_borrowed(view: View, ask: Ask, scope: Scope, up_to: int | None) -> dict[int, Fact]:
+    """What borrows under each department of the request's chain, up to ``up_to`` (None: all)."""
+    found: dict[int, Fact] = {}
+    extra = {ask.department_id: ask.amounts.get(scope, ZERO)}
+    for below in view.tree.chain(ask.department_id):
+        path_child = view.tree.child_towards(below, ask.department_id)
+        if path_child is not None:
+            _note(found, _borrowed_under(view, below, path_child, scope, extra))
+        if below == up_to:
+            break
+    return found
+
+
+def _lower_priority(view: View, ask: Ask, grants: Iterable[Grant]) -> dict[int, Fact]:
+    if not ask.preempts_lower:
+        return {}
+    subtree = view.subtree(ask.department_id)
+    return {
+        grant.allocation_id: Fact("lower-priority", "priority", ask.department_id, None, Decimal(grant.priority),
+                                  Decimal(ask.priority), grant.units - grant.leaving)
+        for grant in grants if grant.department_id in subtree and grant.priority < ask.priority
+    }
+
+
+def _may_take_beyond_limit(ask: Ask, grant: Grant) -> bool:
+    return ask.factor <= 1 or ask.priority > grant.priority
+
+
+def quota_facts(view: View, ask: Ask, failing: list[Check]) -> dict[int, Fact]:
+    """Grant id → the fact that lets ``ask`` take it, for the checks that fail."""
+    facts: dict[int, Fact] = {}
+    for check in failing:
+        scope, level = check.scope, check.department_id
+        over = view.beyond_facts(level, scope, view.tree.limits[(level, scope)].beyond, why="oversubscribed",
+                                 basis="limit")
+        _note(facts, {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
+        _note(facts, _path_borrowed(view, ask, scope, level))
+    _note(facts, _lower_priority(view, ask, view.grants))
+    return facts
+
+
+def within_guarantee(view: View, ask: Ask) -> bool:
+    """Whether the request keeps its department within its guarantee in every scope it touches (the
+    nearest department with a quota in that scope answers)."""
+    for scope, amount in ask.amounts.items():
+        nearest = next((d for d in view.tree.chain(ask.department_id) if (d, scope) in view.tree.limits), None)
+        if nearest is None:
+            continue
+        if view.holdings.inner(nearest, scope, {ask.department_id: amount}) > view.tree.limits[(nearest, scope)].guaranteed:
+            return False
+    return True
+
+
+def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int]) -> dict[int, Fact]:
+    """Grant id → the fact that lets ``ask`` take its GPUs for room, among the ``local`` grants (on
+    the candidate clusters): those beyond some department's limit (for a request of factor 1, or of
+    higher priority), those that borrow under a department of its chain (for a request within its
+    guarantee), and lower-priority ones of its subtree (for a class that preempts)."""
+    view = View(tree, grants)
+    facts: dict[int, Fact] = {}
+    for (department_id, scope), limit in sorted(tree.limits.items(), key=lambda item: str(item[0])):
+        over = view.beyond_facts(department_id, scope, limit.beyond, why="oversubscribed", basis="limit")
+        _note(facts, {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
+    if within_guarantee(view, ask):
+        for scope in ask.amounts:
+            _note(facts, _path_borrowed(view, ask, scope, None))
+    _note(facts, _lower_priority(view, ask, view.grants))
+    return {gid: fact for gid, fact in facts.items() if gid in local and view.by_id[gid].takeable}
+
+
+def fact_holds(view: View, ask: Ask, victim: Victim) -> bool:
+    """Whether the victim's fact is true of the grants, and covers the units it gives back."""
+    fact, grant = victim.fact, view.by_id.get(victim.allocation_id)
+    if fact is None or grant is None or not grant.takeable or not 1 <= victim.units <= grant.units - grant.leaving:
+        return False
+    if victim.units > min(fact.units, view.free_units(grant, ask)):
+        return False
+    if fact.basis == "priority":
+        return ask.preempts_lower and grant.priority < ask.priority and grant.department_id in view.subtree(ask.department_id)
+    if fact.basis == "own-projects":
+        return grant.department_id == fact.department_id and staying(grant, fact.scope) > 0
+    if fact.basis == "guarantee":
+        line = view.guarantee_line(fact.department_id, fact.scope)
+    else:
+        line = view.tree.limits[(fact.department_id, fact.scope)].beyond
+        if not _may_take_beyond_limit(ask, grant):
+            return False
+    beyond = view.beyond(fact.department_id, fact.scope, line).get(grant.allocation_id)
+    if beyond is None or line != fact.line:
+        return False
+    return fact.basis == "limit" or _units_of(grant, fact.scope, beyond) >= victim.units
+
+
+def plan(
+    tree: Tree,
+    grants: list[Grant],
+    ask: Ask,
+    *,
+    capacity_fits: Callable[[Cut], bool] | None = None,
+    capacity_candidates: Mapping[int, Fact] | None = None,
+) -> Plan:
+    """Admit ``ask`` against ``grants``, taking victims, or the units of them that must go, if it
+    needs them and may. ``capacity_fits(cut)`` says whether the request then fits on the GPUs;
+    ``capacity_candidates`` are the grants (id → fact) it may take for room."""
+    by_id = {grant.allocation_id: grant for grant in grants}
+    holdings = _Holdings(tree, grants)
+    checks = _checks(tree, holdings, ask)
+    fits_now = capacity_fits(frozenset()) if capacity_fits is not None else True
+    if all(check.fits for check in checks) and fits_now:
+        return Plan(admitted=True, victims=(), checks=tuple(checks))
+    failing = [check for check in checks if not check.fits]
+    view = View(tree, grants)
+    facts = quota_facts(view, ask, failing) if failing else {}
+    room_ids = set(capacity_candidates or {}) if not fits_now else set()
+    if room_ids:
+        _note(facts, {gid: fact for gid, fact in (capacity_candidates or {}).items()})
+    caps: dict[int, int] = {}
+    for grant_id, fact in facts.items():
+        grant = by_id.get(grant_id)
+        if grant is not None and grant.takeable:
+            cap = min(fact.units, grant.units - grant.leaving, view.free_units(grant, ask))
+            if cap > 0:
+                caps[grant_id] = cap
+    failing_keys = [(tree.subtree(check.department_id), check.scope) for check in failing]
+
+    def helps(grant: Grant) -> bool:
+        return grant.allocation_id in room_ids or any(
+            grant.amounts.get(scope, ZERO) > 0 and grant.department_id in subtree for subtree, scope in failing_keys
+        )
+
+    order = sorted((by_id[grant_id] for grant_id in caps if helps(by_id[grant_id])),
+                   key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share, -g.age,
+                                  g.allocation_id))
+    taking = _Taking(tree, ask, by_id, holdings, capacity_fits)
+    ok, now, room = False, checks, fits_now
+    for grant in order:
+        taking.put(grant.allocation_id, caps[grant.allocation_id])
+        ok, now, room = taking.passes()
+        if ok:
+            break
+    if not ok:
+        return Plan(admitted=False, victims=(), checks=tuple(now), capacity_fits=room)
+    taking.prune()
+    rank = {grant.allocation_id: index for index, grant in enumerate(order)}
+    taking.trim(sorted(taking.taken, key=lambda gid: rank[gid], reverse=True))
+    victims = tuple(
+        Victim(gid, facts[gid].why, units, facts[gid]) for gid, units in sorted(taking.taken.items(), key=lambda i: rank[i[0]])
+    )
+    for victim in victims:
+        if not fact_holds(view, ask, victim):
+            raise RuntimeError(f"Victim #{victim.allocation_id}: its fact does not hold ({victim.fact}).")
+    return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, holdings, ask)))
+
+
+class _Taking:
+    """The units taken so far, with the holdings they leave."""
+
+    def __init__(self, tree: Tree, ask: Ask, by_id: dict[int, Grant], holdings: _Holdings,
+                 capacity_fits: Callable[[Cut], bool] | None):
+        self.tree, self.ask, self.by_id, self.holdings, self.capacity_fits = tree, ask, by_id, holdings, capacity_fits
+        self.taken: dict[int, int] = {}
+
+    def put(self, grant_id: int, units: int) -> None:
+        grant = self.by_id[grant_id]
+        old = self.taken.get(grant_id, 0)
+        if old:
+            self.holdings.with_back(part(grant, old))
+        if units:
+            self.holdings.without(part(grant, units))
+            self.taken[grant_id] = units
+        else:
+            self.taken.pop(grant_id, None)
+
+    def passes(self) -> tuple[bool, list[Check], bool]:
+        checks = _checks(self.tree, self.holdings, self.ask)
+        quota = all(check.fits for check in checks)
+        room = self.capacity_fits(frozenset(self.taken.items())) if self.capacity_fits is not None else True
+        return quota and room, checks, room
+
+    def prune(self) -> None:
+        """Give back every victim the request can do without, latest taken first."""
+        for grant_id in reversed(list(self.taken)):
+            units = self.taken[grant_id]
+            self.put(grant_id, 0)
+            if not self.passes()[0]:
+                self.put(grant_id, units)
+
+    def trim(self, grant_ids: list[int]) -> None:
+        """Each victim in turn keeps every unit the request can do without (the fewest that must go,
+        found by halving: taking more units never makes a check fail, nor the GPUs fuller)."""
+        for grant_id in grant_ids:
+            units = self.taken[grant_id]
+            low, high = 1, units
+            while low < high:
+                middle = (low + high) // 2
+                self.put(grant_id, middle)
+                if self.passes()[0]:
+                    high = middle
+                else:
+                    low = middle + 1
+            self.put(grant_id, low)
+            if low < units and not self.passes()[0]:
+                self.put(grant_id, units)
