@@ -25,6 +25,7 @@ the plan made again without it; this never waits, so it cannot deadlock.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from collections.abc import Callable, Iterable
 
@@ -87,10 +88,12 @@ def _promised_elsewhere(rows: Iterable[Allocation]) -> list[int]:
                   .values_list("reclaimed_for_id", flat=True).distinct())
 
 
-def _check_victims(victims: list[VictimInfo], rows: dict[int, Allocation]) -> None:
-    """What the plan saw still stands under the rows' locks: the same quantities, and no victim a
-    reclaim under way is making room for (the plan leaves those out; this holds it to that)."""
-    changed = [victim.allocation_id for victim in victims if rows[victim.allocation_id].quantity != victim.quantity]
+def _check_victims(victims: list[VictimInfo], rows: dict[int, Allocation], *, requester: Allocation | None) -> None:
+    """What the plan saw still stands under the rows' locks: no victim a reclaim under way is making
+    room for (the plan leaves those out; this holds it to that) and, for a request, the same
+    quantities (a quota window's or an idle case's reclaim takes what is there: ``_as_locked``)."""
+    changed = [victim.allocation_id for victim in victims
+               if requester is not None and rows[victim.allocation_id].quantity != victim.quantity]
     promised = _promised_elsewhere(rows[victim.allocation_id] for victim in victims)
     if changed or promised:
         raise Conflict(
@@ -116,9 +119,10 @@ def reclaims_start(
     if cause is None:
         cause = f"request #{requester.pk}" if requester is not None else f"quota window #{window_id}"
     if victims:
-        _check_victims(victims, rows)
-    for victim in victims:
-        row = rows[victim.allocation_id]
+        _check_victims(victims, rows, requester=requester)
+    for planned in victims:
+        row = rows[planned.allocation_id]
+        victim = _as_locked(planned, row)
         before = allocation_snapshot(row)
         on_cluster = row.state != AllocationState.SCHEDULED
         notice = victim.notice_minutes if on_cluster else 0
@@ -149,6 +153,15 @@ def reclaims_start(
         finished = {"for": details["for"], **({"window": window_id} if window_id is not None else {}), **(extra or {})}
         events.append(_reclaim_end(actor, row, before=reclaiming, details=finished, on_cluster=on_cluster))
     return waiting, events
+
+
+def _as_locked(victim: VictimInfo, row: Allocation) -> VictimInfo:
+    """The victim with the quantity its locked row has (a resize may have lowered it since the
+    plan): the units it gives back, at most all of them."""
+    if row.quantity == victim.quantity:
+        return victim
+    units = min(victim.gives_back, row.quantity)
+    return dataclasses.replace(victim, quantity=row.quantity, units=units)
 
 
 def _mark(row: Allocation, *, victim: VictimInfo, requester: Allocation | None, now: datetime.datetime, notice: int,
