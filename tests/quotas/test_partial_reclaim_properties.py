@@ -28,7 +28,9 @@ SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[Heal
 
 
 def _tree(root_limit: int, guarantees: tuple[int, int], limits: tuple[int, int]) -> algebra.Tree:
-    limits_by_key = {(ROOT, None): algebra.Limit(ROOT, None, D(0), D(root_limit))}
+    limits_by_key: dict[tuple[int, algebra.Scope], algebra.Limit] = {
+        (ROOT, None): algebra.Limit(ROOT, None, D(0), D(root_limit))
+    }
     for department, guaranteed, limit in zip((LEFT, RIGHT), guarantees, limits, strict=True):
         limits_by_key[(department, None)] = algebra.Limit(department, None, D(guaranteed), D(max(limit, guaranteed)))
     return algebra.Tree(parents={ROOT: None, LEFT: ROOT, RIGHT: ROOT}, limits=limits_by_key)
