@@ -154,12 +154,15 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
             "id", "project", "project_id", "department", "flavor", "flavor_id", "quantity", "gpu_equivalents",
             "priority_class", "cluster", "state", "starts_at", "ends_at", "justification", "requested_by",
             "decided_by", "decided_at", "decision_comment", "failure_reason", "created_at", "updated_at", "placement",
-            "original_ends_at", "reclaim_deadline", "reclaim_reason", "reclaimed_for", "pending_change",
+            "original_ends_at", "reclaim_deadline", "reclaim_reason", "reclaimed_for", "reclaim_units", "pending_change",
         ]
         extra_kwargs = {
-            "reclaim_deadline": {"help_text": "Reclaiming: when its notice ends and its capacity is released."},
+            "reclaim_deadline": {"help_text": "Reclaiming, or giving back units: when its notice ends and its capacity "
+                                 "(or those units) is released."},
             "reclaim_reason": {"help_text": "Reclaiming or reclaimed: which request took it, and why."},
             "reclaimed_for": {"help_text": "Reclaiming or reclaimed: the id of the request it made room for."},
+            "reclaim_units": {"help_text": "A partial reclaim: how many of its units it gives back at reclaim_deadline "
+                              "(it keeps the rest and its state); null otherwise."},
         }
 
     def get_gpu_equivalents(self, allocation: Allocation) -> str:
