@@ -65,7 +65,7 @@ WHY = {
 def victims_lock(*, ids: Iterable[int]) -> dict[int, Allocation]:
     """Row-lock the grants that are still reclaimable, skipping those another transaction holds."""
     rows = (
-        Allocation.objects.select_for_update(of=("self",), skip_locked=True)
+        Allocation.objects.select_for_update(of=("self",), skip_locked=True, no_key=True)
         .select_related("project", "flavor", "priority_class", "cluster")
         .filter(pk__in=sorted(set(ids)), state__in=RECLAIMABLE_STATES)
         .order_by("pk")

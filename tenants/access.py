@@ -56,7 +56,7 @@ def department_chain(*, department_id: int, lock: bool = False) -> tuple[list[De
     chain_ids = department_ancestor_ids(department_id=department_id, parents=parents)
     rows = Department.objects.filter(pk__in=chain_ids).order_by("pk")
     if lock:
-        rows = rows.select_for_update()
+        rows = rows.select_for_update(no_key=True)
     by_id = {department.pk: department for department in rows}
     return [by_id[pk] for pk in chain_ids if pk in by_id], parents
 

@@ -60,7 +60,7 @@ def project_member_add(*, actor: User, project: Project, user: User) -> bool:
     """Add ``user`` to ``project``. Returns whether they were also made a researcher of the
     project's department (they could not read it before)."""
     _require_admin(actor, project.department_id, to="add project members")
-    project = Project.objects.select_for_update().get(pk=project.pk)
+    project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)
     if project.members.filter(pk=user.pk).exists():
         raise Conflict(f"{user.get_username()} is already a member of project {project.slug}.",
                        details={"project": project.slug, "user": user.get_username()})
@@ -79,7 +79,7 @@ def project_member_add(*, actor: User, project: Project, user: User) -> bool:
 @transaction.atomic
 def project_member_remove(*, actor: User, project: Project, user: User) -> None:
     _require_admin(actor, project.department_id, to="remove project members")
-    project = Project.objects.select_for_update().get(pk=project.pk)
+    project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)
     if not project.members.filter(pk=user.pk).exists():
         raise Conflict(f"{user.get_username()} is not a member of project {project.slug}.",
                        details={"project": project.slug, "user": user.get_username()})

@@ -153,7 +153,7 @@ def department_isolation_set(*, actor: User, department_id: int, isolation: str)
     units already booked stay where they are until they end or are moved (defragmentation)."""
     require_platform_admin(actor, to="change a department's isolation")
     _isolation_check(isolation)
-    department = Department.objects.select_for_update().get(pk=department_id)
+    department = Department.objects.select_for_update(no_key=True).get(pk=department_id)
     _isolation_change(actor=actor, target=department, isolation=isolation, department_id=department.pk)
     return department
 
@@ -164,7 +164,7 @@ def project_isolation_set(*, actor: User, project_id: int, isolation: str) -> Pr
     shared again; platform admins only, as for departments."""
     require_platform_admin(actor, to="change a project's isolation")
     _isolation_check(isolation)
-    project = Project.objects.select_for_update().get(pk=project_id)
+    project = Project.objects.select_for_update(no_key=True).get(pk=project_id)
     _isolation_change(actor=actor, target=project, isolation=isolation, department_id=project.department_id)
     return project
 
@@ -176,7 +176,7 @@ PROJECT_EDITABLE = ("name", "description")
 def project_update(*, actor: User, project_id: int, name: str | None = None, description: str | None = None) -> Project:
     """Change a project's name or description (department admins; the slug is its namespace on
     every cluster and never changes). Audited with what changed; nothing changed, nothing recorded."""
-    project = Project.objects.select_for_update().get(pk=project_id)
+    project = Project.objects.select_for_update(no_key=True).get(pk=project_id)
     if not access_for(actor).can_administer_department(project.department_id):
         raise NotAllowed("Only an admin of the project's department may change it.")
     wanted = {"name": name, "description": description}

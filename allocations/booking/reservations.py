@@ -415,7 +415,7 @@ def reservations_adopt(
     adopted = 0
     for allocation_id in list(legacy.order_by("pk")):
         allocation = (
-            Allocation.objects.select_for_update(of=("self",), skip_locked=True)
+            Allocation.objects.select_for_update(of=("self",), skip_locked=True, no_key=True)
             .select_related("flavor", "project")
             .filter(pk=allocation_id, state__in=HOLDING_STATES)
             .first()

@@ -57,21 +57,22 @@ def approval_racing(
     """Approve ``allocation_id`` and run ``writer`` on two threads: the approval stops when it calls
     ``allocations.services.<hold_at>`` (by default: holding its allocation and its department chain,
     before it locks its clusters); then the writer runs, and the approval goes on once the writer
-    waits for a lock (or after ``WAIT_S``). Returns what each thread ended with, the warnings of
-    transactions run again after a deadlock, and whether the writer did wait for the approval's
-    locks (else the interleaving was not the one asked for)."""
+    waits for a lock or has finished without waiting (or after ``WAIT_S``). Returns what each
+    thread ended with, the warnings of transactions run again after a deadlock, and whether the
+    writer did wait for the approval's locks (else the interleaving was not the one asked for)."""
     original = getattr(services, hold_at)
     holding = threading.Event()
     writer_pid: list[int] = []
     calls: list[int] = []
     waited: list[bool] = []
+    finished = threading.Event()
 
     def held(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         if len(calls) == 1:  # the first attempt only: a retry after a deadlock goes straight on
             holding.set()
             deadline = time.monotonic() + WAIT_S
-            while time.monotonic() < deadline and not waited:
+            while time.monotonic() < deadline and not waited and not finished.is_set():
                 if writer_pid and waits_for_a_lock(writer_pid[0]):
                     waited.append(True)
                 time.sleep(0.02)
@@ -86,7 +87,10 @@ def approval_racing(
     def write() -> str:
         assert holding.wait(timeout=30)
         writer_pid.append(backend_pid())
-        writer()
+        try:
+            writer()
+        finally:
+            finished.set()
         return "written"
 
     caplog.set_level(logging.WARNING, logger="kernel.transactions")

@@ -7,8 +7,9 @@ PostgreSQL checks a foreign key with a KEY SHARE lock on the row it points to, a
 are checked at COMMIT, row after row: the writer took the cluster's KEY SHARE (for a grant of
 another department), then waited for the department's, which the approval held; the approval
 waited for the cluster, which the writer held. Now the writer takes those locks first, in the
-order of ``kernel.locks`` (allocations, departments, projects, flavors, clusters), so it waits for
-the department before it holds the cluster."""
+order of ``kernel.locks`` (allocations, departments, projects, flavors, clusters), so it would wait
+for the department before it holds the cluster; and the approval holds its chain FOR NO KEY
+UPDATE, which a KEY SHARE lock never waits for, so the writer does not wait for it at all."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def test_the_usage_roll_and_an_approval_never_deadlock(
         writer=lambda: usage_hours_roll(start=now - 2 * HOUR, end=now, now=now),
     )  # fmt: skip
 
-    assert waited  # the writer ran into the approval's locks
+    assert not waited  # the chain is held FOR NO KEY UPDATE: the writer's KEY SHARE locks pass it
     assert outcomes == {"approved": 1, "written": 1}
     assert retried == []  # the order alone prevents it: no transaction ran twice
     assert Allocation.objects.get(pk=pending.pk).state != AllocationState.PENDING
@@ -68,7 +69,7 @@ def test_the_utilisation_tick_and_an_approval_never_deadlock(
         writer=allocations_utilisation_tick,
     )  # fmt: skip
 
-    assert waited  # the writer ran into the approval's locks
+    assert not waited  # the chain is held FOR NO KEY UPDATE: the writer's KEY SHARE locks pass it
     assert outcomes == {"approved": 1, "written": 1}
     assert retried == []
     assert Allocation.objects.get(pk=pending.pk).state != AllocationState.PENDING
