@@ -9,12 +9,15 @@ Two readings of one interval ``[start, end)`` (a request's):
   limit: no oversubscription factor raises what an administrator wrote for a class. Checked against
   everything held over the interval, it is conservative: what fits it fits at every moment. Most
   approvals stop there.
-* **step by step** (``QuotaView.stepped``), when windows change a number within the interval and
-  the lowest numbers refuse: the interval is cut where any window's edge falls, and each step is a
+* **step by step** (``QuotaView.stepped``), when windows change a number within the interval or a
+  grant starts or ends within it: the interval is cut where any window's edge falls and where any
+  grant given starts or ends (``in_use.edges``, the rule the display cuts by), and each step is a
   scope of its own (``("at", step, scope)``) with that step's numbers; a grant weighs only in the
-  steps its own interval meets. A request crossing a shrink must then fit the shrunk quota next to
-  what holds during the shrink, and a grant admitted under a raise that ends before the shrink is
-  neither counted against it nor taken as "beyond the limit" there.
+  steps its own interval meets. The request must fit every step: its worst one binds
+  (``binding_checks``), and two grants that never overlap are never added up. A request crossing a
+  shrink must fit the shrunk quota next to what holds during the shrink, and a grant admitted under
+  a raise that ends before the shrink is neither counted against it nor taken as "beyond the limit"
+  there.
 """
 
 from __future__ import annotations
@@ -22,13 +25,14 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from allocations.models import Quota
 from allocations.quotas import algebra, windows
+from allocations.quotas import in_use as timed
 from allocations.quotas.window_reading import window_spec
 from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowState
 
@@ -37,6 +41,27 @@ Step = tuple[datetime.datetime, datetime.datetime]
 
 def step_scope(step: int, scope: algebra.Scope) -> algebra.Scope:
     return ("at", step, scope)
+
+
+def unstepped(scope: algebra.Scope) -> tuple[algebra.Scope, int | None]:
+    """The scope a check counts, and the step of time it counts it in (None: the whole interval)."""
+    if isinstance(scope, tuple) and scope[0] == "at":
+        return scope[2], scope[1]
+    return scope, None
+
+
+def binding_checks(checks: Sequence[algebra.Check]) -> list[algebra.Check]:
+    """One check per quota (department and scope): of its steps, the one with the least room left
+    once the request is in (the first of equals), the one the request must fit over its whole
+    interval. Checks of no step pass through."""
+    best: dict[tuple[int, algebra.Scope], algebra.Check] = {}
+    for check in checks:
+        key = (check.department_id, unstepped(check.scope)[0])
+        known = best.get(key)
+        room = check.effective_limit - check.holds - check.requested
+        if known is None or room < known.effective_limit - known.holds - known.requested:
+            best[key] = check
+    return list(best.values())
 
 
 def _may_be_in_force(spec: windows.WindowSpec, start: datetime.datetime, end: datetime.datetime) -> bool:
@@ -126,24 +151,28 @@ class QuotaView:
         limits, shares = self._limits(start, end)
         return algebra.Tree(parents=self.parents, limits=limits, class_shares=frozenset(shares))
 
-    def steps(self, start: datetime.datetime, end: datetime.datetime) -> list[Step]:
-        """``[start, end)`` cut at every edge of a window within it (one step: no window changes anything)."""
-        cuts = {start, end}
+    def steps(self, start: datetime.datetime, end: datetime.datetime, held: Iterable[timed.Held] = ()) -> list[Step]:
+        """``[start, end)`` cut at every edge of a window within it and at every start and end of
+        the ``held`` grants within it (one step: nothing changes within it)."""
+        cuts = {start, end} | timed.edges(held, start, end)
         for found in self.specs.values():
             relevant = [spec for spec in found if _may_be_in_force(spec, start, end)]
             cuts |= {edge.at for edge in windows.edges(relevant, start, end) if start < edge.at < end}
         ordered = sorted(cuts)
         return list(zip(ordered, ordered[1:], strict=False))
 
-    def stepped(self, start: datetime.datetime, end: datetime.datetime) -> SteppedTree | None:
-        """The tree step by step over ``[start, end)``; None when no window changes a number in it."""
-        steps = self.steps(start, end)
+    def stepped(
+        self, start: datetime.datetime, end: datetime.datetime, held: Iterable[timed.Held] = ()
+    ) -> SteppedTree | None:
+        """The tree step by step over ``[start, end)`` (cut at the windows' edges and the ``held``
+        grants' starts and ends); None when nothing changes within it."""
+        steps = self.steps(start, end, held)
         if len(steps) < 2:
             return None
         limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {}
         shares: set[tuple[int, int, int | None]] = set()
         for index, (begin, finish) in enumerate(steps):
-            found, found_shares = self._limits(begin, finish)
+            found, found_shares = self._limits(begin, finish) if self.specs else self._limits(None, None)
             shares |= found_shares
             for (department_id, scope), limit in found.items():
                 key = step_scope(index, scope)

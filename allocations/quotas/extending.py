@@ -1,10 +1,12 @@
 """Admission of a change to a grant (``allocations.changes``): more time, or more units.
 
-A renewal adds the interval ``[old end, new end)``. The quota must have room for the grant over
-that interval, and the GPUs it holds must stay its own: no other holding grant whose interval
-overlaps the added one may be booked on them in a way that conflicts (a whole GPU shared, MIG
-slices overlapping, shares beyond one GPU, or the node's CPU or memory exceeded). The grant keeps
-its reservations; nothing moves.
+A renewal adds the interval ``[old end, new end)``. The quota must have room for the grant at
+every moment of that interval (step by step, as an approval: grants that never meet are not added
+up), and the GPUs it holds must stay its own: at no instant of the added interval may the other
+holding grants booked on them then conflict with it (a whole GPU shared, MIG slices overlapping,
+more compute slices than the GPU has, shares beyond one GPU, or the node's CPU or memory
+exceeded); grants that never hold at one instant are not added up. The grant keeps its
+reservations; nothing moves.
 
 A raise adds units over what remains of the grant's interval (from now, or from its start when
 that is ahead): the quota is checked with the full new quantity, and only the added units are
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -34,13 +37,15 @@ from allocations.booking.tenancy import tenant_of
 from allocations.booking.view import gpu_label, node_rows
 from allocations.models import Allocation, Reservation
 from allocations.placement.mig import COMPUTE_SLICES, geometry_for_model
+from allocations.placement.peaks import at_one_instant, sweep
 from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra
-from allocations.quotas.planning import department_totals, grant_amounts, quota_tree
+from allocations.quotas.effective_tree import QuotaView, binding_checks, unstepped
+from allocations.quotas.planning import department_rows, department_totals, grant_amounts, in_steps, interval_tree
 from allocations.quotas.wording import scope_words
 from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES
-from clusters.models import Cluster, Gpu
+from clusters.models import Cluster, Gpu, Node
 from kernel.errors import CapacityExceeded, QuotaExceeded
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
@@ -69,23 +74,27 @@ def quota_refusal(
     parents = department_parent_map()
     department_id = allocation.project.department_id
     chain = department_ancestor_ids(department_id=department_id, parents=parents)
-    tree = quota_tree(parents=parents, start=starts_at, end=ends_at)  # the effective quotas over the interval
     names = dict(Department.objects.filter(pk__in=chain).values_list("pk", "slug"))
     amounts = grant_amounts(flavor_id=flavor.pk, quantity=quantity, gpu_equivalents=flavor.gpu_equivalents)
-    ask = algebra.Ask(
-        department_id=department_id,
-        amounts=tree.class_amounts(department_id, allocation.priority_class_id, amounts),
-        priority=allocation.priority_class.value,
-        factor=allocation.priority_class.oversubscription_factor,
-    )
-    # The same grant over the interval asked about: the grouped totals leave it out by its id.
+    # The same grant over the interval asked about: the grouped rows leave it out by its id.
     hypothetical = Allocation(
         pk=allocation.pk, project=allocation.project, flavor=flavor, quantity=quantity,
         priority_class=allocation.priority_class, starts_at=starts_at, ends_at=ends_at,
     )
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
-    totals, _ = department_totals(allocation=hypothetical, department_ids=tree_ids, tree=tree)
-    checks = algebra.checks_from_totals(tree, totals, ask)
+    rows = department_rows(allocation=hypothetical, department_ids=tree_ids)
+    # The effective quotas over the interval, step by step where a window or another grant changes:
+    # grants that never meet within it are not added up.
+    tree = interval_tree(QuotaView.read(parents=parents), rows=rows, start=starts_at, end=ends_at)
+    ask = algebra.Ask(
+        department_id=department_id,
+        amounts=in_steps(tree, tree.class_amounts(department_id, allocation.priority_class_id, amounts), starts_at,
+                         ends_at),
+        priority=allocation.priority_class.value,
+        factor=allocation.priority_class.oversubscription_factor,
+    )
+    totals, _ = department_totals(allocation=hypothetical, rows=rows, tree=tree)
+    checks = binding_checks(algebra.checks_from_totals(tree, totals, ask))
     if not checks:
         return QuotaExceeded(
             f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
@@ -104,7 +113,7 @@ def quota_refusal(
         f"{_plain(check.holds)}, limit {_plain(check.effective_limit)}. A change reclaims nothing.",
         details={
             "department": department,
-            "flavor": flavor.name if check.scope is not None else None,
+            "flavor": flavor.name if unstepped(check.scope)[0] is not None else None,
             "requested": _plain(check.requested),
             "in_use": _plain(check.holds),
             "limit": _plain(check.limit),
@@ -148,11 +157,54 @@ def _slices_clash(model: tuple[str, int] | None, own: list[Reservation], others:
     return compute > COMPUTE_SLICES or any(mask & own_mask for mask in masks[len(own):])
 
 
+def _at_once(
+    theirs: list[Reservation], starts_at: datetime.datetime, ends_at: datetime.datetime,
+    clash: Callable[[list[Reservation]], bool],
+) -> list[Reservation]:
+    """The rows of ``theirs`` that ``clash`` with what the grant keeps at some instant of
+    ``[starts_at, ends_at)`` (when the grant holds all of its own rows): rows that never hold at one
+    instant are never put together (``allocations.placement.peaks``). ``clash`` grows with the
+    rows it is given, so the sets held right after a row begins are the only ones asked."""
+    spans = [(max(row.allocation.starts_at, starts_at).timestamp(), min(row.allocation.ends_at, ends_at).timestamp())
+             for row in theirs]
+    if at_one_instant(spans):
+        return list(theirs) if clash(theirs) else []
+    held: list[int] = []
+    found: dict[int, Reservation] = {}
+    for position, begins in sweep(spans):
+        if not begins:
+            held.remove(position)
+            continue
+        held.append(position)
+        now = [theirs[index] for index in held]
+        if clash(now):
+            found.update((row.pk, row) for row in now)
+    return sorted(found.values(), key=lambda row: row.pk)
+
+
+def _gpu_clash(model: tuple[str, int] | None, mine: list[Reservation]) -> Callable[[list[Reservation]], bool]:
+    def clash(theirs: list[Reservation]) -> bool:
+        if any(row.mig_profile for row in (*mine, *theirs)):
+            return any(not row.mig_profile for row in (*mine, *theirs)) or _slices_clash(model, mine, theirs)
+        return sum(row.gpu_milli for row in (*mine, *theirs)) > GPU_MILLI
+    return clash
+
+
+def _node_clash(node: Node, mine: list[Reservation]) -> Callable[[list[Reservation]], bool]:
+    def clash(theirs: list[Reservation]) -> bool:
+        here = (*mine, *theirs)
+        cpu_over = node.cpu_millicores > 0 and sum(row.cpu_millicores for row in here) > node.cpu_millicores
+        return cpu_over or (node.memory_mib > 0 and sum(row.memory_mib for row in here) > node.memory_mib)
+    return clash
+
+
 def gpu_conflicts(
     *, allocation: Allocation, starts_at: datetime.datetime, ends_at: datetime.datetime
 ) -> CapacityExceeded | None:
     """Why the allocation cannot keep its booked GPUs over ``[starts_at, ends_at)``: the other
-    holding grants booked on them then, in a way that conflicts; None when none is."""
+    holding grants booked on them at some instant of it, in a way that conflicts then; None when
+    none is. Grants that never hold at one instant are not added up (MIG compute, shares, CPU and
+    memory: the most held at once)."""
     own = list(live_reservations_on().filter(allocation=allocation).select_related("node").order_by("pk"))
     others = [
         row for row in _overlapping_rows(node_ids={row.node_id for row in own}, starts_at=starts_at, ends_at=ends_at)
@@ -160,9 +212,8 @@ def gpu_conflicts(
     ]
     if not own or not others:
         return None
-    all_rows = [*own, *others]
     by_gpu: dict[tuple[int, int], tuple[list[Reservation], list[Reservation]]] = defaultdict(lambda: ([], []))
-    for row in all_rows:
+    for row in [*own, *others]:
         for index in row.gpu_indices:
             by_gpu[(row.node_id, int(index))][0 if row.allocation_id == allocation.pk else 1].append(row)
     models = {
@@ -173,25 +224,17 @@ def gpu_conflicts(
     clashing: list[Reservation] = []
     where: list[str] = []
     for (node_id, index), (mine, theirs) in sorted(by_gpu.items()):
-        if not mine or not theirs:
-            continue
-        if any(row.mig_profile for row in (*mine, *theirs)):
-            clash = any(not row.mig_profile for row in (*mine, *theirs)) or _slices_clash(
-                models.get((node_id, index)), mine, theirs
-            )
-        else:
-            clash = sum(row.gpu_milli for row in (*mine, *theirs)) > GPU_MILLI
-        if clash:
-            clashing += theirs
+        found = _at_once(theirs, starts_at, ends_at, _gpu_clash(models.get((node_id, index)), mine)) if mine else []
+        if found:
+            clashing += found
             where.append(f"{mine[0].node.name}:{gpu_label([index], None, None)}")
     for node_id in sorted({row.node_id for row in own}):
-        node = next(row.node for row in own if row.node_id == node_id)
-        here = [row for row in all_rows if row.node_id == node_id]
-        cpu_over = node.cpu_millicores > 0 and sum(row.cpu_millicores for row in here) > node.cpu_millicores
-        memory_over = node.memory_mib > 0 and sum(row.memory_mib for row in here) > node.memory_mib
-        if cpu_over or memory_over:
-            clashing += [row for row in here if row.allocation_id != allocation.pk]
-            where.append(f"{node.name}: CPU or memory")
+        mine = [row for row in own if row.node_id == node_id]
+        found = _at_once([row for row in others if row.node_id == node_id], starts_at, ends_at,
+                         _node_clash(mine[0].node, mine))
+        if found:
+            clashing += found
+            where.append(f"{mine[0].node.name}: CPU or memory")
     if not clashing:
         return None
     grants = sorted({row.allocation_id: row for row in clashing}.items())

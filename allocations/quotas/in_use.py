@@ -54,13 +54,18 @@ def in_use_at(held: Iterable[Held], at: datetime.datetime) -> Decimal:
     return sum((item.amount for item in held if item.holds_at(at)), ZERO)
 
 
+def edges(held: Iterable[Held], start: datetime.datetime, end: datetime.datetime) -> set[datetime.datetime]:
+    """The moments strictly within ``[start, end)`` where a grant starts or ends: the only ones at
+    which what holds can change (admission's steps cut there too, ``effective_tree.QuotaView.steps``)."""
+    return {moment for item in held for moment in (item.starts_at, item.ends_at) if start < moment < end}
+
+
 def segments(*, held: Iterable[Held], steps: Sequence[Step], start: datetime.datetime,
              end: datetime.datetime) -> list[Segment]:
     """The use over ``[start, end)`` with the numbers in force (``steps``: the quota's
     ``windows.timeline`` over the same interval), merged where neither changes."""
     found = [item for item in held if item.starts_at < end and item.ends_at > start]
-    cuts = {start, end, *(step.start for step in steps if start < step.start < end)}
-    cuts |= {moment for item in found for moment in (item.starts_at, item.ends_at) if start < moment < end}
+    cuts = {start, end, *(step.start for step in steps if start < step.start < end)} | edges(found, start, end)
     ordered = sorted(cuts)
     out: list[Segment] = []
     for begin, finish in zip(ordered, ordered[1:], strict=False):

@@ -19,7 +19,6 @@ Read-only: the preview calls it without locks; approval calls it under its locks
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from collections import defaultdict
 from collections.abc import Iterable
@@ -37,6 +36,7 @@ from allocations.models import Allocation, AllocationState, PreemptionPolicy
 from allocations.placement import Workload
 from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra, victims
+from allocations.quotas import in_use as timed
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.room import Room
 from allocations.quotas.victim_info import VictimInfo, victim_infos
@@ -48,6 +48,8 @@ from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
+
+ZERO = Decimal(0)
 
 
 @dataclass
@@ -94,23 +96,45 @@ def _overlapping(*, allocation: Allocation, department_ids: Iterable[int]) -> An
                     exclude=allocation.pk)
 
 
-def department_totals(
-    *, allocation: Allocation, department_ids: Iterable[int], tree: algebra.Tree | None = None
-) -> tuple[dict[tuple[int, algebra.Scope], Decimal], set[int]]:
-    """What each department's own projects hold per scope over the allocation's interval (what is
-    promised to it left out: a grant reclaimed for it, or the units a grant gives back to it), in one
-    grouped query; and the departments whose grants promise it something. With a ``tree`` that has
-    classes' shares, the grants of those classes count in the shares too."""
-    shares = tree is not None and bool(tree.class_shares)
-    group = ["project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id"]
+def department_rows(*, allocation: Allocation, department_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """What each department's own projects hold over the allocation's interval, grouped by what
+    admission tells apart (flavor, class, interval, what is promised to it): one query."""
+    group = ["project__department_id", "flavor_id", "flavor__gpu_equivalents", "reclaimed_for_id", "priority_class_id",
+             "starts_at", "ends_at"]
     staying = Case(When(state=AllocationState.RECLAIMING, then=Value(0)),
                    default=F("quantity") - Coalesce("reclaim_units", Value(0)), output_field=IntegerField())
-    rows = (
+    return list(
         _overlapping(allocation=allocation, department_ids=department_ids)
-        .values(*group, *(["priority_class_id"] if shares else []))
-        .annotate(units=Sum("quantity"), staying=Sum(staying))
-        .order_by()
+        .values(*group).annotate(units=Sum("quantity"), staying=Sum(staying)).order_by()
     )
+
+
+def held_spans(rows: Iterable[dict[str, Any]]) -> list[timed.Held]:
+    """When each row holds (its amount does not matter to where steps are cut)."""
+    return [timed.Held(row["starts_at"], row["ends_at"], ZERO) for row in rows]
+
+
+def interval_tree(view: QuotaView, *, rows: Iterable[dict[str, Any]], start: datetime.datetime,
+                  end: datetime.datetime) -> algebra.Tree:
+    """The tree a request over ``[start, end)`` is checked against: step by step where a window's
+    edge or a grant's start or end (of ``rows``) falls within it, else its lowest numbers."""
+    return view.stepped(start, end, held_spans(rows)) or view.tree(start, end)
+
+
+def in_steps(tree: algebra.Tree, amounts: dict[algebra.Scope, Decimal], starts_at: datetime.datetime,
+             ends_at: datetime.datetime) -> dict[algebra.Scope, Decimal]:
+    """``amounts`` held over ``[starts_at, ends_at)``, in the steps of a stepped tree it meets."""
+    return tree.timed(amounts, starts_at, ends_at) if isinstance(tree, SteppedTree) else amounts
+
+
+def department_totals(
+    *, allocation: Allocation, rows: Iterable[dict[str, Any]], tree: algebra.Tree
+) -> tuple[dict[tuple[int, algebra.Scope], Decimal], set[int]]:
+    """What each department's own projects hold per scope over the allocation's interval
+    (``department_rows``; step by step with a stepped tree: a grant weighs only in the steps it
+    holds), what is promised to it left out (a grant reclaimed for it, or the units a grant gives
+    back to it); and the departments whose grants promise it something. With a ``tree`` that has
+    classes' shares, the grants of those classes count in the shares too."""
     totals: dict[tuple[int, algebra.Scope], Decimal] = defaultdict(Decimal)
     promised: set[int] = set()
     for row in rows:
@@ -121,8 +145,8 @@ def department_totals(
             units = row["staying"]
         amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=units,
                                 gpu_equivalents=row["flavor__gpu_equivalents"])
-        if tree is not None and shares:
-            amounts = tree.class_amounts(department, row["priority_class_id"], amounts)
+        amounts = in_steps(tree, tree.class_amounts(department, row["priority_class_id"], amounts), row["starts_at"],
+                           row["ends_at"])
         for scope, amount in amounts.items():
             totals[(department, scope)] += amount
     return dict(totals), promised
@@ -150,9 +174,8 @@ def _grant(
     units = row["quantity"] if quantity is None else quantity
     amounts = grant_amounts(flavor_id=row["flavor_id"], quantity=units, gpu_equivalents=row["flavor__gpu_equivalents"])
     if tree is not None:
-        amounts = tree.class_amounts(row["project__department_id"], row["priority_class_id"], amounts)
-    if isinstance(tree, SteppedTree):
-        amounts = tree.timed(amounts, row["starts_at"], row["ends_at"])
+        amounts = in_steps(tree, tree.class_amounts(row["project__department_id"], row["priority_class_id"], amounts),
+                           row["starts_at"], row["ends_at"])
     leaving = _leaving(row) if quantity is None else 0
     return algebra.Grant(
         allocation_id=row["pk"], department_id=row["project__department_id"], amounts=amounts,
@@ -230,23 +253,16 @@ def admission_decide(
     department_id = allocation.project.department_id
     chain = department_ancestor_ids(department_id=department_id, parents=parents)
     view = QuotaView.read(parents=parents)
-    tree: algebra.Tree = view.tree(allocation.starts_at, allocation.ends_at)
+    start, end = allocation.starts_at, allocation.ends_at
     names = dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug"))
-    words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
     amounts = grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents)
-    ask = algebra.Ask(
-        department_id=department_id,
-        amounts=tree.class_amounts(department_id, allocation.priority_class_id, amounts),
-        priority=allocation.priority_class.value,
-        factor=allocation.priority_class.oversubscription_factor,
-        preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
-    )
     refusal: ApplicationError
-    capped = project_cap_refusal(allocation=allocation, quantity=allocation.quantity, starts_at=allocation.starts_at,
-                                 ends_at=allocation.ends_at)
+    capped = project_cap_refusal(allocation=allocation, quantity=allocation.quantity, starts_at=start, ends_at=end)
     if capped is not None:  # the project's own cap (docs/quotas.md, "Project caps"): nothing is reclaimed for it
         return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=capped)
-    if not any((department, scope) in tree.limits for department in chain for scope in ask.amounts):
+    lowest = view.tree(start, end)
+    scopes = lowest.class_amounts(department_id, allocation.priority_class_id, amounts)
+    if not any((department, scope) in lowest.limits for department in chain for scope in scopes):
         refusal = QuotaExceeded(
             f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
             details={"department": names[department_id], "flavor": flavor.name,
@@ -254,7 +270,17 @@ def admission_decide(
         )
         return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
-    totals, promised_anywhere = department_totals(allocation=allocation, department_ids=tree_ids, tree=tree)
+    rows = department_rows(allocation=allocation, department_ids=tree_ids)
+    tree = interval_tree(view, rows=rows, start=start, end=end)  # step by step where what holds or a limit changes
+    words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
+    ask = algebra.Ask(
+        department_id=department_id,
+        amounts=in_steps(tree, tree.class_amounts(department_id, allocation.priority_class_id, amounts), start, end),
+        priority=allocation.priority_class.value,
+        factor=allocation.priority_class.oversubscription_factor,
+        preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+    )
+    totals, promised_anywhere = department_totals(allocation=allocation, rows=rows, tree=tree)
     quick = algebra.checks_from_totals(tree, totals, ask)
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
@@ -263,19 +289,13 @@ def admission_decide(
                     reads=reads)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
-            checks = [words.details(check) for check in quick]
-            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=checks, attempt=attempt)
-    stepped = view.stepped(allocation.starts_at, allocation.ends_at)
-    if stepped is not None:  # windows change the numbers within the interval: moment by moment, step by step
-        tree = stepped
-        words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
-        ask = dataclasses.replace(ask, amounts=stepped.timed(ask.amounts, allocation.starts_at, allocation.ends_at))
+            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=words.lines(quick), attempt=attempt)
     grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable,
                                                 tree=tree)
     quota_only = victims.plan(tree, grants, ask)
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
-        checks = [words.details(check) for check in quota_only.checks]
-        return Decision(plan=quota_only, checks=checks, refusal=words.refusal(quota_only.failing[0]))
+        return Decision(plan=quota_only, checks=words.lines(list(quota_only.checks)),
+                        refusal=words.refusal(words.worst_failing(list(quota_only.checks))))
     room = Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
                 workload=workload, reads=reads)
     capacity = None
@@ -283,11 +303,10 @@ def admission_decide(
         capacity = victims.room_facts(tree, grants, ask, local=room.on_clusters())
     plan = victims.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
-    checks = [words.details(check) for check in plan.checks]
+    checks = words.lines(list(plan.checks))
     if not plan.admitted:
-        failing = plan.failing
-        if failing:
-            refusal = words.refusal(failing[0])
+        if plan.failing:
+            refusal = words.refusal(words.worst_failing(list(plan.checks)))
         else:
             refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(frozenset()))
         return Decision(plan=plan, checks=checks, refusal=refusal)

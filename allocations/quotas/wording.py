@@ -8,6 +8,7 @@ from decimal import Decimal
 
 from allocations.models import Flavor
 from allocations.quotas import algebra
+from allocations.quotas.effective_tree import binding_checks, unstepped
 from kernel.errors import QuotaExceeded
 
 
@@ -24,13 +25,6 @@ def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> st
     return f"{flavor} units" if scope is not None else "GPU-equivalents"
 
 
-def _unstepped(scope: algebra.Scope) -> tuple[algebra.Scope, int | None]:
-    """The scope a check counts, and the step of time it counts it in (None: the whole interval)."""
-    if isinstance(scope, tuple) and scope[0] == "at":
-        return scope[2], scope[1]
-    return scope, None
-
-
 @dataclass(frozen=True)
 class QuotaWords:
     """How the checks of one request read: the department names, its flavor and class, which
@@ -41,8 +35,23 @@ class QuotaWords:
     flavor: Flavor
     priority_class: str
 
+    def lines(self, checks: list[algebra.Check]) -> list[dict[str, str | int | None]]:
+        """One line per quota over the request's whole interval, with the numbers of its binding
+        step (``binding_checks``), and when that step is (``binding_from``, ``binding_until``)."""
+        out = []
+        for check in binding_checks(checks):
+            line = self.details(check)
+            if "from" in line:
+                line["binding_from"], line["binding_until"] = line.pop("from"), line.pop("until")
+            out.append(line)
+        return out
+
+    def worst_failing(self, checks: list[algebra.Check]) -> algebra.Check:
+        """The binding step of the first quota that fails (the one a refusal names)."""
+        return next(check for check in binding_checks(checks) if not check.fits)
+
     def details(self, check: algebra.Check) -> dict[str, str | int | None]:
-        scope, step = _unstepped(check.scope)
+        scope, step = unstepped(check.scope)
         real = scope[2] if isinstance(scope, tuple) else scope
         out: dict[str, str | int | None] = {
             "department": self.names.get(check.department_id, str(check.department_id)),
@@ -68,8 +77,8 @@ class QuotaWords:
         when = f" from {details['from']} until {details['until']}" if "from" in details else ""
         by = f" (set by quota window #{details['limit_by']})" if "limit_by" in details else ""
         return QuotaExceeded(
-            f"Quota exceeded for {what} in department {details['department']}{when}: requested "
-            f"{_plain(check.requested)}, held {_plain(check.holds)}, limit {_plain(check.effective_limit)}{by}; "
+            f"Quota exceeded for {what} in department {details['department']}: requested "
+            f"{_plain(check.requested)}, held {_plain(check.holds)}, limit {_plain(check.effective_limit)}{by}{when}; "
             "nothing it may reclaim frees enough.",
             details=details,
         )
