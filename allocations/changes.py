@@ -119,7 +119,7 @@ def _lock_admission(allocation: Allocation) -> Cluster | None:
     department_chain(department_id=allocation.project.department_id, lock=True)
     if allocation.cluster_id is None:
         return None
-    return Cluster.objects.select_for_update().get(pk=allocation.cluster_id)
+    return Cluster.objects.select_for_update(no_key=True).get(pk=allocation.cluster_id)
 
 
 def _change_request(

@@ -115,7 +115,7 @@ def project_caps_set(*, actor: User, project: Project, caps: list[tuple[Flavor |
         seen.add(key)
         if limit < 0:
             raise FieldError(f"caps.{index}.limit", "Must be 0 or more.")
-    project = Project.objects.select_for_update().get(pk=project.pk)
+    project = Project.objects.select_for_update(no_key=True).get(pk=project.pk)
     before = _caps_map(project)
     for row in ProjectQuota.objects.filter(project=project):
         if row.flavor_id not in seen:

@@ -177,7 +177,7 @@ def _require_decider(*, actor: User, allocation: Allocation) -> None:
 def _candidate_clusters(*, allocation: Allocation) -> list[Cluster]:
     """The clusters to try, row-locked in primary-key order."""
     candidates = candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster)
-    return list(Cluster.objects.select_for_update().filter(pk__in=candidates.values("pk")).order_by("pk"))
+    return list(Cluster.objects.select_for_update(no_key=True).filter(pk__in=candidates.values("pk")).order_by("pk"))
 
 
 def allocation_approve(*, actor: User, allocation_id: int, comment: str = "") -> Allocation:

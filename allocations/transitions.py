@@ -67,7 +67,7 @@ def allocation_move(allocation: Allocation, target: str) -> None:
 
 
 def allocation_lock(allocation_id: int) -> Allocation:
-    return Allocation.objects.select_for_update(of=("self",)).select_related(
+    return Allocation.objects.select_for_update(of=("self",), no_key=True).select_related(
         "project", "flavor", "priority_class", "cluster"
     ).get(pk=allocation_id)
 

@@ -43,7 +43,7 @@ def cluster_kubeconfig_set(*, actor: User | None, cluster_id: int, kubeconfig: s
     if actor is not None:
         require_platform_admin(actor, to="change a cluster's credentials")
     server = _kubeconfig_server(kubeconfig)
-    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
     cluster.kubeconfig_encrypted = kubeconfig_encrypt(kubeconfig)
     cluster.last_sync_error = ""
     cluster.save(update_fields=["kubeconfig_encrypted", "last_sync_error"])

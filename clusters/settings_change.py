@@ -36,7 +36,7 @@ def cluster_settings_update(*, actor: User, cluster_id: int, **changes: Any) -> 
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
         raise ValueError(f"not editable here: {', '.join(unknown)}")
-    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
     changed = {name: value for name, value in changes.items() if getattr(cluster, name) != value}
     if not changed:
         return cluster

@@ -60,7 +60,7 @@ def cluster_settings_change(*, actor: User, cluster_id: int, **changes: Any) -> 
     refusing to switch off a sharing technology still in use, and queue the project pushes a
     change of ``use_hami`` needs."""
     require_platform_admin(actor, to="change a cluster's settings")
-    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
     refusal = switch_off_refusal(cluster, changes)
     if refusal is not None:
         raise refusal

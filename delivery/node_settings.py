@@ -79,7 +79,7 @@ def node_settings_update(*, actor: User, node_id: int, **changes: Any) -> Node:
         raise ValueError(f"not editable here: {', '.join(unknown)}")
     # The cluster first (kernel.locks): bookings hold it while they write reservations, so none can
     # land on the node between the check below and the commit.
-    Cluster.objects.select_for_update().get(pk=Node.objects.values_list("cluster_id", flat=True).get(pk=node_id))
+    Cluster.objects.select_for_update(no_key=True).get(pk=Node.objects.values_list("cluster_id", flat=True).get(pk=node_id))
     node = Node.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=node_id)
     changed = {name: value for name, value in changes.items() if getattr(node, name) != value}
     if not changed:

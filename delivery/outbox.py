@@ -127,7 +127,7 @@ def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
         .order_by("pk")
     )
     allocation_ids = sorted({done.allocation_id for done in covered if done.allocation_id is not None})
-    list(Allocation.objects.select_for_update(of=("self",)).filter(pk__in=allocation_ids).order_by("pk").values_list("pk"))
+    list(Allocation.objects.select_for_update(of=("self",), no_key=True).filter(pk__in=allocation_ids).order_by("pk").values_list("pk"))
     rows_key_share(transaction.get_connection(), Cluster, [push.cluster_id])
     for done in covered:
         done.state = PushState.DONE

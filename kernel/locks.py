@@ -12,12 +12,12 @@ rows are locked in primary-key order:
    idle case that follows a grant (``accounting.IdleCase``: the idle evaluation and the keep,
    exempt and release of a case lock the grant first, then its case; see ``accounting.idle``);
 3. departments: the department chain, nearest first but locked in primary-key order (admission,
-   quota changes), then projects (FOR UPDATE by the changes of one project), then quota and flavor
-   rows (the catalogue);
-4. clusters: FOR UPDATE by whoever books or moves GPUs on them or changes their credentials, FOR
-   NO KEY UPDATE by whoever frees reservations on them (the UPDATE that moves the placement
-   version, ``allocations.booking.state.placement_version_bump``: after the allocation's row), FOR
-   KEY SHARE by the push's recording, which must not wait for a cluster once it holds the chain lock;
+   quota changes), then projects (by the changes of one project), then quota and flavor rows (the
+   catalogue);
+4. clusters: by whoever books or moves GPUs on them, changes their settings or credentials, or
+   frees reservations on them (the UPDATE that moves the placement version,
+   ``allocations.booking.state.placement_version_bump``: after the allocation's row); FOR KEY
+   SHARE by the push's recording, which must not wait for a cluster once it holds the chain lock;
 5. node tokens and node report states, then nodes, then their GPUs (telemetry and the inventory,
    see docs/telemetry.md; a GPU's write also updates its node's row, through the inventory stamp's
    trigger, ``clusters.stamps``, which every writer of GPUs has locked first), then reservations
@@ -40,6 +40,17 @@ the fourth: the sync of a user's roles from an identity provider and an account'
 (``tenants.identity``) lock it first, FOR NO KEY UPDATE, which never conflicts with the KEY SHARE of
 a foreign-key check, and then write only that user's memberships, sessions and tokens before the
 audit chain lock.
+
+Lock strength: allocations, departments, projects and clusters are the rows nearly every writer
+refers to, and each foreign-key check of a row that refers to one takes its KEY SHARE lock until
+the writer commits (the usage roll-up's and the utilisation tick's rows, outbox rows, new
+memberships). FOR UPDATE conflicts with KEY SHARE; FOR NO KEY UPDATE does not, and still
+excludes every other writer of the row. A transaction that only updates such a row (never deletes
+it, never changes its key) locks it FOR NO KEY UPDATE (``select_for_update(no_key=True)``;
+``NO_KEY_KINDS``), or: an approval's SKIP LOCKED skipped every victim a writer was inserting rows
+about (a 409, an unmet window edge), and adding a project member held the project FOR UPDATE while
+its new membership's check waited for the department an approval held, whose outbox rows then
+waited for the project. FOR UPDATE on those kinds only where ``FULL_ROW_LOCKS`` says why.
 
 Three consequences that are easy to miss:
 
@@ -89,6 +100,13 @@ LOCK_ORDER: tuple[str, ...] = (
     "clusters.Gpu",
     "allocations.Reservation",
 )
+
+
+# The kinds locked FOR NO KEY UPDATE (see "Lock strength" above); FOR UPDATE of them only in the
+# functions listed in ``FULL_ROW_LOCKS`` ("path:function": why), where the row is deleted or its key
+# changes. tests/architecture/test_row_locks.py holds the source to both.
+NO_KEY_KINDS: tuple[str, ...] = ("allocations.Allocation", "tenants.Department", "tenants.Project", "clusters.Cluster")
+FULL_ROW_LOCKS: dict[str, str] = {}
 
 
 def lock_rank(model: type[models.Model]) -> int:

@@ -280,9 +280,9 @@ def defrag_apply(
     cluster = Cluster.objects.get(pk=cluster_id)
     candidates = movable_allocation_ids(cluster=cluster, now=moment)
     locked = list(
-        Allocation.objects.select_for_update(of=("self",)).filter(pk__in=candidates).order_by("pk").values_list("pk", flat=True)
+        Allocation.objects.select_for_update(of=("self",), no_key=True).filter(pk__in=candidates).order_by("pk").values_list("pk", flat=True)
     )
-    cluster = Cluster.objects.select_for_update().get(pk=cluster_id)
+    cluster = Cluster.objects.select_for_update(no_key=True).get(pk=cluster_id)
     still_movable = set(movable_allocation_ids(cluster=cluster, now=moment)) & set(locked)
     plan = (planner or defrag_plan)(cluster=cluster, now=moment, movable_ids=sorted(still_movable))
     if not plan.moves:

@@ -208,7 +208,7 @@ def project_cap_set(request: HttpRequest, project_id: int) -> HttpResponse:
         messages.error(request, "flavor: No such flavor.")
         return _back(project.department_id)
     with transaction.atomic():
-        Project.objects.select_for_update().get(pk=project.pk)  # the service's lock, taken first: one order
+        Project.objects.select_for_update(no_key=True).get(pk=project.pk)  # the service's lock, taken first: one order
         caps: list[tuple[Flavor | None, Decimal]] = [
             (row.flavor, row.limit) for row in
             ProjectQuota.objects.filter(project=project).select_related("flavor").order_by("pk")

@@ -10,6 +10,10 @@ The order itself is data (``kernel.locks.LOCK_ORDER``): within each function, th
 (directly, or through a helper of its own module that locks) come in that order; docs/security.md
 lists it as the code holds it; and every foreign key of the rows the periodic writers add points
 to a kind in it (``references_key_share`` locks those first, by it).
+
+Lock strength is data too (``kernel.locks.NO_KEY_KINDS``): those kinds are locked FOR NO KEY UPDATE,
+which the KEY SHARE of a foreign-key check never waits for, and FOR UPDATE only in the functions
+``kernel.locks.FULL_ROW_LOCKS`` lists with a reason.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import re
 
 from django.apps import apps
 
-from kernel.locks import LOCK_ORDER
+from kernel.locks import FULL_ROW_LOCKS, LOCK_ORDER, NO_KEY_KINDS
 from tests.architecture.imports import ROOT, source_files
 
 # Helpers of other modules that lock one kind, by the name they are called with.
@@ -212,3 +216,66 @@ def test_the_rows_of_the_periodic_writers_refer_only_to_kinds_in_the_order() -> 
         targets = {field.related_model._meta.label for field in apps.get_model(label)._meta.concrete_fields
                    if field.many_to_one and getattr(field, "db_constraint", True)}  # fmt: skip
         assert targets <= set(LOCK_ORDER), (label, targets - set(LOCK_ORDER))
+
+
+# Helpers that lock a kind through a queryset built in the function (no ``Model.objects`` to read).
+LOCKS_BUILT_IN: dict[str, str] = {"tenants/access.py:department_chain": "Department"}
+
+
+def _lock_call(call: ast.Call) -> ast.Call | None:
+    return next((c for c in _chain(call) if isinstance(c.func, ast.Attribute) and c.func.attr == "select_for_update"), None)
+
+
+def _chain_base(call: ast.Call) -> ast.expr:
+    node: ast.expr = call
+    while isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        node = node.func.value
+    return node
+
+
+def full_row_locks(source: str, path: str) -> list[str]:
+    """``path:function model`` of each ``select_for_update`` without ``no_key=True`` on a kind of
+    ``NO_KEY_KINDS`` (by ``Model.objects``, or any lock in a function of ``LOCKS_BUILT_IN``)."""
+    kinds = {label.split(".")[1] for label in NO_KEY_KINDS}
+    found = []
+    for function in ast.walk(ast.parse(source)):
+        if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        where = f"{path}:{function.name}"
+        for node in ast.walk(function):
+            lock = _lock_call(node) if isinstance(node, ast.Call) else None
+            if lock is None or any(k.arg == "no_key" and isinstance(k.value, ast.Constant) and k.value.value is True
+                                   for k in lock.keywords):  # fmt: skip
+                continue
+            base = _chain_base(lock)
+            model = (base.value.id if isinstance(base, ast.Attribute) and base.attr == "objects"
+                     and isinstance(base.value, ast.Name) else LOCKS_BUILT_IN.get(where))  # fmt: skip
+            if model in kinds:
+                found.append(f"{where} {model}")
+    return sorted(set(found))
+
+
+def test_rows_that_writers_refer_to_are_locked_for_no_key_update_unless_listed_with_a_reason() -> None:
+    found = [line for path in source_files()
+             for line in full_row_locks(path.read_text(), path.relative_to(ROOT).as_posix())]
+    assert [line for line in found if line.split()[0] not in FULL_ROW_LOCKS] == []
+    used = {line.split()[0] for line in found}
+    assert [where for where in FULL_ROW_LOCKS if where not in used] == []  # no stale entry
+    assert all(reason.strip() for reason in FULL_ROW_LOCKS.values())
+
+
+def test_the_strength_check_finds_full_locks_of_the_kinds_it_guards() -> None:
+    source = """
+def a():
+    Allocation.objects.select_for_update(of=("self",), skip_locked=True).filter(pk=1)
+    Project.objects.select_for_update(no_key=True).get(pk=1)
+    Quota.objects.select_for_update().get(pk=1)
+def department_chain(*, department_id, lock=False):
+    rows = Department.objects.filter(pk=department_id)
+    rows = rows.select_for_update()
+def b():
+    Cluster.objects.select_for_update(no_key=False).get(pk=1)
+"""
+    assert full_row_locks(source, "tenants/access.py") == [
+        "tenants/access.py:a Allocation", "tenants/access.py:b Cluster", "tenants/access.py:department_chain Department",
+    ]  # fmt: skip
