@@ -77,11 +77,18 @@ class QuotaCheckOut(serializers.Serializer):  # type: ignore[type-arg]
     )
     requested = serializers.CharField()
     in_use = serializers.CharField(
-        help_text="What admission counts against the quota over the line's interval: every grant that overlaps it "
-        "(conservative); `segments` say what holds at each moment."
+        help_text="What admission counts against the quota in its binding step (the step of the line's interval "
+        "with the least room): the grants that hold then, never grants that do not overlap added up; `segments` "
+        "say what holds at each moment."
     )
     limit = serializers.CharField()
-    effective_limit = serializers.CharField(help_text="The limit times the priority class's oversubscription factor.")
+    effective_limit = serializers.CharField(
+        help_text="The limit in force in the binding step times the priority class's oversubscription factor."
+    )
+    binding_from = serializers.DateTimeField(
+        required=False, help_text="When the binding step starts (present when the interval has several steps)."
+    )
+    binding_until = serializers.DateTimeField(required=False, help_text="When the binding step ends (exclusive).")
     limit_by = serializers.IntegerField(required=False, help_text="The quota window that set the limit.")
     segments = QuotaSegmentOut(
         many=True, help_text="The line's interval cut where what holds or the limit in force changes: the use moment "
