@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
                         "skip-edge-reclaim, drop-notice, double-book-slice, reclaim-beneficiary, or all")
     parser.add_argument("--shrink-seconds", type=float, default=300.0, help="time to shrink a failure (0: do not)")
     parser.add_argument("--ignore", default="", help="invariants not to check, comma-separated")
-    parser.add_argument("--probe-every", type=int, default=25, help="steps between the HTTP probes")
+    parser.add_argument("--probe-every", type=int, default=50, help="steps between the HTTP probes")
     args = parser.parse_args(argv)
     os.environ.update({
         "GPUPORTAL_SIM_SEEDS": args.seed or args.seeds, "GPUPORTAL_SIM_STEPS": str(args.steps),

@@ -17,8 +17,10 @@ KINDS: dict[str, float] = {
     "clock": 14, "tick": 2, "idle_readings": 3, "idle_evaluate": 2, "defrag": 1, "fair_share": 1,
     "inventory": 1.5, "usage_roll": 0.5, "push_sweep": 2, "concurrent": 5, "fault": 3,
 }
-CONCURRENT_KINDS = ("submit", "approve", "release", "renew", "resize", "change_decide", "tick", "idle_evaluate",
-                    "usage_roll", "fair_share", "defrag", "push_sweep")
+CONCURRENT_KINDS = ("approve", "release", "renew", "resize", "change_decide", "tick", "idle_evaluate", "usage_roll",
+                    "fair_share", "defrag", "push_sweep")
+"""What actors do at once. Never two requests: the ids they get would depend on the race, and ids
+order the victims (newest first) and what later actions pick."""
 FAULT_KINDS = ("kill", "deadlock", "push")
 FAULTED_KINDS = ("approve", "release", "tick", "renew", "resize", "change_decide", "window_decide", "window_cancel",
                  "idle_evaluate", "defrag", "push_sweep")

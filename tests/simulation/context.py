@@ -34,6 +34,7 @@ class StepNotes:
     escaped: list[str] = field(default_factory=list)  # exceptions no service documents
     concurrent: bool = False
     inventory: bool = False
+    admitted: dict[int, int] = field(default_factory=dict)  # grant -> audit seq of its admission this step
 
 
 @dataclass

@@ -18,7 +18,7 @@ from allocations.fair_share.services import fair_share_shares_set, fair_share_ti
 from allocations.models import Allocation, PriorityClass, Quota, QuotaWindow
 from allocations.tasks import allocations_timeline_task
 from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Gpu, Node, NodeSharing
+from clusters.models import ClusterPush, Gpu, Node, NodeSharing
 from clusters.outbox import pushes_due
 from delivery.node_settings import node_settings_update
 from delivery.outbox import push_deliver
@@ -33,6 +33,7 @@ from tests.simulation.world import ADMIN_OF
 SECOND = datetime.timedelta(seconds=1)
 MINUTE = datetime.timedelta(minutes=1)
 RULE_HOURS = (0, 6, 8, 12, 18, 20, 22)
+LOOKBACK = datetime.timedelta(minutes=55)
 
 
 def quota_edit(ctx: Context, n: tuple[float, ...]) -> str:
@@ -128,7 +129,7 @@ def _coming(ctx: Context, now: datetime.datetime) -> list[datetime.datetime]:
     """The instants ahead where the timeline has something to do."""
     found: set[datetime.datetime] = set()
     for grant in ctx.snapshot.grants.values():
-        if grant.state == "reclaiming" and grant.deadline:
+        if grant.pending_reclaim and grant.deadline:
             found.add(grant.deadline)
         if grant.state == "scheduled":
             found.add(grant.starts_at)
@@ -142,8 +143,9 @@ def _coming(ctx: Context, now: datetime.datetime) -> list[datetime.datetime]:
 
 def clock(ctx: Context, n: tuple[float, ...]) -> str:
     """Move the clock (a few seconds, to the next thing due, some minutes, or hours) as beat would
-    see it: the timeline task runs at every instant due on the way, and at the end (one time in
-    twelve the last one is late and does not run)."""
+    see it: the timeline task runs at the end (one time in twelve it is late and does not run) and,
+    on a jump longer than the tick's look-back, at the window edges on the way (at most four), so that
+    they apply; then the push worker."""
     now = clock_now()
     coming = _coming(ctx, now)
     if n[0] < 0.3:
@@ -154,7 +156,9 @@ def clock(ctx: Context, n: tuple[float, ...]) -> str:
         target = now + MINUTE * (5 + int(n[1] * 85))
     else:
         target = now + MINUTE * (120 + int(n[1] * 600))
-    stops = [moment + SECOND for moment in coming if moment + SECOND < target][:8]
+    edges = set() if target - now < LOOKBACK else {at for row in ctx.snapshot.windows if row.state == "approved"
+                                                    for at, _ in windows_eval.edges(row, now, target)}
+    stops = [moment + SECOND for moment in sorted(edges) if moment + SECOND < target][:4]
     for stop in stops:
         clock_set(stop)
         timeline_tick(ctx)
@@ -257,13 +261,19 @@ def usage_roll(ctx: Context, n: tuple[float, ...]) -> str:
 
 
 def push_sweep(ctx: Context, n: tuple[float, ...] = ()) -> str:
-    """The delivery worker: every push that is due, once each (a failed one is due again after its
-    backoff, and failed for good after its last attempt)."""
+    """The delivery worker: the newest due push of each scope (a cluster's shared objects, or one
+    project's namespace), which renders the state every older pending push of that scope asked for
+    and so finishes them too; a failed one is due again after its backoff, failed for good after
+    its last attempt."""
     del n
-    due = pushes_due()
-    if not due:
+    newest: dict[tuple[int, int | None], int] = {}
+    for push_id, cluster_id, project_id in ClusterPush.objects.filter(pk__in=pushes_due()).order_by("pk").values_list(
+            "pk", "cluster_id", "project_id"):
+        newest[(cluster_id, project_id)] = push_id
+    if not newest:
         return "skipped"
-    outcomes = [attempt(ctx, "push_deliver", functools.partial(push_deliver, push_id=push_id)) for push_id in due]
+    outcomes = [attempt(ctx, "push_deliver", functools.partial(push_deliver, push_id=push_id))
+                for push_id in sorted(newest.values())]
     return next((outcome for outcome in outcomes if outcome != "ok"), "ok")
 
 

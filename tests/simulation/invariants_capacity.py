@@ -89,10 +89,10 @@ def capacity(ctx: Context, snap: Snapshot) -> list[Found]:
             lost = ctx.lost_gpus.get((booking.node_id, index))
             if index not in node.gpus and (lost is None or ctx.first_seen[booking.id] > lost):
                 found.append(("capacity", f"#{grant.id} booked on {node.name} gpu{index}, which the node does not have"))
-            per_gpu[(booking.node_id, index)].append((span[0], span[1], booking))
+            per_gpu[(booking.node_id, index)].append((span[0], snap.booking_end(booking, span[1]), booking))
         if new and not node.schedulable and ctx.cordoned.get(booking.node_id, ctx.step) < ctx.step:
             found.append(("capacity", f"#{grant.id} newly booked on cordoned node {node.name}"))
-        per_node[booking.node_id].append((span[0], span[1], booking))
+        per_node[booking.node_id].append((span[0], snap.booking_end(booking, span[1]), booking))
     for (node_id, index), items in sorted(per_gpu.items()):
         found += _gpu(f"{snap.nodes[node_id].name} gpu{index}", items)
     for node_id, items in sorted(per_node.items()):

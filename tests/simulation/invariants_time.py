@@ -1,12 +1,14 @@
 """What the timeline owes once its task completed at an instant T, what the audit log owes every
 decision, and what a preview owes its approval:
 
-* no grant still ``reclaiming`` whose deadline is at or before T; none holding, or pending, whose
-  end is; none ``scheduled`` whose start came and whose victims are gone;
+* no reclaim still under way (a grant ``reclaiming``, or giving back some units) whose deadline is
+  at or before T; no grant holding, or pending, whose end is; none ``scheduled`` whose start came
+  and whose victims are done;
 * every edge of an approved window in (T - 1 h, T] applied (the tick's look-back), and the end of a
   window cancelled in force there; no edge applied that the windows do not have;
-* one audit event per decision: each allocation's approval, rejection, start, reclaim, release and
-  expiry recorded once, and once it happened; one ``quota_window.edge`` per applied edge;
+* one audit event per decision: each allocation's request, approval, rejection, start, release and
+  expiry recorded once, and once it happened; every reclaim started once and finished or called off
+  once; one ``quota_window.edge`` per applied edge;
 * a preview's answer (admitted, the grants it reclaims, when it starts) is what approving did.
 """
 
@@ -24,19 +26,20 @@ from tests.simulation.ledger import FINAL, HOLDING, Snapshot
 
 Found = tuple[str, str]
 LOOKBACK = datetime.timedelta(hours=1)
-ONCE = ("allocation.approved", "allocation.rejected", "allocation.started", "allocation.reclaiming",
-        "allocation.reclaimed", "allocation.released", "allocation.expired", "allocation.cancelled",
-        "allocation.requested")
+ONCE = ("allocation.approved", "allocation.rejected", "allocation.started", "allocation.released",
+        "allocation.expired", "allocation.cancelled", "allocation.requested")
 EXPECTED = {"rejected": ("allocation.rejected",), "cancelled": ("allocation.cancelled",),
-            "released": ("allocation.released",), "expired": ("allocation.expired",),
-            "reclaimed": ("allocation.reclaiming", "allocation.reclaimed"), "reclaiming": ("allocation.reclaiming",)}
+            "released": ("allocation.released",), "expired": ("allocation.expired",)}
+RECLAIM_EVENTS = ("allocation.reclaiming", "allocation.reclaimed", "allocation.reclaim_cancelled")
+ADMISSIONS = ("allocation.approved", "allocation.renewed", "allocation.change_approved")
 
 
 def timeline(snap: Snapshot, tick: datetime.datetime) -> list[Found]:
     found: list[Found] = []
     for grant in snap.grants.values():
-        if grant.state == "reclaiming" and grant.deadline is not None and grant.deadline <= tick:
-            found.append(("reclaim-deadline", f"#{grant.id} still reclaiming after the tick at {tick.isoformat()}; "
+        if grant.pending_reclaim and grant.deadline is not None and grant.deadline <= tick:
+            what = "reclaiming" if grant.state == "reclaiming" else f"giving back {grant.reclaim_units} units"
+            found.append(("reclaim-deadline", f"#{grant.id} still {what} after the tick at {tick.isoformat()}; "
                           f"its deadline was {grant.deadline.isoformat()}"))
         elif grant.state not in FINAL and grant.ends_at <= tick:
             found.append(("expiry", f"#{grant.id} still {grant.state} after the tick at {tick.isoformat()}; it ended "
@@ -73,18 +76,21 @@ def window_edges(ctx: Context, prev: Snapshot, snap: Snapshot) -> list[Found]:
     return found
 
 
-def audit_events(ctx: Context) -> dict[int, dict[str, Any]]:
-    """Count this step's audit events; return the details of its ``allocation.reclaiming`` events."""
+def audit_events(ctx: Context) -> list[tuple[str, int, dict[str, Any]]]:
+    """Count this step's audit events; return its reclaim events (action, grant, details) in order."""
     since = ctx.audit_seq
     rows = list(AuditEvent.objects.filter(seq__gt=since).order_by("seq").values_list("seq", "action", "target_id"))
+    ctx.notes.admitted = {}
     for seq, action, target_id in rows:
         ctx.audit_seq = seq
         ctx.audit_counts[(action, target_id)] += 1
-    if not any(action == "allocation.reclaiming" for _, action, _ in rows):
-        return {}
-    records = AuditEvent.objects.filter(seq__gt=since, action="allocation.reclaiming").order_by("seq").values_list(
-        "target_id", "record")
-    return {int(target_id): json.loads(record).get("details", {}) for target_id, record in records}
+        if action in ADMISSIONS:
+            ctx.notes.admitted[int(target_id)] = seq
+    if not any(action in RECLAIM_EVENTS for _, action, _ in rows):
+        return []
+    records = AuditEvent.objects.filter(seq__gt=since, action__in=RECLAIM_EVENTS).order_by("seq").values_list(
+        "action", "target_id", "record")
+    return [(action, int(target_id), json.loads(record).get("details", {})) for action, target_id, record in records]
 
 
 def audit_once(ctx: Context, prev: Snapshot, snap: Snapshot) -> list[Found]:
@@ -106,6 +112,11 @@ def audit_once(ctx: Context, prev: Snapshot, snap: Snapshot) -> list[Found]:
         for action in wanted:
             if counts[(action, key)] != 1:
                 found.append(("audit-once", f"#{grant.id} is {grant.state} with {counts[(action, key)]} {action} events"))
+        started, finished, cancelled = (counts[(action, key)] for action in RECLAIM_EVENTS)
+        ended = finished + cancelled + (1 if grant.pending_reclaim else 0)
+        if not ended <= started <= ended + 1 or (grant.state == "reclaimed" and not finished):
+            found.append(("audit-once", f"#{grant.id} ({grant.state}): {started} reclaims started, {finished} finished, "
+                          f"{cancelled} called off"))
     for window_id in {key[0] for key in snap.edges - prev.edges}:
         applied = sum(1 for key in snap.edges if key[0] == window_id)
         if counts[("quota_window.edge", str(window_id))] != applied:
@@ -114,7 +125,7 @@ def audit_once(ctx: Context, prev: Snapshot, snap: Snapshot) -> list[Found]:
     return found
 
 
-def previews(ctx: Context, snap: Snapshot, now: datetime.datetime) -> list[Found]:
+def previews(ctx: Context, snap: Snapshot, reclaims: list[tuple[str, int, dict[str, Any]]]) -> list[Found]:
     found: list[Found] = []
     for preview, outcome in ctx.notes.previews:
         grant = snap.grants[preview.allocation_id]
@@ -125,7 +136,8 @@ def previews(ctx: Context, snap: Snapshot, now: datetime.datetime) -> list[Found
             continue
         if not (preview.admitted and outcome == "ok"):
             continue
-        taken = frozenset(g.id for g in snap.grants.values() if g.reclaimed_for == grant.id)
+        taken = frozenset(target for action, target, details in reclaims
+                          if action == "allocation.reclaiming" and details.get("for") == grant.id)
         if taken != preview.victims:
             found.append(("preview-approve", f"#{grant.id}: the preview would reclaim {sorted(preview.victims)}, "
                           f"approving reclaimed {sorted(taken)}"))
@@ -133,5 +145,4 @@ def previews(ctx: Context, snap: Snapshot, now: datetime.datetime) -> list[Found
         if (preview.starts == "now") == waits and grant.state in HOLDING:
             found.append(("preview-approve", f"#{grant.id}: the preview said it starts {preview.starts}, approving "
                           f"left it {grant.state}"))
-    del now
     return found

@@ -38,6 +38,19 @@ class Grant:
     reclaimed_for: int | None
     cluster_id: int | None
     decided_at: datetime.datetime | None
+    reclaim_units: int | None = None
+
+    @property
+    def pending_reclaim(self) -> bool:
+        """A reclaim under way: all of it (``reclaiming``) or some units (``reclaim_units``)."""
+        return self.state == "reclaiming" or (self.reclaim_units is not None and self.state in HOLDING)
+
+    @property
+    def kept_units(self) -> int:
+        """The units it holds once its reclaim's deadline passed."""
+        if self.state == "reclaiming":
+            return 0
+        return self.quantity - (self.reclaim_units or 0) if self.state in HOLDING else 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,7 @@ class Span:
 class Booking:
     id: int
     allocation_id: int
+    unit: int
     node_id: int
     gpus: tuple[int, ...]
     milli: int
@@ -119,7 +133,7 @@ class Snapshot:
     def __post_init__(self) -> None:
         victims: dict[int, list[Grant]] = defaultdict(list)
         for grant in self.grants.values():
-            if grant.state == "reclaiming" and grant.reclaimed_for is not None:
+            if grant.pending_reclaim and grant.reclaimed_for is not None:
                 victims[grant.reclaimed_for].append(grant)
         self._victims = dict(victims)
 
@@ -141,7 +155,7 @@ class Snapshot:
     # --------------------------------------------------------------- the grants
 
     def victims_of(self, grant_id: int) -> list[Grant]:
-        """The grants reclaiming for this one (it waits for them)."""
+        """The grants giving back units, or all of theirs, for this one (it waits for them)."""
         return self._victims.get(grant_id, [])
 
     def active(self, grant: Grant) -> tuple[datetime.datetime, datetime.datetime] | None:
@@ -153,7 +167,7 @@ class Snapshot:
         if grant.state in HOLDING:
             start, end = grant.starts_at, grant.ends_at
             if grant.state == "reclaiming" and grant.deadline is not None:
-                end = min(end, grant.deadline)
+                end = min(end, grant.deadline)  # a partial reclaim holds on, with fewer units (``spans``)
             for victim in self.victims_of(grant.id):
                 if victim.deadline is not None:
                     start = max(start, victim.deadline)
@@ -173,22 +187,41 @@ class Snapshot:
                     continue
                 span = self.active(grant)
                 weight = self.weight(grant, scope)
-                if span is not None and weight:
+                if span is None or not weight:
+                    continue
+                cut = grant.deadline if grant.reclaim_units and grant.pending_reclaim and grant.deadline else None
+                if cut is None or not span[0] < cut < span[1]:
                     found.append(Span(span[0], span[1], weight, grant))
+                    continue
+                found.append(Span(span[0], cut, weight, grant))
+                kept = self.weight(grant, scope, units=grant.kept_units)
+                if kept:
+                    found.append(Span(cut, span[1], kept, grant))
             self._spans[key] = found
         return self._spans[key]
 
-    def weight(self, grant: Grant, scope: int | None) -> Decimal:
+    def weight(self, grant: Grant, scope: int | None, *, units: int | None = None) -> Decimal:
+        quantity = grant.quantity if units is None else units
         if scope is None:
-            return (self.flavors[grant.flavor_id].gpu_equivalents * grant.quantity).quantize(FOUR)
-        return Decimal(grant.quantity) if grant.flavor_id == scope else Decimal(0)
+            return (self.flavors[grant.flavor_id].gpu_equivalents * quantity).quantize(FOUR)
+        return Decimal(quantity) if grant.flavor_id == scope else Decimal(0)
+
+    def booking_end(self, booking: Booking, end: datetime.datetime) -> datetime.datetime:
+        """When a booking stops holding: a unit a partial reclaim gives back (its grant's highest
+        numbered) at the reclaim's deadline."""
+        grant = self.grants[booking.allocation_id]
+        if not (grant.reclaim_units and grant.pending_reclaim and grant.deadline):
+            return end
+        units = sorted((b.unit for b in self.bookings.values() if b.allocation_id == grant.id), reverse=True)
+        return min(end, grant.deadline) if booking.unit in units[: grant.reclaim_units] else end
 
     def holds(self, department_id: int, scope: int | None, at: datetime.datetime, *, class_id: int | None = None,
-              only: set[int] | None = None) -> Decimal:
+              only: set[int] | None = None, without: frozenset[int] = frozenset()) -> Decimal:
         """What the department's subtree holds in ``scope`` at ``at`` (one class's grants, or only
-        the grants in ``only``, when given)."""
+        the grants in ``only``, when given; never those in ``without``)."""
         return sum((span.weight for span in self.spans(department_id, scope, class_id)
-                    if span.start <= at < span.end and (only is None or span.grant.id in only)), Decimal(0))
+                    if span.start <= at < span.end and (only is None or span.grant.id in only)
+                    and span.grant.id not in without), Decimal(0))
 
     def shown_in_use(self, department_id: int, scope: int | None, at: datetime.datetime) -> Decimal:
         """What a page should show as in use at ``at``: the holding grants whose interval holds it."""
@@ -242,14 +275,14 @@ def snapshot_read(at: datetime.datetime, *, previous: Snapshot | None = None, pa
         row[0]: Grant(*row)
         for row in Allocation.objects.order_by("pk").values_list(
             "pk", "project__department_id", "flavor_id", "quantity", "priority_class_id", "state", "starts_at",
-            "ends_at", "reclaim_deadline", "reclaimed_for_id", "cluster_id", "decided_at",
+            "ends_at", "reclaim_deadline", "reclaimed_for_id", "cluster_id", "decided_at", "reclaim_units",
         )
     }
     bookings = {
-        row[0]: Booking(row[0], row[1], row[2], tuple(row[3]), row[4], row[5], row[6], row[7], row[8])
+        row[0]: Booking(row[0], row[1], row[2], row[3], tuple(row[4]), row[5], row[6], row[7], row[8], row[9])
         for row in Reservation.objects.filter(released_at__isnull=True).order_by("pk").values_list(
-            "pk", "allocation_id", "node_id", "gpu_indices", "gpu_milli", "mig_profile", "mig_start", "cpu_millicores",
-            "memory_mib",
+            "pk", "allocation_id", "unit", "node_id", "gpu_indices", "gpu_milli", "mig_profile", "mig_start",
+            "cpu_millicores", "memory_mib",
         )
     }
     kept = {name: getattr(previous, name) for name in ("flavors", "classes", "quotas", "windows", "nodes", "parents",

@@ -5,7 +5,8 @@ invariant that must catch it (``python -m tests.simulation --mutation NAME``, do
 * ``skip-edge-reclaim``: a quota window's shrink edge reclaims nothing;
 * ``drop-notice``: a reclaimed grant gets no notice, whatever its class says;
 * ``double-book-slice``: a MIG unit is booked on memory slices a grant holding at the same time has;
-* ``reclaim-beneficiary``: an approval also takes a grant that waits for its own victims.
+* ``reclaim-beneficiary``: an approval also takes a grant that waits for its own victims (and the
+  check that refuses such a plan under the locks is gone).
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from typing import Any
 
 import allocations.preview_apis
 import allocations.quotas.planning
+import allocations.reclaims
 import allocations.selectors
 import allocations.services
 import allocations.window_tick
 from allocations.booking import reservations
 from allocations.models import Allocation, Reservation
 from allocations.quotas.planning import VictimInfo
+from allocations.states import reclaim_pending_q
 from kernel.clock import clock_now
 from tests.simulation.ledger import HOLDING
 
@@ -97,7 +100,8 @@ def _reclaim_beneficiary(patch: Patch) -> None:
         decision = original(allocation=allocation, **kwargs)
         if decision.refusal is not None:
             return decision
-        waiting = (Allocation.objects.filter(state__in=HOLDING - {"reclaiming"}, reclaimed_grants__state="reclaiming")
+        promised = Allocation.objects.filter(reclaim_pending_q()).exclude(reclaimed_for=None).values("reclaimed_for_id")
+        waiting = (Allocation.objects.filter(pk__in=promised, state__in=HOLDING - {"reclaiming"})
                    .exclude(pk=allocation.pk).select_related("project__department", "flavor", "priority_class")
                    .order_by("pk").first())
         if waiting is None or any(victim.allocation_id == waiting.pk for victim in decision.victims):
@@ -109,8 +113,12 @@ def _reclaim_beneficiary(patch: Patch) -> None:
         ))
         return decision
 
+    def check_victims(*args: Any, **kwargs: Any) -> None:
+        del args, kwargs  # the guard that holds a plan to leaving such grants out, gone too
+
     patch.append((allocations.services, "admission_decide", admission_decide))
     patch.append((allocations.preview_apis, "admission_decide", admission_decide))
+    patch.append((allocations.reclaims, "_check_victims", check_victims))
 
 
 MUTATIONS: dict[str, tuple[str, Callable[[Patch], None]]] = {

@@ -60,10 +60,14 @@ def _probes(ctx: Context, snap: Snapshot, now: datetime.datetime) -> list[Found]
         for row in response.json()["results"]:
             quota = quotas[row["id"]]
             expected = snap.shown_in_use(quota.department_id, quota.flavor_id, now)
+            label = f"{row['department']}/{row['flavor'] or 'gpu-equivalents'}"
             if Decimal(row["in_use"]) != expected:
-                found.append(("displayed-in-use", f"/api/v1/quotas/ shows {row['department']}/"
-                              f"{row['flavor'] or 'gpu-equivalents'} in use {row['in_use']}; the ledger holds {expected} "
-                              f"at {now.isoformat()}"))
+                found.append(("displayed-in-use", f"/api/v1/quotas/ shows {label} in use {row['in_use']}; the ledger "
+                              f"holds {expected} at {now.isoformat()}"))
+            limit = snap.effective(quota, now)[1]
+            if "effective_limit" in row and Decimal(row["effective_limit"]) != limit:
+                found.append(("displayed-in-use", f"/api/v1/quotas/ shows {label} with the limit {row['effective_limit']} "
+                              f"in force; the windows leave {limit} at {now.isoformat()}"))
     scraped = Client(raise_request_exception=False).get("/metrics")
     if not _server_error(found, "/metrics", scraped.status_code, scraped.content):
         found += _metrics(snap, now, scraped.content.decode())

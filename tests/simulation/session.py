@@ -29,7 +29,7 @@ class Options:
     mutation: str = ""
     shrink_seconds: float = 300.0
     ignore: frozenset[str] = frozenset()
-    probe_every: int = 25
+    probe_every: int = 50
 
     @classmethod
     def from_environment(cls) -> Options:
@@ -40,7 +40,7 @@ class Options:
             only=[int(part) for part in only.split(",") if part] if only else None,
             mutation=env("GPUPORTAL_SIM_MUTATION", ""), shrink_seconds=float(env("GPUPORTAL_SIM_SHRINK_SECONDS", "300")),
             ignore=frozenset(filter(None, env("GPUPORTAL_SIM_IGNORE", "").split(","))),
-            probe_every=int(env("GPUPORTAL_SIM_PROBE_EVERY", "25")),
+            probe_every=int(env("GPUPORTAL_SIM_PROBE_EVERY", "50")),
         )
 
 
