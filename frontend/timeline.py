@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils.text import capfirst
 
 from allocations.models import Allocation, AllocationState, ChangeKind
 from allocations.states import reclaim_pending_q
@@ -148,6 +149,17 @@ def _utc(moment: datetime.datetime | None) -> str:
     return f"{moment.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC" if moment is not None else "—"
 
 
+def partial_reclaim_words(allocation: Allocation) -> str:
+    """What a grant giving back some of its units says about it, after its state ("active gives back
+    1 of its 4 units at ... UTC"); empty for any other grant (a whole reclaim is its state)."""
+    if allocation.reclaim_units is None or allocation.reclaim_deadline is None:
+        return ""
+    if allocation.state == AllocationState.RECLAIMING:
+        return ""
+    return (f"gives back {allocation.reclaim_units} of its {allocation.quantity} units "
+            f"at {_utc(allocation.reclaim_deadline)}")
+
+
 def allocation_standing(
     *, user: AbstractBaseUser | AnonymousUser, allocation: Allocation, timeline: list[TimelineEntry]
 ) -> Standing | None:
@@ -171,8 +183,8 @@ def allocation_standing(
         released = next((entry.occurred_at for entry in reversed(timeline) if entry.action == "allocation.reclaimed"),
                         allocation.reclaim_deadline)
         return Standing(f"Its capacity was released at {_utc(released)}. {reason}", request_id=target)
-    if allocation.reclaim_units is not None and allocation.reclaim_deadline is not None:  # gives back some units
-        return Standing(f"{allocation.reclaim_reason} Runs until {_utc(allocation.reclaim_deadline)}.")
+    if gives_back := partial_reclaim_words(allocation):
+        return Standing(f"{allocation.reclaim_reason} {capfirst(gives_back)}.")
     if state != AllocationState.SCHEDULED:
         return None
     victims = list(

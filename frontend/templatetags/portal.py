@@ -13,7 +13,7 @@ from allocations.sharing_guide import ModeGuide, guide_for
 from allocations.versions import Minimums
 from frontend.navigation import nav_items
 from frontend.selectors import requestable_projects
-from frontend.timeline import SyncStatus, sync_status
+from frontend.timeline import SyncStatus, partial_reclaim_words, sync_status
 from tenants.access import access_for
 
 register = template.Library()
@@ -56,6 +56,11 @@ def num(value: Any, places: int = 2) -> str:
 @register.filter
 def sync(allocation: Allocation) -> SyncStatus:
     return sync_status(allocation)
+
+
+@register.filter
+def gives_back(allocation: Allocation) -> str:
+    return partial_reclaim_words(allocation)
 
 
 @register.filter

@@ -197,7 +197,8 @@ def test_the_auditor_downloads_an_export(portal: Portal) -> None:
 
 def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(portal: Portal) -> None:
     page, world = portal.page, portal.world
-    # acme (limit 14) over nlp (guaranteed 4) and vision (guaranteed 8); vision holds 4 beyond its guarantee.
+    # acme (limit 14) over nlp (guaranteed 4) and vision (guaranteed 8); vision holds 4 beyond its guarantee,
+    # and nlp's 3 leave room for 1 of them under acme's limit: its grant of 4 gives back 1 (a partial reclaim).
     Quota.objects.all().delete()
     for department, guaranteed, limit in ((world.acme, 0, 14), (world.nlp, 4, 10), (world.vision, 8, 12)):
         Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(guaranteed), limit=Decimal(limit))
@@ -220,7 +221,10 @@ def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(p
     page.get_by_label("Justification").fill("Our guarantee, back for the paper deadline")
     outlook = page.locator("#feedback-outlook")
     expect(outlook).to_contain_text("Approval would reclaim 1 grant from other departments")
-    expect(outlook).to_contain_text(f"#{borrowed.pk} 4 × a100 of vision-seg (department vision, gpu-standard)")
+    expect(outlook).to_contain_text(
+        f"#{borrowed.pk} 1 of its 4 × a100 of vision-seg (department vision, gpu-standard): borrowed beyond its "
+        "department's guarantee; runs 15 more minutes"
+    )
     # The feedback refreshes (and re-renders the confirmation) 400 ms after the last keystroke:
     # let the last refresh land before ticking the box, as a person reading the outlook would.
     page.wait_for_timeout(600)
@@ -238,7 +242,9 @@ def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(p
     portal.login("nlp_admin")
     portal.nav("Approvals")
     row = page.get_by_role("row").filter(has_text=f"#{request_id}")
-    expect(row).to_contain_text(f"Approval would reclaim 1 grant from other departments: #{borrowed.pk} 4 × a100")
+    expect(row).to_contain_text(
+        f"Approval would reclaim 1 grant from other departments: #{borrowed.pk} 1 of its 4 × a100"
+    )
     expect(row).to_contain_text("borrowed beyond its department's guarantee; runs 15 more minutes")
     page.get_by_label(f"Select request #{request_id}").check()
     portal.shot("approver-sees-reclaim")
@@ -248,14 +254,19 @@ def test_a_request_that_reclaims_is_confirmed_approved_and_its_victim_told_why(p
 
     portal.login("vision_member")
     row = page.get_by_role("row").filter(has=page.get_by_role("link", name=f"Allocation {borrowed.pk}"))
-    expect(row).to_contain_text("Reclaiming until")
+    victim = Allocation.objects.get(pk=borrowed.pk)  # it keeps running, with 1 of its units promised away
+    assert (victim.state, victim.quantity, victim.reclaim_units, victim.reclaimed_for_id) == (
+        AllocationState.ACTIVE, 4, 1, request_id)
+    assert victim.reclaim_deadline is not None
+    deadline = f"{victim.reclaim_deadline.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    expect(row).to_contain_text(f"Active gives back 1 of its 4 units at {deadline}")
     row.get_by_role("link", name=f"Allocation {borrowed.pk}").click()
-    expect(page.locator("#standing")).to_contain_text(
-        f"Reclaimed for request #{request_id} (3 × a100 for nlp-llm): it borrowed capacity beyond its department's "
-        "guarantee. Runs until "
+    expect(page.locator("#standing")).to_have_text(
+        f"1 of its 4 units reclaimed for request #{request_id} (3 × a100 for nlp-llm): it borrowed beyond the "
+        "guarantee of department vision, which held 12 GPU-equivalents against a guarantee of 8. "
+        f"Gives back 1 of its 4 units at {deadline}."
     )
     portal.shot("victim-told-why")
-    assert Allocation.objects.get(pk=borrowed.pk).state == AllocationState.RECLAIMING
     no_policy_violations(portal)
 
 
