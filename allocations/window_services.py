@@ -38,6 +38,7 @@ from allocations.quotas.window_reading import approved_window_specs, window_spec
 from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from audit import actions
 from audit.services import audit_record
+from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
 from kernel.transactions import retry_on_deadlock
@@ -223,7 +224,7 @@ def quota_window_create(
         raise FieldError("shrink_policy", f"One of {', '.join(ShrinkPolicy.values)}.")
     if len(justification) > TEXT_LIMIT:
         raise FieldError("justification", f"At most {TEXT_LIMIT} characters.")
-    now = django_timezone.now()
+    now = clock_now()
     if kind == WindowKind.RECURRING and isinstance(begins_at, datetime.datetime):
         begins_at = begins_at.replace(second=0, microsecond=0)  # occurrences start on whole minutes
     _check_times(kind=kind, begins_at=begins_at, ends_at=ends_at, rrule=rrule, zone=timezone,
@@ -295,7 +296,7 @@ def quota_window_approve(*, actor: User, window_id: int, comment: str = "") -> Q
     window = _window_lock(window_id)
     _require_decider(actor=actor, window=window)
     _require_state(window, WindowState.PENDING)
-    now = django_timezone.now()
+    now = clock_now()
     if window.ends_at is not None and window.ends_at <= now:
         raise Conflict(f"Quota window #{window.pk} ended at {window.ends_at.isoformat()}; there is nothing to approve.",
                        details={"ends_at": window.ends_at.isoformat()})
@@ -315,7 +316,7 @@ def quota_window_reject(*, actor: User, window_id: int, comment: str) -> QuotaWi
     _require_state(window, WindowState.PENDING)
     if not comment.strip():
         raise FieldError("comment", "A rejection needs a comment for the requester.")
-    _decide(window, actor=actor, state=WindowState.REJECTED, comment=comment, now=django_timezone.now())
+    _decide(window, actor=actor, state=WindowState.REJECTED, comment=comment, now=clock_now())
     audit_record(actor=actor, action=actions.QUOTA_WINDOW_REJECTED, target=window,
                  department_id=window.quota.department_id, before={"state": WindowState.PENDING},
                  after={"state": window.state},
@@ -333,7 +334,7 @@ def quota_window_cancel(*, actor: User, window_id: int) -> QuotaWindow:
         raise NotAllowed("Only the window's requester or a platform admin may cancel it.")
     _require_state(window, WindowState.PENDING, WindowState.APPROVED)
     was = window.state
-    now = django_timezone.now()
+    now = clock_now()
     in_force = window_in_force(window, now)
     _decide(window, actor=actor, state=WindowState.CANCELLED, comment="", now=now)
     details: dict[str, Any] = {"was": was, "in_force": in_force, "pushes": cluster_objects_enqueue() if in_force else 0}

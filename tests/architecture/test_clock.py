@@ -28,26 +28,39 @@ def clock_reads(path: Path) -> list[str]:
     a reference to ``timezone.now`` handed on as a callable (``default=timezone.now``)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    aliases = _aliases(tree)
     found = []
     called: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             called.add(id(node.func))
-            pair = (_tail_name(node.func.value), node.func.attr)
+            pair = (_tail_name(node.func.value, aliases), node.func.attr)
             if pair in FORBIDDEN_CALLS and not (node.func.attr == "localtime" and node.args):
                 found.append(f"{relative}:{node.lineno} calls {'.'.join(pair)}()")
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and id(node) not in called:
-            if (_tail_name(node.value), node.attr) == ("timezone", "now"):
+            if (_tail_name(node.value, aliases), node.attr) == ("timezone", "now"):
                 found.append(f"{relative}:{node.lineno} hands on timezone.now")
     return found
 
 
-def _tail_name(node: ast.expr) -> str:
-    """``timezone`` for ``timezone`` and ``django.utils.timezone``; ``datetime`` for
-    ``datetime.datetime`` and ``dt.datetime``; ``date`` for ``datetime.date``."""
+def _aliases(tree: ast.Module) -> dict[str, str]:
+    """Names bound by ``import … as`` / ``from … import … as`` to what they stand for
+    (``django_timezone`` → ``timezone``, ``dt`` → ``datetime``)."""
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            for name in node.names:
+                if name.asname:
+                    found[name.asname] = name.name.rsplit(".", 1)[-1]
+    return found
+
+
+def _tail_name(node: ast.expr, aliases: dict[str, str]) -> str:
+    """``timezone`` for ``timezone``, ``django.utils.timezone`` and a name it was imported as;
+    ``datetime`` for ``datetime.datetime`` and ``dt.datetime``; ``date`` for ``datetime.date``."""
     if isinstance(node, ast.Name):
-        return node.id
+        return aliases.get(node.id, node.id)
     if isinstance(node, ast.Attribute):
         return node.attr
     return ""
@@ -74,6 +87,10 @@ def test_the_check_sees_every_way_of_reading_the_system_clock(tmp_path: Path) ->
         "f = timezone.localtime(a)\n"  # converting a given instant is fine
         "g = dict(default=timezone.now)\n"
         "h = datetime.datetime.utcnow()\n"
+        "from django.utils import timezone as django_timezone\n"
+        "from datetime import date as day\n"
+        "i = django_timezone.now()\n"
+        "j = day.today()\n"
     )
     assert [place.split(":", 1)[1] for place in clock_reads(sample)] == [
         "4 calls timezone.now()",
@@ -82,6 +99,8 @@ def test_the_check_sees_every_way_of_reading_the_system_clock(tmp_path: Path) ->
         "7 calls timezone.localdate()",
         "8 calls timezone.localtime()",
         "11 calls datetime.utcnow()",
+        "14 calls timezone.now()",
+        "15 calls date.today()",
         "10 hands on timezone.now",
     ]
 
