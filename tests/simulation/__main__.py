@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default="", help="replay only these action indices (a shrunk sequence)")
     parser.add_argument("--mutation", default="", help="break the code on purpose: count-non-overlapping, "
                         "skip-edge-reclaim, drop-notice, double-book-slice, reclaim-beneficiary, or all")
-    parser.add_argument("--shrink-seconds", type=float, default=300.0, help="time to shrink a failure (0: do not)")
+    parser.add_argument("--shrink-seconds", type=float, default=180.0, help="time to shrink a failure (0: do not)")
     parser.add_argument("--ignore", default="", help="invariants not to check, comma-separated")
     parser.add_argument("--probe-every", type=int, default=50, help="steps between the HTTP probes")
     args = parser.parse_args(argv)

@@ -25,7 +25,6 @@ import allocations.window_tick
 from allocations.booking import reservations
 from allocations.models import Allocation, Reservation
 from allocations.quotas.planning import VictimInfo
-from allocations.states import reclaim_pending_q
 from kernel.clock import clock_now
 from tests.simulation.ledger import HOLDING
 
@@ -100,6 +99,8 @@ def _reclaim_beneficiary(patch: Patch) -> None:
         decision = original(allocation=allocation, **kwargs)
         if decision.refusal is not None:
             return decision
+        from allocations.states import reclaim_pending_q  # a tree without partial reclaims has none
+
         promised = Allocation.objects.filter(reclaim_pending_q()).exclude(reclaimed_for=None).values("reclaimed_for_id")
         waiting = (Allocation.objects.filter(pk__in=promised, state__in=HOLDING - {"reclaiming"})
                    .exclude(pk=allocation.pk).select_related("project__department", "flavor", "priority_class")

@@ -27,7 +27,7 @@ class Options:
     steps: int
     only: list[int] | None = None
     mutation: str = ""
-    shrink_seconds: float = 300.0
+    shrink_seconds: float = 180.0
     ignore: frozenset[str] = frozenset()
     probe_every: int = 50
 
@@ -38,7 +38,7 @@ class Options:
         return cls(
             seeds=seeds_parse(env("GPUPORTAL_SIM_SEEDS", "1-20")), steps=int(env("GPUPORTAL_SIM_STEPS", "300")),
             only=[int(part) for part in only.split(",") if part] if only else None,
-            mutation=env("GPUPORTAL_SIM_MUTATION", ""), shrink_seconds=float(env("GPUPORTAL_SIM_SHRINK_SECONDS", "300")),
+            mutation=env("GPUPORTAL_SIM_MUTATION", ""), shrink_seconds=float(env("GPUPORTAL_SIM_SHRINK_SECONDS", "180")),
             ignore=frozenset(filter(None, env("GPUPORTAL_SIM_IGNORE", "").split(","))),
             probe_every=int(env("GPUPORTAL_SIM_PROBE_EVERY", "50")),
         )

@@ -22,7 +22,7 @@ def reproduces(failure: Failure, keep: list[int], *, faults: Faults, ignore: fro
 
 
 def shrink(failure: Failure, *, faults: Faults, ignore: frozenset[str] = frozenset(),
-           budget_seconds: float = 300.0) -> tuple[list[int] | None, int]:
+           budget_seconds: float = 180.0) -> tuple[list[int] | None, int]:
     """The smallest list of action indices found that still fails (None: the whole run did not
     fail again, as a race between concurrent actors may not), and how many replays it took."""
     deadline = time.monotonic() + budget_seconds
