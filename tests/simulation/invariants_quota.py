@@ -143,6 +143,8 @@ def reclaims(prev: Snapshot, snap: Snapshot, started: datetime.datetime,
     found: list[Found] = []
     for action, target, details in events:
         before = prev.grants.get(target)
+        if action == "allocation.reclaimed" and details.get("partial") and before is not None:
+            found += _given_back(before, snap.grants[target], details, events)
         if action != "allocation.reclaiming" or before is None:
             continue
         notice = prev.classes[before.class_id].notice
@@ -161,6 +163,21 @@ def reclaims(prev: Snapshot, snap: Snapshot, started: datetime.datetime,
         units = int(details.get("units") or before.quantity)
         found += _reason(prev, before, requester, str(details.get("why", "")), units)
     return found
+
+
+def _given_back(before: Grant, after: Grant, details: dict[str, Any],
+                events: list[tuple[str, int, dict[str, Any]]]) -> list[Found]:
+    """A partial reclaim that finished gave back the units named when it started, no more, no less."""
+    started = [d for action, target, d in events if action == "allocation.reclaiming" and target == after.id]
+    named = before.reclaim_units if before.reclaim_units is not None and not started else (
+        started[-1].get("units") if started else None)
+    units = int(details.get("units") or 0)
+    if named is not None and units != named:
+        return [("reclaim-units", f"#{after.id} was to give back {named} units and gave back {units}")]
+    if after.quantity != before.quantity - units and after.state in HOLDING:
+        return [("reclaim-units", f"#{after.id} held {before.quantity} units, gave back {units}, and holds "
+                 f"{after.quantity}")]
+    return []
 
 
 def _within_everywhere(prev: Snapshot, victim: Grant, window: tuple[datetime.datetime, datetime.datetime],

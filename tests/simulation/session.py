@@ -16,7 +16,8 @@ from tests.simulation.shrink import shrink
 
 INVARIANTS = frozenset({
     "escaped-exception", "capacity", "booking-leak", "booking-count", "quota-over-limit", "reclaim-notice",
-    "reclaim-beneficiary", "reclaim-within-guarantee", "reclaim-reason", "shrink-reclaim-met", "reclaim-deadline",
+    "reclaim-beneficiary", "reclaim-within-guarantee", "reclaim-reason", "reclaim-units", "shrink-reclaim-met",
+    "reclaim-deadline",
     "expiry", "start", "window-edge", "audit-once", "preview-approve", "displayed-in-use", "http-5xx", "audit-verifies",
 })
 
