@@ -33,7 +33,6 @@ class StepNotes:
     cancelled: list[tuple[int, datetime.datetime, bool]] = field(default_factory=list)  # window, when, was in force
     escaped: list[str] = field(default_factory=list)  # exceptions no service documents
     concurrent: bool = False
-    inventory: bool = False
     admitted: dict[int, int] = field(default_factory=dict)  # grant -> audit seq of its admission this step
 
 
@@ -46,7 +45,6 @@ class Context:
     step: int = 0
     last_tick: datetime.datetime | None = None
     cancelled_at: dict[int, tuple[datetime.datetime, bool]] = field(default_factory=dict)
-    node_events: list[tuple[int, str, Any]] = field(default_factory=list)  # (step, what, detail)
     first_seen: dict[int, int] = field(default_factory=dict)  # reservation id -> step it appeared in
     lost_gpus: dict[tuple[int, int], int] = field(default_factory=dict)  # (node, gpu index) -> step it went
     cordoned: dict[int, int] = field(default_factory=dict)  # node id -> step it was cordoned

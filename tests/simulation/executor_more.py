@@ -223,7 +223,6 @@ def fair_share(ctx: Context, n: tuple[float, ...]) -> str:
 
 def inventory(ctx: Context, n: tuple[float, ...]) -> str:
     """A node cordoned or back, a GPU lost or back, or a node added."""
-    ctx.notes.inventory = True
     nodes = list(Node.objects.filter(cluster=ctx.world.cluster).order_by("pk"))
     node = nodes[min(int(n[1] * len(nodes)), len(nodes) - 1)]
     platform = ctx.world.users["platform"]

@@ -8,8 +8,9 @@
   victims (the beneficiary of a reclaim), gives back no unit that lies within its own department's
   guarantee throughout when taken for another department, and the reason stated for it is true; a
   grant on its cluster gets its class's notice;
-* **shrink met**: once a shrink edge of a ``reclaim`` window applied and the longest notice (and a
-  few ticks) ran out, what the department held then is within the new limit.
+* **shrink met**: once a shrink edge of a ``reclaim`` window applied, at the first tick no other
+  actor raced after its reclaims (taken at the edge, or by a later tick when grants were locked
+  then) ran out their notice, what the department held then is within the new limit.
 """
 
 from __future__ import annotations
@@ -24,8 +25,6 @@ from tests.simulation.ledger import FOUR, HOLDING, ON_CLUSTER, Grant, Snapshot
 
 Found = tuple[str, str]
 MICROSECOND = datetime.timedelta(microseconds=1)
-SETTLING = datetime.timedelta(minutes=2)
-"""After the longest notice, a few ticks more for a reclaim the edge could not take at once."""
 
 
 def _rank(snap: Snapshot, department_id: int, scope: int | None, at: datetime.datetime, grant: Grant,
@@ -251,18 +250,20 @@ def shrink_obligations(prev: Snapshot, snap: Snapshot, ticks: list[datetime.date
         held = {g.id for g in prev.grants.values() if g.state in HOLDING and not g.pending_reclaim
                 and (span := prev.active(g)) is not None and span[0] <= applied < span[1]}
         victims = snap.edge_reclaimed.get(key, ())
-        notice = datetime.timedelta(minutes=max((c.notice for c in snap.classes.values()), default=0)) + SETTLING
         obligations.append({"window": window_id, "quota": quota.id, "department": quota.department_id,
                             "scope": quota.flavor_id, "class": row.priority_class_id, "held": held,
-                            "due": applied + notice, "edge": at, "victims": victims, "quota_rows": rows,
+                            "key": key, "edge": at, "victims": victims, "quota_rows": rows,
                             "base": (quota.guaranteed, quota.limit)})
 
 
 def shrinks_met(snap: Snapshot, tick: datetime.datetime, obligations: list[dict[str, Any]]) -> list[Found]:
+    """At a tick no other actor raced: each shrink whose reclaims (the edge's, taken then or by a
+    later tick) are all done must be met."""
     found: list[Found] = []
     for duty in list(obligations):
-        if tick < duty["due"]:
-            continue
+        duty["victims"] = snap.edge_reclaimed.get(duty["key"], duty["victims"])
+        if any(snap.grants[v].pending_reclaim for v in duty["victims"] if v in snap.grants):
+            continue  # its victims run out their notice first
         obligations.remove(duty)
         window = next(row for row in snap.windows if row.id == duty["window"])
         quota = next((q for q in snap.quotas.values() if q.id == duty["quota"]), None)

@@ -9,7 +9,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
-from tests.simulation.actions import Action, actions_generate
+from tests.simulation.actions import actions_generate
 from tests.simulation.runner import Failure, RunResult
 
 EVENTS = ("allocation.approved", "allocation.admission_denied", "allocation.reclaiming", "allocation.reclaimed",
@@ -73,7 +73,8 @@ def _counts(counter: Counter[str]) -> str:
     return ", ".join(f"{key} {value}" for key, value in sorted(counter.items())) or "none"
 
 
-def failure_text(failure: Failure, steps: int, shrunk: list[int] | None, mutation: str = "") -> str:
+def failure_text(failure: Failure, steps: int, shrunk: list[int] | None, mutation: str = "",
+                 *, shrinking_tried: bool = False) -> str:
     actions = actions_generate(failure.seed, steps)
     lines = [
         f"FAILED seed {failure.seed} at step {failure.step}: {failure.action.describe()}",
@@ -83,6 +84,8 @@ def failure_text(failure: Failure, steps: int, shrunk: list[int] | None, mutatio
         lines.append(f"  shrunk to {len(shrunk)} of {failure.step + 1} actions:")
         lines += [f"    [{index}] {actions[index].describe()}" for index in shrunk]
         lines.append("  replay: " + replay_command(failure.seed, max(shrunk) + 1 if shrunk else steps, shrunk, mutation))
+    elif shrinking_tried:
+        lines.append("  not shrunk: the run did not fail again when replayed (a race between concurrent actors?)")
     lines.append("  replay all: " + replay_command(failure.seed, failure.step + 1, None, mutation))
     return "\n".join(lines)
 
@@ -94,7 +97,3 @@ def replay_command(seed: int, steps: int, keep: list[int] | None, mutation: str 
     if mutation:
         command += f" --mutation {mutation}"
     return command
-
-
-def describe(action: Action) -> str:
-    return action.describe()

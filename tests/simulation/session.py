@@ -67,9 +67,10 @@ def simulate(options: Options) -> tuple[Summary, list[str]]:
             if failure is None:
                 continue
             shrunk = None
-            if options.only is None and not reports and options.shrink_seconds > 0:
+            tried = options.only is None and not reports and options.shrink_seconds > 0
+            if tried:
                 shrunk, _ = shrink(failure, faults=faults, ignore=options.ignore, budget_seconds=options.shrink_seconds)
-            reports.append(failure_text(failure, options.steps, shrunk))
+            reports.append(failure_text(failure, options.steps, shrunk, shrinking_tried=tried))
     return summary, reports
 
 
@@ -86,10 +87,12 @@ def mutation_check(options: Options) -> tuple[Summary, str | None]:
             summary.add(result)
             if result.failure is not None:
                 shrunk = None
-                if options.shrink_seconds > 0:
+                tried = options.shrink_seconds > 0
+                if tried:
                     shrunk, _ = shrink(result.failure, faults=faults, ignore=ignore,
                                        budget_seconds=options.shrink_seconds)
                 caught = (f"mutation {options.mutation} caught by {expected} at seed {seed}, step "
                           f"{result.failure.step}, after {summary.steps} steps in all\n")
-                return summary, caught + failure_text(result.failure, options.steps, shrunk, options.mutation)
+                return summary, caught + failure_text(result.failure, options.steps, shrunk, options.mutation,
+                                                      shrinking_tried=tried)
     return summary, None
