@@ -9,6 +9,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Max
+
 from accounting.idle import ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.rolling import usage_hours_roll_recent
@@ -176,31 +178,32 @@ def tick(ctx: Context, n: tuple[float, ...]) -> str:
 
 
 def idle_readings(ctx: Context, n: tuple[float, ...]) -> str:
-    """Synthetic utilisation for one active grant, from its last reading (or start) to the newest
-    complete 5-minute bucket: idle (1 %) or busy (80 %)."""
+    """Synthetic utilisation, as the telemetry would write it: for every active grant, from its last
+    reading (or its start, at most three hours back) to the newest complete 5-minute bucket, idle
+    (1 %) or busy (80 %), most of them idle; then the idle evaluation runs."""
     active = list(Allocation.objects.filter(state="active", cluster__isnull=False).order_by("pk")
                   .values_list("pk", "cluster_id", "project__department_id", "starts_at", "quantity",
                                "flavor__gpu_equivalents"))
     if not active:
         return "skipped"
-    pk, cluster_id, department_id, starts_at, quantity, weight = active[min(int(n[0] * len(active)), len(active) - 1)]
     last = ladder.last_complete_bucket(clock_now())
-    newest = AllocationUsage.objects.filter(allocation_id=pk).order_by("-bucket_start").values_list(
-        "bucket_start", flat=True).first()
-    at = max(ladder.bucket_floor(starts_at), last - datetime.timedelta(hours=3))
-    if newest is not None:
-        at = max(at, newest + ladder.BUCKET)
-    activity = 0.01 if n[1] < 0.7 else 0.8
-    granted = float(weight) * quantity
+    newest = dict(AllocationUsage.objects.filter(allocation_id__in=[row[0] for row in active])
+                  .values("allocation_id").annotate(last=Max("bucket_start")).values_list("allocation_id", "last"))
     rows = []
-    while at <= last:
-        rows.append(AllocationUsage(
-            allocation_id=pk, cluster_id=cluster_id, department_id=department_id, bucket_start=at,
-            source=UsageSource.DCGM, devices=quantity, coverage=1.0, activity=activity, granted_gpu_eq=granted,
-            used_gpu_eq=activity * granted))
-        at += ladder.BUCKET
+    for index, (pk, cluster_id, department_id, starts_at, quantity, weight) in enumerate(active):
+        at = max(ladder.bucket_floor(starts_at), last - datetime.timedelta(hours=3))
+        if newest.get(pk) is not None:
+            at = max(at, newest[pk] + ladder.BUCKET)
+        activity = 0.01 if (index * 0.618 + n[1]) % 1 < 0.7 else 0.8
+        granted = float(weight) * quantity
+        while at <= last:
+            rows.append(AllocationUsage(
+                allocation_id=pk, cluster_id=cluster_id, department_id=department_id, bucket_start=at,
+                source=UsageSource.DCGM, devices=quantity, coverage=1.0, activity=activity, granted_gpu_eq=granted,
+                used_gpu_eq=activity * granted))
+            at += ladder.BUCKET
     AllocationUsage.objects.bulk_create(rows, ignore_conflicts=True)
-    return "ok" if rows else "skipped"
+    return attempt(ctx, "idle_cases_evaluate", lambda: idle_cases_evaluate()) if rows else "skipped"
 
 
 def idle_evaluate(ctx: Context, n: tuple[float, ...]) -> str:
