@@ -20,7 +20,7 @@ help:
 	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
-	@echo "make simulate   the simulator: SEEDS=1-200 STEPS=1000 [MUTATION=name|all] (docs/simulation.md)"
+	@echo "make simulate   the simulator: SEEDS=1-200 STEPS=1000 [JOBS=2 MINUTES=120 MUTATION=name|all] (docs/simulation.md)"
 	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
 	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
 
@@ -83,12 +83,16 @@ clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
 
 ## simulate: the simulator beyond the suite's budget (docs/simulation.md): SEEDS seeds of STEPS steps,
-## every invariant after every step; MUTATION=<name>|all checks that broken code is caught instead.
+## every invariant after every step, in JOBS processes, starting no seed after MINUTES (0: no limit);
+## MUTATION=<name>|all checks that broken code is caught instead.
 ## With DATABASE_URL set it uses that PostgreSQL, else it starts the suite's services (as make test).
 SEEDS ?= 1-200
 STEPS ?= 1000
 MUTATION ?=
-SIMULATE := $(BIN)/python -m tests.simulation --seeds $(SEEDS) --steps $(STEPS) $(if $(MUTATION),--mutation $(MUTATION))
+JOBS ?= 1
+MINUTES ?= 0
+SIMULATE := $(BIN)/python -m tests.simulation --seeds $(SEEDS) --steps $(STEPS) --jobs $(JOBS) --minutes $(MINUTES) \
+	$(if $(MUTATION),--mutation $(MUTATION))
 .PHONY: simulate
 simulate: venv
 	@if [ -n "$$DATABASE_URL" ]; then \

@@ -26,6 +26,8 @@ def _labels(text: str) -> dict[str, str]:
 
 
 _raised: list[str] = []
+requests_made = [0]
+"""How many requests the probes made in this process (the run's summary)."""
 
 
 def _remember(sender: object, request: object = None, **kwargs: object) -> None:
@@ -34,6 +36,7 @@ def _remember(sender: object, request: object = None, **kwargs: object) -> None:
 
 
 def _server_error(found: list[Found], path: str, status: int, body: bytes) -> bool:
+    requests_made[0] += 1
     if status >= 500:
         why = _raised[-1] if _raised else body[:300].decode(errors="replace")
         found.append(("http-5xx", f"GET {path} answered {status}: {why}"))
