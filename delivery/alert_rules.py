@@ -151,12 +151,17 @@ def alert_groups(thresholds: AlertThresholds) -> list[dict[str, Any]]:
         ),
         _alert(
             "AuditCheckpointStale",
-            f"time() - gpuportal_audit_last_checkpoint_timestamp_seconds > {t.checkpoint_age_seconds}",
+            # The second term is the absent() guard: a portal that is scraped (its chain head is there) but
+            # has never made a checkpoint has no timestamp series, which the first term can never see.
+            f"time() - gpuportal_audit_last_checkpoint_timestamp_seconds > {t.checkpoint_age_seconds}"
+            " or (absent(gpuportal_audit_last_checkpoint_timestamp_seconds)"
+            " and on() gpuportal_audit_chain_head_sequence)",
             t.checkpoint_for, "critical",
-            "No audit checkpoint for over " + _duration_words(t.checkpoint_age_seconds),
+            "No audit checkpoint for over " + _duration_words(t.checkpoint_age_seconds) + ", or none ever",
             "The audit log has not been checkpointed for more than " + _duration_words(t.checkpoint_age_seconds)
-            + ": events since the last signed checkpoint are not yet provable. Check that Celery beat and a worker "
-            "run (the audit-checkpoint-publish task), or publish one by hand (manage.py audit_checkpoint).",
+            + ", or has never been: events since the last signed checkpoint are not yet provable. Check that "
+            "Celery beat and a worker run (the audit-checkpoint-publish task) or, without a broker, that the "
+            "serving process runs (its checkpoint heartbeat), or publish one by hand (manage.py audit_checkpoint).",
         ),
     ]
     # One group: rules of a group run in order at each evaluation, so GPUOverload reads the busy

@@ -13,9 +13,11 @@ from allocations.booking.reservations import placement_engine_warm_at_start  # n
 placement_engine_warm_at_start()
 
 # In-process tasks (no broker, hence no beat): this process re-dispatches due pushes itself and
-# runs the allocation timeline (expiry, reclaims, scheduled starts).
-from clusters.outbox import pushes_sweeper_start  # noqa: E402 - needs the apps loaded above
+# runs the allocation timeline (expiry, reclaims, scheduled starts) and the audit checkpoint heartbeat.
+from audit.heartbeat import audit_heartbeat_start  # noqa: E402 - needs the apps loaded above
+from clusters.outbox import pushes_sweeper_start  # noqa: E402
 from gpuportal.clock import clock_start  # noqa: E402
 
 pushes_sweeper_start()
 clock_start()
+audit_heartbeat_start()

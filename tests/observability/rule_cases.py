@@ -24,6 +24,7 @@ class Case:
     quiet_at: str  # one step before the edge: nothing fires
     fires_at: str
     fired: list[dict[str, str]] = field(default_factory=list)  # the labels of each alert that fires
+    name: str = ""  # the promtool test's name when an alert has several cases (default: the alert)
 
 
 def _selector(name: str, labels: dict[str, str]) -> str:
@@ -124,6 +125,30 @@ CASES: list[Case] = [
         quiet_at="15m", fires_at="16m",
         fired=[dict(PORTAL)],
     ),
+    Case(
+        "AuditCheckpointStale",
+        # The portal is scraped (its chain head is there) but has never made a checkpoint: the absent()
+        # guard holds from the first evaluation, firing 5m later (without job and instance: absent() has none).
+        [(_portal("gpuportal_audit_chain_head_sequence"), "12x10")],
+        quiet_at="4m", fires_at="5m",
+        fired=[{}],
+        name="AuditCheckpointStale never made",
+    ),
+    Case(
+        "AuditCheckpointStale",
+        # A checkpoint every minute (the heartbeat): never stale, never absent.
+        [(_portal("gpuportal_audit_chain_head_sequence"), "12x20"),
+         (_portal("gpuportal_audit_last_checkpoint_timestamp_seconds"), "0+60x20")],
+        quiet_at="15m", fires_at="16m",
+        name="AuditCheckpointStale fresh",
+    ),
+    Case(
+        "AuditCheckpointStale",
+        # A Prometheus that does not scrape the portal (a cluster's, say) has neither series: no alert.
+        [(_selector("DCGM_FI_DEV_GPU_UTIL", {"UUID": "GPU-whole", "gpu": "0", "Hostname": "n1"}), "5x10")],
+        quiet_at="4m", fires_at="5m",
+        name="AuditCheckpointStale without the portal",
+    ),
 ]
 
 _LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
@@ -149,7 +174,7 @@ def promtool_tests_document(*, rule_file: str, thresholds: AlertThresholds | Non
             for labels in case.fired
         ]
         tests.append({
-            "name": case.alert,
+            "name": case.name or case.alert,
             "interval": "1m",
             "input_series": [{"series": series, "values": values} for series, values in case.series],
             "alert_rule_test": [
