@@ -35,13 +35,13 @@ def header_read(lines: BundleLines, keys: Iterable[VerifierKey]) -> tuple[Checkp
     return checkpoint_verify(note, keys), scope, note
 
 
-def store_check(
-    store: ChainSummary | None, checkpoint: Checkpoint, note: str, *, allow_stale: bool
-) -> VerificationFailure | None:
-    """The bundle's checkpoint against the external store's chain: no split view, no rollback and,
-    unless *allow_stale*, the latest. A split view (a checkpoint of the store's number or size with
-    other contents) is returned rather than raised, for the walk to say first where the bundle's
-    events part from the store's checkpoints; the others are raised."""
+def store_check(store: ChainSummary | None, checkpoint: Checkpoint, note: str) -> VerificationFailure | None:
+    """The bundle's checkpoint against the external store's chain: no split view, no rollback. A
+    split view (a checkpoint of the store's number or size with other contents) is returned rather
+    than raised, for the walk to say first where the bundle's events part from the store's
+    checkpoints; a rollback is raised. A checkpoint older than the store's latest is no defect: the
+    bundle is genuine as of it, and ``audit.integrity.currency`` answers separately that it is not
+    complete as of now."""
     if store is None or store.latest is None:
         return None
     known = store.notes_by_number.get(checkpoint.number)
@@ -57,13 +57,6 @@ def store_check(
             f"{checkpoint.size} events but have different roots",
         )
     latest = store.latest
-    if checkpoint.number < latest.number and checkpoint.size < latest.size and not allow_stale:
-        raise VerificationFailure(
-            "stale-checkpoint",
-            f"the bundle's {checkpoint.describe()} is older than the store's latest {latest.describe()}: "
-            "an old checkpoint was presented as current, and events after it are not covered",
-            seq=checkpoint.size + 1,
-        )
     if checkpoint.number > latest.number and checkpoint.size < latest.size:
         raise VerificationFailure(
             "rollback",

@@ -199,10 +199,48 @@ def test_an_old_checkpoint_replayed_over_newer_events(log: Log) -> None:
           "older checkpoint was substituted")
 
 
-def test_an_old_but_consistent_export_passed_off_as_current(log: Log) -> None:
+def test_an_old_export_is_genuine_but_not_complete_as_of_now(log: Log) -> None:
+    """Two answers: what the bundle proves (genuine, with the consistency proof from its tree to the
+    folder's newer checkpoint), and, separately, that it is not complete as of now."""
     old = log.bundle(checkpoint=log.first)
-    assert log.verify(old).events == log.first.size  # genuine on its own...
-    fails(log, old, "stale-checkpoint", log.first.size + 1, "older than the store's latest", store=True)
+    alone = log.verify(old)
+    assert alone.events == log.first.size and alone.current is None  # genuine; nothing newer known
+    assert "AS OF NOW: unknown: no external checkpoint folder" in alone.summary()
+    keys = [log.key.verifier]
+    store = checkpoint_chain_verify(log.folder.notes(), keys, proofs=log.folder.proof)
+    report = BundleVerifier(keys, store=store).verify(old)
+    assert report.events == log.first.size and report.completeness.startswith("complete:")
+    assert report.current is False
+    summary = report.summary()
+    assert summary.startswith(f"OK: {log.first.size} events verified against checkpoint #{log.first.number} ")
+    assert summary.splitlines()[-1] == (
+        f"AS OF NOW: NOT complete: the folder's latest checkpoint #{log.latest.number} (size {log.latest.size}, "
+        f"{checkpoint_verify(log.latest.note, keys).time}) covers {log.latest.size - log.first.size} events after "
+        f"this bundle's checkpoint #{log.first.number} (size {log.first.size}, "
+        f"{checkpoint_verify(log.first.note, keys).time}) (seqs {log.first.size + 1}..{log.latest.size} are not in "
+        f"it); its tree extends this bundle's: the consistency proof from #{log.first.number} ({log.first.size} "
+        f"events) to #{log.latest.number} ({log.latest.size} events) was checked"
+    )
+    current = BundleVerifier(keys, store=store).verify(log.bundle())
+    assert current.current is True
+    assert current.summary().splitlines()[-1] == (
+        f"AS OF NOW: complete: its checkpoint is the folder's latest (#{log.latest.number})"
+    )
+
+
+def test_an_old_export_stays_current_while_only_heartbeats_followed(log: Log, publish: Publish) -> None:
+    publish()  # a heartbeat: a newer checkpoint of the same size
+    keys = [log.key.verifier]
+    store = checkpoint_chain_verify(log.folder.notes(), keys, proofs=log.folder.proof)
+    report = BundleVerifier(keys, store=store).verify(log.bundle())
+    assert report.current is True and "covers the same" in report.summary().splitlines()[-1]
+
+
+def test_a_tampered_old_export_is_not_genuine(log: Log) -> None:
+    old = log.bundle(checkpoint=log.first)
+    index = line_of(old, log.seq(3))
+    fails(log, edit(old, index, lambda line: forged(line, actor_username="mallory")), "altered", log.seq(3),
+          store=True)
 
 
 def test_two_checkpoints_of_one_size_with_different_roots(log: Log) -> None:
@@ -285,6 +323,34 @@ def test_the_command_line_verifier_passes_and_fails_without_django(log: Log, tmp
     )
     assert result.returncode == 1
     assert result.stdout.startswith(f"FAILED seq {log.seq(7)} [missing]: seq {log.seq(7)} is missing")
+
+
+def test_the_command_line_verifier_gives_two_answers_with_their_exit_codes(log: Log, tmp_path: Path) -> None:
+    def verify(bundle: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "audit.verify", str(bundle), "--key", log.key.verifier.vkey(), "--checkpoints",
+             str(log.folder.root), *extra],
+            capture_output=True, text=True, check=False, cwd=Path(__file__).resolve().parents[2],
+        )
+
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"\n".join(log.bundle(checkpoint=log.first)) + b"\n")
+    result = verify(old)
+    assert result.returncode == 3, result.stdout + result.stderr  # genuine, not complete as of now
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"OK: {log.first.size} events verified against checkpoint #{log.first.number} ")
+    assert lines[-1].startswith(f"AS OF NOW: NOT complete: the folder's latest checkpoint #{log.latest.number} ")
+    assert "the consistency proof from" in lines[-1] and "FAILED" not in result.stdout
+    assert verify(old, "--allow-stale").returncode == 0  # only asks whether it is genuine
+    current = tmp_path / "current.jsonl"
+    current.write_bytes(b"\n".join(log.bundle()) + b"\n")
+    result = verify(current)
+    assert result.returncode == 0 and result.stdout.splitlines()[-1].startswith("AS OF NOW: complete")
+    tampered = log.bundle(checkpoint=log.first)
+    tampered = edit(tampered, line_of(tampered, log.seq(2)), lambda line: forged(line, action="allocation.approved"))
+    old.write_bytes(b"\n".join(tampered) + b"\n")
+    result = verify(old)
+    assert result.returncode == 1 and result.stdout.startswith(f"FAILED seq {log.seq(2)} [altered]")
 
 
 def test_the_verifier_module_imports_nothing_from_django() -> None:
