@@ -65,6 +65,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("projects/<int:project_id>/caps/", departments.project_cap_set, name="project-cap-set"),
     path("audit/", audit.audit_log, name="audit-log"),
     path("audit/verify/", audit.audit_verify, name="audit-verify"),
+    path("audit/verify/bundle/", audit.audit_bundle_verify_upload, name="audit-verify-bundle"),
     path("audit/export/", audit.audit_export_download, name="audit-export"),
     path("audit/checkpoint/", audit.audit_checkpoint, name="audit-checkpoint"),
     path("account/notifications/", notifications.notification_preferences, name="notification-preferences"),

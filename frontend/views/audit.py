@@ -23,6 +23,7 @@ from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters, audit_event_list
 from audit.verification import audit_log_verify
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
+from compliance.bundle_checks import audit_bundle_verify
 from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
 from frontend.forms import AuditFilterForm
@@ -112,6 +113,25 @@ def audit_verify(request: HttpRequest) -> HttpResponse:
         messages.success(request, "Verification passed: " + report.summary().splitlines()[0])
     cache.set(VERIFICATION_CACHE_KEY, result, timeout=None)
     return redirect("audit-log")
+
+
+@require_POST
+@login_required
+def audit_bundle_verify_upload(request: HttpRequest) -> HttpResponse:
+    """Verify an uploaded export bundle with the offline verifier's two answers: genuine, and
+    complete as of now (against the portal's latest checkpoint). Anyone who reads the audit log."""
+    _visibility(request)
+    upload = request.FILES.get("bundle")
+    if upload is None:
+        messages.error(request, "Choose an export bundle (the JSON Lines file of a \"Verifiable bundle\" download).")
+        return redirect("audit-log")
+    try:
+        verdict = audit_bundle_verify(lines=iter(upload))
+    except ImproperlyConfigured as error:
+        messages.error(request, f"Verification cannot run: {error}")
+        return redirect("audit-log")
+    context = {"title": "Bundle verification", "verdict": verdict, "name": upload.name}
+    return render(request, "frontend/audit_bundle_verify.html", context)
 
 
 @require_GET

@@ -121,3 +121,48 @@ def test_it_explains_when_no_checkpoint_can_be_signed(world: World, login: Login
     assert "No checkpoint published" in html and "GPUPORTAL_AUDIT_SIGNING_KEY" in html
     response = client.get("/audit/export/", {"output": "bundle"}, follow=True)
     assert response.status_code == 200 and "No bundle: a checkpoint cannot be signed" in response.content.decode()
+
+
+def test_it_verifies_an_uploaded_bundle_with_two_answers(
+    world: World, login: Login, audit_keys: None, django_capture_on_commit_callbacks: Any
+) -> None:
+    """An old genuine bundle is genuine and, separately, not complete as of now; a tampered one is
+    not genuine; the current one is both."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from audit.checkpoints import checkpoint_publish
+    from audit.export import audit_export_bundle
+    from audit.selectors import AuditFilters
+
+    def bundle(checkpoint: Any) -> bytes:
+        return b"".join(audit_export_bundle(filters=AuditFilters(), checkpoint=checkpoint))
+
+    def verify(data: bytes, persona: str = "auditor") -> Any:
+        upload = SimpleUploadedFile("audit-bundle.jsonl", data, content_type="application/x-ndjson")
+        return login(persona).post("/audit/verify/bundle/", {"bundle": upload})
+
+    pending(world)
+    with django_capture_on_commit_callbacks(execute=True):
+        first = checkpoint_publish()
+    old = bundle(first)
+    pending(world, persona="vision_member", project="seg", flavor="h100")
+    with django_capture_on_commit_callbacks(execute=True):
+        latest = checkpoint_publish()
+
+    html = verify(old, persona="nlp_admin").content.decode()  # anyone who reads the log may check a bundle
+    assert "✓ Yes: every event it holds is in the signed log" in html
+    assert "✗ NO: newer events exist" in html and "<dd>3</dd>" in html
+    assert f"AS OF NOW: NOT complete: the folder&#x27;s latest checkpoint #{latest.number} " in html
+    assert "the consistency proof from" in html and "FAILED" not in html
+
+    html = verify(bundle(latest)).content.decode()
+    assert "✓ Yes: nothing was recorded after its checkpoint" in html and "<dd>0</dd>" in html
+
+    lines = old.splitlines()
+    lines[-2] = lines[-2].replace(b'"outcome":"', b'"outcome":"x', 1)  # the last event, edited
+    html = verify(b"\n".join(lines) + b"\n").content.decode()
+    assert "✗ NO: the bundle does not verify" in html and "FAILED seq" in html and "<dd>1</dd>" in html
+
+    assert login("nlp_member").post("/audit/verify/bundle/").status_code == 403
+    response = login("auditor").post("/audit/verify/bundle/", follow=True)
+    assert "Choose an export bundle" in response.content.decode()
