@@ -21,6 +21,7 @@ from kernel.sealing import Unreadable
 from notifications import crypto, services
 from notifications.events import EVENTS
 from notifications.models import Delivery, DeliveryState, Mode, Webhook, WebhookFormat
+from notifications.webhooks import url_blocked
 from tenants.access import access_for, require_platform_admin
 from tenants.selectors import department_get
 
@@ -28,17 +29,30 @@ from tenants.selectors import department_get
 class WebhookOut(serializers.ModelSerializer):  # type: ignore[type-arg]
     url = serializers.SerializerMethodField(help_text="Redacted: the scheme (https, or http) and host only.")
     host = serializers.CharField(source="url_host")
+    refused = serializers.SerializerMethodField(
+        help_text="Why its calls are refused as the settings stand (scheme, host or port off the allow-list, an address "
+                  "not allowed), or null. A refused webhook stays stored; its deliveries fail with the reason.")  # fmt: skip
 
     class Meta:
         model = Webhook
-        fields = ["id", "department_id", "name", "url", "host", "format", "events", "is_active", "created_at", "updated_at"]
+        fields = ["id", "department_id", "name", "url", "host", "format", "events", "is_active", "refused", "created_at",
+                  "updated_at"]  # fmt: skip
+
+    def _url(self, hook: Webhook) -> str | None:
+        try:
+            return crypto.open_text(bytes(hook.url_encrypted))
+        except Unreadable:  # no configured key opens it (its sends fail too)
+            return None
 
     def get_url(self, hook: Webhook) -> str:
-        try:  # the scheme is stored only inside the encrypted URL (http where the allow-list says http://host)
-            scheme = urlsplit(crypto.open_text(bytes(hook.url_encrypted))).scheme or "https"
-        except Unreadable:  # no configured key opens it (its sends fail too): the scheme is unknown
-            scheme = "https"
+        # the scheme is stored only inside the encrypted URL (http where the allow-list says http://host)
+        url = self._url(hook)
+        scheme = (urlsplit(url).scheme if url else "") or "https"
         return f"{scheme}://{hook.url_host}/…"
+
+    def get_refused(self, hook: Webhook) -> str | None:
+        url = self._url(hook)
+        return url_blocked(url) if url is not None else "Its URL cannot be decrypted with the configured keys."
 
 
 class WebhookCreatedOut(WebhookOut):
@@ -56,7 +70,7 @@ EVENT_CHOICES = sorted(EVENTS)
 
 class WebhookIn(serializers.Serializer):  # type: ignore[type-arg]
     name = serializers.CharField(max_length=100)
-    url = serializers.URLField(max_length=2000, help_text="https:// (or http:// where the allow-list names the host so) on a host of GPUPORTAL_WEBHOOK_ALLOWED_HOSTS.")
+    url = serializers.URLField(max_length=2000, help_text="https:// (or http:// where the allow-list names the host so) on a host and port of GPUPORTAL_WEBHOOK_ALLOWED_HOSTS, at global addresses only unless GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS names them.")
     format = serializers.ChoiceField(choices=WebhookFormat.choices, default=WebhookFormat.JSON)
     events = serializers.ListField(child=serializers.ChoiceField(choices=EVENT_CHOICES), required=False, default=list,
                                    help_text="The events it receives; empty: all of them.")  # fmt: skip
@@ -75,6 +89,7 @@ def _readable(user: Any, department_id: int) -> None:
 
 
 class DepartmentWebhookListApi(ApiView):
+    idempotency_replay = False  # the answer holds the signing secret: never kept, so no Idempotency-Key
     pagination_class = Pagination
     ordering_fields = {"id": "id", "name": "name", "created_at": "created_at"}
 

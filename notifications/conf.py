@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from kernel.conf import setting, setting_float, setting_int, setting_optional_str, setting_str
+from notifications import allowlist
 
 
 def email_url() -> str | None:
@@ -43,6 +44,16 @@ def platform_webhook_format() -> str:
 
 def webhook_allowed_hosts() -> list[str]:
     return [str(entry).strip().lower() for entry in setting("GPUPORTAL_WEBHOOK_ALLOWED_HOSTS") or [] if str(entry).strip()]
+
+
+def webhook_allowed_entries() -> list[allowlist.Entry]:
+    """The allow-list's entries (host pattern, plain http or not, port): ``notifications.allowlist``."""
+    return allowlist.entries_parse(webhook_allowed_hosts())
+
+
+def webhook_allowed_networks() -> list[allowlist.IPNetwork]:
+    """Networks whose addresses webhooks may call although they are not global (loopback, private...)."""
+    return allowlist.networks_parse(setting("GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS") or [])
 
 
 def webhook_timeout_seconds() -> float:

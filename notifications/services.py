@@ -66,9 +66,13 @@ def _fingerprint(url: str) -> str:
 
 
 def _url_check(url: str) -> None:
-    refusal = url_refusal(url)
-    if refusal is not None:
-        raise FieldError("url", refusal)
+    """400 naming ``url``, its message and ``details.refused`` saying which part is not allowed
+    (``url``, ``scheme``, ``host``, ``port`` or ``address``)."""
+    refused = url_refusal(url)
+    if refused is not None:
+        error = FieldError("url", refused.message)
+        error.details = {"refused": refused.part}
+        raise error
 
 
 @transaction.atomic

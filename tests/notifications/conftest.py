@@ -77,7 +77,8 @@ class Receiver:
 
 @pytest.fixture
 def receiver(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Receiver]:
-    """A running HTTP receiver; http://127.0.0.1 is on the webhook allow-list."""
+    """A running HTTP receiver; http://127.0.0.1 on its port is on the webhook allow-list, and the
+    loopback address is allowed (GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS)."""
     for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
         monkeypatch.delenv(name, raising=False)
     state = Receiver()
@@ -102,7 +103,8 @@ def receiver(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Receive
     state.port = server.server_address[1]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    settings.GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = ["http://127.0.0.1"]
+    settings.GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = [f"http://127.0.0.1:{state.port}"]
+    settings.GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.1/32"]  # loopback is refused unless named
     try:
         yield state
     finally:
@@ -117,3 +119,28 @@ def mailed_world(world: World) -> World:
         user.email = f"{name}@example.org"
         user.save(update_fields=["email"])
     return world
+
+
+@dataclass
+class Dns:
+    """The resolver webhooks use, answering from ``answers`` (a name missing from it does not
+    resolve); ``asked`` records every lookup, in order."""
+
+    answers: dict[str, list[str]] = field(default_factory=dict)
+    asked: list[str] = field(default_factory=list)
+
+    def resolve(self, host: str, port: int) -> list[str]:
+        from notifications.webhooks import Unresolved
+
+        self.asked.append(host)
+        if host not in self.answers:
+            raise Unresolved(f"{host} does not resolve (gaierror)")
+        return list(self.answers[host])
+
+
+@pytest.fixture(autouse=True)
+def dns(monkeypatch: pytest.MonkeyPatch) -> Dns:
+    """No real name lookups in these tests: webhooks resolve names through a scripted resolver."""
+    fake = Dns()
+    monkeypatch.setattr("notifications.webhooks.resolve", fake.resolve)
+    return fake
