@@ -49,6 +49,10 @@ AUTH_UNLOCKED = register(105, "auth.unlocked", "A sign-in lock was lifted by an 
 AUTH_DENIED = register(110, "auth.denied", "An action was refused for lack of permission")
 ACCESS_TOKEN_CREATED = register(120, "access_token.created", "A personal access token was created")
 ACCESS_TOKEN_REVOKED = register(121, "access_token.revoked", "A personal access token was revoked")
+ACCESS_TOKEN_ISSUED = register(
+    122, "access_token.issued", "A platform admin issued a personal access token for someone else (its owner claims its text)"
+)
+ACCESS_TOKEN_CLAIMED = register(123, "access_token.claimed", "A token issued by a platform admin was claimed by its owner")
 ACCOUNT_DEACTIVATED = register(
     130, "account.deactivated", "An account was deactivated (its sessions ended, its tokens revoked)"
 )

@@ -25,6 +25,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("logout/", auth.LogoutView.as_view(), name="logout"),
     path("account/tokens/", tokens.api_tokens, name="api-tokens"),
     path("account/tokens/<int:token_id>/revoke/", tokens.api_token_revoke, name="api-token-revoke"),
+    path("account/tokens/<int:token_id>/claim/", tokens.api_token_claim, name="api-token-claim"),
     path("oidc/login/", OidcLoginView.as_view(), name="oidc-login"),
     path("oidc/callback/", OidcCallbackView.as_view(), name="oidc-callback"),
     path("allocations/new/", allocations.allocation_new, name="allocation-new"),

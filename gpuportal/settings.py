@@ -44,7 +44,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     # Apps from the bottom of the import order to the top (docs/architecture.md).
@@ -180,7 +179,6 @@ GPUPORTAL_API_JSON_MAX_DEPTH = env_int("GPUPORTAL_API_JSON_MAX_DEPTH", 64, minim
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "tenants.token_auth.AccessTokenAuthentication",  # Bearer/Token gpp_…; None for anything else
-        "tenants.token_auth.LegacyTokenAuthentication",  # DRF Token keys issued before tokens expired
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],

@@ -10,6 +10,13 @@ returned once, by ``access_token_create``, and never stored, logged or audited.
 - expiry: ``GPUPORTAL_TOKEN_DEFAULT_DAYS`` (90) unless given; at most ``GPUPORTAL_TOKEN_MAX_DAYS``
   (365) ahead; never in the past.
 - ``last_used_at``: written at most once a minute per token (``USE_RECORD_INTERVAL``), not per request.
+
+Users create tokens for themselves. Where an operator must set one up for somebody (a service
+account, a person who cannot reach the form), a platform admin *issues* it (``access_token_issue``,
+the admin site): the row is made with its name, scope, expiry and the stated reason, audited with
+both the issuer and the owner, and it has no text yet. Only its owner, signed in as themselves,
+*claims* it (``access_token_claim``) and sees the text, once. The issuer never holds a key that
+acts as the owner, so whatever a token does is the owner's own act (docs/identity.md).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from audit import actions
 from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.conf import setting_int
-from kernel.errors import FieldError, NotAllowed
+from kernel.errors import Conflict, FieldError, NotAllowed
 from tenants.access import access_for
 from tenants.models import PersonalAccessToken, TokenScope
 
@@ -118,6 +125,22 @@ def token_expiry_check(
     return expires_at
 
 
+def _free_prefix() -> str:
+    prefix = TOKEN_PREFIX + _random(ID_LENGTH)
+    while PersonalAccessToken.objects.filter(prefix=prefix).exists():  # 71 bits: never, in practice
+        prefix = TOKEN_PREFIX + _random(ID_LENGTH)
+    return prefix
+
+
+def _name_check(name: str) -> str:
+    name = name.strip()
+    if not name:
+        raise FieldError("name", "Give the token a name (what it is for).")
+    if len(name) > NAME_MAX_LENGTH:
+        raise FieldError("name", f"At most {NAME_MAX_LENGTH} characters.")
+    return name
+
+
 # ---------------------------------------------------------------------------- services
 
 
@@ -130,18 +153,12 @@ def access_token_create(
     ``access_token.created`` with its prefix, never its text."""
     if not actor.is_active:
         raise NotAllowed("An inactive account cannot create tokens.")
-    name = name.strip()
-    if not name:
-        raise FieldError("name", "Give the token a name (what it is for).")
-    if len(name) > NAME_MAX_LENGTH:
-        raise FieldError("name", f"At most {NAME_MAX_LENGTH} characters.")
+    name = _name_check(name)
     if scope not in TokenScope.values:
         raise FieldError("scope", f"One of: {', '.join(TokenScope.values)}.")
     now = clock_now()
     expiry = token_expiry_check(expires_at=expires_at, now=now, not_after=not_after)
-    text = _token_text()
-    while PersonalAccessToken.objects.filter(prefix=text[:PREFIX_LENGTH]).exists():  # 71 bits: never, in practice
-        text = _token_text()
+    text = _free_prefix() + _random(SECRET_LENGTH)
     token = PersonalAccessToken.objects.create(
         user=actor, name=name, prefix=text[:PREFIX_LENGTH], key_hash=token_hash(text), scope=scope, expires_at=expiry,
     )
@@ -149,6 +166,73 @@ def access_token_create(
         actor=actor, action=actions.ACCESS_TOKEN_CREATED, target=token,
         after={"name": name, "prefix": token.prefix, "scope": scope, "expires_at": expiry},
         details={"via": via},
+    )
+    return IssuedToken(token=token, key=text)
+
+
+REASON_MAX_LENGTH = 500
+
+
+@transaction.atomic
+def access_token_issue(
+    *, actor: User, user: User, name: str, scope: str, reason: str,
+    expires_at: datetime.datetime | None = None, via: str = "admin",
+) -> PersonalAccessToken:
+    """A platform admin sets up a token for ``user``: audited ``access_token.issued`` naming both,
+    with the reason. The token has no text until its owner claims it, so nobody but the owner can
+    ever use it; it shows in the owner's list as ``pending``."""
+    if not access_for(actor).is_platform_admin:
+        raise NotAllowed("Only platform admins issue tokens for someone else.")
+    if user.pk == actor.pk:
+        raise FieldError("user", "Create your own tokens on your API tokens page, not by issuing them.")
+    if not user.is_active:
+        raise FieldError("user", "An inactive account cannot hold tokens.")
+    name = _name_check(name)
+    if scope not in TokenScope.values:
+        raise FieldError("scope", f"One of: {', '.join(TokenScope.values)}.")
+    reason = reason.strip()
+    if not reason:
+        raise FieldError("reason", "Say why you issue a token for someone else (it is audited and shown to them).")
+    if len(reason) > REASON_MAX_LENGTH:
+        raise FieldError("reason", f"At most {REASON_MAX_LENGTH} characters.")
+    now = clock_now()
+    expiry = token_expiry_check(expires_at=expires_at, now=now)
+    prefix = _free_prefix()
+    token = PersonalAccessToken.objects.create(
+        user=user, name=name, prefix=prefix, key_hash=token_hash(_token_text()), scope=scope, expires_at=expiry,
+        issued_by=actor, issue_reason=reason,
+    )  # the hash of a text nobody keeps: nothing matches it until the owner claims the token
+    audit_record(
+        actor=actor, action=actions.ACCESS_TOKEN_ISSUED, target=token,
+        after={"name": name, "prefix": prefix, "scope": scope, "expires_at": expiry},
+        details={"via": via, "owner": user.get_username(), "issued_by": actor.get_username(), "reason": reason},
+    )
+    return token
+
+
+@transaction.atomic
+def access_token_claim(*, actor: User, token_id: int, via: str = "api") -> IssuedToken:
+    """The owner takes the text of a token a platform admin issued for them: shown once, here.
+    Anyone else's token is a 404; a token already claimed, revoked or expired is a 409."""
+    token = PersonalAccessToken.objects.select_for_update().filter(pk=token_id, user_id=actor.pk).first()
+    if token is None:
+        raise Http404("No such token among yours.")
+    if not token.pending:
+        raise Conflict("This token is not waiting to be claimed: its text was taken already, or you created it.")
+    state = token_state(token)
+    if state != "pending":
+        raise Conflict(f"This token is {state}: it can no longer be claimed.")
+    if not actor.is_active:
+        raise NotAllowed("An inactive account cannot claim tokens.")
+    text = token.prefix + _random(SECRET_LENGTH)
+    token.key_hash = token_hash(text)
+    token.claimed_at = clock_now()
+    token.save(update_fields=["key_hash", "claimed_at"])
+    audit_record(
+        actor=actor, action=actions.ACCESS_TOKEN_CLAIMED, target=token,
+        before={"claimed_at": None}, after={"claimed_at": token.claimed_at},
+        details={"via": via, "prefix": token.prefix,
+                 "issued_by": token.issued_by.get_username() if token.issued_by is not None else None},
     )
     return IssuedToken(token=token, key=text)
 
@@ -186,6 +270,8 @@ def access_token_authenticate(*, text: str, now: datetime.datetime | None = None
         raise TokenRefused("Invalid access token.")
     if token.revoked_at is not None:
         raise TokenRefused("This access token has been revoked.")
+    if token.pending:  # unreachable through a hash nobody knows; kept so that the rule is stated
+        raise TokenRefused("This access token has not been claimed by its owner.")
     if token.expires_at <= now:
         raise TokenRefused(f"This access token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; create a new one.")
     if not token.user.is_active:
@@ -209,11 +295,14 @@ def access_token_use_record(*, token: PersonalAccessToken, now: datetime.datetim
 
 
 def access_token_list(*, user: User, state: str | None = None, now: datetime.datetime | None = None) -> QuerySet[PersonalAccessToken]:
-    """The user's own tokens, newest first; ``state`` one of active, expired, revoked."""
+    """The user's own tokens, newest first; ``state`` one of pending, active, expired, revoked."""
     now = now or clock_now()
-    tokens = PersonalAccessToken.objects.filter(user=user)
-    if state == "active":
-        tokens = tokens.filter(revoked_at__isnull=True, expires_at__gt=now)
+    tokens = PersonalAccessToken.objects.filter(user=user).select_related("issued_by")
+    unclaimed = Q(issued_by__isnull=False, claimed_at__isnull=True)
+    if state == "pending":
+        tokens = tokens.filter(unclaimed, revoked_at__isnull=True, expires_at__gt=now)
+    elif state == "active":
+        tokens = tokens.filter(revoked_at__isnull=True, expires_at__gt=now).exclude(unclaimed)
     elif state == "expired":
         tokens = tokens.filter(revoked_at__isnull=True, expires_at__lte=now)
     elif state == "revoked":
@@ -223,7 +312,7 @@ def access_token_list(*, user: User, state: str | None = None, now: datetime.dat
 
 def access_token_get(*, user: User, token_id: int) -> PersonalAccessToken:
     """One of the user's own tokens; anyone else's reads as missing (404)."""
-    token = PersonalAccessToken.objects.filter(user=user, pk=token_id).first()
+    token = PersonalAccessToken.objects.filter(user=user, pk=token_id).select_related("issued_by").first()
     if token is None:
         raise Http404("No such token among yours.")
     return token
@@ -234,4 +323,6 @@ def token_state(token: PersonalAccessToken, *, now: datetime.datetime | None = N
         return "revoked"
     if token.expires_at <= (now or clock_now()):
         return "expired"
+    if token.pending:
+        return "pending"
     return "active"

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from django.contrib.auth.models import User
 from django.contrib.sessions.models import Session
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
 from audit import actions
 from audit.services import audit_record
@@ -95,7 +94,6 @@ def account_deactivate(*, actor: User | None, user: User, reason: str) -> None:
     now = clock_now()
     sessions = _sessions_end(user)
     tokens = PersonalAccessToken.objects.filter(user=user, revoked_at__isnull=True).update(revoked_at=now)
-    legacy, _ = Token.objects.filter(user=user).delete()
     was_active = user.is_active
     if was_active:
         user.is_active = False
@@ -103,7 +101,7 @@ def account_deactivate(*, actor: User | None, user: User, reason: str) -> None:
     audit_record(
         actor=actor, action=actions.ACCOUNT_DEACTIVATED, target=user,
         before={"is_active": was_active}, after={"is_active": False},
-        details={"reason": reason, "sessions_ended_count": sessions, "tokens_revoked_count": tokens + legacy},
+        details={"reason": reason, "sessions_ended_count": sessions, "tokens_revoked_count": tokens},
     )
     access_forget(user)
 

@@ -76,6 +76,15 @@ class PersonalAccessToken(models.Model):
     expires_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    issued_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The platform admin who issued it for its owner; empty when the owner created it.",
+    )
+    claimed_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the owner took an issued token's text (until then it has none and works nowhere).",
+    )
+    issue_reason = models.CharField(max_length=500, blank=True, help_text="Why a platform admin issued it.")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -83,3 +92,8 @@ class PersonalAccessToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.prefix}… ({self.scope})"
+
+    @property
+    def pending(self) -> bool:
+        """Issued by a platform admin and not yet claimed by its owner: no text exists yet."""
+        return self.issued_by_id is not None and self.claimed_at is None

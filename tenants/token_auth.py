@@ -3,38 +3,41 @@
 - ``AccessTokenAuthentication``: a personal access token (``tenants.access_tokens``) as
   ``Authorization: Bearer gpp_…`` or ``Authorization: Token gpp_…`` (the scheme the CLI and older
   scripts send). A value that does not start with ``gpp_`` is not its business: it returns None,
-  so the classes after it (the identity provider's JWT bearer class, the legacy token class) may
-  take it. A ``gpp_`` value that is malformed, unknown, revoked or expired, or whose user is
+  so the classes after it (the identity provider's JWT bearer class, the session) may take it. A ``gpp_`` value that is malformed, unknown, revoked or expired, or whose user is
   inactive, is a 401; a ``read`` token on an unsafe method is a 403 ``insufficient_scope``.
-- ``LegacyTokenAuthentication``: DRF's ``Token`` keys that ``POST /api/v1/auth/token/`` issued
-  before tokens expired. Accepted for ``GPUPORTAL_TOKEN_DEFAULT_DAYS`` after their creation, like a
-  new token of the default expiry, then refused with a 401 that says to sign in again.
+- Keys of the old kind (DRF's ``Token``: 40 hexadecimal digits, stored in plain text, and mintable
+  for anyone in the admin site) are no longer accepted and no longer stored (tenants migration
+  0004 drops them): such a value is a 401 that says so and how to get a personal access token.
 """
 
 from __future__ import annotations
 
 import datetime
+import re
 from typing import Any
 
 from django.contrib.auth.models import User
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import exceptions
-from rest_framework.authentication import BaseAuthentication, TokenAuthentication
-from rest_framework.authtoken.models import Token
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from kernel.clock import clock_now
 from tenants.access_tokens import (
     SAFE_METHODS,
     TokenRefused,
     access_token_authenticate,
     is_access_token,
-    token_default_days,
 )
 from tenants.models import PersonalAccessToken, TokenScope
 from tenants.oidc.drf import ProviderAccessToken
 
 SCHEMES = ("bearer", "token")
+RETIRED_KEY = re.compile(r"[0-9a-fA-F]{40}")
+RETIRED_KEY_MESSAGE = (
+    "API keys of the old kind (40 hexadecimal digits) are no longer accepted, and none is stored any more. "
+    "Sign in again (gpuportal login, or POST /api/v1/auth/token/) or create a personal access token "
+    "on the portal's API tokens page."
+)
 
 
 class InsufficientScope(exceptions.PermissionDenied):
@@ -57,6 +60,8 @@ class AccessTokenAuthentication(BaseAuthentication):
 
     def authenticate(self, request: Request) -> tuple[User, PersonalAccessToken] | None:
         value = _credentials(request)
+        if value is not None and RETIRED_KEY.fullmatch(value):
+            raise exceptions.AuthenticationFailed(RETIRED_KEY_MESSAGE)
         if value is None or not is_access_token(value):
             return None
         try:
@@ -75,26 +80,12 @@ class AccessTokenAuthentication(BaseAuthentication):
         return 'Bearer realm="gpuportal"'
 
 
-class LegacyTokenAuthentication(TokenAuthentication):
-    """DRF's token keys, accepted until ``GPUPORTAL_TOKEN_DEFAULT_DAYS`` after their creation."""
-
-    def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
-        user, token = super().authenticate_credentials(key)
-        assert isinstance(token, Token)
-        if token.created + datetime.timedelta(days=token_default_days()) <= clock_now():
-            raise exceptions.AuthenticationFailed("This API token has expired: sign in again for a new one.")
-        return user, token
-
-
 def credential_expiry(credential: object) -> datetime.datetime | None:
     """When the token a request authenticated with stops working (None for a session): a token may
     not mint a token that outlives it, or a leaked one could renew itself past its expiry. The
     provider's access token (a JWT) stops at its ``exp``."""
     if isinstance(credential, PersonalAccessToken):
         return credential.expires_at
-    if isinstance(credential, Token):
-        created: datetime.datetime = credential.created
-        return created + datetime.timedelta(days=token_default_days())
     if isinstance(credential, ProviderAccessToken):  # its ``exp``, which access_token_verify requires
         return datetime.datetime.fromtimestamp(int(credential.claims["exp"]), tz=datetime.UTC)
     return None
@@ -110,12 +101,3 @@ class AccessTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-unty
             "description": "A personal access token (gpp_...): 'Authorization: Bearer gpp_...' "
                            "(or 'Token gpp_...'). Scope read: GET only.",
         }
-
-
-class LegacyTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = LegacyTokenAuthentication
-    name = "tokenAuth"
-
-    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
-        return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "'Token <key>': a key issued before tokens expired (accepted for a while)."}

@@ -7,12 +7,13 @@ from django.urls import URLPattern, URLResolver, path
 from tenants import apis, self_service_apis
 from tenants.auth_apis import SigninUnlockApi, TokenObtainApi
 from tenants.group_mapping_apis import GroupMappingDetailApi, GroupMappingListApi
-from tenants.token_apis import AccessTokenDetailApi, AccessTokenListApi
+from tenants.token_apis import AccessTokenClaimApi, AccessTokenDetailApi, AccessTokenListApi
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("auth/token/", TokenObtainApi.as_view(), name="api-token"),
     path("auth/tokens/", AccessTokenListApi.as_view(), name="api-access-tokens"),
     path("auth/tokens/<int:token_id>/", AccessTokenDetailApi.as_view(), name="api-access-token"),
+    path("auth/tokens/<int:token_id>/claim/", AccessTokenClaimApi.as_view(), name="api-access-token-claim"),
     path("auth/unlock/", SigninUnlockApi.as_view(), name="api-auth-unlock"),
     path("me/", apis.MeApi.as_view(), name="api-me"),
     path("group-mappings/", GroupMappingListApi.as_view(), name="api-group-mappings"),

@@ -2,7 +2,8 @@
 
 Create one (name, scope, expiry): its text is shown once, on the answer to the form, with a copy
 button, and never again; the answer is not cached. List them (active, expired, revoked, last used)
-and revoke one after a confirmation page. Everyone signed in may open it, with or without a role:
+and revoke one after a confirmation page. A token a platform admin issued for the user is listed as
+pending, with who issued it and why; **Claim** shows its text, once, to its owner only. Everyone signed in may open it, with or without a role:
 the tokens act with whatever the user's roles allow. With HTMX the form swaps only its own panel
 and the list; without scripts every step is a whole page.
 """
@@ -28,6 +29,7 @@ from kernel.errors import ApplicationError
 from tenants.access_tokens import (
     NAME_MAX_LENGTH,
     IssuedToken,
+    access_token_claim,
     access_token_create,
     access_token_get,
     access_token_list,
@@ -94,6 +96,21 @@ def api_tokens(request: HttpRequest) -> HttpResponse:
     status = 200 if issued else 400
     template = "frontend/_api_tokens_partial.html" if request.headers.get("HX-Request") else "frontend/api_tokens.html"
     return render(request, template, context, status=status)
+
+
+@never_cache
+@require_http_methods(["POST"])
+@login_required
+def api_token_claim(request: HttpRequest, token_id: int) -> HttpResponse:
+    """The text of a token a platform admin issued for the signed-in user, shown once (anyone
+    else's token is a 404; one already claimed, revoked or expired says so)."""
+    user = portal_user(request)
+    try:
+        issued = access_token_claim(actor=user, token_id=token_id, via="portal")
+    except ApplicationError as error:
+        messages.error(request, error.message)
+        return redirect("api-tokens")
+    return render(request, "frontend/api_tokens.html", _context(user, form=TokenCreateForm(), issued=issued))
 
 
 @require_http_methods(["GET", "POST"])

@@ -21,7 +21,6 @@ from django.db import transaction
 from django.http import StreamingHttpResponse
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from allocations import services
@@ -591,7 +590,7 @@ def test_only_a_nodes_own_token_reports(scene: Scene) -> None:
             client.credentials(HTTP_AUTHORIZATION=authorization)
         return int(client.post(target, b"{}", content_type="application/json").status_code)
 
-    user_token = Token.objects.create(user=scene.world.users["platform"]).key
+    user_token = access_token_create(actor=scene.world.users["platform"], name="not a node", scope="write").key
     assert post(url, None) == 401
     assert post(url, f"Token {user_token}") == 401
     assert post(url, "Bearer gpn_unknown.secret") == 401

@@ -12,7 +12,6 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from allocations.models import Allocation
@@ -228,16 +227,15 @@ def test_the_password_endpoint_issues_an_expiring_write_token_for_both_schemes(w
     assert row.name.startswith("password sign-in ") and row.scope == "write"
     event = AuditEvent.objects.get(action="access_token.created")
     assert event.details == {"via": "password"} and body["token"] not in str(event.after)
-    assert not Token.objects.exists()
     assert len(world.client("nlp_member").get(TOKENS).json()["results"]) == 1  # listed, and revocable
 
 
-def test_legacy_drf_tokens_work_until_the_default_lifetime_has_passed(world: World) -> None:
-    legacy = Token.objects.create(user=world.users["nlp_member"])
-    assert bearer(legacy.key, "Token").get("/api/v1/me/").status_code == 200
-    Token.objects.filter(pk=legacy.pk).update(created=timezone.now() - datetime.timedelta(days=91))
-    response = bearer(legacy.key, "Token").get("/api/v1/me/")
-    assert response.status_code == 401 and "sign in again" in response.json()["error"]["message"]
+def test_a_key_of_the_old_kind_is_refused_with_a_401_that_says_how_to_get_a_new_one(world: World) -> None:
+    for scheme in ("Token", "Bearer"):
+        response = bearer("0123456789abcdef0123456789abcdef01234567", scheme).get("/api/v1/me/")
+        assert response.status_code == 401
+        message = response.json()["error"]["message"]
+        assert "old kind" in message and "Sign in again" in message and "personal access token" in message
 
 
 GARBAGE = [

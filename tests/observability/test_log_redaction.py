@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from kernel.logs.redaction import redact_text, redact_value
+from tenants.access_tokens import access_token_create
 from tests.conftest import World
 from tests.observability.log_capture import Captured, console_logs, json_logs
 
@@ -96,7 +96,7 @@ def test_a_token_call_and_a_password_sign_in_leave_no_secret_in_the_output(
     world: World, json_logs: Captured, settings: Any
 ) -> None:
     password = "pw-nlp_member"
-    token = Token.objects.create(user=world.users["nlp_member"]).key
+    token = access_token_create(actor=world.users["nlp_member"], name="redaction", scope="read").key
     settings.GPUPORTAL_METRICS_TOKEN = "scrape-bearer-secret-0123456789"
     api = Client()
     assert api.get("/metrics", HTTP_AUTHORIZATION="Bearer scrape-bearer-secret-0123456789").status_code == 200

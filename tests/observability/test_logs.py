@@ -16,10 +16,10 @@ import pytest
 from django.http import HttpRequest, HttpResponse
 from django.test import Client
 from django.urls import path
-from rest_framework.authtoken.models import Token
 
 from kernel.logs.config import logging_config
 from kernel.request_context import RequestContext, request_context
+from tenants.access_tokens import access_token_create
 from tests.conftest import World
 from tests.observability.log_capture import Captured, console_logs, json_logs
 
@@ -62,7 +62,7 @@ def test_each_request_writes_one_access_line_with_method_path_status_duration_an
     world: World, json_logs: Captured, settings: Any
 ) -> None:
     settings.GPUPORTAL_TRUSTED_PROXIES = 1  # the proxy in front passes its X-Request-ID
-    token = Token.objects.create(user=world.users["nlp_member"])
+    token = access_token_create(actor=world.users["nlp_member"], name="logs", scope="read")
     response = Client().get("/api/v1/me/", HTTP_AUTHORIZATION=f"Token {token.key}", HTTP_X_REQUEST_ID="trace-me-1")
     assert response.status_code == 200
     (line,) = json_logs.of("gpuportal.access")
