@@ -1,7 +1,7 @@
 """Where departments' webhooks may call: the allow-list's entries and the addresses refused.
 
-Pure (no Django): the settings import it to refuse a malformed ``GPUPORTAL_WEBHOOK_ALLOWED_HOSTS`` or
-``GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS`` at start.
+Pure (no Django); the app refuses a malformed ``GPUPORTAL_WEBHOOK_ALLOWED_HOSTS`` or
+``GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS`` at start (``notifications.apps``).
 
 An entry of ``GPUPORTAL_WEBHOOK_ALLOWED_HOSTS`` is ``[scheme://]host[:port]``:
 
