@@ -67,7 +67,11 @@ def prepare() -> dict[str, Any]:
                     allocation_resize(actor=User.objects.get(username=requester), allocation_id=allocation.pk, quantity=2)
     _window_seed()
     _first_report(NODE_NAME, node_token)
-    return {"users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids()}
+    return {
+        "users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids(), "named": _named(),
+        "visible": {identity: _visible(username) for identity, username in USERS.items()},
+        "open_cases": _open_idle_cases(), "statement": _statement(), "kubeconfig": KUBECONFIG,
+    }  # fmt: skip
 
 
 def _window_seed() -> None:
@@ -120,6 +124,110 @@ def _ids() -> dict[str, list[int]]:
         "token": NodeToken, "window": QuotaWindow, "case": IdleCase, "policy": IdlePolicy,
     }  # fmt: skip
     return {name: sorted(model.objects.values_list("pk", flat=True)) for name, model in models.items()}
+
+
+# A kubeconfig the portal accepts (stored encrypted, never used: the fuzz step's clusters are manifests ones).
+KUBECONFIG = """apiVersion: v1
+kind: Config
+current-context: fuzz
+clusters: [{name: fuzz, cluster: {server: "https://kube.example.org:6443"}}]
+contexts: [{name: fuzz, context: {cluster: fuzz, user: fuzz}}]
+users: [{name: fuzz, user: {token: fuzz-not-a-secret}}]
+"""
+# Open idle cases made for the step's bound requests, each decided once: the researcher keeps or
+# releases, the department admin exempts.
+OPEN_CASES = {"researcher": 30, "department-admin": 15}
+
+
+def _named() -> dict[str, int]:
+    """The demo objects the bindings name (``tests/fuzz/hooks.py``), by kind and name."""
+    from django.contrib.auth.models import User
+
+    from allocations.models import Flavor, PriorityClass, Quota
+    from clusters.models import Cluster
+    from tenants.models import Department, Project
+
+    named = {f"department:{slug}": pk for pk, slug in Department.objects.values_list("pk", "slug")}
+    named.update({f"project:{slug}": pk for pk, slug in Project.objects.values_list("pk", "slug")})
+    named.update({f"flavor:{name}": pk for pk, name in Flavor.objects.values_list("pk", "name")})
+    named.update({f"priority_class:{name}": pk for pk, name in PriorityClass.objects.values_list("pk", "name")})
+    named.update({f"cluster:{name}": pk for pk, name in Cluster.objects.values_list("pk", "name")})
+    named.update({f"user:{name}": pk for pk, name in User.objects.values_list("pk", "username")})
+    named.update({f"quota:{department}": pk for pk, department in
+                  Quota.objects.filter(flavor__isnull=True).values_list("pk", "department__slug")})
+    return named
+
+
+def _visible(username: str) -> dict[str, list[int]]:
+    """The departments, projects and quotas a user's roles reach (empty for a platform admin: all)."""
+    from django.contrib.auth.models import User
+
+    from allocations.models import Quota
+    from tenants.models import Department, Membership, Project
+
+    user = User.objects.get(username=username)
+    memberships = Membership.objects.filter(user=user)
+    if memberships.filter(role="platform_admin").exists() or user.is_superuser:
+        return {}
+    reach = set(memberships.values_list("department_id", flat=True))
+    while True:
+        below = set(Department.objects.filter(parent_id__in=reach).values_list("pk", flat=True)) - reach
+        if not below:
+            break
+        reach |= below
+    projects = Project.objects.filter(department_id__in=reach)
+    if not memberships.exclude(role="researcher").exists():
+        projects = projects.filter(members=user)
+    return {
+        "department": sorted(reach), "project": sorted(projects.values_list("pk", flat=True)),
+        "quota": sorted(Quota.objects.filter(department_id__in=reach).values_list("pk", flat=True)),
+    }
+
+
+def _open_idle_cases() -> dict[str, list[int]]:
+    """Granted allocations of alice in nlp-llm, one hour each in slots of their own a month ahead, each
+    with an open (warned) idle case of the demo's nlp policy."""
+    from django.contrib.auth.models import User
+
+    from accounting.idle_models import IdleCase, IdlePolicy
+    from allocations.models import Flavor, PriorityClass
+    from allocations.services import allocation_approve, allocation_request
+    from kernel.clock import clock_now
+    from tenants.models import Project
+
+    policy = IdlePolicy.objects.order_by("pk").first()
+    if policy is None:
+        return {}
+    now = clock_now()
+    alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    cases: dict[str, list[int]] = {}
+    number = 0
+    for identity, count in OPEN_CASES.items():
+        for _ in range(count):
+            number += 1
+            starts_at = now + datetime.timedelta(days=30, hours=2 * number)
+            allocation = allocation_request(
+                actor=alice, project=Project.objects.get(slug="nlp-llm"), flavor=Flavor.objects.get(name="a100-80gb"),
+                quantity=1, priority_class=PriorityClass.objects.get(name="gpu-standard"), starts_at=starts_at,
+                ends_at=starts_at + datetime.timedelta(hours=1), justification="fuzz step: an idle case to decide",
+            )
+            allocation_approve(actor=bob, allocation_id=allocation.pk)
+            case = IdleCase.objects.create(
+                allocation=allocation, policy=policy, state="warned", opened_at=now, idle_since=now, last_evaluated_at=now,
+                warned_at=now, action_due_at=now + datetime.timedelta(days=1),
+            )
+            cases.setdefault(identity, []).append(case.pk)
+    return cases
+
+
+def _statement() -> dict[str, int]:
+    """A closed statement and the project and flavor of one of its lines, for corrections."""
+    from accounting.models import StatementLine
+
+    line = StatementLine.objects.order_by("pk").first()
+    if line is None:
+        return {"id": 1, "project": 1, "flavor": 1}
+    return {"id": line.statement_id, "project": line.project_id, "flavor": line.flavor_id}
 
 
 def main() -> None:

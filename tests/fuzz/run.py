@@ -37,6 +37,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from tests.fuzz.bindings import EXCEPTIONS, MIN_VALID_SHARE, OPERATIONS, WRITE_METHODS
+from tests.fuzz.hooks import SETUP as SETUP_IDENTITY
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 SCHEMA_PATH = "/api/schema/"
@@ -47,6 +50,7 @@ ACCESS_TOKEN_REVOKE_OPERATION = "v1_auth_tokens_destroy"
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 DEFAULT_MAX_EXAMPLES = 10
 DEFAULT_SEED = 20260
+WEBHOOK_HOST = "hooks.example.org"
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,10 @@ IDENTITIES = [identity for lane in LANES for identity in lane]
 
 def log(message: str) -> None:
     print(f"fuzz: {message}", flush=True)  # noqa: T201 - the step's own output
+
+
+def out(text: str) -> None:
+    print(text, flush=True)  # noqa: T201 - the step's own output
 
 
 def database_url(url: str, name: str) -> str:
@@ -231,9 +239,14 @@ def schemathesis(
     for operation in identity.skip:
         command += ["--exclude-operation-id", operation]
     started = time.monotonic()
+    # The hooks bind the operation's actor's valid writes to real objects (tests/fuzz/bindings.py).
+    hooks = {
+        "SCHEMATHESIS_HOOKS": "tests.fuzz.hooks", "PYTHONPATH": str(ROOT), "GPUPORTAL_FUZZ_IDENTITY": identity.name,
+        "GPUPORTAL_FUZZ_PREPARED": str(workdir / "prepared.json"), "GPUPORTAL_FUZZ_URL": f"http://127.0.0.1:{port}",
+    }  # fmt: skip
     # One worker per run (several runs at once): schemathesis' threads can trip CPython 3.11's
     # "AST constructor recursion depth mismatch" in hypothesis.
-    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env={**os.environ, "NO_COLOR": "1"})
+    result = subprocess.run(command, cwd=workdir, capture_output=True, text=True, env={**os.environ, **hooks, "NO_COLOR": "1"})
     output = result.stdout + result.stderr
     reports.mkdir(parents=True, exist_ok=True)
     (reports / "output.txt").write_text(output, encoding="utf-8")
@@ -256,15 +269,22 @@ class Tally:
 
 
 def operation_matchers(schema_file: Path) -> list[tuple[re.Pattern[str], str, str]]:
-    """(path regex, method, operation id) for every operation of the schema."""
+    """(path regex, method, operation id) for every operation of the schema, the most specific path
+    first: a literal segment wins over a parameter at the same place, as in the URL resolver
+    (``/quota-windows/shrinks/`` is not the window ``shrinks``)."""
     schema = json.loads(schema_file.read_text(encoding="utf-8"))
     matchers = []
-    for template, methods in schema["paths"].items():
+    for template in sorted(schema["paths"], key=specificity):
         pattern = re.compile("^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$")
-        for method, operation in methods.items():
+        for method, operation in schema["paths"][template].items():
             if isinstance(operation, dict) and "operationId" in operation:
                 matchers.append((pattern, method.upper(), str(operation["operationId"])))
     return matchers
+
+
+def specificity(template: str) -> tuple[int, ...]:
+    """Sorts path templates so that, segment by segment, a literal comes before a parameter."""
+    return tuple(1 if segment.startswith("{") else 0 for segment in template.split("/"))
 
 
 def tally(access_log: Path, matchers: list[tuple[re.Pattern[str], str, str]]) -> dict[tuple[str, str], Tally]:
@@ -331,6 +351,56 @@ def summary(found: dict[tuple[str, str], Tally], identities: list[str]) -> list[
             cells.append(f"{cell:>17}")
         lines.append(f"{operation[:42]:42}" + "".join(cells))
     return lines
+
+
+@dataclass
+class OperationTable:
+    lines: list[str]
+    short: list[str]  # write operations under MIN_VALID_SHARE (not in EXCEPTIONS), and why
+    valid: int = 0
+    valid_ok: int = 0
+
+
+def operation_table(found: dict[tuple[str, str], Tally], schema_file: Path) -> OperationTable:
+    """One row per operation (method and path template): requests of every identity, answered 2xx,
+    4xx and 5xx; for a write, its actor's valid requests and how many were answered 2xx, held to
+    ``MIN_VALID_SHARE`` unless ``bindings.EXCEPTIONS`` names the operation."""
+    schema = json.loads(schema_file.read_text(encoding="utf-8"))
+    rows = [
+        (method, template, str(operation["operationId"]))
+        for template, methods in sorted(schema["paths"].items())
+        for method, operation in methods.items()
+        if isinstance(operation, dict) and "operationId" in operation
+    ]
+    header = f"{'operation':64}{'requests':>9}{'2xx':>6}{'4xx':>6}{'5xx':>5}  {'actor':16}{'valid':>6}{'2xx':>5}{'share':>7}"
+    table = OperationTable([header], [])
+    for method, template, operation_id in rows:
+        counts = Tally()
+        for (operation, identity), tally_ in found.items():
+            if operation == operation_id and identity != SETUP_IDENTITY:
+                counts.statuses.update(tally_.statuses)
+        line = (f"{method.upper() + ' ' + template:64}{counts.total:>9}{counts.share(200, 300):>6}"
+                f"{counts.share(400, 500):>6}{counts.share(500, 600):>5}")  # fmt: skip
+        binding = OPERATIONS.get(operation_id)
+        if method in WRITE_METHODS and binding is not None:
+            actor = found.get((operation_id, binding.actor), Tally())
+            share = actor.valid_ok / actor.valid if actor.valid else 0.0
+            table.valid += actor.valid
+            table.valid_ok += actor.valid_ok
+            line += f"  {binding.actor:16}{actor.valid:>6}{actor.valid_ok:>5}{share:>7.0%}"
+            if operation_id in EXCEPTIONS:
+                line += "  (exception)"
+            elif share < MIN_VALID_SHARE:
+                line += "  < " + f"{MIN_VALID_SHARE:.0%}"
+                table.short.append(f"{method.upper()} {template} ({operation_id}) as {binding.actor}: "
+                                   f"{actor.valid_ok} of {actor.valid} valid requests answered 2xx")
+        elif method in WRITE_METHODS:
+            line += "  (no binding)"
+            table.short.append(f"{method.upper()} {template} ({operation_id}): no binding in tests/fuzz/bindings.py")
+        table.lines.append(line)
+    setup = sum(tally_.total for (_, identity), tally_ in found.items() if identity == SETUP_IDENTITY)
+    table.lines.append(f"{'(setup: objects made for bound requests)':64}{setup:>9}")
+    return table
 
 
 def server_errors(found: dict[tuple[str, str], Tally]) -> list[str]:
@@ -405,6 +475,8 @@ def main(argv: list[str] | None = None) -> int:
             "DJANGO_SETTINGS_MODULE": "gpuportal.settings", "GPUPORTAL_DEBUG": "false",
             "GPUPORTAL_SECRET_KEY": secrets.token_urlsafe(48), "GPUPORTAL_VAR_DIR": str(workdir / "var"),
             "GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE": "false", "GPUPORTAL_LOG_LEVEL": "ERROR",
+            # The bound webhooks' host (nothing is delivered: tasks run in-process, no dispatcher).
+            "GPUPORTAL_WEBHOOK_ALLOWED_HOSTS": WEBHOOK_HOST,
         })  # fmt: skip
         owner = {**base, "DATABASE_URL": database_url(owner_url, name), "GPUPORTAL_APP_DATABASE_URL": database_url(app_url, name)}
         run_python(owner, "manage.py", "audit_keys", "--generate", str(key_file))
@@ -416,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         run_python(owner, "manage.py", "seed_demo")
         prepared = json.loads(run_python(owner, "-m", "tests.fuzz.identities"))
         (workdir / "schemathesis.toml").write_text(config_text(prepared), encoding="utf-8")
+        (workdir / "prepared.json").write_text(json.dumps(prepared), encoding="utf-8")
         (workdir / "var" / "static").mkdir(parents=True, exist_ok=True)  # whitenoise's, else it warns
         log(f"database {name} migrated and seeded by the owner role in {time.monotonic() - started:.0f}s")
 
@@ -447,20 +520,29 @@ def main(argv: list[str] | None = None) -> int:
             count_valid(found, workdir / "reports" / run.identity, run.identity, workdir / "schema.json")
         print("requests per operation and identity, and the share of the valid ones answered 2xx:", flush=True)  # noqa: T201
         print("\n".join(summary(found, [identity.name for identity in identities])), flush=True)  # noqa: T201
+        operations = operation_table(found, workdir / "schema.json")
+        out("\nrequests per operation (all identities; setup: the objects made for bound requests), and its actor's "
+            "valid requests (tests/fuzz/bindings.py) with those answered 2xx:")
+        print("\n".join(operations.lines), flush=True)  # noqa: T201
         errors = server_errors(found)
         failed = [run for run in runs if run.returncode != 0]
+        # The share of valid writes is held only when every identity ran (a partial run lacks actors).
+        short = operations.short if len(identities) == len(IDENTITIES) else []
         for run in runs:
             for line in warnings(run.output):
                 log(f"{run.identity}: {line}")
         for run in failed:
             print(f"\n---- schemathesis as {run.identity}:\n{failures(run.output)}", flush=True)  # noqa: T201
+        if short:
+            out("\n---- write operations whose actor's valid requests were mostly refused or never sent:\n" + "\n".join(short))
         if errors:
             print("\n---- 5xx answers:\n" + "\n".join(errors), flush=True)  # noqa: T201
             print(f"\n---- server tracebacks:\n{tracebacks(workdir / 'server.log')}", flush=True)  # noqa: T201
         total = sum(counts.total for counts in found.values())
         log(f"{total} requests in {time.monotonic() - started:.0f}s; {len(errors)} operation(s) answered 5xx; "
-            f"schemathesis failed as: {', '.join(run.identity for run in failed) or 'nobody'}")
-        return 1 if errors or failed else 0
+            f"{operations.valid_ok} of {operations.valid} valid writes answered 2xx, {len(short)} write operation(s) under "
+            f"{MIN_VALID_SHARE:.0%}; schemathesis failed as: {', '.join(run.identity for run in failed) or 'nobody'}")
+        return 1 if errors or failed or short else 0
     finally:
         if args.keep is not None:
             shutil.copytree(workdir, args.keep, dirs_exist_ok=True)

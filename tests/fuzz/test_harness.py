@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from schemathesis.config import SchemathesisConfig
 
-from tests.fuzz import run
+from tests.fuzz import bindings, hooks, run
 
 RELATIONS = {"project", "flavor", "department", "cluster", "priority_class", "parent"}
 
@@ -116,3 +117,114 @@ def test_the_summary_reads_the_access_log(tmp_path: Path) -> None:
     (reports / "ndjson-1.ndjson").write_text('{"Initialize": {}}\n' + json.dumps(event) + "\n")
     run.count_valid(found, reports, "researcher", schema_file)
     assert "2 50% 5xx:1" in "\n".join(run.summary(found, ["researcher", "outsider"]))
+
+
+def write_operations(schema: dict[str, Any]) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    return {key: value for key, value in operations(schema).items() if value[0] in bindings.WRITE_METHODS}
+
+
+def test_every_write_operation_has_a_binding(schema: dict[str, Any]) -> None:
+    """A new write route must say how its valid requests are bound (tests/fuzz/bindings.py): its actor,
+    the fresh objects its path names, and every id, time or name field of its body, else the fuzz
+    step would send it little but 4xx."""
+    writes = write_operations(schema)
+    unbound = sorted(set(writes) - set(bindings.OPERATIONS))
+    assert not unbound, f"write operations with no binding in tests/fuzz/bindings.py: {unbound}"
+    assert not set(bindings.OPERATIONS) - set(operations(schema)), "bindings of operations the schema no longer has"
+    assert set(bindings.EXCEPTIONS) <= set(bindings.OPERATIONS)
+    assert all(reason.strip() for reason in bindings.EXCEPTIONS.values())
+    runs = {identity.name: identity for identity in run.IDENTITIES}
+    for operation_id, (_, _, operation) in writes.items():
+        binding = bindings.OPERATIONS[operation_id]
+        actor = runs[binding.actor]
+        assert (actor.operations is None or operation_id in actor.operations) and operation_id not in actor.skip, (
+            f"{operation_id}: its actor {binding.actor} does not run it"
+        )
+        assert set(binding.targets.values()) <= set(hooks.RECIPES), operation_id
+        assert binding.body is None or binding.body in hooks.FIXES, operation_id
+        for parameter in operation.get("parameters", []):
+            if parameter["in"] == "path":
+                name = parameter["name"]
+                assert name in binding.targets or name in bindings.FIELDS or binding.body, f"{operation_id}: path {name}"
+        request = operation.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema")
+        if request is None or binding.body is not None:
+            continue
+        for name, field in resolve(schema, request).get("properties", {}).items():
+            field = resolve(schema, field)
+            bindable = field.get("format") in ("int64", "date-time") or name in RELATIONS | {"user", "username", "members"}
+            if bindable and not field.get("readOnly"):
+                assert name in bindings.FIELDS, f"{operation_id}: body field {name} ({field}) has no binding"
+    assert set(bindings.FIELDS.values()) <= set(hooks.BINDERS)
+
+
+def test_bound_requests_name_real_objects() -> None:
+    """The hook replaces a generated request's ids and times by the actor's objects, fresh ones where
+    a decision consumes its object, and applies the body's fix."""
+    prepared = {
+        "users": {"researcher": "r", "department-admin": "d", "platform-admin": "p"},
+        "ids": {"project": [7, 8], "quota": [3]}, "visible": {"department-admin": {"project": [8]}},
+        "named": {"project:nlp-llm": 8, "flavor:a100-80gb": 2, "priority_class:gpu-standard": 1, "quota:nlp": 3,
+                  "department:nlp": 4},
+        "node": {"name": "a100-node-1"}, "open_cases": {},
+    }  # fmt: skip
+    calls: list[tuple[str, str, str, Any]] = []
+
+    def call(identity: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        calls.append((identity, method, path, body))
+        return {"id": 40 + len(calls)}
+
+    setup = hooks.Setup(prepared, "department-admin", "http://127.0.0.1:1")
+    setup.call = call  # type: ignore[method-assign]
+    path, body = setup_bind(setup, "v1_allocations_approve_create", {"allocation_id": 999999}, {"comment": "x"})
+    assert path == {"allocation_id": 41} and body == {"comment": "x"}
+    assert [(identity, method, path) for identity, method, path, _ in calls] == [("researcher", "POST", "/api/v1/allocations/")]
+    _, window = setup_bind(setup, "v1_quota_windows_create", {}, {"quota": 12345, "kind": "recurring", "rrule": "FREQ=SECONDLY"})
+    assert window["quota"] == 3 and window["kind"] == "temporary" and "rrule" not in window
+    assert window["begins_at"] < window["ends_at"]
+    _, membership = setup_bind(setup, "v1_projects_members_create", {"project_id": 5}, {"user": "zz"})
+    assert membership["user"] in {"alice", "bob", "carol", "dave", "erin"}
+
+
+def setup_bind(setup: Any, operation_id: str, path: dict[str, Any], body: Any) -> tuple[dict[str, Any], Any]:
+    return hooks.bind(setup, operation_id, path, body)
+
+
+def test_literal_paths_are_counted_as_their_own_operations(tmp_path: Path) -> None:
+    """`/quota-windows/shrinks/` and `/statements/preview/` are not a window or a statement."""
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps({"paths": {
+        "/api/v1/quota-windows/{window_id}/": {"get": {"operationId": "window"}},
+        "/api/v1/quota-windows/shrinks/": {"get": {"operationId": "shrinks"}},
+        "/api/v1/statements/{statement_id}/": {"get": {"operationId": "statement"}},
+        "/api/v1/statements/preview/": {"get": {"operationId": "preview"}},
+    }}))  # fmt: skip
+    log = tmp_path / "access.log"
+    log.write_text(
+        "auditor GET 200 0.01 /api/v1/quota-windows/shrinks/\nauditor GET 200 0.01 /api/v1/quota-windows/4/\n"
+        "auditor GET 200 0.01 /api/v1/statements/preview/\nauditor GET 404 0.01 /api/v1/statements/9/\n"
+    )
+    found = run.tally(log, run.operation_matchers(schema_file))
+    assert {operation: counts.total for (operation, _), counts in found.items()} == {
+        "shrinks": 1, "window": 1, "preview": 1, "statement": 1}
+
+
+def test_the_operation_table_holds_writes_to_half_valid(tmp_path: Path) -> None:
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps({"paths": {
+        "/api/v1/allocations/": {"post": {"operationId": "v1_allocations_create"}},
+        "/api/v1/quota-windows/": {"post": {"operationId": "v1_quota_windows_create"}},
+        "/api/v1/brand-new/": {"delete": {"operationId": "v1_brand_new_destroy"}},
+    }}))  # fmt: skip
+    found: dict[tuple[str, str], run.Tally] = {
+        ("v1_allocations_create", "researcher"): run.Tally(Counter({201: 6, 400: 4}), valid=6, valid_ok=6),
+        ("v1_allocations_create", "auditor"): run.Tally(Counter({403: 5})),
+        ("v1_quota_windows_create", "department-admin"): run.Tally(Counter({201: 2, 400: 8}), valid=5, valid_ok=2),
+        ("v1_allocations_create", hooks.SETUP): run.Tally(Counter({201: 3})),
+    }
+    table = run.operation_table(found, schema_file)
+    text = "\n".join(table.lines)
+    assert "POST /api/v1/allocations/" in text and " 15     6     9    0  researcher" in text, text
+    assert [line.split(" (")[0] for line in table.short] == ["DELETE /api/v1/brand-new/", "POST /api/v1/quota-windows/"]
+    assert "2 of 5 valid requests" in table.short[1]
+    assert (table.valid, table.valid_ok) == (11, 8)
+    assert text.endswith("3")  # the setup requests, on a line of their own
