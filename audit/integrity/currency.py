@@ -52,8 +52,9 @@ def currency_check(store: ChainSummary | None, checkpoint: Checkpoint, compact: 
     return Currency(
         False,
         f"AS OF NOW: NOT complete: the folder's latest {latest.describe()} covers {added} event"
-        f"{'' if added == 1 else 's'} after this bundle's {checkpoint.describe()} (seqs {checkpoint.size + 1}.."
-        f"{latest.size} are not in it); {_consistency(store, checkpoint, compact)}",
+        f"{'' if added == 1 else 's'} after this bundle's {checkpoint.describe()} ("
+        + (f"seq {latest.size} is" if added == 1 else f"seqs {checkpoint.size + 1}..{latest.size} are")
+        + f" not in it); {_consistency(store, checkpoint, compact)}",
         latest,
     )
 
