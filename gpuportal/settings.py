@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     # Apps from the bottom of the import order to the top (docs/architecture.md).
+    "kernel.idempotency",  # the API's Idempotency-Key store (docs/api.md)
     "audit",
     "tenants",
     "notifications",

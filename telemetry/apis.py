@@ -221,6 +221,7 @@ class NodeTokenIssuedOut(NodeTokenOut):
 
 
 class NodeTokenListApi(ApiView):
+    idempotency_replay = False  # the answer holds the token: never kept, so no Idempotency-Key
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
     ordering_fields = {"id": "id", "created_at": "created_at", "last_used_at": "last_used_at", "node_name": "node_name"}
 

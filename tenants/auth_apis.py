@@ -45,6 +45,7 @@ class TokenObtainApi(ApiView):
 
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
+    idempotency_replay = False  # the answer holds the token: never kept, so no Idempotency-Key
 
     @extend_schema(request=TokenIn, responses={200: TokenOut, **errors(400, 401, 403, 429)}, auth=[])
     def post(self, request: Request) -> Response:

@@ -4,7 +4,8 @@ After authentication (so an anonymous caller still gets its 401 first), a query 
 schema does not document for the operation is a 400 naming it (``fields: {"name": ["Unknown
 parameter."]}``): the accepted set is the documented one (``kernel.api.schema``), so the two cannot
 drift. Unknown body fields are refused where the body is read (``kernel.api.base.validated``), and
-here any body sent to an operation whose schema documents none.
+here any body sent to an operation whose schema documents none. Then a POST's ``Idempotency-Key``
+is claimed, or the request answered from it (``kernel.idempotency.drf``, docs/api.md).
 ``tests/foundation/test_api_conventions.py`` checks that every API route's view is an ``ApiView``.
 """
 
@@ -19,12 +20,13 @@ from rest_framework.views import APIView
 
 from kernel.api.base import UNKNOWN_FIELD, refuse_hostile_text
 from kernel.api.schema import documented, documented_query_params
+from kernel.idempotency.drf import IdempotentApiView
 
 UNKNOWN_PARAMETER = "Unknown parameter."
 NO_BODY = "This operation takes no body."
 
 
-class ApiView(APIView):
+class ApiView(IdempotentApiView):
     ordering_fields: ClassVar[Mapping[str, str]] = {}
     """For a list: the names ``?ordering=`` takes, each mapped to its database lookup
     (``kernel.api.ordering``); documented in the schema as an enum."""
@@ -36,6 +38,7 @@ class ApiView(APIView):
             refuse_unknown_query_params(self, request)  # (a method the view lacks is DRF's 405, after this)
             if method in ("post", "put", "patch", "delete") and not documented(self, request).body:
                 refuse_a_body(request)
+            self.idempotency_begin(request)
 
 
 def refuse_a_body(request: Request) -> None:

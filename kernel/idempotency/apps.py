@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class IdempotencyConfig(AppConfig):
+    name = "kernel.idempotency"
+    label = "idempotency"
+    verbose_name = "Idempotency keys"
+    default_auto_field = "django.db.models.BigAutoField"
