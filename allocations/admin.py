@@ -18,7 +18,10 @@ from allocations.models import (
     QuotaWindow,
     QuotaWindowEdge,
     Reservation,
+    RuleChange,
+    RuleChangeKind,
 )
+from allocations.rule_changes import RuleOutcome, rule_change_needs_second, rule_change_propose
 from audit import actions
 from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
 from kernel.errors import ApplicationError, FieldError
@@ -34,16 +37,21 @@ class FlavorAdmin(AuditedAdmin):
 
 
 class CatalogueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Priority classes and quotas change through ``allocations.catalog`` here too: the same rules,
-    the same audit events (``via: admin``) and the same pushes as through the API; only platform
-    admins may change them."""
+    """Priority classes and quotas change through ``allocations.rule_changes`` here too: the same
+    rules, the same audit events (``via: admin``) and the same pushes as through the API; only
+    platform admins may change them, and only where a change needs no second admin (four-eyes off,
+    ``rule_change_needs_second``): with four-eyes on these pages are read-only, and a change is
+    proposed through the API (``/api/v1/rule-changes/``) for another platform admin to approve."""
 
     def _actor(self, request: HttpRequest) -> User:
         assert isinstance(request.user, User)
         return request.user
 
     def _may_change(self, request: HttpRequest) -> bool:
-        return access_for(request.user).is_platform_admin
+        return access_for(request.user).is_platform_admin and not rule_change_needs_second()
+
+    def _propose(self, request: HttpRequest, kind: str, **arguments: Any) -> RuleOutcome:
+        return rule_change_propose(actor=self._actor(request), kind=kind, via="admin", **arguments)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return self._may_change(request) and super().has_add_permission(request)
@@ -69,13 +77,15 @@ class PriorityClassAdmin(CatalogueAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         if change:
             fields = {name: form.cleaned_data[name] for name in form.changed_data}
-            catalog.priority_class_update(actor=self._actor(request), priority_class_id=obj.pk, via="admin", **fields)
+            self._propose(request, RuleChangeKind.PRIORITY_CLASS_UPDATE, priority_class_id=obj.pk, fields=fields)
         else:
             fields = {name: form.cleaned_data[name] for name in form.fields}
-            obj.pk = catalog.priority_class_create(actor=self._actor(request), via="admin", **fields).pk
+            applied = self._propose(request, RuleChangeKind.PRIORITY_CLASS_CREATE, fields=fields).applied
+            assert applied is not None
+            obj.pk = applied.pk
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        catalog.priority_class_delete(actor=self._actor(request), priority_class_id=obj.pk, via="admin")
+        self._propose(request, RuleChangeKind.PRIORITY_CLASS_DELETE, priority_class_id=obj.pk)
 
 
 class QuotaForm(forms.ModelForm):  # type: ignore[type-arg]
@@ -112,16 +122,17 @@ class QuotaAdmin(CatalogueAdmin):
     def save_model(self, request: HttpRequest, obj: Any, form: forms.ModelForm, change: bool) -> None:  # type: ignore[type-arg]
         numbers = {name: form.cleaned_data.get(name) for name in catalog.QUOTA_NUMBERS}
         if change:
-            catalog.quota_update(actor=self._actor(request), quota_id=obj.pk, via="admin", **numbers)
+            self._propose(request, RuleChangeKind.QUOTA_UPDATE, quota_id=obj.pk, fields=numbers)
         else:
-            obj.pk = catalog.quota_set(
-                actor=self._actor(request), department=obj.department, flavor=obj.flavor, via="admin",
-                guaranteed=form.cleaned_data["guaranteed"], limit=form.cleaned_data["limit"],
-                lending_limit=form.cleaned_data.get("lending_limit"),
-            ).pk
+            applied = self._propose(request, RuleChangeKind.QUOTA_SET, fields={
+                "department": obj.department, "flavor": obj.flavor, "guaranteed": form.cleaned_data["guaranteed"],
+                "limit": form.cleaned_data["limit"], "lending_limit": form.cleaned_data.get("lending_limit"),
+            }).applied
+            assert applied is not None
+            obj.pk = applied.pk
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
-        catalog.quota_delete(actor=self._actor(request), quota_id=obj.pk, via="admin")
+        self._propose(request, RuleChangeKind.QUOTA_DELETE, quota_id=obj.pk)
 
 
 @admin.register(Allocation)
@@ -183,6 +194,15 @@ class QuotaWindowAdmin(ReadOnlyAdmin):
                     "guaranteed_delta", "limit_delta", "guaranteed", "limit", "priority_class", "requested_by", "decided_by"]
     list_filter = ["state", "kind", "shrink_policy"]
     search_fields = ["quota__department__slug", "justification"]
+
+
+@admin.register(RuleChange)
+class RuleChangeAdmin(ReadOnlyAdmin):
+    """Read-only: changes of the rules are proposed, decided and withdrawn through
+    ``allocations.rule_changes`` (the API and the portal), which check four-eyes and audit each step."""
+
+    list_display = ["id", "kind", "state", "quota", "priority_class", "emergency", "proposed_by", "decided_by", "created_at"]
+    list_filter = ["state", "kind", "emergency"]
 
 
 @admin.register(QuotaWindowEdge)

@@ -15,8 +15,9 @@ from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocations import catalog, selectors
-from allocations.models import PreemptionPolicy, PriorityClass
+from allocations import catalog, rule_changes, selectors
+from allocations.models import PreemptionPolicy, PriorityClass, RuleChangeKind
+from allocations.rule_change_apis import FOUR_EYES, EmergencyIn, RuleChangeOut, emergency_of, pending_response
 from allocations.window_services import HORIZON
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
@@ -40,7 +41,7 @@ class PriorityClassOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
 
 
-class PriorityClassIn(serializers.Serializer):  # type: ignore[type-arg]
+class PriorityClassIn(EmergencyIn):
     name = serializers.CharField(
         max_length=63, validators=[NAMESPACE_SLUG_VALIDATOR],
         help_text="The Kubernetes PriorityClass's name; it cannot change once created.",
@@ -69,11 +70,15 @@ class PriorityClassListApi(ApiView):
         queryset = selectors.priority_class_list(user=request.user)
         return paginated(view=self, request=request, queryset=queryset, serializer=PriorityClassOut)
 
-    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut, **errors(400, 401, 403)})
+    @extend_schema(request=PriorityClassIn, responses={201: PriorityClassOut, 202: RuleChangeOut, **errors(400, 401, 403)},
+                   description="Create a priority class." + FOUR_EYES)
     def post(self, request: Request) -> Response:
         require_platform_admin(actor(request), to=CATALOGUE)
-        created = catalog.priority_class_create(actor=actor(request), **validated(PriorityClassIn, request))
-        return Response(PriorityClassOut(created).data, status=status.HTTP_201_CREATED)
+        data = validated(PriorityClassIn, request)
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.PRIORITY_CLASS_CREATE, **emergency_of(data), fields=data
+        )
+        return pending_response(outcome) or Response(PriorityClassOut(outcome.applied).data, status=status.HTTP_201_CREATED)
 
 
 class PriorityClassDetailApi(ApiView):
@@ -84,26 +89,34 @@ class PriorityClassDetailApi(ApiView):
 
     @extend_schema(
         request=PriorityClassIn(partial=True),
-        responses={200: PriorityClassOut, **errors(400, 401, 403, 404)},
+        responses={200: PriorityClassOut, 202: RuleChangeOut, **errors(400, 401, 403, 404)},
         description="Change a priority class; a change of value, preemption policy or description is pushed to "
-        "every active cluster. The name cannot change (400 naming `name`).",
+        "every active cluster. The name cannot change (400 naming `name`)." + FOUR_EYES,
     )
     def patch(self, request: Request, priority_class_id: int) -> Response:
         selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
         require_platform_admin(actor(request), to=CATALOGUE)
         data = validated(PriorityClassIn, request, partial=True)
-        changed = catalog.priority_class_update(actor=actor(request), priority_class_id=priority_class_id, **data)
-        return Response(PriorityClassOut(changed).data)
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.PRIORITY_CLASS_UPDATE, priority_class_id=priority_class_id,
+            **emergency_of(data), fields=data,
+        )
+        return pending_response(outcome) or Response(PriorityClassOut(outcome.applied).data)
 
     @extend_schema(
-        responses={204: None, **errors(401, 403, 404, 409)},
+        request=EmergencyIn, responses={204: None, 202: RuleChangeOut, **errors(400, 401, 403, 404, 409)},
         description="Remove a priority class no allocation refers to (409 otherwise) and its PriorityClass from "
-        "every active cluster.",
+        "every active cluster." + FOUR_EYES,
     )
     def delete(self, request: Request, priority_class_id: int) -> Response:
         selectors.priority_class_get(user=request.user, priority_class_id=priority_class_id)
-        catalog.priority_class_delete(actor=actor(request), priority_class_id=priority_class_id)
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        require_platform_admin(actor(request), to=CATALOGUE)
+        data = validated(EmergencyIn, request)
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.PRIORITY_CLASS_DELETE, priority_class_id=priority_class_id,
+            **emergency_of(data),
+        )
+        return pending_response(outcome) or Response(status=status.HTTP_204_NO_CONTENT)
 
 
 def _amount(**kwargs: Any) -> serializers.DecimalField:
@@ -139,9 +152,16 @@ class QuotaOut(serializers.Serializer):  # type: ignore[type-arg]
     borrowed = _amount(
         help_text="What is in use beyond the effective guarantee (lent by others, may be reclaimed), never negative."
     )
+    pending_changes = serializers.SerializerMethodField(
+        help_text="The ids of the quota's changes waiting for a second platform admin (`/api/v1/rule-changes/{id}/`)."
+    )
 
     def get_unit(self, usage: selectors.QuotaUsage) -> str:
         return "units" if usage.quota.flavor_id else "gpu_equivalents"
+
+    def get_pending_changes(self, usage: selectors.QuotaUsage) -> list[int]:
+        pending: dict[int, list[int]] = self.context.get("pending", {})
+        return pending.get(usage.quota.pk, [])
 
 
 def _number_in(**kwargs: Any) -> serializers.DecimalField:
@@ -151,7 +171,7 @@ def _number_in(**kwargs: Any) -> serializers.DecimalField:
 LENDING_HELP = "How much of its unused guarantee the department lends to its siblings; null: all of it."
 
 
-class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
+class QuotaIn(EmergencyIn):
     department = ScopedRelatedField(scope=lambda user: department_list(user=user))
     flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user), allow_null=True, required=False, default=None)
     guaranteed = _number_in()
@@ -159,7 +179,7 @@ class QuotaIn(serializers.Serializer):  # type: ignore[type-arg]
     lending_limit = _number_in(allow_null=True, required=False, default=None, help_text=LENDING_HELP)
 
 
-class QuotaNumbersIn(serializers.Serializer):  # type: ignore[type-arg]
+class QuotaNumbersIn(EmergencyIn):
     """A quota's numbers; its department and flavor name it and do not change."""
 
     guaranteed = _number_in()
@@ -195,7 +215,8 @@ class AtFilter(serializers.Serializer):  # type: ignore[type-arg]
 
 
 def _quota_out(quota: Any, at: datetime.datetime | None = None) -> dict[str, Any]:
-    return dict(QuotaOut(selectors.quota_usages(quotas=[quota], at=at)[0]).data)
+    pending = rule_changes.rule_changes_pending(quota_ids=[quota.pk])
+    return dict(QuotaOut(selectors.quota_usages(quotas=[quota], at=at)[0], context={"pending": pending}).data)
 
 
 class QuotaListApi(ApiView):
@@ -212,18 +233,22 @@ class QuotaListApi(ApiView):
         paginator = Pagination()
         page = paginator.paginate_queryset(ordered(quotas, view=self, request=request), request, view=self) or []
         usages = selectors.quota_usages(quotas=list(page), at=params.get("at"))
-        return paginator.get_paginated_response(QuotaOut(usages, many=True).data)
+        pending = rule_changes.rule_changes_pending(quota_ids=[usage.quota.pk for usage in usages])
+        return paginator.get_paginated_response(QuotaOut(usages, many=True, context={"pending": pending}).data)
 
     @extend_schema(
-        request=QuotaIn, responses={201: QuotaOut, **errors(400, 401, 403)},
+        request=QuotaIn, responses={201: QuotaOut, 202: RuleChangeOut, **errors(400, 401, 403)},
         description="Set the quota of a department for a flavor (or for GPU-equivalents): created, or replaced."
-        + QUOTA_RULES,
+        + QUOTA_RULES + FOUR_EYES,
     )
     def post(self, request: Request) -> Response:
         target(QuotaIn, request, "department")
         require_platform_admin(actor(request), to=CATALOGUE)
-        quota = catalog.quota_set(actor=actor(request), **validated(QuotaIn, request))
-        return Response(_quota_out(quota), status=status.HTTP_201_CREATED)
+        data = validated(QuotaIn, request)
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.QUOTA_SET, **emergency_of(data), fields=data
+        )
+        return pending_response(outcome) or Response(_quota_out(outcome.applied), status=status.HTTP_201_CREATED)
 
 
 class QuotaDetailApi(ApiView):
@@ -233,17 +258,27 @@ class QuotaDetailApi(ApiView):
         return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id), at))
 
     @extend_schema(
-        request=QuotaNumbersIn(partial=True), responses={200: QuotaOut, **errors(400, 401, 403, 404)},
-        description="Change some of a quota's numbers; the others stay." + QUOTA_RULES,
+        request=QuotaNumbersIn(partial=True), responses={200: QuotaOut, 202: RuleChangeOut, **errors(400, 401, 403, 404)},
+        description="Change some of a quota's numbers; the others stay." + QUOTA_RULES + FOUR_EYES,
     )
     def patch(self, request: Request, quota_id: int) -> Response:
         selectors.quota_get(user=request.user, quota_id=quota_id)
         require_platform_admin(actor(request), to=CATALOGUE)
         data = validated(QuotaNumbersIn, request, partial=True)
-        return Response(_quota_out(catalog.quota_update(actor=actor(request), quota_id=quota_id, **data)))
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.QUOTA_UPDATE, quota_id=quota_id, **emergency_of(data), fields=data
+        )
+        return pending_response(outcome) or Response(_quota_out(outcome.applied))
 
-    @extend_schema(responses={204: None, **errors(401, 403, 404)})
+    @extend_schema(
+        request=EmergencyIn, responses={204: None, 202: RuleChangeOut, **errors(400, 401, 403, 404)},
+        description="Remove a quota." + FOUR_EYES,
+    )
     def delete(self, request: Request, quota_id: int) -> Response:
         selectors.quota_get(user=request.user, quota_id=quota_id)
-        catalog.quota_delete(actor=actor(request), quota_id=quota_id)
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        require_platform_admin(actor(request), to=CATALOGUE)
+        data = validated(EmergencyIn, request)
+        outcome = rule_changes.rule_change_propose(
+            actor=actor(request), kind=RuleChangeKind.QUOTA_DELETE, quota_id=quota_id, **emergency_of(data)
+        )
+        return pending_response(outcome) or Response(status=status.HTTP_204_NO_CONTENT)

@@ -387,6 +387,7 @@ class AllocationChange(models.Model):
 
 from allocations.fair_share.models import FairShare  # noqa: E402 - registered with this app
 from allocations.project_quota_models import ProjectQuota  # noqa: E402 - registered with this app
+from allocations.rule_change_models import RuleChange, RuleChangeKind, RuleChangeState  # noqa: E402 - registered with this app
 from allocations.window_models import (  # noqa: E402 - registered with this app; they refer to the models above
     EdgeKind,
     QuotaWindow,
@@ -398,6 +399,7 @@ from allocations.window_models import (  # noqa: E402 - registered with this app
 
 __all__ = [
     "Allocation", "AllocationChange", "AllocationState", "ChangeKind", "ChangeState", "EdgeKind", "FairShare", "Flavor",
-    "PreemptionPolicy", "PriorityClass", "ProjectQuota", "Quota", "QuotaWindow", "QuotaWindowEdge", "Reservation", "SharingMode",
+    "PreemptionPolicy", "PriorityClass", "ProjectQuota", "Quota", "QuotaWindow",
+    "RuleChange", "RuleChangeKind", "RuleChangeState", "QuotaWindowEdge", "Reservation", "SharingMode",
     "ShrinkPolicy", "WindowKind", "WindowState",
 ]

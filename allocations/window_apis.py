@@ -24,6 +24,7 @@ from allocations import selectors, window_services
 from allocations.apis import DecisionIn
 from allocations.models import PriorityClass, Quota
 from allocations.quotas.windows import Effective
+from allocations.rule_change_apis import EmergencyIn
 from allocations.window_models import EdgeKind, QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
@@ -72,7 +73,7 @@ def _value(*, minimum: bool = False, help_text: str) -> serializers.DecimalField
     )
 
 
-class WindowIn(serializers.Serializer):  # type: ignore[type-arg]
+class WindowIn(EmergencyIn):
     quota = ScopedRelatedField(scope=lambda user: selectors.quota_list(user=user))
     kind = serializers.ChoiceField(choices=WindowKind.choices)
     begins_at = serializers.DateTimeField(
@@ -192,8 +193,11 @@ class QuotaWindowListApi(ApiView):
 
     @extend_schema(
         request=WindowIn, responses={201: WindowOut, **errors(400, 401, 403)},
-        description="Ask for a window on a quota (an admin of its department or one above: pending until a platform "
-        "admin approves it), or, as a platform admin, put it in force at once (approved). Temporary: begins_at and "
+        description="Ask for a window on a quota (an admin of its department or one above, or a platform admin: "
+        "pending until a platform admin other than the requester approves it). With four-eyes off "
+        "(`GPUPORTAL_FOUR_EYES=false`) a platform admin's window is in force at once (approved); with it on, only an "
+        "emergency is: `emergency` with a `reason` (400 naming `reason` without one), audited and told to the other "
+        "platform admins. Temporary: begins_at and "
         "ends_at. Recurring: rrule, timezone and duration. At least one of guaranteed_delta, limit_delta, guaranteed, "
         "limit; a field's delta or its absolute value, not both; whole units for a flavor's quota. Bad terms are a "
         "400 naming the field.",

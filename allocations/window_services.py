@@ -1,6 +1,7 @@
-"""Quota windows through their life: requested by a department admin, approved or rejected by a
-platform admin (four-eyes), or created in force at once by a platform admin; cancelled by their
-requester or a platform admin. Read within reach: everyone with a role that reads a quota's
+"""Quota windows through their life: requested by a department admin or a platform admin, approved
+or rejected by another platform admin (four-eyes), or created in force at once by a platform admin
+as an emergency with its reason (or always, with four-eyes off); cancelled by their requester or a
+platform admin. Read within reach: everyone with a role that reads a quota's
 department reads its windows; others get 404.
 
 The numbers in force at an instant come from the pure :mod:`allocations.quotas.windows` over the
@@ -35,6 +36,7 @@ from allocations.catalog import cluster_objects_enqueue
 from allocations.models import PriorityClass, Quota
 from allocations.quotas import windows
 from allocations.quotas.window_reading import approved_window_specs, window_spec
+from allocations.rule_changes import rule_change_needs_second, rule_emergency_record, rule_proposal_notify
 from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from audit import actions
 from audit.services import audit_record
@@ -208,10 +210,14 @@ def quota_window_create(
     rrule: str = "", timezone: str = "", duration_minutes: int | None = None,
     guaranteed_delta: Decimal | None = None, limit_delta: Decimal | None = None,
     guaranteed: Decimal | None = None, limit: Decimal | None = None, priority_class_id: int | None = None,
-    shrink_policy: str = ShrinkPolicy.WAIT, justification: str = "",
+    shrink_policy: str = ShrinkPolicy.WAIT, justification: str = "", emergency: bool = False, reason: str = "",
 ) -> QuotaWindow:
-    """Ask for a window on a quota (an admin of its department or of one above: ``pending``), or
-    put one in force at once (a platform admin: ``approved``). 400 naming the field on bad terms."""
+    """Ask for a window on a quota (an admin of its department or of one above: ``pending``, for a
+    platform admin to decide). A platform admin's own window waits for another platform admin too
+    while four-eyes holds (``allocations.rule_changes.rule_change_needs_second``), unless it is an
+    emergency with its ``reason``: then it is in force at once (``approved``, audited as an
+    emergency); with four-eyes off, a platform admin's window is in force at once. 400 naming the
+    field on bad terms."""
     quota = Quota.objects.select_related("flavor").filter(pk=quota_id).first()
     access = access_for(actor)
     if quota is None or not access.can_read_department(quota.department_id):
@@ -236,7 +242,8 @@ def quota_window_create(
         priority_class = PriorityClass.objects.filter(pk=priority_class_id).first()
         if priority_class is None:
             raise FieldError("priority_class", "No such priority class.")
-    direct = access.is_platform_admin
+    second = rule_change_needs_second(emergency=emergency, reason=reason)
+    direct = access.is_platform_admin and not second
     window = QuotaWindow(
         quota=quota, priority_class=priority_class, kind=kind, begins_at=begins_at, ends_at=ends_at,
         rrule=rrule.strip() if kind == WindowKind.RECURRING else "", timezone=timezone, duration_minutes=duration_minutes,
@@ -247,12 +254,18 @@ def quota_window_create(
     window.full_clean()
     window.save()
     if not direct:
+        rule_proposal_notify(actor=actor, what=f"quota_window:{window.pk}", department_id=quota.department_id,
+                             payload={"quota_window": window.pk, "quota": quota.pk})
         audit_record(actor=actor, action=actions.QUOTA_WINDOW_REQUESTED, target=window,
                      department_id=quota.department_id, after=snapshot(window))
         return window
     details = _pushed(window, now=now)
+    urgent = {"emergency": True, "reason": reason} if emergency and settings.GPUPORTAL_FOUR_EYES else {}
     audit_record(actor=actor, action=actions.QUOTA_WINDOW_APPROVED, target=window, department_id=quota.department_id,
-                 after=snapshot(window), details={"direct": True, **details})
+                 after=snapshot(window), details={"direct": True, **urgent, **details})
+    if urgent:
+        rule_emergency_record(actor=actor, target=window, what=f"quota_window:{window.pk}", reason=reason,
+                              department_id=quota.department_id, details={"quota_window": window.pk, "quota": quota.pk})
     return window
 
 

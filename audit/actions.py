@@ -100,6 +100,15 @@ PLACEMENT_DEFRAG_RUN = register(318, "placement.defrag_run", "A scheduled defrag
 PRIORITY_CLASS_CREATED = register(320, "priority_class.created", "A priority class was created")
 PRIORITY_CLASS_UPDATED = register(321, "priority_class.updated", "A priority class was changed")
 PRIORITY_CLASS_DELETED = register(322, "priority_class.deleted", "A priority class was removed")
+RULE_CHANGE_PROPOSED = register(
+    330, "rule_change.proposed", "A change of a quota or priority class waits for a second platform admin (four-eyes)"
+)
+RULE_CHANGE_APPROVED = register(331, "rule_change.approved", "A pending change of a quota or priority class was approved and applied")
+RULE_CHANGE_REJECTED = register(332, "rule_change.rejected", "A pending change of a quota or priority class was rejected")
+RULE_CHANGE_WITHDRAWN = register(333, "rule_change.withdrawn", "A pending change of a quota or priority class was withdrawn")
+RULE_CHANGE_EMERGENCY = register(
+    334, "rule_change.emergency", "A change of a quota, quota window or priority class applied at once as an emergency, with its reason"
+)
 
 # 4xx allocations
 ALLOCATION_REQUESTED = register(400, "allocation.requested", "An allocation was requested")

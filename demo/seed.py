@@ -25,6 +25,8 @@ USERS: list[tuple[str, str, str, str]] = [
     ("erin", "Erin Admin", Role.DEPARTMENT_ADMIN, "vision"),
     ("carol", "Carol Auditor", Role.AUDITOR, "acme"),
     ("admin", "Platform Admin", Role.PLATFORM_ADMIN, "acme"),
+    # a second platform admin: changes of the rules by one wait for the other (four-eyes)
+    ("frank", "Frank Platform", Role.PLATFORM_ADMIN, "acme"),
 ]
 
 FLAVORS: list[dict[str, Any]] = [

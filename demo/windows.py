@@ -1,6 +1,7 @@
 """Demo quota windows for ``manage.py seed_demo`` (docs/quotas.md, "Quota windows"): created once,
-through the services, by the platform admin ``admin`` (so in force from their start, no approval
-needed), only while the database holds no quota window at all.
+through the services, by the platform admin ``admin`` and approved by the second one, ``frank``
+(four-eyes: nobody approves their own; with four-eyes off they are in force at once), so in force
+from their start, only while the database holds no quota window at all.
 
 * ``nlp`` trains at night: its GPU-equivalent limit rises from 12 to 16 every day from 20:00 to
   08:00 Europe/Berlin (a recurring window: RRULE ``FREQ=DAILY;BYHOUR=20;BYMINUTE=0;BYSECOND=0``,
@@ -20,8 +21,8 @@ from zoneinfo import ZoneInfo
 from django.contrib.auth.models import User
 
 from allocations.models import PriorityClass, Quota
-from allocations.window_models import QuotaWindow, WindowKind
-from allocations.window_services import quota_window_create
+from allocations.window_models import QuotaWindow, WindowKind, WindowState
+from allocations.window_services import quota_window_approve, quota_window_create
 from kernel.clock import clock_now
 
 BERLIN = "Europe/Berlin"
@@ -47,6 +48,7 @@ def demo_windows_seed(*, now: datetime.datetime | None = None) -> int:
         return 0
     moment = now or clock_now()
     admin = User.objects.get(username="admin")
+    second = User.objects.get(username="frank")
     nlp = Quota.objects.get(department__slug="nlp", flavor__isnull=True)
     vision = Quota.objects.get(department__slug="vision", flavor__isnull=True)
     preemptible = PriorityClass.objects.get(name="gpu-preemptible")
@@ -62,9 +64,11 @@ def demo_windows_seed(*, now: datetime.datetime | None = None) -> int:
         justification="By day, training (preemptible) leaves most of nlp's quota to evaluation: at most 4.",
     )
     begins = _next_monday(moment)
-    quota_window_create(
+    last = quota_window_create(
         actor=admin, quota_id=vision.pk, kind=WindowKind.TEMPORARY, begins_at=begins,
         ends_at=begins + datetime.timedelta(days=3), limit_delta=Decimal(4),
         justification="Vision festival: demo booths and live inference for three days.",
     )
+    for window in QuotaWindow.objects.filter(pk__lte=last.pk, state=WindowState.PENDING).order_by("pk"):
+        quota_window_approve(actor=second, window_id=window.pk, comment="Demo: the second platform admin agrees.")
     return 3

@@ -212,6 +212,7 @@ SPECTACULAR_SETTINGS = {
         {"name": "priority-classes", "description": "Priority classes: which grants may reclaim which."},
         {"name": "quotas", "description": "Each department's quota per flavor or in GPU-equivalents, its usage, effective value and timeline."},
         {"name": "quota-windows", "description": "Temporary raises or cuts of a quota over a time window, their approval and the shrinks coming."},
+        {"name": "rule-changes", "description": "Changes of quotas and priority classes waiting for a second platform admin (four-eyes), and their decisions."},
         {"name": "allocations", "description": "Requests for GPUs and the grants they become: approve, reject, release, renew, resize, retry, placement and utilisation."},
         {"name": "allocation-changes", "description": "Renewals and resizes waiting for, or past, a decision."},
         {"name": "fair-share", "description": "Each department's fair-share weight, usage and rank."},

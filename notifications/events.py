@@ -27,11 +27,22 @@ EXPIRING = Event("allocation.expiring", "Your grant ends in 7 days, then in 1 da
 EXPIRED = Event("allocation.expired", "Your grant (or request) expired", "the grant's owner")
 IDLE_WARNING = Event("allocation.idle_warning", "Your grant has been idle for its policy's window", "the grant's owner")
 PUSH_FAILED = Event("cluster.push_failed", "A push to a cluster failed for good", "platform admins")
+RULE_CHANGE_PROPOSED = Event(
+    "rule_change.proposed", "A change of a quota, quota window or priority class waits for your approval",
+    "platform admins other than its proposer", mandatory=True,
+)
+RULE_CHANGE_EMERGENCY = Event(
+    "rule_change.emergency", "A change of a quota, quota window or priority class was applied as an emergency",
+    "platform admins other than its author", mandatory=True,
+)
 DIGEST = Event("digest", "The daily digest of your notifications", "each person with digest events", mandatory=True)
 
 EVENTS: dict[str, Event] = {
     event.code: event
-    for event in (SUBMITTED, DECIDED, STARTED, RECLAIM_NOTICE, EXPIRING, EXPIRED, IDLE_WARNING, PUSH_FAILED)
+    for event in (
+        SUBMITTED, DECIDED, STARTED, RECLAIM_NOTICE, EXPIRING, EXPIRED, IDLE_WARNING, PUSH_FAILED, RULE_CHANGE_PROPOSED,
+        RULE_CHANGE_EMERGENCY,
+    )
 }
 """The events a person (and a webhook) can choose among; the digest is a carrier, not a choice."""
 

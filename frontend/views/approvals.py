@@ -31,6 +31,7 @@ from frontend.selectors import (
     pending_for_decision,
     quota_bars,
 )
+from frontend.views.rule_changes import rule_change_rows
 from frontend.views.windows import WindowRow, window_rows
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
@@ -137,7 +138,7 @@ def approvals(request: HttpRequest) -> HttpResponse:
             _decide(request, user, form)
             return redirect("approvals")
     context = {"title": "Approvals", "rows": _queue(user, standings), "changes": _changes(user), "form": form,
-               "windows": _windows(user)}
+               "windows": _windows(user), "rule_changes": rule_change_rows(user)}
     return render(request, "frontend/approvals.html", context, status=400 if form.errors else 200)
 
 

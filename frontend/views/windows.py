@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from allocations.models import Quota
 from allocations.quotas.windows import Edge
+from allocations.rule_changes import rule_change_needs_second
 from allocations.selectors import priority_class_list, quota_list
 from allocations.window_models import QuotaWindow, WindowState
 from allocations.window_services import (
@@ -102,7 +103,7 @@ def _page(request: HttpRequest, user: User, department: Department, *, form: Win
         "calendar": department_calendar(user=user, department=department, now=now),
         "windows": window_rows(user, windows, now),
         "may_ask": may_ask,
-        "direct": access.is_platform_admin,
+        "direct": access.is_platform_admin and not rule_change_needs_second(),  # four-eyes: another admin approves
         "form": (form or _form(department, user)) if may_ask else None,
     }
     return render(request, "frontend/quota_calendar.html", context, status=status)
@@ -129,7 +130,8 @@ def quota_calendar(request: HttpRequest, department_id: int) -> HttpResponse:
 @require_POST
 @login_required
 def quota_window_new(request: HttpRequest, department_id: int) -> HttpResponse:
-    """A department admin's request (pending), or a platform admin's window (in force at once)."""
+    """A request for a window (pending), or a platform admin's window in force at once where four-eyes
+    is off (``allocations.rule_changes.rule_change_needs_second``)."""
     user = portal_user(request)
     department = department_get(user=user, department_id=department_id)
     if not access_for(user).can_administer_department(department.pk):

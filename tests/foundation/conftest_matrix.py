@@ -18,14 +18,14 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from accounting.models import IdleCase, IdlePolicy, IdleState, RateCard, Statement
-from allocations import changes, services, window_services
-from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow
+from allocations import changes, rule_changes, services, window_services
+from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow, RuleChange, RuleChangeKind
 from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditCheckpoint
 from clusters.models import ClusterDrift, Gpu, Node
 from telemetry.models import GpuSample, NodeReportState, NodeToken, ObservedGpu, SampleTier
-from tenants.models import Project
+from tenants.models import Project, Role
 from tests.conftest import World
 
 AUDIT_ORIGIN = "test.gpuportal/matrix"
@@ -42,6 +42,7 @@ class Scene:
     quota: Quota  # nlp's quota of a100 units
     window: QuotaWindow  # on nlp's quota of a100 units, asked for by nlp_admin: pending approval
     vision_window: QuotaWindow  # on vision's quota of h100 units, asked for by vision_admin: pending
+    rule_change: RuleChange  # nlp's a100 quota's limit to 9, proposed by a second platform admin: pending
     node: Node  # h100-0, where vision's allocation runs: its observed GPU shows vision's process
     observed: ObservedGpu
     token: NodeToken  # for node h100-0
@@ -112,6 +113,10 @@ def scene_build(world: World) -> Scene:
     quota = Quota.objects.get(department=world.nlp, flavor=world.a100)
     failed_grant = failed(world)
     idle_policy = IdlePolicy.objects.create(name="matrix", action="reclaim")
+    proposer = world.persona_add("platform_second", role=Role.PLATFORM_ADMIN, department=world.acme)
+    proposed = rule_changes.rule_change_propose(actor=proposer, kind=RuleChangeKind.QUOTA_UPDATE, quota_id=quota.pk,
+                                                fields={"limit": Decimal(9)}).change
+    assert proposed is not None
     return Scene(
         world=world,
         pending=request(world, persona="nlp_member", project=world.llm, flavor=world.a100),
@@ -122,6 +127,7 @@ def scene_build(world: World) -> Scene:
         quota=quota,
         window=window_ask(world, persona="nlp_admin", quota=quota),
         vision_window=window_ask(world, persona="vision_admin", quota=Quota.objects.get(department=world.vision, flavor=world.h100)),
+        rule_change=proposed,
         node=node,
         observed=observe(node),
         token=NodeToken.objects.get(pk=issued["id"]),

@@ -391,7 +391,8 @@ def test_a_body_that_is_not_json_is_a_415_and_an_unmet_accept_a_406(world: World
 # ------------------------------------------------------------------------ deleting what is in use
 
 
-def test_deleting_what_rows_of_another_app_still_refer_to_is_a_409_naming_them(world: World) -> None:
+def test_deleting_what_rows_of_another_app_still_refer_to_is_a_409_naming_them(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_FOUR_EYES = False  # the removal itself (with four-eyes on, its approval answers the 409)
     IdlePolicy.objects.create(name="idle-standard", priority_class=world.preemptible)
     response = world.client("platform").delete(f"/api/v1/priority-classes/{world.preemptible.pk}/")
     assert response.status_code == 409

@@ -68,10 +68,13 @@ CREATE_PROJECT_IN_NLP = codes(403,   201,     400,     400,     400,    403,    
 CREATE_FLAVOR = codes(     403,      403,     403,     403,     403,    403,     201,   403,  401)
 PLATFORM_CREATES = CREATE_FLAVOR
 PLATFORM_CHANGES = codes(  403,      403,     403,     403,     403,    403,     200,   404,  401)
-PLATFORM_DELETES = codes(  403,      403,     404,     404,     404,    403,     204,   404,  401)
 PLATFORM_CHANGES_NLP = codes(403,    403,     404,     404,     404,    403,     200,   404,  401)
-PLATFORM_DELETES_ANY = codes(403,    403,     403,     403,     403,    403,     204,   404,  401)
-SET_QUOTA_IN_NLP = codes(  403,      403,     400,     400,     400,    403,     201,   400,  401)
+# four-eyes on the rules: a platform admin's change of a quota or priority class waits (202)
+PLATFORM_PROPOSES = codes( 403,      403,     403,     403,     403,    403,     202,   403,  401)
+PLATFORM_PROPOSES_ANY = codes(403,   403,     403,     403,     403,    403,     202,   404,  401)
+PLATFORM_PROPOSES_NLP = codes(403,   403,     404,     404,     404,    403,     202,   404,  401)
+PROPOSE_QUOTA_IN_NLP = codes(403,    403,     400,     400,     400,    403,     202,   400,  401)
+WITHDRAW_OTHERS_CHANGE = codes(403,  403,     404,     404,     404,    403,     403,   404,  401)
 PLATFORM_PUTS = codes(     403,      403,     403,     403,     403,    403,     204,   404,  401)
 PLATFORM_QUEUES = codes(   403,      403,     403,     403,     403,    403,     202,   404,  401)
 PLATFORM_ACTS = codes(     403,      403,     403,     403,     403,    403,     200,   404,  401)
@@ -263,20 +266,28 @@ ROWS = [
         body=lambda s, p: {"display_name": "A100 80GB"}),
     Row("api-sharing-modes", "get", SIGNED_IN),
     Row("api-priority-classes", "get", SIGNED_IN),
-    Row("api-priority-classes", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "gpu-urgent", "value": 5000}),
+    Row("api-priority-classes", "post", PLATFORM_PROPOSES, body=lambda s, p: {"name": "gpu-urgent", "value": 5000}),
     Row("api-priority-class", "get", ANY_ROLE, kwargs=lambda s: {"priority_class_id": s.world.standard.pk}),
-    Row("api-priority-class", "patch", PLATFORM_CHANGES, kwargs=lambda s: {"priority_class_id": s.world.standard.pk},
+    Row("api-priority-class", "patch", PLATFORM_PROPOSES_ANY, kwargs=lambda s: {"priority_class_id": s.world.standard.pk},
         body=lambda s, p: {"description": "Standard", "notice_minutes": 30}),
     # gpu-preemptible: no allocation of the scene uses it
-    Row("api-priority-class", "delete", PLATFORM_DELETES_ANY,
+    Row("api-priority-class", "delete", PLATFORM_PROPOSES_ANY,
         kwargs=lambda s: {"priority_class_id": s.world.preemptible.pk}),
     Row("api-quotas", "get", SIGNED_IN),
-    Row("api-quotas", "post", SET_QUOTA_IN_NLP,
+    Row("api-quotas", "post", PROPOSE_QUOTA_IN_NLP,
         body=lambda s, p: {"department": s.world.nlp.pk, "flavor": s.world.h100.pk, "guaranteed": "0", "limit": "2"}),
     Row("api-quota", "get", READ_NLP, kwargs=lambda s: {"quota_id": s.quota.pk}),
-    Row("api-quota", "patch", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"quota_id": s.quota.pk},
+    Row("api-quota", "patch", PLATFORM_PROPOSES_NLP, kwargs=lambda s: {"quota_id": s.quota.pk},
         body=lambda s, p: {"guaranteed": "2", "limit": "9"}),
-    Row("api-quota", "delete", PLATFORM_DELETES, kwargs=lambda s: {"quota_id": s.quota.pk}),
+    Row("api-quota", "delete", PLATFORM_PROPOSES_NLP, kwargs=lambda s: {"quota_id": s.quota.pk}),
+    # changes of the rules: a second platform admin proposed the scene's; the platform persona decides
+    Row("api-rule-changes", "get", SIGNED_IN),
+    Row("api-rule-change", "get", READ_NLP, kwargs=lambda s: {"change_id": s.rule_change.pk}),
+    Row("api-rule-change-approve", "post", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"change_id": s.rule_change.pk},
+        body=lambda s, p: {"comment": "yes"}),
+    Row("api-rule-change-reject", "post", PLATFORM_CHANGES_NLP, kwargs=lambda s: {"change_id": s.rule_change.pk},
+        body=lambda s, p: {"comment": "no"}),
+    Row("api-rule-change-withdraw", "post", WITHDRAW_OTHERS_CHANGE, kwargs=lambda s: {"change_id": s.rule_change.pk}),
     Row("api-quota-effective", "get", READ_NLP, kwargs=quota),
     Row("api-quota-timeline", "get", READ_NLP, kwargs=quota),
     # quota windows: nlp_admin asked for the scene's window; only another (platform) admin decides

@@ -19,6 +19,13 @@ from clusters.models import Cluster, ClusterPush
 from tests.conftest import World
 
 
+@pytest.fixture(autouse=True)
+def _rules_apply_at_once(settings: Any) -> None:
+    """These tests hold the catalogue's own rules, applied at once (four-eyes off); four-eyes on the
+    rules (a second platform admin, emergencies) is tests/quotas/test_rule_four_eyes.py."""
+    settings.GPUPORTAL_FOUR_EYES = False
+
+
 def url(priority_class: PriorityClass) -> str:
     return f"/api/v1/priority-classes/{priority_class.pk}/"
 

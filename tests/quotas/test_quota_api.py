@@ -23,6 +23,13 @@ from tenants.models import Department
 from tests.conftest import World, requires_postgres
 from tests.threads import all_at_once
 
+
+@pytest.fixture(autouse=True)
+def _rules_apply_at_once(settings: Any) -> None:
+    """These tests hold the catalogue's own rules, applied at once (four-eyes off); four-eyes on the
+    rules (a second platform admin, emergencies) is tests/quotas/test_rule_four_eyes.py."""
+    settings.GPUPORTAL_FOUR_EYES = False
+
 POSTGRES: pytest.MarkDecorator = requires_postgres()
 
 

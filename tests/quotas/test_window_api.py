@@ -119,7 +119,8 @@ def test_a_platform_admin_approves_it_and_the_limit_rises_now_with_a_push(world:
 
 
 @pytest.mark.django_db
-def test_a_platform_admins_own_window_is_in_force_at_once(world: World) -> None:
+def test_a_platform_admins_own_window_is_in_force_at_once_with_four_eyes_off(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_FOUR_EYES = False  # with it on, another platform admin approves (test_rule_four_eyes.py)
     pushes = cluster_pushes()
 
     window = ask(world, temporary(total(world), limit_delta=None, limit="12", guaranteed_delta="3"), persona="platform")
@@ -173,7 +174,8 @@ def test_the_requester_cancels_a_pending_window(world: World) -> None:
 
 
 @pytest.mark.django_db
-def test_a_window_cancelled_in_force_ends_now_and_says_so(world: World) -> None:
+def test_a_window_cancelled_in_force_ends_now_and_says_so(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_FOUR_EYES = False  # the platform admin's window is in force at once
     window = ask(world, temporary(total(world)), persona="platform")
     pushes = cluster_pushes()
 

@@ -25,4 +25,4 @@ class Command(BaseCommand):
         demo_accounting_seed()  # rate cards, the week's GPU-equivalent-hours, last month's statements
         demo_idle_seed()  # idle policies, and the notebook that sat idle warned
         demo_fair_share_seed()  # after the week was dated back: its grants count in the decayed usage
-        self.stdout.write(self.style.SUCCESS("Demo data is in place (users alice, bob, carol, dave, erin, admin)."))
+        self.stdout.write(self.style.SUCCESS("Demo data is in place (users alice, bob, carol, dave, erin, admin, frank)."))
