@@ -48,18 +48,18 @@ OPERATIONS: dict[str, Binding] = {
     # Allocations: the researcher asks, the department admin decides (never their own: four-eyes).
     "v1_allocations_create": Binding(R, body="allocation"),
     "v1_allocations_approve_create": Binding(D, {"allocation_id": "allocation_pending"}),
-    "v1_allocations_reject_create": Binding(D, {"allocation_id": "allocation_pending"}),
+    "v1_allocations_reject_create": Binding(D, {"allocation_id": "allocation_pending"}, body="reject"),
     "v1_allocations_release_create": Binding(R, {"allocation_id": "allocation_granted"}),
     "v1_allocations_renew_create": Binding(R, {"allocation_id": "allocation_granted"}, body="renew"),
     "v1_allocations_resize_create": Binding(R, {"allocation_id": "allocation_granted"}, body="resize"),
     "v1_allocations_retry_create": Binding(P, {"allocation_id": "allocation_granted"}),
     "v1_allocation_changes_approve_create": Binding(D, {"change_id": "change_pending"}),
-    "v1_allocation_changes_reject_create": Binding(D, {"change_id": "change_pending"}),
+    "v1_allocation_changes_reject_create": Binding(D, {"change_id": "change_pending"}, body="reject"),
     "v1_allocation_changes_cancel_create": Binding(R, {"change_id": "change_pending"}),
     # Quota windows: a department admin asks, a platform admin decides.
     "v1_quota_windows_create": Binding(D, body="window"),
     "v1_quota_windows_approve_create": Binding(P, {"window_id": "window_pending"}),
-    "v1_quota_windows_reject_create": Binding(P, {"window_id": "window_pending"}),
+    "v1_quota_windows_reject_create": Binding(P, {"window_id": "window_pending"}, body="reject"),
     "v1_quota_windows_cancel_create": Binding(D, {"window_id": "window_pending"}),
     # Quotas, priority classes, flavors, clusters, departments, projects: the platform admin, on
     # objects made for the request where a change could starve the other identities' runs.
@@ -128,5 +128,5 @@ FIELDS: dict[str, str] = {
     "policy_id": "policy", "statement_id": "statement", "node_name": "node_name",
     "starts_at": "soon", "begins_at": "soon", "valid_from": "soon", "ends_at": "later", "valid_to": "later",
     "until": "later", "expires_at": "later", "quantity": "one",
-    "username": "username", "password": "password", "user": "username", "members": "usernames",
+    "username": "username", "password": "password", "user": "username", "members": "no_members",
 }  # fmt: skip

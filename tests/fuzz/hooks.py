@@ -225,7 +225,7 @@ BINDERS: dict[str, Callable[[Setup], Any]] = {
     "one": lambda setup: 1,
     "username": lambda setup: setup.random.choice(["alice", "bob", "carol", "dave", "erin"]),
     "password": lambda setup: "demo",
-    "usernames": lambda setup: ["alice"],
+    "no_members": lambda setup: [],  # a project's members must belong to its department
 }  # fmt: skip
 
 
@@ -357,12 +357,24 @@ def fix_node_token(setup: Setup, body: Json, context: Json) -> None:
     body.update({"cluster": setup.named("cluster", "demo"), "node_name": setup.unique("n")})
 
 
+def fix_reject(setup: Setup, body: Json, context: Json) -> None:
+    """A rejection needs a comment for the requester."""
+    if not str(body.get("comment") or "").strip():
+        body["comment"] = "fuzz step: rejected"
+
+
 def fix_node_report(setup: Setup, body: Json, context: Json) -> None:
     """The token's own node; collected now by an agent started an hour ago."""
     body["node_name"] = setup.prepared["node"]["name"]
     context["path"] = {"node_name": body["node_name"]}
     body["agent_started_at"] = setup.time(-datetime.timedelta(hours=1))
     body["collected_at"] = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    for number, gpu in enumerate(body.get("gpus") or []):  # each GPU and MIG slot once
+        if isinstance(gpu, dict):
+            gpu["index"] = number
+            for slot, instance in enumerate(gpu.get("mig_instances") or []):
+                if isinstance(instance, dict):
+                    instance["index"] = slot
 
 
 FIXES: dict[str, Callable[[Setup, Json, Json], None]] = {
@@ -370,7 +382,7 @@ FIXES: dict[str, Callable[[Setup, Json, Json], None]] = {
     for function in (
         fix_allocation, fix_renew, fix_resize, fix_window, fix_quota, fix_quota_numbers, fix_priority_class, fix_flavor,
         fix_cluster, fix_cluster_settings, fix_kubeconfig, fix_department, fix_membership, fix_webhook, fix_project,
-        fix_project_caps, fix_idle_policy, fix_rate_card, fix_correction, fix_unlock, fix_node_token, fix_node_report,
+        fix_project_caps, fix_idle_policy, fix_rate_card, fix_correction, fix_unlock, fix_node_token, fix_node_report, fix_reject,
     )
 }  # fmt: skip
 
