@@ -115,7 +115,10 @@ OPERATIONS: dict[str, Binding] = {
 
 # Write operations whose valid requests cannot mostly succeed, and why; they are still bound and
 # counted, not held to MIN_VALID_SHARE.
-EXCEPTIONS: dict[str, str] = {}
+EXCEPTIONS: dict[str, str] = {
+    "v1_allocations_retry_create": "only an allocation whose push failed can be retried; the step's manifests cluster never fails a push",
+    "v1_clusters_discover_create": "discovery needs the Kubernetes driver and a live cluster; the step has a manifests cluster only",
+}
 
 # Body fields and path parameters of the writes → what binds them (``hooks.BINDERS``): ids of the
 # objects the actor can see, times in the accepted ranges, the demo users. Fields a ``Binding.body``
