@@ -27,7 +27,7 @@ from allocations import services
 from allocations.models import Allocation
 from notifications.models import Webhook
 from notifications.services import webhook_create
-from tenants.access_tokens import access_token_create
+from tenants.access_tokens import access_token_create, access_token_issue
 from tenants.models import PersonalAccessToken
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
@@ -98,6 +98,7 @@ PLATFORM_OR_AUDITOR = codes(403,     403,     403,     403,     403,    200,    
 CREATE_OWN = codes(        201,      201,     201,     201,     201,    201,     201,   201,  401)
 OWN_TOKEN = codes(         200,      404,     404,     404,     404,    404,     404,   404,  401)
 REVOKE_OWN_TOKEN = codes(  204,      404,     404,     404,     404,    404,     404,   404,  401)
+CLAIM_OWN_TOKEN = codes(   201,      404,     404,     404,     404,    404,     404,   404,  401)
 GROUP_MAPPINGS = codes(    403,      403,     403,     403,     403,    403,     200,   403,  401)
 MAP_GROUP = codes(         403,      403,     403,     403,     403,    403,     201,   403,  401)
 UNMAP_GROUP = codes(       403,      403,     403,     403,     403,    403,     204,   403,  401)
@@ -182,6 +183,16 @@ def own_token(scene: Scene) -> dict[str, Any]:
     return {"token_id": token.pk}
 
 
+def issued_token(scene: Scene) -> dict[str, Any]:
+    """A token the platform admin issued for nlp_member (made once per scene): only its owner claims it."""
+    owner = scene.world.users["nlp_member"]
+    token = PersonalAccessToken.objects.filter(user=owner, name="role matrix issued").first()
+    if token is None:
+        token = access_token_issue(actor=scene.world.users["platform"], user=owner, name="role matrix issued",
+                                   scope="read", reason="role matrix")
+    return {"token_id": token.pk}
+
+
 def flavor_body(scene: Scene, persona: str | None) -> dict[str, Any]:
     return {"name": "l40s", "display_name": "L40S", "gpu_model": "NVIDIA-L40S", "sharing_mode": "exclusive",
             "resource_name": "nvidia.com/gpu", "memory_mib": 46068, "compute_percent": 100, "gpu_equivalents": "1"}
@@ -225,6 +236,7 @@ ROWS = [
     Row("api-access-tokens", "post", CREATE_OWN, body=lambda s, p: {"name": "ci", "scope": "read"}),
     Row("api-access-token", "get", OWN_TOKEN, kwargs=own_token),
     Row("api-access-token", "delete", REVOKE_OWN_TOKEN, kwargs=own_token),
+    Row("api-access-token-claim", "post", CLAIM_OWN_TOKEN, kwargs=issued_token),
     Row("api-auth-unlock", "post", UNLOCK_SIGN_IN, body=lambda s, p: {"username": "nlp_member"}),
     Row("api-me", "get", SIGNED_IN),
     Row("api-group-mappings", "get", GROUP_MAPPINGS),
