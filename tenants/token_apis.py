@@ -77,7 +77,6 @@ class AccessTokenIn(serializers.Serializer):  # type: ignore[type-arg]
 
 class AccessTokenListApi(ApiView):
     idempotency_replay = False  # the answer holds the token: never kept, so no Idempotency-Key
-    idempotency_replay = False  # the answer holds the token: never kept, so no Idempotency-Key
     pagination_class = Pagination  # the schema's list shape (paginated() pages with it)
     ordering_fields = {"id": "id", "name": "name", "created_at": "created_at", "expires_at": "expires_at",
                        "last_used_at": "last_used_at"}
