@@ -41,7 +41,7 @@ took = f"ready in {float(prepared) + time.monotonic() - begun:.0f} s"
 if problem:
     print(f"\nGPU Portal answers on {url} ({took}) but is not ready: {problem}\n", flush=True)
 else:
-    print(f"\nGPU Portal on {url} ({took}): users alice, bob, carol, dave, erin, admin, password demo "
+    print(f"\nGPU Portal on {url} ({took}): users alice, bob, carol, dave, erin, admin, frank, password demo "
           "(unless GPUPORTAL_DEMO_PASSWORD says otherwise). Ctrl-C stops it.\n", flush=True)
 EOF
 announcer=$!
