@@ -76,6 +76,7 @@ MIDDLEWARE = [
     "frontend.middleware.HtmxLoginRedirectMiddleware",  # an HTMX request of an expired session: HX-Redirect
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "kernel.api.errors.DependencyUnavailableMiddleware",  # the database or the broker down: 503, Retry-After
 ]
 
 ROOT_URLCONF = "gpuportal.urls"

@@ -3,7 +3,10 @@
 ``exception_handler`` is DRF's: every error a view raises. The ``api_*`` views are Django's error
 handlers (``gpuportal/urls.py``): under ``/api/`` they answer the same envelope for what never
 reaches a DRF view's handler (an unhandled exception: a 500), and hand every other path to Django's
-own HTML pages. ``api_unknown_path`` is the last route under ``/api/``: an unknown API URL. The request id is the one in the ``X-Request-ID`` header
+own HTML pages. ``api_unknown_path`` is the last route under ``/api/``: an unknown API URL. An
+error saying that the database or the broker is down is a 503 with ``Retry-After`` instead, from the
+exception handler, ``DependencyUnavailableMiddleware`` and the 500 handler (``kernel.unavailable``).
+The request id is the one in the ``X-Request-ID`` header
 (``kernel.request_context``): the caller quotes it, the operator finds it in the log.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -29,6 +33,13 @@ from rest_framework.views import exception_handler as drf_exception_handler
 from kernel.api.parsers import JsonTooDeep
 from kernel.errors import ApplicationError
 from kernel.request_context import current_request_context
+from kernel.unavailable import (
+    RETRY_AFTER_SECONDS,
+    dependency_unavailable,
+    unavailable_logged,
+    unavailable_message,
+    unavailable_page,
+)
 
 logger = logging.getLogger("gpuportal.api")
 API_PREFIX = "/api/"
@@ -62,6 +73,15 @@ def error_body(code: str, message: str, fields: dict[str, list[str]] | None = No
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    dependency = dependency_unavailable(exc)
+    if dependency is not None:  # the database or the broker is down: 503, try again (kernel.unavailable)
+        request = context.get("request")
+        if request is not None:
+            unavailable_logged(request, dependency, exc)
+        return Response(
+            {**unavailable_body(dependency), "request_id": current_request_context().request_id},
+            status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     response = _response(exc, context)
     if response is not None and isinstance(response.data, dict) and "error" in response.data:
         response.data["request_id"] = current_request_context().request_id
@@ -127,12 +147,51 @@ def _json(code: str, message: str, status_code: int, request_id: str | None = No
     return JsonResponse({**error_body(code, message), "request_id": request_id}, status=status_code)
 
 
+def unavailable_body(dependency: str) -> dict[str, Any]:
+    return error_body("service_unavailable", unavailable_message(dependency), details={"dependency": dependency})
+
+
+def unavailable_json(dependency: str) -> JsonResponse:
+    """The API's 503 while ``dependency`` is down (``kernel.unavailable``)."""
+    response = JsonResponse({**unavailable_body(dependency), "request_id": current_request_context().request_id}, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def unavailable_answer(request: HttpRequest, dependency: str) -> HttpResponse:
+    """503 with ``Retry-After``: the JSON envelope under ``/api/``, the HTML page elsewhere."""
+    return unavailable_json(dependency) if _is_api(request) else unavailable_page(request, dependency)
+
+
+class DependencyUnavailableMiddleware:
+    """A view that failed because the database or the broker is down answers 503 instead of Django's
+    500 (``process_exception``; with ``DEBUG`` on too, where the 500 handler is never called)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        dependency = dependency_unavailable(exception)
+        if dependency is None:
+            return None
+        unavailable_logged(request, dependency, exception)
+        return unavailable_answer(request, dependency)
+
+
 def api_server_error(request: HttpRequest, template_name: str = defaults.ERROR_500_TEMPLATE_NAME) -> HttpResponse:
-    """An unhandled exception (Django logs its traceback on ``django.request`` right after)."""
+    """An unhandled exception (Django logs its traceback on ``django.request`` right after); one
+    that says the database or the broker is down (raised in a middleware) answers 503 instead."""
+    error = sys.exc_info()[1]
+    dependency = dependency_unavailable(error)
+    if dependency is not None:
+        return unavailable_answer(request, dependency)
     if not _is_api(request):
         return defaults.server_error(request, template_name)
     request_id = current_request_context().request_id
-    error = sys.exc_info()[1]
     logger.error(
         "Server error on %s %s, request id %s: %s", request.method, request.path, request_id,
         repr(error) if error is not None else "unknown",
