@@ -23,7 +23,7 @@ from rest_framework.response import Response
 from allocations import selectors, window_services
 from allocations.apis import DecisionIn
 from allocations.models import PriorityClass, Quota
-from allocations.quotas.windows import Effective
+from allocations.quotas.windows import PAGE_BUDGET, Effective
 from allocations.rule_change_apis import EmergencyIn
 from allocations.window_models import EdgeKind, QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
@@ -152,7 +152,7 @@ class WindowOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         return duration_text(window.duration_minutes) if window.duration_minutes else None
 
     def get_in_force_now(self, window: QuotaWindow) -> bool:
-        return window_services.window_in_force(window, self._now())
+        return window_services.window_in_force(window, self._now(), budget=PAGE_BUDGET)
 
     @extend_schema_field(EdgeOut(many=True))
     def get_next_edges(self, window: QuotaWindow) -> list[dict[str, Any]]:

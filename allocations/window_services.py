@@ -14,7 +14,9 @@ of the cluster-wide objects at once, before its audit event (:mod:`kernel.locks`
 Validation guards the pure function too: a recurring rule is at most daily and has an occurrence
 within :data:`FIRST_OCCURRENCE_WITHIN` of its start (dateutil searches for the next occurrence of a
 rule that never matches, such as February 30th, until the year 9999: seconds of work), and every
-time lies within :data:`HORIZON` of now.
+time lies within :data:`HORIZON` of now. A rule also keeps the bounds of
+:mod:`allocations.window_rrule_bounds` (length, the least time between occurrences, edges a year),
+and lists read each window with a page's budget (``windows.PAGE_BUDGET``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from allocations.quotas import windows
 from allocations.quotas.window_reading import approved_window_specs, window_spec
 from allocations.rule_changes import rule_change_needs_second, rule_emergency_record, rule_proposal_notify
 from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowKind, WindowState
+from allocations.window_rrule_bounds import rrule_density_check, rrule_length_check
 from audit import actions
 from audit.services import audit_record
 from kernel.clock import clock_now
@@ -98,7 +101,9 @@ def _first_occurrence_near(text: str, *, zone: str, begins_at: datetime.datetime
 
 def rrule_check(text: str, *, zone: str, begins_at: datetime.datetime) -> None:
     """Raise a ``FieldError`` on ``rrule`` unless it is one readable RRULE, at most daily, with an
-    occurrence (within ``FIRST_OCCURRENCE_WITHIN`` of ``begins_at``)."""
+    occurrence (within ``FIRST_OCCURRENCE_WITHIN`` of ``begins_at``), within the bounds of
+    :mod:`allocations.window_rrule_bounds`."""
+    rrule_length_check(text)
     parts = {part.split("=", 1)[0].strip().upper(): part for part in text.upper().removeprefix("RRULE:").split(";")}
     frequency = parts.get("FREQ", "").partition("=")[2].strip()
     if frequency not in FREQUENCIES:
@@ -117,6 +122,7 @@ def rrule_check(text: str, *, zone: str, begins_at: datetime.datetime) -> None:
         raise
     except Exception as error:  # noqa: BLE001 - dateutil raises ValueError, TypeError, KeyError, OverflowError... on garbage
         raise FieldError("rrule", f"Not a valid RRULE: {error}") from None
+    rrule_density_check(text, zone=zone, begins_at=begins_at)
 
 
 def _check_times(*, kind: str, begins_at: datetime.datetime, ends_at: datetime.datetime | None,
@@ -182,23 +188,19 @@ def snapshot(window: QuotaWindow) -> dict[str, Any]:
     }
 
 
-def window_in_force(window: QuotaWindow, at: datetime.datetime) -> bool:
-    """Whether the window is approved and in force at ``at``."""
-    return window.state == WindowState.APPROVED and windows.in_force(window_spec(window), at)
+def window_in_force(window: QuotaWindow, at: datetime.datetime, *, budget: int = windows.BUDGET) -> bool:
+    """Whether the window is approved and in force at ``at`` (lists pass ``windows.PAGE_BUDGET``)."""
+    return window.state == WindowState.APPROVED and windows.in_force(window_spec(window), at, budget=budget)
 
 
 def window_next_edges(window: QuotaWindow, now: datetime.datetime, count: int = 3) -> list[windows.Edge]:
     """The next ``count`` edges from ``now`` (a pending window's: those it would have once approved),
-    looked for over growing spans so that an hourly rule does not list a year of edges."""
+    looked for over growing spans so that an hourly rule does not list a year of edges, with a
+    page's budget (``windows.PAGE_BUDGET``): never more than that of its occurrences, whatever its
+    rule (one stored before the bounds may give fewer edges than asked)."""
     if window.state not in (WindowState.PENDING, WindowState.APPROVED):
         return []
-    spec = window_spec(window)
-    found: list[windows.Edge] = []
-    for days in (2, 35, 400, HORIZON.days):
-        found = windows.edges([spec], now, now + datetime.timedelta(days=days))
-        if len(found) >= count:
-            break
-    return found[:count]
+    return windows.next_edges(window_spec(window), now, count=count, within=HORIZON)
 
 
 # --------------------------------------------------------------------------------- services

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from allocations.quotas.windows import PAGE_BUDGET
 from allocations.window_models import EdgeKind, ShrinkPolicy
 from allocations.window_shrinks import WARN_WITHIN, ComingShrink, plain, quota_window_shrinks_coming
 from kernel.api.base import filters
@@ -95,7 +96,7 @@ class QuotaWindowShrinksApi(ApiView):
         access = access_for(request.user)
         shrinks = quota_window_shrinks_coming(
             now=clock_now(), within=datetime.timedelta(minutes=minutes),
-            department_ids=None if access.reads_everything else access.readable,
+            department_ids=None if access.reads_everything else access.readable, budget=PAGE_BUDGET,
         )
         paginator = Pagination()
         rows: list[dict[str, Any]] = [_shrink_out(shrink) for shrink in shrinks]

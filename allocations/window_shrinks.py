@@ -39,8 +39,10 @@ HOUR = datetime.timedelta(hours=1)
 
 
 @lru_cache(maxsize=32768)
-def _spec_edges(spec: windows.WindowSpec, start: datetime.datetime, end: datetime.datetime) -> tuple[windows.Edge, ...]:
-    return tuple(windows.edges([spec], start, end))
+def _spec_edges(
+    spec: windows.WindowSpec, start: datetime.datetime, end: datetime.datetime, budget: int
+) -> tuple[windows.Edge, ...]:
+    return tuple(windows.edges([spec], start, end, budget=budget))
 
 
 SPEC_FIELDS = ("pk", "quota_id", "kind", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
@@ -63,15 +65,17 @@ def specs_between(since: datetime.datetime, until: datetime.datetime) -> dict[in
 
 
 def edges_between(
-    specs: Iterable[windows.WindowSpec], start: datetime.datetime, end: datetime.datetime
+    specs: Iterable[windows.WindowSpec], start: datetime.datetime, end: datetime.datetime, *,
+    budget: int = windows.BUDGET,
 ) -> list[windows.Edge]:
     """``windows.edges`` of these windows in ``[start, end)``, each window's computed over the whole
     hours around it and remembered: the tick asks about the same hours every 30 seconds, and a
     recurring window's edges cost a walk of its rule (an approved window never changes: a changed
-    one is another key)."""
+    one is another key). ``budget``: what each window's evaluation takes up at most (a list of
+    coming shrinks asks for a page's, ``windows.PAGE_BUDGET``)."""
     low = start.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0)
     high = end.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0) + HOUR
-    found = [edge for spec in specs for edge in _spec_edges(spec, low, high) if start <= edge.at < end]
+    found = [edge for spec in specs for edge in _spec_edges(spec, low, high, budget) if start <= edge.at < end]
     return sorted(found, key=lambda edge: (edge.at, edge.kind != "end", edge.window_id))
 
 
@@ -175,17 +179,19 @@ def _owners(victims: list[VictimInfo]) -> list[AtRisk]:
 def quota_window_shrinks_coming(
     *, now: datetime.datetime | None = None, within: datetime.timedelta = WARN_WITHIN,
     department_ids: Iterable[int] | None = None, specs: dict[int, list[windows.WindowSpec]] | None = None,
+    budget: int = windows.BUDGET,
 ) -> list[ComingShrink]:
     """The edges in ``(now, now + within]`` after which a quota (or a class's share of it) is
     lower than before, in time order, each with the grants it would leave beyond its new limit
     (the ones a ``reclaim`` policy takes; under ``wait`` they keep running) and their owners (who
     requested them, the project's members). ``department_ids``: only the quotas of these departments.
-    ``specs``: the windows, when the caller read them already (``specs_between``)."""
+    ``specs``: the windows, when the caller read them already (``specs_between``). ``budget``: as
+    ``edges_between``'s."""
     moment = now or clock_now()
     if specs is None:
         specs = specs_between(moment, moment + within + MICROSECOND)
     due = [(edge, quota_id) for quota_id, found in specs.items()
-           for edge in edges_between(found, moment + MICROSECOND, moment + within + MICROSECOND)]
+           for edge in edges_between(found, moment + MICROSECOND, moment + within + MICROSECOND, budget=budget)]
     if not due:
         return []
     wanted = set(department_ids) if department_ids is not None else None

@@ -376,6 +376,10 @@ GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, min
 GPUPORTAL_MAX_START_AHEAD_DAYS = env_int("GPUPORTAL_MAX_START_AHEAD_DAYS", 90, minimum=1)
 # Four-eyes: nobody decides on their own request or change, platform admins included (docs/quotas.md).
 GPUPORTAL_FOUR_EYES = env_bool("GPUPORTAL_FOUR_EYES", True)
+# A quota window's RRULE: most characters, least minutes between occurrences, most edges in 366 days.
+GPUPORTAL_WINDOW_RRULE_MAX_LENGTH = env_int("GPUPORTAL_WINDOW_RRULE_MAX_LENGTH", 200, minimum=10)
+GPUPORTAL_WINDOW_RRULE_MIN_INTERVAL_MINUTES = env_int("GPUPORTAL_WINDOW_RRULE_MIN_INTERVAL_MINUTES", 60, minimum=1)
+GPUPORTAL_WINDOW_RRULE_MAX_EDGES = env_int("GPUPORTAL_WINDOW_RRULE_MAX_EDGES", 3000, minimum=2)
 # Renewing up to this many days past a grant's original end is self-service; further needs approval.
 GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"

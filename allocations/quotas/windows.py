@@ -26,36 +26,55 @@ count.
 
 Cost: a rule is read once per process (cached), and its occurrences near an instant are searched
 from a start moved forward by whole periods of the rule (the same occurrences from there on), so an
-evaluation does not grow with the window's age; a rule with COUNT is counted from its own start.
+evaluation does not grow with the window's age; a rule with COUNT is counted from its own start. An
+occurrence that starts long before the interval (a long duration) is found as the latest start
+before it, not by walking every start since, so an evaluation grows with the interval asked about,
+not with the duration.
+
+Budget: an evaluation takes up at most ``budget`` occurrence starts (:data:`BUDGET` unless the caller
+asks for less: lists and calendars ask for :data:`PAGE_BUDGET`). The services refuse a rule that
+could come near it (``allocations.window_services``: at most hourly, a bounded number of edges a
+year); a rule stored before those bounds that runs the budget out is taken as in force without a
+break from the last start taken up to the end of the interval (what a rule that dense amounts to: its
+occurrences, a minute or more long, overlap), so that no rule makes an evaluation slow.
 """
 
 from __future__ import annotations
 
-import calendar
 import datetime
-import re
-from collections.abc import Iterable, Sequence
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from dateutil.rrule import rrule, rrulestr
+from dateutil.rrule import rrule
+
+from allocations.quotas.rrules import MAX_INTERVAL as MAX_INTERVAL  # read from here too
+from allocations.quotas.rrules import (
+    _aware,
+    _compile,
+    _Compiled,
+    _instant,
+    _local,
+    _rule,
+    _zone,
+)
+from allocations.quotas.rrules import _forward as _forward  # here, where the bench swaps it
+from allocations.quotas.rrules import parse_rrule as parse_rrule  # read from here too
 
 ZERO = Decimal(0)
 UTC = datetime.UTC
 LOOKBACK = datetime.timedelta(hours=3)
 """Slack between wall-clock and real time when searching occurrences (more than any DST change)."""
-_FIXED_PERIODS = {"DAILY": datetime.timedelta(days=1), "WEEKLY": datetime.timedelta(days=7),
-                  "HOURLY": datetime.timedelta(hours=1), "MINUTELY": datetime.timedelta(minutes=1),
-                  "SECONDLY": datetime.timedelta(seconds=1)}
-_MONTH_PERIODS = {"MONTHLY": 1, "YEARLY": 12}
-_RANGES = {"BYMONTH": (1, 12, False), "BYMONTHDAY": (1, 31, True), "BYYEARDAY": (1, 366, True),
-           "BYWEEKNO": (1, 53, True)}  # RFC 5545 3.3.10: (least, most, negatives counted from the end too)
-_WEEKDAY = re.compile(r"^([+-]?)(\d{1,2})?(MO|TU|WE|TH|FR|SA|SU)$")
-_UTC_UNTIL = re.compile(r"^\d{8}T\d{6}Z$")
-_LOCAL_UNTIL = re.compile(r"^\d{8}(T\d{6})?$")
-MAX_INTERVAL = 100000
+BUDGET = 10_000
+"""Occurrence starts one evaluation takes up at most (some tens of milliseconds); an accepted rule
+needs far fewer (by default at most 24 a day: a 92-day timeline takes up at most about 2,200)."""
+PAGE_BUDGET = 500
+"""What one window's evaluation in a list or a calendar takes up at most: a page's worth."""
+PASSED_PER_TAKEN = 8
+"""Starts passed over (before the interval, or searched back for the latest) cost an eighth of
+one taken up (no time zone arithmetic): the budget allows that many more of them."""
+_HEAD_SEARCH = (datetime.timedelta(days=1), datetime.timedelta(days=32), datetime.timedelta(days=366))
 
 
 @dataclass(frozen=True)
@@ -111,143 +130,6 @@ class Edge:
     kind: str  # "begin" or "end"
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    """An RRULE checked once: the text dateutil reads (without a UTC UNTIL), that UNTIL, and what
-    moving its start forward needs."""
-
-    body: str
-    until_utc: datetime.datetime | None
-    freq: str
-    interval: int
-    counted: bool
-
-
-def _aware(moment: datetime.datetime) -> datetime.datetime:
-    if moment.tzinfo is None:
-        raise ValueError("quota window times must be timezone-aware")
-    return moment.astimezone(UTC)
-
-
-@lru_cache(maxsize=1024)
-def _zone(name: str) -> ZoneInfo:
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as error:  # not found, a bad key, a directory
-        raise ValueError(f"unknown time zone {name!r}") from error
-
-
-def _numbers(name: str, value: str) -> list[int]:
-    try:
-        return [int(item) for item in value.split(",")]
-    except ValueError:
-        raise ValueError(f"{name} takes whole numbers separated by commas") from None
-
-
-def _check_parts(parts: dict[str, str]) -> None:
-    """What dateutil accepts but RFC 5545 does not, or would make it loop forever or fail later."""
-    if "FREQ" not in parts:
-        raise ValueError("FREQ is required")
-    if "COUNT" in parts and "UNTIL" in parts:
-        raise ValueError("COUNT and UNTIL exclude each other (RFC 5545)")
-    for name in ("INTERVAL", "COUNT"):
-        if name in parts and not (parts[name].isdigit() and 1 <= int(parts[name]) <= MAX_INTERVAL):
-            raise ValueError(f"{name} must be a whole number from 1 to {MAX_INTERVAL}")
-    for name, (least, most, negative) in _RANGES.items():
-        for n in _numbers(name, parts[name]) if name in parts else []:
-            if not (least <= n <= most or (negative and -most <= n <= -least)):
-                raise ValueError(f"{name} values lie within {'+/-' if negative else ''}{least}..{most}")
-    most = {"MONTHLY": 5, "YEARLY": 53}.get(parts["FREQ"], 0)  # an ordinal only in a monthly or yearly rule
-    for day in parts["BYDAY"].split(",") if "BYDAY" in parts else []:
-        found = _WEEKDAY.match(day)
-        if found is None or (found[2] is not None and not 1 <= int(found[2]) <= most):
-            raise ValueError(f"BYDAY {day!r}: a weekday (MO..SU)"
-                             + (f", optionally after an ordinal within +/-1..{most}" if most else ""))
-        if found[1] and found[2] is None:
-            raise ValueError(f"BYDAY {day!r}: a sign needs an ordinal")
-    days = parts["BYDAY"].split(",") if "BYDAY" in parts else []
-    if most and len({day[-2:] == day for day in days}) > 1:  # dateutil would want both at once: no day
-        raise ValueError("BYDAY: give plain weekdays (MO,FR) or ordinal ones (1MO,-1FR), not both")
-    until = parts.get("UNTIL")
-    if until is not None and not (_UTC_UNTIL.match(until) or _LOCAL_UNTIL.match(until)):
-        raise ValueError("UNTIL is a date (YYYYMMDD) or a date and time (YYYYMMDDTHHMMSS, Z for UTC)")
-
-
-@lru_cache(maxsize=4096)
-def _compile(text: str) -> _Compiled:
-    body = text.strip()
-    if body.upper().startswith("RRULE:"):
-        body = body[len("RRULE:"):]
-    if not body or "\n" in body or "\r" in body or "DTSTART" in body.upper():
-        raise ValueError("give one RRULE line without DTSTART (the window's begins_at is its start)")
-    parts: dict[str, str] = {}
-    for part in body.split(";"):
-        name, sign, value = part.partition("=")
-        name, value = name.strip().upper(), value.strip().upper()
-        if not sign or not name or not value:
-            raise ValueError(f"{part!r} is not NAME=VALUE")
-        if name in parts:
-            raise ValueError(f"{name} is given twice")
-        parts[name] = value
-    _check_parts(parts)
-    until_utc = None
-    if _UTC_UNTIL.match(parts.get("UNTIL", "")):
-        until_utc = datetime.datetime.strptime(parts.pop("UNTIL"), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
-    return _Compiled(";".join(f"{name}={value}" for name, value in parts.items()), until_utc, parts["FREQ"],
-                     int(parts.get("INTERVAL", "1")), "COUNT" in parts)
-
-
-@lru_cache(maxsize=16384)
-def _rule(body: str, dtstart_local: datetime.datetime, until_local: datetime.datetime | None) -> rrule:
-    try:
-        parsed = rrulestr(body, dtstart=dtstart_local, forceset=False)
-        if not isinstance(parsed, rrule):  # pragma: no cover - forceset=False and one RRULE give an rrule
-            raise ValueError("one RRULE expected")
-        return parsed.replace(until=until_local) if until_local is not None else parsed
-    except (ValueError, TypeError, KeyError, IndexError, OverflowError) as error:
-        raise ValueError(f"not a valid RRULE: {error}") from error
-
-
-def _local(moment: datetime.datetime, tz: ZoneInfo) -> datetime.datetime:
-    return moment.astimezone(tz).replace(tzinfo=None)
-
-
-def _instant(wall: datetime.datetime, tz: ZoneInfo) -> datetime.datetime:
-    return wall.replace(tzinfo=tz).astimezone(UTC)  # fold=0: a repeated time's first pass
-
-
-def parse_rrule(text: str, *, zone: str, begins_at: datetime.datetime) -> rrule:
-    """The RRULE of a recurring window, its DTSTART the window's start in its zone (naive local wall
-    times, a UTC UNTIL turned into the zone's wall time); raises ``ValueError`` when it cannot be
-    read, when it breaks RFC 5545 (COUNT with UNTIL, INTERVAL below 1, BY* values out of range) or
-    when the zone is unknown. Cheap: it does not look for an occurrence."""
-    tz = _zone(zone)
-    compiled = _compile(text)
-    until = _local(compiled.until_utc, tz) if compiled.until_utc is not None else None
-    return _rule(compiled.body, _local(_aware(begins_at), tz), until)
-
-
-def _forward(compiled: _Compiled, dtstart: datetime.datetime, before: datetime.datetime) -> datetime.datetime:
-    """A start at least one period before ``before``, a whole number of the rule's periods after
-    ``dtstart``, with the same time of day, weekday (weekly) and day of month (monthly, yearly):
-    dateutil fills what the rule leaves out from its start and lays its periods from it, so the rule
-    gives from there on the very occurrences it gives from ``dtstart``. Not with COUNT."""
-    if compiled.counted or before <= dtstart:
-        return dtstart
-    if compiled.freq in _FIXED_PERIODS:
-        period = _FIXED_PERIODS[compiled.freq] * compiled.interval
-        periods = (before - dtstart) // period - 1
-        return dtstart + period * periods if periods > 0 else dtstart
-    months = _MONTH_PERIODS[compiled.freq] * compiled.interval
-    periods = ((before.year - dtstart.year) * 12 + before.month - dtstart.month) // months - 1
-    for back in range(periods, max(periods - 48, 0), -1):  # a day 29-31 that the month lacks: go back
-        index = dtstart.month - 1 + back * months
-        year, month = dtstart.year + index // 12, index % 12 + 1
-        if year <= datetime.MAXYEAR and dtstart.day <= calendar.monthrange(year, month)[1]:
-            return dtstart.replace(year=year, month=month)
-    return dtstart
-
-
 def _merged(spans: list[tuple[datetime.datetime, datetime.datetime]]) -> list[tuple[datetime.datetime, datetime.datetime]]:
     out: list[tuple[datetime.datetime, datetime.datetime]] = []
     for begin, finish in sorted(spans):
@@ -258,42 +140,117 @@ def _merged(spans: list[tuple[datetime.datetime, datetime.datetime]]) -> list[tu
     return out
 
 
-def occurrences(
-    spec: WindowSpec, start: datetime.datetime, end: datetime.datetime
-) -> list[tuple[datetime.datetime, datetime.datetime]]:
-    """The spans (UTC) in which the window is in force that meet ``[start, end)``, in order, the
-    window's overlapping or touching occurrences merged. A span that reaches outside the interval
-    is seen as far as the search goes (a day or so beyond it): only its edges inside are exact."""
+class _Spent(Exception):
+    """The budget ran out; ``last`` is the last start walked (local wall time)."""
+
+    def __init__(self, last: datetime.datetime) -> None:
+        super().__init__("budget spent")
+        self.last = last
+
+
+@dataclass
+class _Walk:
+    """Starts walked so far against the budget: those taken up, and those passed over."""
+
+    budget: int
+    taken: int = 0
+    passed: int = 0
+
+    def starts(
+        self, rule: rrule, low: datetime.datetime, high: datetime.datetime, *, passing: bool = False
+    ) -> Iterator[datetime.datetime]:
+        """The rule's starts in ``[low, high]`` in order, counting every start walked (those before
+        ``low`` as passed over, all of them when ``passing``); raises ``_Spent`` when the budget is out."""
+        for wall in rule:
+            if wall > high:
+                return
+            if passing or wall < low:
+                self.passed += 1
+            else:
+                self.taken += 1
+            if self.taken > self.budget or self.passed > self.budget * PASSED_PER_TAKEN:
+                raise _Spent(wall)
+            if wall >= low:
+                yield wall
+
+
+def _latest_before(
+    compiled: _Compiled, dtstart: datetime.datetime, until: datetime.datetime | None, floor: datetime.datetime,
+    cut: datetime.datetime, walk: _Walk,
+) -> datetime.datetime | None:
+    """The latest start in ``[floor, cut)`` (local wall times), searched back over growing spans
+    (a day, a month, a year, all) from a start moved forward, so that a long duration does not walk
+    every start since ``floor``."""
+    for back in (*_HEAD_SEARCH, None):
+        low = floor if back is None or cut - back <= floor else cut - back
+        rule = _rule(compiled.body, _forward(compiled, dtstart, low), until)
+        found = None
+        for wall in walk.starts(rule, floor, cut, passing=True):
+            if wall < cut:
+                found = wall
+        if found is not None or low == floor:
+            return found
+    return None  # pragma: no cover - the last span is ``floor``
+
+
+def _expand(
+    spec: WindowSpec, start: datetime.datetime, end: datetime.datetime, walk: _Walk
+) -> tuple[list[tuple[datetime.datetime, datetime.datetime]], datetime.datetime | None]:
+    """``occurrences`` and, when the walk's budget ran out, the instant from which its answer is
+    the budget's (in force throughout), else None."""
     start, end = _aware(start), _aware(end)
     if spec.kind == "temporary":
         if spec.ends_at is None:
-            return []
+            return [], None
         span = (_aware(spec.begins_at), _aware(spec.ends_at))
-        return [span] if span[0] < end and span[1] > start and span[0] < span[1] else []
+        return ([span] if span[0] < end and span[1] > start and span[0] < span[1] else []), None
     if not spec.rrule or spec.duration is None or spec.duration <= datetime.timedelta(0):
-        return []
+        return [], None
     tz = _zone(spec.timezone or "UTC")
     compiled = _compile(spec.rrule)
     until = _local(compiled.until_utc, tz) if compiled.until_utc is not None else None
-    dtstart = _local(_aware(spec.begins_at), tz)
+    dtstart = _local(_aware(spec.begins_at), tz).replace(microsecond=0)
     # An occurrence that starts before ``start`` may still be in force at it: look back by the
-    # duration (wall-clock and real time differ by a DST change at most: the slack).
-    local_from = _local(start - spec.duration - LOOKBACK, tz)
+    # duration (wall-clock and real time differ by a DST change at most: the slack). Of those that
+    # start more than the slack before ``start``, the latest ends last (up to that slack): only the
+    # starts from the slack before it on are walked.
+    floor = _local(start - spec.duration - LOOKBACK, tz)
+    cut = _local(start - LOOKBACK, tz)
     local_to = _local(end + LOOKBACK, tz)
-    rule = _rule(compiled.body, _forward(compiled, dtstart.replace(microsecond=0), local_from), until)
     stop = _aware(spec.ends_at) if spec.ends_at is not None else None
     spans = []
-    for local_start in rule.between(local_from, local_to, inc=True):
-        begin = _instant(local_start, tz)
-        finish = _instant(local_start + spec.duration, tz)
-        if (stop is None or begin < stop) and begin < finish:
-            spans.append((begin, finish))
-    return [(b, f) for b, f in _merged(spans) if b < end and f > start]
+    spent: datetime.datetime | None = None
+    try:
+        latest = _latest_before(compiled, dtstart, until, floor, cut, walk) if floor < cut else None
+        local_from = max(floor, latest - LOOKBACK) if latest is not None else cut
+        rule = _rule(compiled.body, _forward(compiled, dtstart, local_from), until)
+        for local_start in walk.starts(rule, local_from, local_to):
+            begin = _instant(local_start, tz)
+            finish = _instant(local_start + spec.duration, tz)
+            if (stop is None or begin < stop) and begin < finish:
+                spans.append((begin, finish))
+    except _Spent as out:
+        spent = _instant(out.last, tz)
+        if stop is None or spent < stop:
+            far = end + spec.duration + LOOKBACK
+            spans.append((spent, far if stop is None else min(far, max(stop + spec.duration, spent))))
+    return [(b, f) for b, f in _merged(spans) if b < end and f > start], spent
 
 
-def in_force(spec: WindowSpec, at: datetime.datetime) -> bool:
+def occurrences(
+    spec: WindowSpec, start: datetime.datetime, end: datetime.datetime, *, budget: int = BUDGET
+) -> list[tuple[datetime.datetime, datetime.datetime]]:
+    """The spans (UTC) in which the window is in force that meet ``[start, end)``, in order, the
+    window's overlapping or touching occurrences merged. A span that reaches outside the interval
+    is seen as far as the search goes (a day or so beyond it): only its edges inside are exact.
+    At most ``budget`` starts are walked (the module's docstring: what a rule beyond it gives)."""
+    return _expand(spec, start, end, _Walk(budget))[0]
+
+
+def in_force(spec: WindowSpec, at: datetime.datetime, *, budget: int = BUDGET) -> bool:
     moment = _aware(at)
-    return any(begin <= moment < finish for begin, finish in occurrences(spec, moment, moment + datetime.timedelta(microseconds=1)))
+    return any(begin <= moment < finish
+               for begin, finish in occurrences(spec, moment, moment + datetime.timedelta(microseconds=1), budget=budget))
 
 
 def _order(spec: WindowSpec, priority_class_id: int | None) -> tuple[int, int, int]:
@@ -331,14 +288,16 @@ def effective(
     return _resolve(guaranteed, limit, active, priority_class_id)
 
 
-def edges(windows: Iterable[WindowSpec], start: datetime.datetime, end: datetime.datetime) -> list[Edge]:
+def edges(
+    windows: Iterable[WindowSpec], start: datetime.datetime, end: datetime.datetime, *, budget: int = BUDGET
+) -> list[Edge]:
     """Every begin and end of the windows' spans within ``[start, end)``, in time order: exactly
     the instants where the set of windows in force changes (an end at ``start`` included, so that
     consecutive ranges ``[a, b)``, ``[b, c)`` see every edge once)."""
     start, end = _aware(start), _aware(end)
     out = []
     for spec in windows:
-        for begin, finish in occurrences(spec, start - datetime.timedelta(microseconds=1), end):
+        for begin, finish in occurrences(spec, start - datetime.timedelta(microseconds=1), end, budget=budget):
             if start <= begin < end:
                 out.append(Edge(begin, spec.id, "begin"))
             if start <= finish < end:
@@ -346,27 +305,58 @@ def edges(windows: Iterable[WindowSpec], start: datetime.datetime, end: datetime
     return sorted(out, key=lambda edge: (edge.at, edge.kind != "end", edge.window_id))
 
 
+def _covers(spans: list[tuple[datetime.datetime, datetime.datetime]], begins: list[datetime.datetime],
+            moment: datetime.datetime) -> bool:
+    """Whether one of the merged (disjoint, ordered) ``spans`` holds ``moment``; ``begins`` their starts."""
+    index = bisect_right(begins, moment) - 1
+    return index >= 0 and moment < spans[index][1]
+
+
 def timeline(
     *, guaranteed: Decimal, limit: Decimal, windows: Iterable[WindowSpec], start: datetime.datetime,
-    end: datetime.datetime, priority_class_id: int | None = None,
+    end: datetime.datetime, priority_class_id: int | None = None, budget: int = BUDGET,
 ) -> list[Step]:
     """The step function of the effective numbers over ``[start, end)``: consecutive steps with
     different numbers or different windows in force."""
     start, end = _aware(start), _aware(end)
     specs = _applicable(windows, priority_class_id)
-    spans = {spec.id: occurrences(spec, start, end) for spec in specs}
+    spans = {spec.id: occurrences(spec, start, end, budget=budget) for spec in specs}
+    begins = {wid: [begin for begin, _ in found] for wid, found in spans.items()}
     cuts = sorted({start, *(moment for found in spans.values() for span in found for moment in span
                             if start < moment < end)})
     steps: list[Step] = []
     for index, cut in enumerate(cuts):
         finish = cuts[index + 1] if index + 1 < len(cuts) else end
-        active = [spec for spec in specs if any(b <= cut < f for b, f in spans[spec.id])]
+        active = [spec for spec in specs if _covers(spans[spec.id], begins[spec.id], cut)]
         value = _resolve(guaranteed, limit, active, priority_class_id)
         if steps and steps[-1].effective == value:
             steps[-1] = Step(steps[-1].start, finish, value)
         else:
             steps.append(Step(cut, finish, value))
     return steps
+
+
+def next_edges(
+    spec: WindowSpec, now: datetime.datetime, *, count: int, within: datetime.timedelta, budget: int = PAGE_BUDGET
+) -> list[Edge]:
+    """The window's first ``count`` edges after ``now`` (an end at ``now`` counts), looked for over
+    growing spans up to ``within``, taking up at most ``budget`` starts in all: a page's worth, never
+    a rule's whole horizon. Edges past where the budget ran out are not given (they would be the
+    budget's, not the rule's)."""
+    now = _aware(now)
+    found: list[Edge] = []
+    walk = _Walk(budget)
+    for days in (2, 35, 400, None):
+        span = within if days is None else min(within, datetime.timedelta(days=days))
+        spans, spent = _expand(spec, now - datetime.timedelta(microseconds=1), now + span, walk)
+        found = []
+        for begin, finish in spans:
+            for at, kind in ((begin, "begin"), (finish, "end")):
+                if now <= at < now + span and (spent is None or at < spent):
+                    found.append(Edge(at, spec.id, kind))
+        if len(found) >= count or spent is not None or span >= within:
+            break
+    return sorted(found, key=lambda edge: (edge.at, edge.kind != "end"))[:count]
 
 
 def lowest(

@@ -18,7 +18,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from allocations.models import Quota
-from allocations.quotas.windows import Edge
+from allocations.quotas.windows import PAGE_BUDGET, Edge
 from allocations.rule_changes import rule_change_needs_second
 from allocations.selectors import priority_class_list, quota_list
 from allocations.window_models import QuotaWindow, WindowState
@@ -75,7 +75,7 @@ def window_rows(user: User, windows: list[QuotaWindow], now: datetime.datetime) 
         edges = window_next_edges(window, now)
         rows.append(WindowRow(
             window=window, values=window_values(window), next_edges=edges,
-            in_force=window_in_force(window, now),
+            in_force=window_in_force(window, now, budget=PAGE_BUDGET),
             own=four_eyes and window.requested_by_id == user.pk,
             may_decide=access.is_platform_admin and window.state == WindowState.PENDING,
             may_cancel=live and (access.is_platform_admin or window.requested_by_id == user.pk),

@@ -1,0 +1,231 @@
+"""Bounds on a quota window's RRULE (``allocations.window_rrule_bounds``): each refused with a 400
+naming ``rrule`` that states the bound, wherever a window is asked for; a hostile rule stored before
+the bounds stays readable and every list and calendar that expands it stays fast; and no accepted
+rule makes a list or calendar request slow (a property, timed inside the test as the bound promises).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.utils import timezone
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from allocations import window_services
+from allocations.models import Quota
+from allocations.quotas import windows
+from allocations.window_models import QuotaWindow, WindowState
+from kernel.errors import FieldError
+from tests.conftest import World
+
+EVERY_SECOND = (  # the 437 characters of the report: a daily rule that fires every second
+    "FREQ=DAILY;BYHOUR=" + ",".join(str(h) for h in range(24)) + ";BYMINUTE=" + ",".join(str(m) for m in range(60))
+    + ";BYSECOND=" + ",".join(str(s) for s in range(60))
+)
+EVERY_MINUTE = "FREQ=DAILY;BYHOUR=" + ",".join(str(h) for h in range(24)) + ";BYMINUTE=" + ",".join(str(m) for m in range(60))
+FAST = 0.2  # seconds: what the bounds promise a list or calendar request of accepted rules (processor time)
+STORED_FAST = 1.0  # seconds: a hostile rule stored before the bounds (120 s a request before)
+
+
+def total(world: World) -> Quota:
+    return Quota.objects.get(department=world.nlp, flavor__isnull=True)
+
+
+def recurring(world: World, rule: str, **more: Any) -> dict[str, Any]:
+    return {"quota": total(world).pk, "kind": "recurring", "begins_at": timezone.now().isoformat(), "rrule": rule,
+            "timezone": "Europe/Berlin", "duration": "PT1H", "limit_delta": "2", "justification": "test", **more}
+
+
+def refused_on_rrule(world: World, rule: str, persona: str = "nlp_admin") -> str:
+    response = world.client(persona).post("/api/v1/quota-windows/", recurring(world, rule), format="json")
+    assert response.status_code == 400, response.content
+    body = response.json()
+    assert body["error"]["fields"].keys() == {"rrule"}, body
+    assert not QuotaWindow.objects.exists()
+    message: str = body["error"]["fields"]["rrule"][0]
+    return message
+
+
+@pytest.mark.django_db
+def test_the_reported_every_second_rule_is_a_400_naming_rrule_and_its_length(world: World) -> None:
+    assert len(EVERY_SECOND) == 437
+    message = refused_on_rrule(world, EVERY_SECOND)
+    assert "at most 200 characters" in message
+
+
+@pytest.mark.parametrize(("rule", "bound"), [
+    ("FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=20;BYMINUTE=0;BYMONTH=" + ",".join(["1,2,3,4,5,6,7,8,9,10,11,12"] * 8),
+     "at most 200 characters"),
+    (EVERY_MINUTE.replace("BYHOUR=" + ",".join(str(h) for h in range(24)), "BYHOUR=8"), "at least 60 minutes apart"),
+    ("FREQ=DAILY;BYHOUR=8;BYMINUTE=0,30", "at least 60 minutes apart"),
+    ("FREQ=DAILY;BYHOUR=8;BYMINUTE=0;BYSECOND=0,1", "at least 60 minutes apart"),
+    ("FREQ=DAILY;BYHOUR=" + ",".join(str(h) for h in range(24)) + ";BYMINUTE=0,30", "at most 24 times a day"),
+    ("FREQ=DAILY;BYHOUR=0,4,8,12,16,20;BYMINUTE=0", "At most 3000 edges"),
+    ("FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR,SA,SU;BYHOUR=1,5,9,13,17,21", "At most 3000 edges"),
+], ids=["length", "every-minute-of-an-hour", "half-hourly", "seconds", "times-a-day", "edges-daily", "edges-weekly"])
+@pytest.mark.django_db
+def test_each_bound_is_a_400_naming_rrule_that_states_it(world: World, rule: str, bound: str) -> None:
+    assert bound in refused_on_rrule(world, rule)
+    assert bound in refused_on_rrule(world, rule, persona="platform")  # platform admins are bound too
+
+
+@pytest.mark.django_db
+def test_a_rule_within_the_bounds_is_accepted(world: World) -> None:
+    for rule in ("FREQ=DAILY;BYHOUR=0,6,12,18;BYMINUTE=0", "FREQ=DAILY;BYHOUR=20;BYMINUTE=0",
+                 "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8,18;BYMINUTE=0"):
+        response = world.client("nlp_admin").post("/api/v1/quota-windows/", recurring(world, rule), format="json")
+        assert response.status_code == 201, (rule, response.content)
+
+
+@pytest.mark.django_db
+def test_the_bounds_follow_the_settings_and_are_checked_across_days(world: World, settings: Any) -> None:
+    settings.GPUPORTAL_WINDOW_RRULE_MAX_LENGTH = 30
+    assert "at most 30 characters" in refused_on_rrule(world, "FREQ=DAILY;BYHOUR=20;BYMINUTE=0")
+    settings.GPUPORTAL_WINDOW_RRULE_MAX_LENGTH = 200
+    settings.GPUPORTAL_WINDOW_RRULE_MAX_EDGES = 100
+    assert "At most 100 edges" in refused_on_rrule(world, "FREQ=DAILY;BYHOUR=20;BYMINUTE=0")
+    settings.GPUPORTAL_WINDOW_RRULE_MAX_EDGES = 3000
+    settings.GPUPORTAL_WINDOW_RRULE_MIN_INTERVAL_MINUTES = 90
+    # 23:00 and 00:00 next day are an hour apart: only walking the rule finds it.
+    message = refused_on_rrule(world, "FREQ=DAILY;BYHOUR=0,23;BYMINUTE=0")
+    assert "at least 90 minutes apart; two start at" in message
+
+
+@pytest.mark.django_db
+def test_the_portal_form_shows_the_bound_next_to_the_rule(world: World) -> None:
+    client = Client()
+    client.force_login(User.objects.get(username="nlp_admin"))
+    begins = timezone.now() + datetime.timedelta(hours=1)
+    response = client.post(f"/calendar/{world.nlp.pk}/windows/", {
+        "quota": total(world).pk, "kind": "recurring", "begins_at": f"{begins:%Y-%m-%dT%H:%M}", "rrule": "FREQ=DAILY;BYHOUR=8;BYMINUTE=0,30",
+        "timezone": "UTC", "duration_minutes": "60", "limit_delta": "2", "shrink_policy": "wait", "justification": "x",
+    })
+    assert response.status_code == 400
+    assert "at least 60 minutes apart" in response.content.decode()
+    assert not QuotaWindow.objects.exists()
+
+
+def store(world: World, rule: str, *, state: str = WindowState.APPROVED, minutes: int = 60) -> QuotaWindow:
+    """A window saved as if from before the bounds: no check at all."""
+    return QuotaWindow.objects.create(
+        quota=total(world), kind="recurring", state=state, begins_at=timezone.now() - datetime.timedelta(days=30),
+        rrule=rule, timezone="Europe/Berlin", duration_minutes=minutes, limit_delta=Decimal(2),
+        requested_by=world.users["nlp_admin"], decided_by=world.users["platform"] if state == WindowState.APPROVED else None,
+    )
+
+
+def timed(client: Any, path: str) -> tuple[Any, float]:
+    """The response and the seconds it took, wall-clock."""
+    began = time.perf_counter()
+    response = client.get(path)
+    return response, time.perf_counter() - began
+
+
+def serving(client: Any, path: str) -> tuple[Any, float]:
+    """The response and the processor seconds the portal's process spent on it: the expansion of
+    rules is all there; the database's time and a loaded test machine's waits are not the rule's."""
+    began = time.process_time()
+    response = client.get(path)
+    return response, time.process_time() - began
+
+
+def portal(world: World, persona: str) -> Client:
+    client = Client()
+    client.force_login(world.users[persona])
+    return client
+
+
+@pytest.mark.django_db
+def test_a_stored_hostile_rule_stays_readable_and_every_list_and_calendar_stays_fast(world: World) -> None:
+    stored = [store(world, EVERY_SECOND), store(world, EVERY_MINUTE, minutes=366 * 24 * 60),
+              store(world, EVERY_SECOND, state=WindowState.PENDING)]
+    api = world.client("nlp_member")
+    timed(api, f"/api/v1/quota-windows/?department={world.nlp.pk}")  # warm the process (imports, caches)
+    response, seconds = timed(api, f"/api/v1/quota-windows/?department={world.nlp.pk}")
+    assert response.status_code == 200 and seconds < STORED_FAST, seconds
+    rows = {row["id"]: row for row in response.json()["results"]}
+    assert {rows[w.pk]["rrule"] for w in stored} == {EVERY_SECOND, EVERY_MINUTE}  # nothing stored is lost
+    assert rows[stored[0].pk]["in_force_now"] is True and rows[stored[1].pk]["in_force_now"] is True
+    quota = total(world).pk
+    for path in (f"/api/v1/quota-windows/{stored[0].pk}/", f"/api/v1/quotas/{quota}/effective/",
+                 f"/api/v1/quotas/{quota}/timeline/", f"/api/v1/quota-windows/shrinks/?within=10080"):
+        response, seconds = timed(api, path)
+        assert response.status_code == 200 and seconds < STORED_FAST, (path, seconds)
+    assert response.status_code == 200
+    response, seconds = timed(portal(world, "nlp_member"), f"/calendar/{world.nlp.pk}/")
+    assert response.status_code == 200 and seconds < STORED_FAST, seconds
+
+
+def test_an_evaluation_never_walks_more_than_its_budget() -> None:
+    now = datetime.datetime(2026, 3, 1, 12, tzinfo=datetime.UTC)
+    spec = windows.WindowSpec(id=1, kind="recurring", begins_at=now - datetime.timedelta(days=300), rrule=EVERY_SECOND,
+                              timezone="Europe/Berlin", duration=datetime.timedelta(minutes=1), limit_delta=Decimal(1))
+    began = time.perf_counter()
+    assert windows.in_force(spec, now, budget=windows.PAGE_BUDGET)
+    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(4), windows=[spec], start=now,
+                             end=now + datetime.timedelta(days=7), budget=windows.PAGE_BUDGET)
+    assert windows.next_edges(spec, now, count=3, within=datetime.timedelta(days=1830)) == []
+    assert time.perf_counter() - began < STORED_FAST
+    # A rule that dense, a minute or more long, is in force throughout: the budget's answer is its own.
+    assert [(step.start, step.end, step.effective.limit) for step in steps] == [
+        (now, now + datetime.timedelta(days=7), Decimal(5))]
+
+
+# ------------------------------------------------------------------------------------ property
+
+HOURS = st.lists(st.integers(0, 23), min_size=1, max_size=24, unique=True)
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> str:
+    """Rules of every shape the service reads, dense ones often (the bounds decide)."""
+    freq = draw(st.sampled_from(["DAILY", "WEEKLY", "MONTHLY", "YEARLY"]))
+    parts = [f"FREQ={freq}"]
+    if draw(st.booleans()):
+        parts.append(f"INTERVAL={draw(st.integers(1, 3))}")
+    parts.append("BYHOUR=" + ",".join(str(h) for h in sorted(draw(HOURS))))
+    parts.append("BYMINUTE=" + ",".join(str(m) for m in sorted(draw(st.sets(st.sampled_from([0, 15, 30, 45]),
+                                                                            min_size=1, max_size=2)))))
+    if freq != "DAILY" and draw(st.booleans()):
+        parts.append("BYDAY=" + ",".join(sorted(draw(st.sets(st.sampled_from(["MO", "TU", "WE", "TH", "FR", "SA", "SU"]),
+                                                             min_size=1)))))
+    if freq == "YEARLY" and draw(st.booleans()):
+        parts.append("BYMONTH=" + ",".join(str(m) for m in sorted(draw(st.sets(st.integers(1, 12), min_size=1, max_size=3)))))
+    return ";".join(parts)
+
+
+@pytest.mark.django_db
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rule=rules(), minutes=st.sampled_from([1, 60, 12 * 60, 7 * 24 * 60, 366 * 24 * 60]),
+       zone=st.sampled_from(["UTC", "Europe/Berlin", "Asia/Shanghai"]))
+def test_no_accepted_rule_makes_a_list_or_calendar_request_take_more_than_200_ms(
+    world: World, rule: str, minutes: int, zone: str
+) -> None:
+    begins = timezone.now() - datetime.timedelta(days=20)
+    try:
+        window_services.rrule_check(rule, zone=zone, begins_at=begins.replace(second=0, microsecond=0))
+    except FieldError as error:
+        assert list(error.fields) == ["rrule"]
+        return
+    QuotaWindow.objects.all().delete()
+    api, page = world.client("nlp_member"), portal(world, "nlp_member")
+    paths = ((api, f"/api/v1/quota-windows/?department={world.nlp.pk}"), (page, f"/calendar/{world.nlp.pk}/"))
+    for client, path in paths:
+        client.get(path)  # the first request of a process also imports and fills caches: not the rule's
+    for state in (WindowState.APPROVED, WindowState.PENDING):
+        QuotaWindow.objects.create(
+            quota=total(world), kind="recurring", state=state, begins_at=begins.replace(second=0, microsecond=0),
+            rrule=rule, timezone=zone, duration_minutes=minutes, limit_delta=Decimal(-1),
+            requested_by=world.users["nlp_admin"],
+        )
+    for client, path in paths:
+        response, seconds = serving(client, path)
+        assert response.status_code == 200
+        assert seconds < FAST, (rule, minutes, zone, path, seconds)
