@@ -86,7 +86,9 @@ class WindowIn(EmergencyIn):
     rrule = serializers.CharField(
         max_length=500, required=False, allow_blank=True, default="",
         help_text="Recurring: one RFC 5545 RRULE, FREQ DAILY, WEEKLY, MONTHLY or YEARLY, e.g. "
-        "FREQ=DAILY;BYHOUR=20;BYMINUTE=0 (UNTIL as a local time without Z).",
+        "FREQ=DAILY;BYHOUR=20;BYMINUTE=0 (UNTIL as a local time without Z). Bounded (docs/quotas.md, 'Bounds on a "
+        "rule'; by default at most 200 characters, occurrences at least 60 minutes apart, at most 3000 edges in 366 "
+        "days): a 400 naming rrule that states the bound otherwise.",
     )
     timezone = serializers.CharField(
         max_length=64, required=False, allow_blank=True, default="",

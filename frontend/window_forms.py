@@ -44,7 +44,8 @@ class WindowRequestForm(DescribedFieldsMixin, forms.Form):
         help_text="Needed for a temporary window; optional for a recurring one (no occurrence starts after it).",
     )
     rrule = forms.CharField(required=False, max_length=500, label="Rule (RRULE)",
-                            help_text="Recurring only, e.g. FREQ=DAILY;BYHOUR=20;BYMINUTE=0 (at most daily).")
+                            help_text="Recurring only, e.g. FREQ=DAILY;BYHOUR=20;BYMINUTE=0 (at most daily; "
+                                      "by default occurrences at least an hour apart).")
     timezone = forms.CharField(required=False, max_length=64, label="Time zone",
                                help_text="Recurring only: the IANA zone its hours follow, e.g. Europe/Berlin.")
     duration_minutes = forms.IntegerField(required=False, min_value=1, label="Duration of each occurrence (minutes)",
