@@ -36,15 +36,9 @@ ALLOWED_HOSTS = env_list("GPUPORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "
 CSRF_TRUSTED_ORIGINS = env_list("GPUPORTAL_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "rest_framework",
-    "drf_spectacular",
-    "drf_spectacular_sidecar",
+    "django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes", "django.contrib.sessions",
+    "django.contrib.messages", "django.contrib.staticfiles",
+    "rest_framework", "drf_spectacular", "drf_spectacular_sidecar",
     # Apps from the bottom of the import order to the top (docs/architecture.md).
     "kernel.idempotency",  # the API's Idempotency-Key store (docs/api.md)
     "audit",
