@@ -86,6 +86,8 @@ def window_create(ctx: Context, n: tuple[float, ...]) -> str:
         zone = "Europe/Berlin" if n[3] < 0.5 else "UTC"
         times = {"kind": "recurring", "begins_at": now, "rrule": f"FREQ=DAILY;BYHOUR={hour};BYMINUTE=0",
                  "timezone": zone, "duration_minutes": 30 + int(n[2] * 11.5 * 60)}
+    if direct and n[1] < 0.25:  # four-eyes holds: a platform admin's window is in force at once only as an emergency
+        values.update(emergency=True, reason="simulated emergency")
     return attempt(ctx, "quota_window_create", lambda: window_services.quota_window_create(
         actor=actor, quota_id=quota_id, shrink_policy=policy, justification="simulated window", **times, **values))
 
@@ -95,6 +97,8 @@ def window_decide(ctx: Context, n: tuple[float, ...]) -> str:
     if window_id is None:
         return "skipped"
     platform = ctx.world.users["platform"]
+    if QuotaWindow.objects.filter(pk=window_id, requested_by=platform).exists():
+        platform = ctx.world.users["platform_second"]  # four-eyes: never the requester
     if n[1] < 0.85:
         return attempt(ctx, "quota_window_approve", lambda: window_services.quota_window_approve(
             actor=platform, window_id=window_id))

@@ -5,7 +5,8 @@ idle policy that reclaims.
 
 ``acme`` → ``nlp`` → ``nlp-speech``, and ``acme`` → ``vision``; requesters ``nlp_member``,
 ``speech_member``, ``vision_member``; deciders ``nlp_admin`` (nlp and speech), ``vision_admin``;
-``platform`` edits the catalogue, the inventory and the quota windows.
+``platform`` edits the catalogue, the inventory and the quota windows (``platform_second`` approves
+the windows ``platform`` asks for: four-eyes).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from allocations.booking.state import kept_states_forget
 from allocations.models import Flavor, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
-from tenants.models import Department, Project
+from tenants.models import Department, Project, Role
 from tests.conftest import A100, H100, build_world
 
 EPOCH = datetime.datetime(2027, 3, 22, 8, 0, tzinfo=datetime.UTC)
@@ -92,6 +93,8 @@ def world_build() -> SimWorld:
                               department=base.vision)
     classes = list(PriorityClass.objects.order_by("-value"))
     users = dict(base.users)
+    # a second platform admin: a platform admin's quota window waits for the other (four-eyes)
+    users["platform_second"] = base.persona_add("platform_second", role=Role.PLATFORM_ADMIN, department=base.acme)
     projects = {p.slug: p for p in (base.llm, base.speech_project, base.seg)}
     kept_states_forget()
     return SimWorld(
