@@ -63,8 +63,8 @@ def rule_change_decide(request: HttpRequest, change_id: int) -> HttpResponse:
     form = WindowDecisionForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
-            for error in errors:
-                messages.error(request, f"Rule change #{change.pk}: {error}")
+            for text in errors:
+                messages.error(request, f"Rule change #{change.pk}: {text}")
         return redirect("approvals")
     decision, comment = form.cleaned_data["decision"], form.cleaned_data["comment"]
     try:
