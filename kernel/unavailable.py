@@ -23,9 +23,11 @@ from __future__ import annotations
 import logging
 import sys
 
+from django.contrib.auth.models import AnonymousUser
 from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse
 from django.template import TemplateDoesNotExist, loader
+from django.utils.functional import SimpleLazyObject, empty
 
 log = logging.getLogger("gpuportal.unavailable")
 
@@ -100,6 +102,15 @@ def unavailable_logged(request: HttpRequest, dependency: str, error: BaseExcepti
         str(error).splitlines()[0] if str(error) else type(error).__name__,
         extra={"dependency": dependency},
     )
+
+
+def unavailable_settled(request: HttpRequest) -> None:
+    """The rest of the answer's way reads nothing more from the database: a user not yet read from
+    the session (``AuthenticationMiddleware``'s lazy user) is anonymous, so that a middleware that
+    asks ``request.user.is_authenticated`` on the way out does not fail again, into a 500."""
+    user = request.__dict__.get("user")
+    if isinstance(user, SimpleLazyObject) and getattr(user, "_wrapped", None) is empty:
+        request.user = AnonymousUser()
 
 
 def unavailable_page(request: HttpRequest, dependency: str) -> HttpResponse:

@@ -39,6 +39,7 @@ from kernel.unavailable import (
     unavailable_logged,
     unavailable_message,
     unavailable_page,
+    unavailable_settled,
 )
 
 logger = logging.getLogger("gpuportal.api")
@@ -78,6 +79,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         request = context.get("request")
         if request is not None:
             unavailable_logged(request, dependency, exc)
+            unavailable_settled(request._request)
         return Response(
             {**unavailable_body(dependency), "request_id": current_request_context().request_id},
             status=503, headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
@@ -179,6 +181,7 @@ class DependencyUnavailableMiddleware:
         if dependency is None:
             return None
         unavailable_logged(request, dependency, exception)
+        unavailable_settled(request)
         return unavailable_answer(request, dependency)
 
 
@@ -188,6 +191,7 @@ def api_server_error(request: HttpRequest, template_name: str = defaults.ERROR_5
     error = sys.exc_info()[1]
     dependency = dependency_unavailable(error)
     if dependency is not None:
+        unavailable_settled(request)
         return unavailable_answer(request, dependency)
     if not _is_api(request):
         return defaults.server_error(request, template_name)

@@ -123,7 +123,11 @@ def test_an_api_request_during_a_database_outage_is_a_503_with_retry_after(world
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_page_during_a_database_outage_is_an_html_503_with_retry_after(world: World) -> None:
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_page_during_a_database_outage_is_an_html_503_with_retry_after(world: World, settings: Any, debug: bool) -> None:
+    """With ``DEBUG`` on (``make run``) too: the session cannot be read, and the middleware that asks
+    whether the user is signed in on the way out must not turn the 503 into Django's debug 500."""
+    settings.DEBUG = debug
     client = Client(raise_request_exception=False)
     client.force_login(world.users["nlp_member"])
     assert client.get("/").status_code == 200
