@@ -52,6 +52,7 @@ from kernel.errors import (
     TransitionNotAllowed,
 )
 from kernel.limits import TEXT_LIMIT
+from kernel.times import time_readable
 from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for, department_chain
 
@@ -221,6 +222,7 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
     _check_justification(justification)
     _require_no_reclaim(allocation)
     if quantity > allocation.quantity:
+        _require_not_ended(allocation)
         change = _change_request(
             actor=actor, allocation=allocation, kind=ChangeKind.RESIZE, quantity=quantity, justification=justification
         )
@@ -235,6 +237,17 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
         details["justification"] = justification
     allocation_audit(actor=actor, action=actions.ALLOCATION_RESIZED, allocation=allocation, before=before, details=details)
     return ChangeOutcome(allocation=allocation, change=None, applied=True)
+
+
+def _require_not_ended(allocation: Allocation) -> None:
+    """Units are added from now to the grant's end: a grant whose end has come (its expiry not
+    yet run) has no interval left to add them in, and placing them over an empty interval would
+    overlook the grant's own units."""
+    if allocation.ends_at <= clock_now():
+        raise TransitionNotAllowed(
+            f"Allocation #{allocation.pk} ended at {time_readable(allocation.ends_at.isoformat())}: no units can be added to it.",
+            details={"ends_at": allocation.ends_at.isoformat()},
+        )
 
 
 def _change_lock(change_id: int) -> tuple[AllocationChange, Allocation]:
@@ -288,6 +301,7 @@ def _apply_raise(*, actor: User, allocation: Allocation, change: AllocationChang
         )
     if cluster is None:
         raise Conflict(f"Allocation #{allocation.pk} has no cluster to add units on.")
+    _require_not_ended(allocation)
     start = max(clock_now(), allocation.starts_at)
     refusal = extending.quota_refusal(
         allocation=allocation, quantity=change.quantity, starts_at=start, ends_at=allocation.ends_at

@@ -22,6 +22,7 @@ from allocations import changes, services
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Quota, Reservation
 from audit.models import AuditEvent
 from clusters.models import ClusterPush
+from kernel.clock import clock_set
 from kernel.errors import QuotaExceeded
 from tests.conftest import World, build_world, requires_postgres
 from tests.threads import all_at_once
@@ -240,6 +241,28 @@ def test_more_units_wait_then_only_the_added_units_are_placed(world: World) -> N
     assert {unit: now_live[unit] for unit in (0, 1)} == rows  # the units it had stay where they were
     assert len(set(live(allocation).values())) == 4  # four distinct GPUs
     assert world.client("nlp_member").get(f"/api/v1/allocations/{allocation.pk}/").json()["pending_change"] is None
+
+
+@pytest.mark.django_db
+def test_no_units_are_added_to_a_grant_whose_end_has_come_before_its_expiry_ran(world: World) -> None:
+    """Found by the simulator (seed 5): the tick was late, the grant's end had passed, and the
+    approved raise was placed over an empty interval, next to nothing, on its own GPUs."""
+    allocation = granted(world, 1, days=1)
+    asked = world.client("nlp_member").post(f"/api/v1/allocations/{allocation.pk}/resize/", {"quantity": 2}, format="json")
+    assert asked.status_code == 202, asked.content
+    clock_set(allocation.ends_at + datetime.timedelta(minutes=5))  # no expiry has run: it is still granted
+
+    approved = world.client("nlp_admin").post(f"/api/v1/allocation-changes/{asked.json()['id']}/approve/", {},
+                                              format="json")
+    again = world.client("nlp_member").post(f"/api/v1/allocations/{allocation.pk}/resize/", {"quantity": 3},
+                                            format="json")
+
+    assert approved.status_code == 409, approved.content
+    assert "no units can be added" in approved.json()["error"]["message"]
+    assert approved.json()["error"]["details"]["ends_at"] == allocation.ends_at.isoformat()
+    allocation.refresh_from_db()
+    assert allocation.quantity == 1 and len(live(allocation)) == 1
+    assert again.status_code == 409, again.content
 
 
 @pytest.mark.django_db

@@ -38,6 +38,8 @@ REPLAYS = (
            (51, 60, 61, 62, 77, 78, 79, 80, 81, 82, 83, 87, 90, 92, 93, 95), "reclaim-reason"),
     Replay("a grant taken for another department gives back no unit within its own department's guarantee (a part "
            "would do)", 14, 92, (29, 33, 34, 35, 39, 41, 43, 44, 49, 50, 53, 77, 89, 91), "reclaim-within-guarantee"),
+    Replay("no units are added to a grant whose end has come while its expiry has not run (the tick was late): "
+           "placed over an empty interval they were put on its own GPUs", 5, 66, (44, 54, 56, 59, 65), "capacity"),
 )
 
 
