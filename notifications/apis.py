@@ -90,7 +90,6 @@ def _readable(user: Any, department_id: int) -> None:
 
 class DepartmentWebhookListApi(ApiView):
     idempotency_replay = False  # the answer holds the signing secret: never kept, so no Idempotency-Key
-    idempotency_replay = False  # the answer holds the signing secret: never kept, so no Idempotency-Key
     pagination_class = Pagination
     ordering_fields = {"id": "id", "name": "name", "created_at": "created_at"}
 
