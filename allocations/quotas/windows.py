@@ -36,18 +36,18 @@ asks for less: lists and calendars ask for :data:`PAGE_BUDGET`). The services re
 could come near it (``allocations.window_services``: at most hourly, a bounded number of edges a
 year); a rule stored before those bounds that runs the budget out is taken as in force without a
 break from the last start taken up to the end of the interval (what a rule that dense amounts to: its
-occurrences, a minute or more long, overlap), so that no rule makes an evaluation slow.
+occurrences, a minute or more long, overlap), so that no rule makes an evaluation slow. A rule with
+more than 96 times a day is walked day by day, each day's occurrences merged once
+(``allocations.quotas.walking``): the reported every-second rule costs a start a day.
 """
 
 from __future__ import annotations
 
 import datetime
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-
-from dateutil.rrule import rrule
 
 from allocations.quotas.rrules import MAX_INTERVAL as MAX_INTERVAL  # read from here too
 from allocations.quotas.rrules import (
@@ -61,6 +61,7 @@ from allocations.quotas.rrules import (
 )
 from allocations.quotas.rrules import _forward as _forward  # here, where the bench swaps it
 from allocations.quotas.rrules import parse_rrule as parse_rrule  # read from here too
+from allocations.quotas.walking import _dense_day, _dense_expand, _Spent, _Walk
 
 ZERO = Decimal(0)
 UTC = datetime.UTC
@@ -71,9 +72,6 @@ BUDGET = 10_000
 needs far fewer (by default at most 24 a day: a 92-day timeline takes up at most about 2,200)."""
 PAGE_BUDGET = 500
 """What one window's evaluation in a list or a calendar takes up at most: a page's worth."""
-PASSED_PER_TAKEN = 8
-"""Starts passed over (before the interval, or searched back for the latest) cost an eighth of
-one taken up (no time zone arithmetic): the budget allows that many more of them."""
 _HEAD_SEARCH = (datetime.timedelta(days=1), datetime.timedelta(days=32), datetime.timedelta(days=366))
 
 
@@ -140,40 +138,6 @@ def _merged(spans: list[tuple[datetime.datetime, datetime.datetime]]) -> list[tu
     return out
 
 
-class _Spent(Exception):
-    """The budget ran out; ``last`` is the last start walked (local wall time)."""
-
-    def __init__(self, last: datetime.datetime) -> None:
-        super().__init__("budget spent")
-        self.last = last
-
-
-@dataclass
-class _Walk:
-    """Starts walked so far against the budget: those taken up, and those passed over."""
-
-    budget: int
-    taken: int = 0
-    passed: int = 0
-
-    def starts(
-        self, rule: rrule, low: datetime.datetime, high: datetime.datetime, *, passing: bool = False
-    ) -> Iterator[datetime.datetime]:
-        """The rule's starts in ``[low, high]`` in order, counting every start walked (those before
-        ``low`` as passed over, all of them when ``passing``); raises ``_Spent`` when the budget is out."""
-        for wall in rule:
-            if wall > high:
-                return
-            if passing or wall < low:
-                self.passed += 1
-            else:
-                self.taken += 1
-            if self.taken > self.budget or self.passed > self.budget * PASSED_PER_TAKEN:
-                raise _Spent(wall)
-            if wall >= low:
-                yield wall
-
-
 def _latest_before(
     compiled: _Compiled, dtstart: datetime.datetime, until: datetime.datetime | None, floor: datetime.datetime,
     cut: datetime.datetime, walk: _Walk,
@@ -220,7 +184,12 @@ def _expand(
     stop = _aware(spec.ends_at) if spec.ends_at is not None else None
     spans = []
     spent: datetime.datetime | None = None
+    dense = _dense_day(compiled.body, dtstart.hour, dtstart.minute, dtstart.second)
     try:
+        if dense is not None:
+            found = _dense_expand(dense, compiled, dtstart, until, tz=tz, duration=spec.duration, low=floor,
+                                  high=local_to, stop=_local(stop, tz) if stop is not None else None, walk=walk)
+            return [(b, f) for b, f in _merged(found) if b < end and f > start], None
         latest = _latest_before(compiled, dtstart, until, floor, cut, walk) if floor < cut else None
         local_from = max(floor, latest - LOOKBACK) if latest is not None else cut
         rule = _rule(compiled.body, _forward(compiled, dtstart, local_from), until)

@@ -155,7 +155,7 @@ def test_a_stored_hostile_rule_stays_readable_and_every_list_and_calendar_stays_
     assert rows[stored[0].pk]["in_force_now"] is True and rows[stored[1].pk]["in_force_now"] is True
     quota = total(world).pk
     for path in (f"/api/v1/quota-windows/{stored[0].pk}/", f"/api/v1/quotas/{quota}/effective/",
-                 f"/api/v1/quotas/{quota}/timeline/", f"/api/v1/quota-windows/shrinks/?within=10080"):
+                 f"/api/v1/quotas/{quota}/timeline/", "/api/v1/quota-windows/shrinks/?within=10080"):
         response, seconds = timed(api, path)
         assert response.status_code == 200 and seconds < STORED_FAST, (path, seconds)
     assert response.status_code == 200
@@ -229,3 +229,37 @@ def test_no_accepted_rule_makes_a_list_or_calendar_request_take_more_than_200_ms
         response, seconds = serving(client, path)
         assert response.status_code == 200
         assert seconds < FAST, (rule, minutes, zone, path, seconds)
+
+
+@settings(max_examples=25, deadline=None)
+@given(hours=HOURS, minutes=st.sets(st.integers(0, 59), min_size=5), seconds=st.sets(st.integers(0, 59), min_size=1, max_size=3),
+       extra=st.sampled_from(["", ";BYDAY=MO,WE", ";INTERVAL=2", ";UNTIL=20260320T101500", ";BYMONTH=3,4"]),
+       zone=st.sampled_from(["UTC", "Europe/Berlin", "America/New_York"]), length=st.sampled_from([1, 7, 60, 300]),
+       offset=st.integers(-30, 24 * 30), hours_long=st.integers(1, 72), ends=st.none() | st.integers(5 * 1440, 40 * 1440))
+def test_a_dense_rule_walked_day_by_day_gives_the_occurrences_walked_start_by_start(
+    hours: list[int], minutes: set[int], seconds: set[int], extra: str, zone: str, length: int, offset: int,
+    hours_long: int, ends: int | None,
+) -> None:
+    from allocations.quotas import walking
+    rule = (f"FREQ=DAILY;BYHOUR={','.join(map(str, sorted(hours)))};BYMINUTE={','.join(map(str, sorted(minutes)))};"
+            f"BYSECOND={','.join(map(str, sorted(seconds)))}{extra}")
+    begins = datetime.datetime(2026, 3, 1, 7, 23, tzinfo=datetime.UTC)
+    spec = windows.WindowSpec(id=1, kind="recurring", begins_at=begins, rrule=rule, timezone=zone,
+                              ends_at=begins + datetime.timedelta(minutes=ends) if ends else None,
+                              duration=datetime.timedelta(minutes=length), limit_delta=Decimal(1))
+    start = begins + datetime.timedelta(hours=offset)
+    end = start + datetime.timedelta(hours=hours_long)
+
+    def inside(found: list[tuple[datetime.datetime, datetime.datetime]]) -> list[tuple[datetime.datetime, datetime.datetime]]:
+        return [(max(b, start), min(f, end)) for b, f in found]
+
+    dense = inside(windows.occurrences(spec, start, end, budget=10**9))
+    keep = walking.DENSE
+    walking.DENSE = 10**9
+    walking._dense_day.cache_clear()
+    try:
+        plain = inside(windows.occurrences(spec, start, end, budget=10**9))
+    finally:
+        walking.DENSE = keep
+        walking._dense_day.cache_clear()
+    assert dense == plain
