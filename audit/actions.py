@@ -57,6 +57,13 @@ ACCOUNT_DEACTIVATED = register(
     130, "account.deactivated", "An account was deactivated (its sessions ended, its tokens revoked)"
 )
 ACCOUNT_REACTIVATED = register(131, "account.reactivated", "An account was reactivated")
+ACCOUNT_CREATED_ADMIN = register(132, "account.created", "An account was created in the Django admin")
+ACCOUNT_CHANGED_ADMIN = register(
+    133, "account.changed", "An account's name, e-mail, flags or groups were changed in the Django admin"
+)
+ACCOUNT_PASSWORD_SET = register(
+    134, "account.password_set", "An administrator set another account's password in the Django admin"
+)
 ACCOUNT_PROVISIONED_OIDC = register(
     145, "account.provisioned_oidc", "An account was created at its first sign-in through an OpenID Connect provider"
 )

@@ -13,13 +13,14 @@ from audit.actions import AuditAction
 from audit.services import audit_record
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A value as the audit log can hold it (a model as its text, a list item by item)."""
     if isinstance(value, models.Model):
         return str(value)
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     if isinstance(value, (list, tuple, models.QuerySet)):
-        return [_plain(item) for item in value]
+        return [plain_value(item) for item in value]
     return str(value)
 
 
@@ -56,8 +57,8 @@ class AuditedAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             action=self.audit_updated if change else self.audit_created,
             target=obj,
             department_id=self.department_id_of(obj),
-            before={name: _plain(form.initial.get(name)) for name in fields} if change else {},
-            after={name: _plain(form.cleaned_data.get(name)) for name in fields},
+            before={name: plain_value(form.initial.get(name)) for name in fields} if change else {},
+            after={name: plain_value(form.cleaned_data.get(name)) for name in fields},
             details={"via": "admin"},
         )
 

@@ -7,6 +7,7 @@ from audit.admin_base import AuditedAdmin
 from tenants.models import Department, ExternalGroupMapping, Membership, Project
 from tenants.signin import AdminSigninForm
 from tenants.token_admin import PersonalAccessTokenAdmin  # noqa: F401 - registers the tokens' admin
+from tenants.user_admin import AuditedUserAdmin  # noqa: F401 - registers the accounts' admin, audited
 
 
 @admin.register(Department)
