@@ -12,6 +12,13 @@ context event before the range and by the checkpoint's size or a context event a
 that the sequence numbers have no gaps unless the export was filtered: intact, but anchored to
 nothing signed. The full verifier with the external checkpoint folder, department completeness
 and fork location is ``python -m audit.verify`` (docs/audit.md).
+
+A bundle gets **two answers**, as from that verifier: *genuine* (all of the above, as of the
+bundle's own checkpoint) and *complete as of now* (``cli.auditcurrency``): against a newer signed
+checkpoint (the portal's latest, or one given in a file), checked with the same trusted keys. When
+the newer one covers more events, the bundle is genuine but NOT complete as of now; the newer tree
+must extend the one the bundle's events rebuilt (a consistency proof in compact-range form: the
+subtrees covering the added events), or the log was rewritten and the check fails.
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ class Report:
     signed_by: str | None = None
     complete: bool | None = None
     notes: list[str] = field(default_factory=list)
+    current: bool | None = None  # complete as of now: None until a newer checkpoint is known
+    as_of_now: str | None = None  # the second answer's line
+    latest: dict[str, Any] | None = None  # the newer checkpoint it was answered against
+    tree: _Tree | None = field(default=None, repr=False)  # the tree a bundle's events rebuilt
 
     def summary(self) -> str:
         span = f"seq {self.first_seq}..{self.last_seq}" if self.first_seq is not None else "no events"
@@ -56,6 +67,8 @@ class Report:
             cp = self.checkpoint
             lines.append(f"  checkpoint #{cp['number']} (size {cp['size']}, {cp['time']}) signed by {self.signed_by}")
         lines += [f"  {note}" for note in self.notes]
+        if self.as_of_now:
+            lines.append(self.as_of_now)
         return "\n".join(lines)
 
 
@@ -297,8 +310,8 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
         raise ExportInvalid("malformed", "the first line is not a version 1 bundle header")
     checkpoint, signer = checkpoint_check(str(header.get("checkpoint", "")), keys)
     scope = header.get("scope") or {}
-    report = Report(format="bundle", checkpoint=checkpoint, signed_by=signer)
     tree, chain = _Tree(), _Chain()
+    report = Report(format="bundle", checkpoint=checkpoint, signed_by=signer, tree=tree)
     global_scope = all(scope.get(name) is None for name in ("departments", "actors", "actions"))
     first: tuple[_Event, bool] | None = None
     last: tuple[_Event, bool] | None = None
@@ -402,3 +415,4 @@ def export_verify(path: Path, *, keys: Sequence[TrustedKey], filtered: bool) -> 
                 raise ExportInvalid("unknown-key", "no trusted key to check the checkpoint's signature with")
             return bundle_verify(handle, keys=keys)
         return jsonl_verify(handle, filtered=filtered)
+

@@ -19,6 +19,7 @@ class Exit(IntEnum):
     NOT_GRANTED = 7  # --wait: the request was rejected, cancelled, failed or ended before it was active
     VERIFY_FAILED = 8  # audit export --verify: the export does not verify
     CONFIG = 9  # the configuration file is unsafe (group- or world-readable) or malformed
+    NOT_CURRENT = 10  # audit verify: the bundle is genuine but not complete as of a newer checkpoint
     INTERRUPTED = 130  # Ctrl-C (the shells' 128 + SIGINT); --wait stops waiting, the request goes on
 
 
@@ -32,8 +33,10 @@ EXIT_MEANINGS: dict[Exit, str] = {
     Exit.CONFLICT: "the object's state forbids the action, or a quota or capacity would be exceeded (409)",
     Exit.TIMEOUT: "`--wait` ran out of time (`--timeout`) before the request settled",
     Exit.NOT_GRANTED: "`--wait`: the request was rejected, cancelled or failed, or ended before it was active",
-    Exit.VERIFY_FAILED: "`audit export --verify`: the export does not verify",
+    Exit.VERIFY_FAILED: "`audit export --verify`, `audit verify`: the export does not verify (not genuine)",
     Exit.CONFIG: "the configuration file is group- or world-readable, or is not valid",
+    Exit.NOT_CURRENT: "`audit verify`: the bundle is genuine but NOT complete as of now (a newer signed checkpoint "
+    "covers more events; `--allow-stale` makes it 0)",
     Exit.INTERRUPTED: "interrupted (Ctrl-C); `--wait` stops waiting, the request goes on",
 }
 
