@@ -24,6 +24,7 @@ from audit.checkpoints import AuditIntegrityError
 from audit.conf import audit_trusted_keys
 from audit.export import OUTPUTS
 from audit.models import AuditCheckpoint, AuditEvent
+from audit.proofs import gap_nodes
 from audit.selectors import AuditFilters, audit_event_list
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
 from compliance.exports import audit_export_response
@@ -185,6 +186,46 @@ class AuditCheckpointPublishApi(ApiView):
             raise NotAllowed("Only auditors and platform admins may publish checkpoints.")
         checkpoint = _checkpoint_or_503(lambda: audit_checkpoint_publish(actor=request.user))
         return Response(self.OutputSerializer(checkpoint).data, status=201)
+
+
+class AuditCheckpointConsistencyApi(ApiView):
+    """A consistency proof between two tree sizes, in compact-range form: the subtrees covering
+    events ``first + 1 .. second``, left to right. Appended to the tree of a checkpoint of
+    ``first`` events they fold to the root of one of ``second`` events exactly when the newer
+    tree extends the older. Not signed, and need not be: a verifier believes it only when it
+    reproduces the signed root (``gpuportal audit verify`` uses it)."""
+
+    @extend_schema_serializer(component_name="AuditConsistencyQuery")
+    class InputSerializer(serializers.Serializer[Any]):
+        first = serializers.IntegerField(required=False, min_value=0, help_text="the older tree size (default 0)")
+        second = serializers.IntegerField(
+            required=False, min_value=0, help_text="the newer tree size (default: the latest checkpoint's)"
+        )
+
+    @extend_schema_serializer(component_name="AuditConsistencyProof")
+    class OutputSerializer(serializers.Serializer[Any]):
+        first = serializers.IntegerField()
+        second = serializers.IntegerField()
+        nodes = serializers.ListField(child=serializers.ListField(), help_text="[start leaf, level, hex hash]")
+
+    @extend_schema(parameters=[InputSerializer], responses={200: OutputSerializer, **errors(400, 401, 404)})
+    def get(self, request: Request) -> Response:
+        _visible(request)
+        serializer = self.InputSerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        latest = AuditCheckpoint.objects.order_by("-number").first()
+        if latest is None:
+            raise Http404("No checkpoint has been published yet.")
+        first, second = serializer.validated_data.get("first", 0), serializer.validated_data.get("second", latest.size)
+        if second > latest.size:
+            raise serializers.ValidationError({"second": [f"Beyond the latest checkpoint's {latest.size} events."]})
+        if first > second:
+            raise serializers.ValidationError({"first": ["Must not be larger than second."]})
+        nodes, start = [], first
+        for level, hash_ in gap_nodes(first, second):
+            nodes.append([start, level, hash_.hex()])
+            start += 1 << level
+        return Response({"first": first, "second": second, "nodes": nodes})
 
 
 class AuditKeysApi(ApiView):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from compliance.apis import (
+    AuditCheckpointConsistencyApi,
     AuditCheckpointLatestApi,
     AuditCheckpointPublishApi,
     AuditEventListApi,
@@ -19,5 +20,6 @@ urlpatterns = [
     path("export/", AuditExportApi.as_view(), name="export"),
     path("checkpoints/", AuditCheckpointPublishApi.as_view(), name="checkpoint-publish"),
     path("checkpoints/latest/", AuditCheckpointLatestApi.as_view(), name="checkpoint-latest"),
+    path("checkpoints/consistency/", AuditCheckpointConsistencyApi.as_view(), name="checkpoint-consistency"),
     path("keys/", AuditKeysApi.as_view(), name="keys"),
 ]

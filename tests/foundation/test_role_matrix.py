@@ -383,6 +383,7 @@ ROWS = [
     Row("audit:export", "get", AUDIT_READ),
     Row("audit:checkpoint-publish", "post", AUDIT_PUBLISH),
     Row("audit:checkpoint-latest", "get", AUDIT_READ),
+    Row("audit:checkpoint-consistency", "get", AUDIT_READ),
     Row("audit:keys", "get", AUDIT_READ),
     # telemetry; the report endpoint takes node tokens only (test_only_a_nodes_own_token_reports)
     Row("api-node-report", "post", NODE_REPORT, kwargs=lambda s: {"node_name": s.node.name}, body=lambda s, p: {}),
