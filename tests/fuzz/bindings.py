@@ -8,7 +8,8 @@ valid ("positive"), sent by the operation's actor, ``tests/fuzz/hooks.py`` (its 
 hook) then binds:
 
 - the path's ids named in ``Binding.targets`` to an object made for that request alone (a pending
-  allocation for each approval, a token for each revocation: a decision consumes its object), the
+  allocation for each approval, a token for each revocation: a decision consumes its object; a
+  ``*_own`` recipe's object is made once per run and changed by every request after), the
   other path ids and the body's fields named in ``FIELDS`` to objects the actor can see and to
   times in the ranges the services accept;
 - the body, where ``Binding.body`` names a fix, to the rules across fields that the schema cannot
@@ -64,18 +65,25 @@ OPERATIONS: dict[str, Binding] = {
     # Quotas, priority classes, flavors, clusters, departments, projects: the platform admin, on
     # objects made for the request where a change could starve the other identities' runs.
     "v1_quotas_create": Binding(P, body="quota"),
-    "v1_quotas_partial_update": Binding(P, {"quota_id": "quota_fresh"}, body="quota_numbers"),
-    "v1_quotas_destroy": Binding(P, {"quota_id": "quota_fresh"}),
+    # With four-eyes on, their changes answer 202 with a pending rule change (an emergency with its
+    # reason applies at once): both are 2xx.
+    "v1_quotas_partial_update": Binding(P, {"quota_id": "quota_own"}, body="quota_numbers"),
+    "v1_quotas_destroy": Binding(P, {"quota_id": "quota_fresh"}, body="emergency"),
     "v1_priority_classes_create": Binding(P, body="priority_class"),
-    "v1_priority_classes_partial_update": Binding(P, {"priority_class_id": "priority_class_fresh"}, body="priority_class"),
-    "v1_priority_classes_destroy": Binding(P, {"priority_class_id": "priority_class_fresh"}),
+    "v1_priority_classes_partial_update": Binding(P, {"priority_class_id": "priority_class_own"}, body="priority_class_change"),
+    "v1_priority_classes_destroy": Binding(P, {"priority_class_id": "priority_class_fresh"}, body="emergency"),
+    # Four-eyes on the rules: the platform admin decides a change the second platform admin proposed,
+    # and withdraws one of its own.
+    "v1_rule_changes_approve_create": Binding(P, {"change_id": "rule_change_pending"}),
+    "v1_rule_changes_reject_create": Binding(P, {"change_id": "rule_change_pending"}, body="reject"),
+    "v1_rule_changes_withdraw_create": Binding(P, {"change_id": "rule_change_own"}),
     "v1_flavors_create": Binding(P, body="flavor"),
-    "v1_flavors_partial_update": Binding(P, {"flavor_id": "flavor_fresh"}, body="flavor"),
+    "v1_flavors_partial_update": Binding(P, {"flavor_id": "flavor_own"}, body="flavor"),
     "v1_clusters_create": Binding(P, body="cluster"),
-    "v1_clusters_partial_update": Binding(P, {"cluster_id": "cluster_fresh"}, body="cluster_settings"),
+    "v1_clusters_partial_update": Binding(P, {"cluster_id": "cluster_own"}, body="cluster_settings"),
     "v1_clusters_discover_create": Binding(P),
     "v1_clusters_sync_create": Binding(P),
-    "v1_clusters_kubeconfig_update": Binding(P, {"cluster_id": "cluster_fresh"}, body="kubeconfig"),
+    "v1_clusters_kubeconfig_update": Binding(P, {"cluster_id": "cluster_own"}, body="kubeconfig"),
     "v1_departments_create": Binding(P, body="department"),
     "v1_departments_partial_update": Binding(P, {"department_id": "department_fresh"}),
     "v1_departments_members_create": Binding(P, body="membership"),
@@ -92,11 +100,12 @@ OPERATIONS: dict[str, Binding] = {
     "v1_projects_members_destroy": Binding(P, {"user_id": "project_member_fresh"}),
     "v1_projects_quotas_update": Binding(D, body="project_caps"),
     # Idle cases, policies; accounting.
-    "v1_idle_cases_exempt_create": Binding(D, {"case_id": "idle_case_open"}),
-    "v1_idle_cases_keep_create": Binding(R, {"case_id": "idle_case_open"}),
+    "v1_idle_cases_exempt_create": Binding(D, {"case_id": "idle_case_open"}, body="idle_reason"),
+    "v1_idle_cases_keep_create": Binding(R, {"case_id": "idle_case_open"}, body="idle_reason"),
     "v1_idle_cases_release_create": Binding(R, {"case_id": "idle_case_open"}),
     "v1_idle_policies_create": Binding(P, body="idle_policy"),
-    "v1_idle_policies_partial_update": Binding(P, body="idle_policy"),
+    # A policy made for the request: a change of the demo's policies could close the open cases.
+    "v1_idle_policies_partial_update": Binding(P, {"policy_id": "idle_policy_own"}, body="idle_policy"),
     "v1_rate_cards_create": Binding(P, body="rate_card"),
     "v1_rate_cards_end_create": Binding(P, {"rate_card_id": "rate_card_fresh"}),
     "v1_statements_corrections_create": Binding(P, body="correction"),
@@ -104,10 +113,12 @@ OPERATIONS: dict[str, Binding] = {
     "v1_auth_token_create": Binding(P),
     "v1_auth_tokens_create": Binding(R),
     "v1_auth_tokens_destroy": Binding("auditor", {"token_id": "access_token_fresh"}),
+    # A token a platform admin issued for the researcher (identities.py), claimed once by its owner.
+    "v1_auth_tokens_claim_create": Binding(R, {"token_id": "access_token_issued"}),
     "v1_auth_unlock_create": Binding(P, body="unlock"),
     "v1_node_tokens_create": Binding(P, body="node_token"),
     "v1_node_tokens_revoke_create": Binding(P, {"token_id": "node_token_fresh"}),
-    "v1_nodes_partial_update": Binding(P, {"node_id": "node_fresh"}),
+    "v1_nodes_partial_update": Binding(P, {"node_id": "node_fresh"}, body="node_settings"),
     "v1_nodes_report_create": Binding("node-agent", body="node_report"),
     "v1_audit_checkpoints_create": Binding("auditor"),
     "v1_me_notification_preferences_update": Binding(R),

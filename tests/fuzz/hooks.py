@@ -21,6 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from typing import Any
 
+from tests.fuzz import identities
 from tests.fuzz.bindings import FIELDS, OPERATIONS, WRITE_METHODS
 
 SETUP = "setup"
@@ -39,6 +40,7 @@ class Setup:
         self.now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
         # Each schemathesis run (one identity) makes its allocations in its own slots.
         self.lane = sorted(prepared["users"]).index(identity) if identity in prepared["users"] else 0
+        self.kept: dict[str, Json] = {}  # the objects made once per run (``own``)
 
     def call(self, identity: str, method: str, path: str, body: Json | None = None) -> Json:
         request = urllib.request.Request(  # noqa: S310 - the fuzz step's own server
@@ -84,24 +86,27 @@ class SetupFailed(RuntimeError):
 # ---- objects made for one request (recipes): each gives the path parameters it binds ----------------
 
 
-def allocation_pending(setup: Setup) -> Json:
+def allocation_pending(setup: Setup, *, project: str = "nlp-llm", flavor: str = "a100-80gb") -> Json:
     starts_at, ends_at = setup.slot()
     made = setup.call("researcher", "POST", "/api/v1/allocations/", {
-        "project": setup.named("project", "nlp-llm"), "flavor": setup.named("flavor", "a100-80gb"), "quantity": 1,
+        "project": setup.named("project", project), "flavor": setup.named("flavor", flavor), "quantity": 1,
         "priority_class": setup.named("priority_class", "gpu-standard"), "starts_at": starts_at, "ends_at": ends_at,
         "justification": "fuzz step: made for one request",
     })  # fmt: skip
     return {"allocation_id": made["id"]}
 
 
-def allocation_granted(setup: Setup) -> Json:
-    made = allocation_pending(setup)
+def allocation_granted(setup: Setup, **where: str) -> Json:
+    made = allocation_pending(setup, **where)
     setup.call("department-admin", "POST", f"/api/v1/allocations/{made['allocation_id']}/approve/", {"comment": "fuzz"})
     return made
 
 
 def change_pending(setup: Setup) -> Json:
-    allocation = allocation_granted(setup)["allocation_id"]
+    """A raise of a grant of the step's own department (``identities.STEP_DEPARTMENT``): nlp and acme
+    are nearly full at the demo's busy hours, where approving a raise of theirs exceeds the quota."""
+    where = {"project": identities.STEP_PROJECT, "flavor": identities.STEP_FLAVOR}
+    allocation = allocation_granted(setup, **where)["allocation_id"]
     change = setup.call("researcher", "POST", f"/api/v1/allocations/{allocation}/resize/", {"quantity": 2})
     return {"change_id": change["id"]}
 
@@ -120,16 +125,37 @@ def department_fresh(setup: Setup) -> Json:
     return {"department_id": made["id"]}
 
 
+# A quota or priority class made for one request applies at once as an emergency with its reason
+# (with four-eyes on, a plain create answers 202 with a pending rule change, not the object).
+EMERGENCY = {"emergency": True, "reason": "fuzz step: an object made for one request"}
+
+
 def quota_fresh(setup: Setup) -> Json:
     department = department_fresh(setup)["department_id"]
-    made = setup.call("platform-admin", "POST", "/api/v1/quotas/", {"department": department, "guaranteed": "1", "limit": "2"})
+    made = setup.call("platform-admin", "POST", "/api/v1/quotas/",
+                      {"department": department, "guaranteed": "1", "limit": "2", **EMERGENCY})
     return {"quota_id": made["id"]}
 
 
 def priority_class_fresh(setup: Setup) -> Json:
     made = setup.call("platform-admin", "POST", "/api/v1/priority-classes/", {
-        "name": setup.unique("pc"), "value": setup.random.randrange(1, 10**6)})
+        "name": setup.unique("pc"), "value": setup.random.randrange(1, 10**6), **EMERGENCY})
     return {"priority_class_id": made["id"]}
+
+
+def rule_change_pending(setup: Setup) -> Json:
+    """A new priority class proposed by the second platform admin, for the platform admin to decide
+    (nobody decides their own change)."""
+    made = setup.call("second-platform-admin", "POST", "/api/v1/priority-classes/", {
+        "name": setup.unique("pc"), "value": setup.random.randrange(1, 10**6)})
+    return {"change_id": made["id"]}
+
+
+def rule_change_own(setup: Setup) -> Json:
+    """A new priority class proposed by the platform admin itself, for it to withdraw."""
+    made = setup.call("platform-admin", "POST", "/api/v1/priority-classes/", {
+        "name": setup.unique("pc"), "value": setup.random.randrange(1, 10**6)})
+    return {"change_id": made["id"]}
 
 
 def flavor_fresh(setup: Setup) -> Json:
@@ -187,10 +213,40 @@ def access_token_fresh(setup: Setup) -> Json:
     return {"token_id": made["id"]}
 
 
+def access_token_issued(setup: Setup) -> Json:
+    """A token a platform admin issued for the actor (``identities.py``), claimed once."""
+    tokens: list[int] = setup.prepared["issued_tokens"].get(setup.identity) or []
+    return {"token_id": tokens.pop(0) if tokens else 1}
+
+
 def node_token_fresh(setup: Setup) -> Json:
     made = setup.call("platform-admin", "POST", "/api/v1/node-tokens/", {
         "cluster": setup.named("cluster", "demo"), "node_name": setup.unique("n")})
-    return {"token_id": made["token"]["id"] if "token" in made else made["id"]}
+    return {"token_id": made["id"]}  # the answer's "token" is the token's text
+
+
+def idle_policy_fresh(setup: Setup) -> Json:
+    """A policy of vision only, inactive: it watches none of the open cases' grants."""
+    made = setup.call("platform-admin", "POST", "/api/v1/idle-policies/", {
+        "name": setup.unique("idle"), "department": setup.named("department", "vision"), "threshold": 0.05,
+        "window_minutes": 120, "grace_minutes": 60, "action": "notify", "max_keeps": 1, "keep_hours": 1,
+        "is_active": False})  # fmt: skip
+    return {"policy_id": made["id"]}
+
+
+def own(recipe: Callable[[Setup], Json]) -> Callable[[Setup], Json]:
+    """The recipe's object made once per run and changed by every request after: for a change
+    that does not consume its object. Each cluster made costs every later change of a priority
+    class a push to it (in-process: a class made with 70 clusters took 15 s), and each changed
+    object of the demo would change the other identities' runs."""
+
+    def kept(setup: Setup) -> Json:
+        if recipe.__name__ not in setup.kept:
+            setup.kept[recipe.__name__] = recipe(setup)
+        return setup.kept[recipe.__name__]
+
+    kept.__name__ = recipe.__name__.removesuffix("_fresh") + "_own"
+    return kept
 
 
 def node_fresh(setup: Setup) -> Json:
@@ -209,7 +265,8 @@ RECIPES: dict[str, Callable[[Setup], Json]] = {
         allocation_pending, allocation_granted, change_pending, window_pending, department_fresh, quota_fresh,
         priority_class_fresh, flavor_fresh, cluster_fresh, membership_fresh, project_fresh, project_member_fresh,
         webhook_fresh, group_mapping_fresh, rate_card_fresh, access_token_fresh, node_token_fresh, node_fresh,
-        idle_case_open,
+        idle_case_open, rule_change_pending, rule_change_own, access_token_issued, idle_policy_fresh,
+        own(cluster_fresh), own(flavor_fresh), own(quota_fresh), own(priority_class_fresh), own(idle_policy_fresh),
     )
 }  # fmt: skip
 
@@ -261,15 +318,23 @@ def fix_window(setup: Setup, body: Json, context: Json) -> None:
                  "ends_at": setup.time(begins + datetime.timedelta(hours=3)), "limit_delta": "1"})
 
 
+def fix_emergency(setup: Setup, body: Json, context: Json) -> None:
+    """A change of the rules marked an emergency states its reason (else it is a 400 naming it)."""
+    if body.get("emergency") is True and not str(body.get("reason") or "").strip():
+        body["reason"] = "fuzz step: an emergency"
+
+
 def fix_quota(setup: Setup, body: Json, context: Json) -> None:
     body.update({"department": department_fresh(setup)["department_id"], "guaranteed": "1", "limit": "2"})
     body.pop("flavor", None)
     body.pop("lending_limit", None)
+    fix_emergency(setup, body, context)
 
 
 def fix_quota_numbers(setup: Setup, body: Json, context: Json) -> None:
     body.update({"guaranteed": "1", "limit": "3"})
     body.pop("lending_limit", None)
+    fix_emergency(setup, body, context)
 
 
 def fix_priority_class(setup: Setup, body: Json, context: Json) -> None:
@@ -277,6 +342,29 @@ def fix_priority_class(setup: Setup, body: Json, context: Json) -> None:
         body["name"] = setup.unique("pc")
     if "value" in body:
         body["value"] = setup.random.randrange(1, 10**6)
+    fix_emergency(setup, body, context)
+
+
+def fix_priority_class_change(setup: Setup, body: Json, context: Json) -> None:
+    """A class's name is its Kubernetes object's and never changes (400 naming ``name``)."""
+    body.pop("name", None)
+    fix_priority_class(setup, body, context)
+
+
+def fix_node_settings(setup: Setup, body: Json, context: Json) -> None:
+    """A demo node stays as the other identities book it: how it offers its GPUs is not changed (a
+    change is refused under live reservations, and a generated sharing, replica count and MIG
+    layout rarely agree), and it stays schedulable."""
+    for name in ("sharing", "sharing_replicas", "mig_layout"):
+        body.pop(name, None)
+    if "is_schedulable" in body:
+        body["is_schedulable"] = True
+
+
+def fix_idle_reason(setup: Setup, body: Json, context: Json) -> None:
+    """Keeping or exempting an idle grant says why."""
+    if not str(body.get("reason") or "").strip():
+        body["reason"] = "fuzz step: still needed"
 
 
 def fix_flavor(setup: Setup, body: Json, context: Json) -> None:
@@ -383,6 +471,7 @@ FIXES: dict[str, Callable[[Setup, Json, Json], None]] = {
         fix_allocation, fix_renew, fix_resize, fix_window, fix_quota, fix_quota_numbers, fix_priority_class, fix_flavor,
         fix_cluster, fix_cluster_settings, fix_kubeconfig, fix_department, fix_membership, fix_webhook, fix_project,
         fix_project_caps, fix_idle_policy, fix_rate_card, fix_correction, fix_unlock, fix_node_token, fix_node_report, fix_reject,
+        fix_emergency, fix_idle_reason, fix_priority_class_change, fix_node_settings,
     )
 }  # fmt: skip
 

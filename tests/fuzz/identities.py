@@ -15,15 +15,25 @@ import os
 import sys
 from typing import Any
 
-# Identity → demo user; "outsider" has an account and no role anywhere.
+# Identity → demo user; "outsider" has an account and no role anywhere. The second platform admin
+# is no identity schemathesis runs as: it proposes the changes of the rules the platform admin
+# decides (four-eyes: nobody decides their own).
 USERS: dict[str, str] = {
     "researcher": "alice",
     "department-admin": "bob",
     "auditor": "carol",
     "platform-admin": "admin",
     "outsider": "outsider",
+    "second-platform-admin": "frank",
 }
 NODE_NAME = "a100-node-1"
+# The step's own department (top-level, not under acme), where alice works and bob is its admin, with
+# room of its own: the demo's nlp and acme are nearly full at their busy hours and now, so the
+# grants under open idle cases (active now) and the raises to decide go here.
+STEP_DEPARTMENT = "fuzz-step"
+STEP_PROJECT = "fuzz-step"
+STEP_FLAVOR = "a100-mig-1g-10gb"
+STEP_LIMIT = 8  # GPU-equivalents: the open cases' grants (45 x 0.1429) and the raises
 
 
 def prepare() -> dict[str, Any]:
@@ -67,11 +77,33 @@ def prepare() -> dict[str, Any]:
                     allocation_resize(actor=User.objects.get(username=requester), allocation_id=allocation.pk, quantity=2)
     _window_seed()
     _first_report(NODE_NAME, node_token)
+    _step_department()
+    open_cases = _open_idle_cases()
     return {
         "users": tokens, "node": {"name": NODE_NAME, "token": node_token}, "ids": _ids(), "named": _named(),
         "visible": {identity: _visible(username) for identity, username in USERS.items()},
-        "open_cases": _open_idle_cases(), "statement": _statement(), "kubeconfig": KUBECONFIG,
+        "open_cases": open_cases, "issued_tokens": _issued_tokens(), "statement": _statement(), "kubeconfig": KUBECONFIG,
     }  # fmt: skip
+
+
+def _step_department() -> None:
+    """``STEP_DEPARTMENT`` with its quota and project: alice a researcher and member, bob its admin."""
+    from decimal import Decimal
+
+    from django.contrib.auth.models import User
+
+    from allocations.models import Quota
+    from tenants.models import Department, Membership, Project
+    from tenants.roles import Role
+
+    department, _ = Department.objects.get_or_create(slug=STEP_DEPARTMENT, defaults={"name": "Fuzz step"})
+    Quota.objects.get_or_create(department=department, flavor=None,
+                                defaults={"guaranteed": Decimal(0), "limit": Decimal(STEP_LIMIT)})
+    alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    Membership.objects.get_or_create(user=alice, department=department, role=Role.RESEARCHER)
+    Membership.objects.get_or_create(user=bob, department=department, role=Role.DEPARTMENT_ADMIN)
+    project, _ = Project.objects.get_or_create(slug=STEP_PROJECT, defaults={"name": "Fuzz step", "department": department})
+    project.members.add(alice)
 
 
 def _window_seed() -> None:
@@ -137,6 +169,8 @@ users: [{name: fuzz, user: {token: fuzz-not-a-secret}}]
 # Open idle cases made for the step's bound requests, each decided once: the researcher keeps or
 # releases, the department admin exempts.
 OPEN_CASES = {"researcher": 30, "department-admin": 15}
+# Tokens a platform admin issued for the researcher, each claimed once.
+ISSUED_TOKENS = 20
 
 
 def _named() -> dict[str, int]:
@@ -185,8 +219,9 @@ def _visible(username: str) -> dict[str, list[int]]:
 
 
 def _open_idle_cases() -> dict[str, list[int]]:
-    """Granted allocations of alice in nlp-llm, one hour each in slots of their own a month ahead, each
-    with an open (warned) idle case of the demo's nlp policy."""
+    """Grants of alice in the step's project, active from now for 12 hours, each with an open
+    (warned) idle case of the demo's default policy. Active: the idle evaluation (the serving
+    process's clock runs it at start and every 5 minutes) closes the case of a grant that is not."""
     from django.contrib.auth.models import User
 
     from accounting.idle_models import IdleCase, IdlePolicy
@@ -200,16 +235,14 @@ def _open_idle_cases() -> dict[str, list[int]]:
         return {}
     now = clock_now()
     alice, bob = User.objects.get(username="alice"), User.objects.get(username="bob")
+    project, flavor = Project.objects.get(slug=STEP_PROJECT), Flavor.objects.get(name=STEP_FLAVOR)
     cases: dict[str, list[int]] = {}
-    number = 0
     for identity, count in OPEN_CASES.items():
         for _ in range(count):
-            number += 1
-            starts_at = now + datetime.timedelta(days=30, hours=2 * number)
             allocation = allocation_request(
-                actor=alice, project=Project.objects.get(slug="nlp-llm"), flavor=Flavor.objects.get(name="a100-80gb"),
-                quantity=1, priority_class=PriorityClass.objects.get(name="gpu-standard"), starts_at=starts_at,
-                ends_at=starts_at + datetime.timedelta(hours=1), justification="fuzz step: an idle case to decide",
+                actor=alice, project=project, flavor=flavor, quantity=1,
+                priority_class=PriorityClass.objects.get(name="gpu-standard"), starts_at=None,
+                ends_at=now + datetime.timedelta(hours=12), justification="fuzz step: an idle case to decide",
             )
             allocation_approve(actor=bob, allocation_id=allocation.pk)
             case = IdleCase.objects.create(
@@ -218,6 +251,22 @@ def _open_idle_cases() -> dict[str, list[int]]:
             )
             cases.setdefault(identity, []).append(case.pk)
     return cases
+
+
+def _issued_tokens() -> dict[str, list[int]]:
+    """Tokens the platform admin issued for alice (audited, as through the admin site), waiting for her
+    to claim them."""
+    from django.contrib.auth.models import User
+
+    from tenants.access_tokens import access_token_issue
+
+    admin, alice = User.objects.get(username="admin"), User.objects.get(username="alice")
+    issued = [
+        access_token_issue(actor=admin, user=alice, name=f"fuzz-issued-{number}", scope="write",
+                           reason="fuzz step: a token for its owner to claim").pk
+        for number in range(ISSUED_TOKENS)
+    ]  # fmt: skip
+    return {"researcher": issued}
 
 
 def _statement() -> dict[str, int]:

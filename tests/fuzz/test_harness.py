@@ -185,6 +185,47 @@ def test_bound_requests_name_real_objects() -> None:
     assert membership["user"] in {"alice", "bob", "carol", "dave", "erin"}
 
 
+def test_objects_made_for_a_request_are_the_objects_not_their_pending_changes() -> None:
+    """With four-eyes on, a quota or priority class made for requests is an emergency with its reason
+    (a plain create answers 202 with a rule change, whose id is no quota's); a rule change to decide
+    is proposed by the second platform admin, one to withdraw by the actor; a node token is the
+    answer's id (its "token" is the text); an issued token and an open idle case are used once."""
+    prepared = {
+        "users": {"platform-admin": "p", "second-platform-admin": "f", "researcher": "r"},
+        "ids": {}, "visible": {}, "named": {"cluster:demo": 1, "department:vision": 3},
+        "node": {"name": "a100-node-1"}, "open_cases": {}, "issued_tokens": {"researcher": [71, 72]},
+    }  # fmt: skip
+    calls: list[tuple[str, str, str, Any]] = []
+
+    def call(identity: str, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        calls.append((identity, method, path, body))
+        if path == "/api/v1/node-tokens/":
+            return {"id": 40 + len(calls), "token": "gpn_secret"}
+        return {"id": 40 + len(calls)}
+
+    setup = hooks.Setup(prepared, "platform-admin", "http://127.0.0.1:1")
+    setup.call = call  # type: ignore[method-assign]
+    path, body = setup_bind(setup, "v1_quotas_partial_update", {"quota_id": 9}, {"emergency": True, "reason": " "})
+    assert path == {"quota_id": 42} and body["reason"].strip()
+    assert calls[-1][2] == "/api/v1/quotas/" and calls[-1][3]["emergency"] is True and calls[-1][3]["reason"]
+    made = len(calls)  # a change that consumes nothing changes the run's own object again
+    assert setup_bind(setup, "v1_quotas_partial_update", {"quota_id": 9}, {})[0] == {"quota_id": 42} and len(calls) == made
+    _, body = setup_bind(setup, "v1_priority_classes_partial_update", {"priority_class_id": 9}, {"name": "x", "value": 5})
+    assert "name" not in body and calls[-1][3]["emergency"] is True
+    assert setup_bind(setup, "v1_node_tokens_revoke_create", {"token_id": 9}, None)[0] == {"token_id": 44}
+    path, _ = setup_bind(setup, "v1_rule_changes_approve_create", {"change_id": 9}, {"comment": ""})
+    assert path == {"change_id": 45} and calls[-1][0] == "second-platform-admin"
+    path, body = setup_bind(setup, "v1_rule_changes_reject_create", {"change_id": 9}, {"comment": ""})
+    assert path == {"change_id": 46} and body["comment"].strip()
+    path, _ = setup_bind(setup, "v1_rule_changes_withdraw_create", {"change_id": 9}, None)
+    assert path == {"change_id": 47} and calls[-1][0] == "platform-admin" and "emergency" not in calls[-1][3]
+    path, _ = setup_bind(setup, "v1_idle_policies_partial_update", {"policy_id": 1}, {"is_active": False})
+    assert path == {"policy_id": 48} and calls[-1][3]["is_active"] is False
+    researcher = hooks.Setup(prepared, "researcher", "http://127.0.0.1:1")
+    claimed = [setup_bind(researcher, "v1_auth_tokens_claim_create", {"token_id": 1}, None)[0] for _ in range(2)]
+    assert claimed == [{"token_id": 71}, {"token_id": 72}]
+
+
 def setup_bind(setup: Any, operation_id: str, path: dict[str, Any], body: Any) -> tuple[dict[str, Any], Any]:
     return hooks.bind(setup, operation_id, path, body)
 
