@@ -179,9 +179,10 @@ def _expand(
     # start more than the slack before ``start``, the latest ends last (up to that slack): only the
     # starts from the slack before it on are walked.
     floor = _local(start - spec.duration - LOOKBACK, tz)
-    cut = _local(start - LOOKBACK, tz)
-    local_to = _local(end + LOOKBACK, tz)
     stop = _aware(spec.ends_at) if spec.ends_at is not None else None
+    # no occurrence starts at or after the window's end: the latest start is sought before it
+    cut = min(_local(start - LOOKBACK, tz), _local(stop, tz)) if stop is not None else _local(start - LOOKBACK, tz)
+    local_to = _local(end + LOOKBACK, tz)
     spans = []
     spent: datetime.datetime | None = None
     dense = _dense_day(compiled.body, dtstart.hour, dtstart.minute, dtstart.second)

@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from dateutil.rrule import rrulestr
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from allocations.quotas.windows import (
@@ -179,8 +179,19 @@ def as_tuple(value: Effective) -> tuple[Decimal, Decimal, int | None, int | None
     return value.guaranteed, value.limit, value.guaranteed_by, value.limit_by, value.in_force
 
 
+_UTC = datetime.UTC
+_WINDOW_ENDED_BEFORE_ITS_LATEST_START = Scenario(  # the latest start before the instant lies after the window's end
+    windows=[Window(3, "recurring", datetime.datetime(2026, 3, 28, 11, 59, tzinfo=_UTC),
+                    datetime.datetime(2026, 3, 28, 12, 0, tzinfo=_UTC), Rule("DAILY", hours=(0, 12)),
+                    "Europe/Berlin", 1440)],
+    guaranteed=Decimal(0), limit=Decimal(0), priority_class_id=None,
+    start=datetime.datetime(2026, 3, 28, 12, 0, tzinfo=_UTC), end=datetime.datetime(2026, 3, 29, 12, 0, tzinfo=_UTC),
+)
+
+
 @SETTINGS
 @given(scenarios(), st.lists(st.integers(0, 48 * 3600 - 1), min_size=8, max_size=8))
+@example(_WINDOW_ENDED_BEFORE_ITS_LATEST_START, [0] * 8)
 def test_effective_at_any_instant_is_the_brute_force_evaluation(scenario: Scenario, seconds: list[int]) -> None:
     oracle = Oracle(scenario.windows, scenario.end + datetime.timedelta(days=3))
     span = (scenario.end - scenario.start).total_seconds()
