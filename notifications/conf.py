@@ -56,6 +56,11 @@ def webhook_allowed_networks() -> list[allowlist.IPNetwork]:
     return allowlist.networks_parse(setting("GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS") or [])
 
 
+def webhook_ca_bundle() -> str | None:
+    """The CA file of webhook calls named by the environment (REQUESTS_CA_BUNDLE, else SSL_CERT_FILE)."""
+    return setting_optional_str("WEBHOOK_CA_BUNDLE")
+
+
 def webhook_timeout_seconds() -> float:
     return setting_float("GPUPORTAL_WEBHOOK_TIMEOUT_SECONDS")
 

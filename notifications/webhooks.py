@@ -20,7 +20,6 @@ import hashlib
 import hmac
 import ipaddress
 import json
-import os
 import socket
 import ssl
 from dataclasses import dataclass
@@ -269,7 +268,7 @@ _CONNECT_ERRORS = (urllib3.exceptions.NewConnectionError, urllib3.exceptions.Con
 
 def tls_context() -> ssl.SSLContext:
     """The TLS context of webhook calls: the system's trust store, else certifi's (as requests)."""
-    bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or DEFAULT_CA_BUNDLE_PATH
+    bundle = conf.webhook_ca_bundle() or DEFAULT_CA_BUNDLE_PATH
     return ssl.create_default_context(cafile=bundle)
 
 
