@@ -29,7 +29,7 @@ from audit.selectors import AuditFilters, audit_event_list
 from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
 from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
-from kernel.api.base import IdField
+from kernel.api.base import DB_INT_MAX, IdField
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
@@ -197,9 +197,10 @@ class AuditCheckpointConsistencyApi(ApiView):
 
     @extend_schema_serializer(component_name="AuditConsistencyQuery")
     class InputSerializer(serializers.Serializer[Any]):
-        first = serializers.IntegerField(required=False, min_value=0, help_text="the older tree size (default 0)")
+        first = serializers.IntegerField(required=False, min_value=0, max_value=DB_INT_MAX,
+                                         help_text="the older tree size (default 0)")
         second = serializers.IntegerField(
-            required=False, min_value=0, help_text="the newer tree size (default: the latest checkpoint's)"
+            required=False, min_value=0, max_value=DB_INT_MAX, help_text="the newer tree size (default: the latest checkpoint's)"
         )
 
     @extend_schema_serializer(component_name="AuditConsistencyProof")
