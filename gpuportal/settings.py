@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuportal.ldap_settings import ldap_settings
+from gpuportal.webhook_settings import webhook_settings
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
 from notifications.email_url import email_settings
@@ -36,9 +37,15 @@ ALLOWED_HOSTS = env_list("GPUPORTAL_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "
 CSRF_TRUSTED_ORIGINS = env_list("GPUPORTAL_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes", "django.contrib.sessions",
-    "django.contrib.messages", "django.contrib.staticfiles",
-    "rest_framework", "drf_spectacular", "drf_spectacular_sidecar",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     # Apps from the bottom of the import order to the top (docs/architecture.md).
     "kernel.idempotency",  # the API's Idempotency-Key store (docs/api.md)
     "audit",
@@ -342,22 +349,7 @@ except ValueError as exc:
     raise ImproperlyConfigured(str(exc)) from None
 DEFAULT_FROM_EMAIL = GPUPORTAL_EMAIL_FROM
 GPUPORTAL_PUBLIC_URL = env_str("GPUPORTAL_PUBLIC_URL")
-GPUPORTAL_WEBHOOK_URL, GPUPORTAL_WEBHOOK_SECRET = env_secret("GPUPORTAL_WEBHOOK_URL"), env_secret("GPUPORTAL_WEBHOOK_SECRET")
-GPUPORTAL_WEBHOOK_FORMAT = env_str("GPUPORTAL_WEBHOOK_FORMAT", "json").lower()
-if GPUPORTAL_WEBHOOK_FORMAT not in ("json", "slack", "mattermost"):
-    raise ImproperlyConfigured(f"GPUPORTAL_WEBHOOK_FORMAT must be json, slack or mattermost, got {GPUPORTAL_WEBHOOK_FORMAT!r}")
-GPUPORTAL_WEBHOOK_ALLOWED_HOSTS = env_list("GPUPORTAL_WEBHOOK_ALLOWED_HOSTS", [])
-GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS = env_list("GPUPORTAL_WEBHOOK_ALLOWED_NETWORKS", [])  # CIDRs: notifications/allowlist.py
-GPUPORTAL_WEBHOOK_TIMEOUT_SECONDS = env_float("GPUPORTAL_WEBHOOK_TIMEOUT_SECONDS", 5.0)
-WEBHOOK_CA_BUNDLE = env_str("REQUESTS_CA_BUNDLE") or env_str("SSL_CERT_FILE")  # the CA file requests would use too
-GPUPORTAL_WEBHOOK_KEY = env_secret("GPUPORTAL_WEBHOOK_KEY")
-GPUPORTAL_NOTIFY_MAX_ATTEMPTS = env_int("GPUPORTAL_NOTIFY_MAX_ATTEMPTS", 8, minimum=1)
-GPUPORTAL_NOTIFY_BACKOFF_BASE_SECONDS = env_float("GPUPORTAL_NOTIFY_BACKOFF_BASE_SECONDS", 30.0)
-GPUPORTAL_NOTIFY_BACKOFF_MAX_SECONDS = env_float("GPUPORTAL_NOTIFY_BACKOFF_MAX_SECONDS", 3600.0)
-GPUPORTAL_NOTIFY_LEASE_SECONDS = env_float("GPUPORTAL_NOTIFY_LEASE_SECONDS", 120.0)
-GPUPORTAL_NOTIFY_DIGEST_HOUR = env_int("GPUPORTAL_NOTIFY_DIGEST_HOUR", 7, minimum=0)
-if GPUPORTAL_NOTIFY_DIGEST_HOUR > 23:
-    raise ImproperlyConfigured("GPUPORTAL_NOTIFY_DIGEST_HOUR must be an hour of the day in UTC, 0 to 23")
+globals().update(webhook_settings())  # the webhook and delivery settings (gpuportal/webhook_settings.py)
 CELERY_BEAT_SCHEDULE["notifications-dispatch"] = {"task": "notifications.tasks.notifications_dispatch_task", "schedule": 30.0}
 CELERY_BEAT_SCHEDULE["notifications-digests"] = {"task": "notifications.tasks.notification_digests_task", "schedule": 600.0}
 CELERY_BEAT_SCHEDULE["allocations-expiry-notices"] = {

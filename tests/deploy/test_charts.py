@@ -112,7 +112,7 @@ def test_the_migration_hook_runs_as_a_service_account_that_exists_before_the_rel
 
 
 def test_every_variable_the_chart_sets_is_one_the_portal_reads() -> None:
-    settings = "".join((ROOT / "gpuportal" / name).read_text() for name in ("settings.py", "ldap_settings.py"))
+    settings = "".join((ROOT / "gpuportal" / name).read_text() for name in ("settings.py", "ldap_settings.py", "webhook_settings.py"))
     read = set(re.findall(r'env_\w+\(\s*"([A-Z0-9_]+)"', settings))
     secrets = set(re.findall(r'env_secret\(\s*"([A-Z0-9_]+)"', settings))
     read |= {f"{name}_FILE" for name in secrets}
