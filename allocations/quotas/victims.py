@@ -142,18 +142,19 @@ class View:
 
     def free_units(self, grant: Grant, ask: Ask) -> int:
         """How many of the grant's units ``ask`` may take whatever the fact: all of them for a request
-        of nothing or one from its department's subtree; otherwise those beyond its department's
-        guarantee (the nearest quota in each scope it weighs in; none anywhere: all of them)."""
+        of nothing; otherwise those beyond its department's guarantee in some scope it weighs in (the
+        nearest department on its chain with a quota there), or all of them where no such guarantee
+        protects it. A guarantee protects against requests from outside its department's subtree
+        only: a scope whose nearest quota is held by a department above the request too (a class's
+        share at the root, a flavor only the parent limits) neither protects the grant nor frees it."""
         if not any(amount > 0 for amount in ask.amounts.values()):
             return grant.units
         best, covered = 0, False
         for scope, amount in grant.amounts.items():
             nearest = next((d for d in self.tree.chain(grant.department_id) if (d, scope) in self.tree.limits), None)
-            if amount <= 0 or nearest is None:
+            if amount <= 0 or nearest is None or ask.department_id in self.subtree(nearest):
                 continue
             covered = True
-            if ask.department_id in self.subtree(nearest):
-                return grant.units
             beyond = self.beyond(nearest, scope, self.guarantee_line(nearest, scope)).get(grant.allocation_id)
             if beyond is not None:
                 best = max(best, _units_of(grant, scope, beyond))
