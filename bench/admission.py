@@ -135,29 +135,36 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.utils import timezone
 
     from allocations import services
+    from allocations.booking import policy as booking_policy
     from allocations.booking import reservations
     from allocations.models import Flavor, PriorityClass
-    from allocations.placement import make_policy
+    from allocations.placement import Policy, Workload, make_policy
+    from allocations.quotas import room
     from clusters import outbox
     from kernel.errors import CapacityExceeded
     from tenants.models import Project
 
     facts = seed(nodes)
     # Pushes stay queued in the outbox: the approval itself is measured, not manifest delivery.
-    outbox.push_dispatch = lambda **kwargs: False  # type: ignore[assignment]
+    outbox.push_dispatch = lambda **kwargs: False
     if policy != "ours":
-        reservations.default_policy = lambda workload=None: make_policy(policy, workload)  # type: ignore[assignment]
-    placing = [0.0]
-    real_reserve = reservations.reservations_reserve
+        # Every booking chooses through ``placement_policy_for``, which reads the module's
+        # ``default_policy`` when it is called: the baseline replaces it there.
+        def baseline(workload: Workload | None = None) -> Policy:
+            return make_policy(policy, workload)
 
-    def timed_reserve(**kwargs: Any) -> Any:
+        booking_policy.default_policy = baseline  # type: ignore[attr-defined]
+    placing = [0.0]
+    real_attempt = reservations.placement_attempt  # what an approval places with, through its capacity room
+
+    def timed_attempt(**kwargs: Any) -> Any:
         began = time.perf_counter()
         try:
-            return real_reserve(**kwargs)
+            return real_attempt(**kwargs)
         finally:
             placing[0] += time.perf_counter() - began
 
-    reservations.reservations_reserve = timed_reserve  # type: ignore[assignment]
+    room.placement_attempt = timed_attempt  # type: ignore[attr-defined]
     admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
     project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
     flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
