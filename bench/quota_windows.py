@@ -37,6 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +101,7 @@ def pure(specs: dict[int, list[WindowSpec]], *, evaluations: int, minutes: int, 
     quota_ids = list(specs)
     start = NOW.replace(second=0, minute=5)  # 10:05: no edge within the minute
     figures = {"edges_cold_ms": 1000 * timed(lambda: quiet_edges(specs, start))}
-    warm = [1000 * timed(lambda k=k: quiet_edges(specs, start + MINUTE * k)) for k in range(1, minutes + 1)]
+    warm = [1000 * timed(partial(quiet_edges, specs, start + MINUTE * k)) for k in range(1, minutes + 1)]
     figures["edges_warm_ms"] = statistics.median(warm)
     asks = [(rng.choice(quota_ids), NOW + datetime.timedelta(seconds=rng.randint(0, 7 * 86400)),
              rng.choice([None, None, *CLASSES])) for _ in range(evaluations)]
@@ -114,7 +115,7 @@ def pure(specs: dict[int, list[WindowSpec]], *, evaluations: int, minutes: int, 
     forward = windows._forward
     windows._forward = lambda compiled, dtstart, before: dtstart  # counted from DTSTART
     try:
-        plain = [1000 * timed(lambda k=k: quiet_edges(specs, start + MINUTE * k)) for k in range(1, max(minutes // 4, 2))]
+        plain = [1000 * timed(partial(quiet_edges, specs, start + MINUTE * k)) for k in range(1, max(minutes // 4, 2))]
     finally:
         windows._forward = forward
     figures["edges_from_dtstart_ms"] = statistics.median(plain)

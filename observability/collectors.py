@@ -134,7 +134,7 @@ def cluster_families() -> Iterator[Metric]:
         "When a push last reached the cluster without error (Unix time).", labels=["cluster"],
     )
     for cluster in clusters:
-        depth.add_metric([cluster.name], cluster.queued)  # type: ignore[attr-defined]
+        depth.add_metric([cluster.name], cluster.queued)
         failed.add_metric([cluster.name], cluster.push_failures)
         repaired.add_metric([cluster.name], repairs.get(cluster.pk, 0))
     last_done = (

@@ -26,7 +26,7 @@ _HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 _TASK_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0)
 
 # No ``_created`` series: they double the output and nothing here reads them.
-disable_created_metrics()
+disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
 
 # Not registered in the default registry: /metrics builds its own registry per scrape.
 HTTP_REQUESTS = Counter(
