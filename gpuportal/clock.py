@@ -1,103 +1,79 @@
 """The clock of the embedded default: with in-process tasks there is no Celery beat, so the serving
-process runs the time-driven allocation work itself (grants that ended expire, reclaims whose notice
-ran out finish, scheduled grants whose start came are provisioned) every ``TICK_SECONDS``, at most
-that late, and rolls the recent hours' usage into GPU-equivalent-hours, evaluates idle grants and
-decays the departments' fair-share usage every ``ROLL_EVERY_TICKS``, and syncs the LDAP directory
-every ``GPUPORTAL_LDAP_SYNC_EVERY`` seconds when one is configured. With a broker, beat's ``allocations-timeline`` entry does the same and this stays off."""
+process runs the periodic schedule's work itself (``gpuportal/periodic.py``, the entries beat runs
+that are marked for the clock), each at its own interval: every ``TICK_SECONDS`` the clock runs the
+timeline (window edges, expiry, reclaims whose notice ran out, scheduled starts), then every other
+entry whose interval has passed since it last ran (all of them on the first tick). With a broker,
+beat runs the same entries and this stays off."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+from typing import Any
 
-from celery import current_app
+from celery import Task, current_app
 from django.db import connections
+from django.utils.module_loading import import_string
 
-from accounting.tasks import accounting_idle_evaluate_task, accounting_usage_roll_task
-from allocations.tasks import allocations_expiry_notices_task, allocations_timeline_task, fair_share_tick_task
-from kernel.conf import setting_int
+from gpuportal.periodic import Periodic, clock_entries
+from kernel.conf import setting
 from kernel.periodic import PeriodicThread
-from notifications.tasks import notification_digests_task, notifications_dispatch_task
-from tenants.ldap.conf import ldap_configured
-from tenants.tasks import ldap_sync_task
 
 log = logging.getLogger(__name__)
 
+TIMELINE = "allocations-timeline"
 TIMELINE_TASK = "allocations.tasks.allocations_timeline_task"
-"""Beat's name for the same task; the clock calls it directly (imported here, it is registered in
-the serving process, whose start-up does not import the apps' task modules)."""
+"""Beat's task of the same entry. The clock's tasks are imported here, so they are registered in
+the serving process, whose start-up does not import the apps' task modules."""
 TICK_SECONDS = 30.0
-ROLL_EVERY_TICKS = 10
-"""The usage roll-up, the idle evaluation and the fair-share tick (beat's ``accounting-usage-roll``,
-``accounting-idle-evaluate`` and ``allocations-fair-share-tick``, every 5 minutes) run every tenth tick."""
+ENTRIES: tuple[Periodic, ...] = clock_entries()
+TASKS: dict[str, Task[Any, Any]] = {entry.name: import_string(entry.task) for entry in ENTRIES}
 
 
 class Clock(PeriodicThread):
-    """Runs the timeline task on a daemon thread every ``interval`` seconds; a failed tick is
-    logged and the next one runs as usual."""
+    """Runs the clock's entries on a daemon thread, checking every ``interval`` seconds which are
+    due; a failed entry is logged and runs again when next due."""
 
     thread_name = "gpuportal-clock"
 
     def __init__(self, *, interval: float = TICK_SECONDS) -> None:
         super().__init__(interval=interval)
-        self._ticks = 0
-        self._ldap_synced_at: float | None = None
+        self._last_run: dict[str, float] = {}
 
     def start(self) -> Clock:
         super().start()
         return self
 
     def tick(self) -> dict[str, int]:
+        """The timeline, then every other entry that is due; returns what the timeline moved."""
         try:
-            result = allocations_timeline_task.apply().get(propagate=True)
+            result = TASKS[TIMELINE].apply().get(propagate=True)
             return dict(result)
         except Exception:  # the next tick tries again
             log.exception("the in-process timeline tick failed")
             return {}
         finally:
-            self._roll_when_due()
-            self._ldap_sync_when_due()
+            self.run_due()
             connections.close_all()  # this thread's connections only
 
-    def _roll_when_due(self) -> None:
-        """The usage roll-up on every ``ROLL_EVERY_TICKS``-th tick, the first included; a failure is
-        logged and the next due tick rolls the same hours again."""
-        due = self._ticks % ROLL_EVERY_TICKS == 0
-        self._ticks += 1
-        if not due:
-            return
-        try:
-            accounting_usage_roll_task.apply().get(propagate=True)
-        except Exception:
-            log.exception("the in-process usage roll-up failed")
-        try:
-            accounting_idle_evaluate_task.apply().get(propagate=True)
-        except Exception:
-            log.exception("the in-process idle evaluation failed")
-        try:
-            fair_share_tick_task.apply().get(propagate=True)
-        except Exception:
-            log.exception("the in-process fair-share tick failed")
-        for task in (allocations_expiry_notices_task, notifications_dispatch_task, notification_digests_task):
-            try:  # expiry notices, deliveries due again after a failure, and the daily digests
-                task.apply().get(propagate=True)
+    def run_due(self) -> list[str]:
+        """Every entry but the timeline that is wanted and due now, in the schedule's order."""
+        ran = []
+        for entry in ENTRIES:
+            if entry.name == TIMELINE or not entry.wanted(setting):
+                continue
+            now = time.monotonic()
+            last = self._last_run.get(entry.name)
+            if last is not None and now - last < entry.seconds(setting):
+                continue
+            self._last_run[entry.name] = now
+            ran.append(entry.name)
+            try:
+                TASKS[entry.name].apply().get(propagate=True)
             except Exception:
-                log.exception("the in-process %s failed", task.name)
-
-    def _ldap_sync_when_due(self) -> None:
-        """The directory sync (beat's ``tenants-ldap-sync``) every ``GPUPORTAL_LDAP_SYNC_EVERY`` seconds,
-        the first tick included, when LDAP is configured; a failure is logged by the sync itself."""
-        if not ldap_configured():
-            return
-        now = time.monotonic()
-        if self._ldap_synced_at is not None and now - self._ldap_synced_at < setting_int("GPUPORTAL_LDAP_SYNC_EVERY"):
-            return
-        self._ldap_synced_at = now
-        try:
-            ldap_sync_task.apply().get(propagate=True)
-        except Exception:
-            log.exception("the in-process LDAP directory sync failed")
+                log.exception("the in-process %s failed", entry.name)
+        return ran
 
     def run_once(self) -> dict[str, int]:
         return self.tick()

@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuportal.ldap_settings import ldap_settings
+from gpuportal.periodic import beat_schedule
 from gpuportal.webhook_settings import webhook_settings
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
 from kernel.logs.config import LOG_FORMATS, LOG_LEVELS, logging_config
@@ -265,29 +266,6 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "inte
 # The audit checkpoint heartbeat (docs/audit.md): events newer than the latest checkpoint can be
 # removed by the database owner without a trace for at most about this long.
 GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS = env_int("GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS", 60, minimum=1)
-CELERY_BEAT_SCHEDULE = {
-    "allocations-expire": {"task": "allocations.tasks.allocations_expire_task", "schedule": 60.0},
-    # Reclaims whose notice ran out, then scheduled grants whose start came (docs/quotas.md).
-    "allocations-timeline": {"task": "allocations.tasks.allocations_timeline_task", "schedule": 30.0},
-    "audit-checkpoint-publish": {
-        "task": "audit.tasks.audit_checkpoint_publish_task", "schedule": float(GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS),
-    },
-    "clusters-pushes-dispatch": {"task": "delivery.tasks.cluster_pushes_dispatch_task", "schedule": 15.0},
-    "clusters-drift-check": {"task": "delivery.tasks.clusters_drift_check_task", "schedule": 300.0},
-    "telemetry-nodes-mark-stale": {"task": "telemetry.tasks.telemetry_nodes_mark_stale_task", "schedule": 30.0},
-    "telemetry-samples-roll-up": {"task": "telemetry.tasks.telemetry_samples_roll_up_task", "schedule": 300.0},
-    "telemetry-samples-trim": {"task": "telemetry.tasks.telemetry_samples_trim_task", "schedule": 3600.0},
-    "accounting-usage-roll": {"task": "accounting.tasks.accounting_usage_roll_task", "schedule": 300.0},
-    "accounting-statements-close": {"task": "accounting.tasks.accounting_statements_close_task", "schedule": 3600.0},
-    # Each department's decayed usage, for fair share (docs/accounting.md, "Fair share").
-    "allocations-fair-share-tick": {"task": "allocations.tasks.fair_share_tick_task", "schedule": 300.0},
-    # The idle ladder over every active grant (docs/accounting.md, "Idle grants").
-    "accounting-idle-evaluate": {"task": "accounting.tasks.accounting_idle_evaluate_task", "schedule": 300.0},
-}
-if _ldap["GPUPORTAL_LDAP_SERVER_URI"]:  # the directory sync (docs/identity.md, "LDAP")
-    CELERY_BEAT_SCHEDULE["tenants-ldap-sync"] = {
-        "task": "tenants.tasks.ldap_sync_task", "schedule": float(_ldap["GPUPORTAL_LDAP_SYNC_EVERY"]),
-    }
 # Usage accounting (docs/accounting.md): each roll makes the hours that ended this long ago again.
 GPUPORTAL_ACCOUNTING_LATE_HOURS = env_int("GPUPORTAL_ACCOUNTING_LATE_HOURS", 3, minimum=1)
 # A month's statements close this long after it ended (docs/accounting.md).
@@ -298,10 +276,6 @@ GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS = env_int("GPUPORTAL_FAIR_SHARE_HALF_LIFE_H
 GPUPORTAL_DEFRAG_EVERY = env_int("GPUPORTAL_DEFRAG_EVERY", 0, minimum=0)
 GPUPORTAL_DEFRAG_MOVE_BUDGET = env_int("GPUPORTAL_DEFRAG_MOVE_BUDGET", 16, minimum=1)
 GPUPORTAL_DEFRAG_DRY_RUN = env_bool("GPUPORTAL_DEFRAG_DRY_RUN", False)
-if GPUPORTAL_DEFRAG_EVERY:
-    CELERY_BEAT_SCHEDULE["placement-defrag"] = {
-        "task": "allocations.tasks.placement_defrag_scheduled_task", "schedule": float(GPUPORTAL_DEFRAG_EVERY),
-    }
 
 # Observability (docs/observability.md).
 # The bearer token GET /metrics asks for; unset, /metrics answers only requests from loopback.
@@ -334,9 +308,6 @@ GPUPORTAL_PROMETHEUS_TIMEOUT_SECONDS = env_float("GPUPORTAL_PROMETHEUS_TIMEOUT_S
 # How often Prometheus scrapes dcgm-exporter and HAMi (the chart's ServiceMonitor: 15 s): a bucket
 # of 5 minutes expects 300 / this many samples, and its coverage is what it holds of them.
 GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS = env_int("GPUPORTAL_PROMETHEUS_SCRAPE_SECONDS", 15, minimum=1)
-CELERY_BEAT_SCHEDULE["telemetry-utilisation-tick"] = {
-    "task": "telemetry.tasks.telemetry_utilisation_tick_task", "schedule": float(GPUPORTAL_UTILISATION_EVERY),
-}
 
 # Notifications (docs/notifications.md): e-mail through GPUPORTAL_EMAIL_URL (unset: no e-mail),
 # webhooks (the platform-wide one here, departments' through the API), preferences and digests.
@@ -350,11 +321,6 @@ except ValueError as exc:
 DEFAULT_FROM_EMAIL = GPUPORTAL_EMAIL_FROM
 GPUPORTAL_PUBLIC_URL = env_str("GPUPORTAL_PUBLIC_URL")
 globals().update(webhook_settings())  # the webhook and delivery settings (gpuportal/webhook_settings.py)
-CELERY_BEAT_SCHEDULE["notifications-dispatch"] = {"task": "notifications.tasks.notifications_dispatch_task", "schedule": 30.0}
-CELERY_BEAT_SCHEDULE["notifications-digests"] = {"task": "notifications.tasks.notification_digests_task", "schedule": 600.0}
-CELERY_BEAT_SCHEDULE["allocations-expiry-notices"] = {
-    "task": "allocations.tasks.allocations_expiry_notices_task", "schedule": 900.0,
-}
 
 # Allocations and the demo data.
 GPUPORTAL_MAX_ALLOCATION_DAYS = env_int("GPUPORTAL_MAX_ALLOCATION_DAYS", 90, minimum=1)
@@ -440,3 +406,7 @@ if GPUPORTAL_OIDC_ISSUER:
 elif not GPUPORTAL_AUTH_PASSWORD:
     raise ImproperlyConfigured("GPUPORTAL_AUTH_PASSWORD=false needs single sign-on (GPUPORTAL_OIDC_ISSUER)")
 AUTHENTICATION_BACKENDS.append("tenants.oidc.backend.OidcBackend")  # takes only the OIDC callback's credentials
+
+# Celery beat's schedule, from the one periodic schedule (gpuportal/periodic.py) the embedded
+# default's clock reads too; last, as its intervals and switches are settings above.
+CELERY_BEAT_SCHEDULE = beat_schedule(globals())

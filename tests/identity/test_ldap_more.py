@@ -50,7 +50,7 @@ def test_the_embedded_clock_runs_the_directory_sync_when_ldap_is_configured(worl
     leaver = authenticate(None, username="leaver", password="leaver-directory-pw")
     assert isinstance(leaver, User)
     directory_signin.ldapdelete(dn)
-    Clock()._ldap_sync_when_due()
+    assert "tenants-ldap-sync" in Clock().run_due()
     leaver.refresh_from_db()
     assert not leaver.is_active
 
