@@ -52,8 +52,3 @@ def allocation_start(*, allocation_id: int, now: datetime.datetime) -> bool:
     allocation_notify(events.STARTED, allocation)
     allocation_audit(actor=None, action=actions.ALLOCATION_STARTED, allocation=allocation, before=before)
     return True
-
-
-def allocation_starts_later(*, allocation: Allocation, now: datetime.datetime) -> bool:
-    """Whether an approval leaves the grant scheduled rather than provisioning it now."""
-    return allocation.starts_at > now

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import datetime
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from django.utils import timezone
 
@@ -33,11 +31,6 @@ def clock_now() -> datetime.datetime:
         return frozen
     offset = _offset
     return timezone.now() + offset if offset else timezone.now()
-
-
-def clock_today() -> datetime.date:
-    """Today's date in UTC, by the same clock."""
-    return clock_now().astimezone(datetime.UTC).date()
 
 
 def clock_set(at: datetime.datetime) -> None:
@@ -69,22 +62,3 @@ def clock_reset() -> None:
     with _LOCK:
         _frozen = None
         _offset = datetime.timedelta(0)
-
-
-def clock_is_set() -> bool:
-    """Whether a test or the simulator holds the clock."""
-    return _frozen is not None or bool(_offset)
-
-
-@contextmanager
-def clock_frozen(at: datetime.datetime) -> Iterator[None]:
-    """Freeze the clock at ``at`` for a block, then give back what was there before."""
-    global _frozen, _offset
-    with _LOCK:
-        before = (_frozen, _offset)
-    clock_set(at)
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _frozen, _offset = before

@@ -37,11 +37,6 @@ from kernel.conf import setting_bool, setting_int
 log = logging.getLogger(__name__)
 
 
-def defrag_every() -> int:
-    """Seconds between periodic runs; 0: off."""
-    return max(setting_int("GPUPORTAL_DEFRAG_EVERY"), 0)
-
-
 def defrag_move_budget() -> int:
     return max(setting_int("GPUPORTAL_DEFRAG_MOVE_BUDGET"), 0)
 

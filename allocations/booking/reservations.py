@@ -1,6 +1,7 @@
 """Booking allocations onto concrete GPUs with the placement engine, and freeing them.
 
-``reservations_reserve`` runs inside ``allocation_approve`` after the allocation, its department
+``allocation_approve`` books what admission placed (``reservations_store``, the attempt from
+``placement_attempt`` through the admission's capacity room) after the allocation, its department
 chain and the candidate clusters are row-locked (in that order, each in primary-key order):
 every writer of a cluster's reservations holds that cluster's lock, so the engine's picture
 cannot change before commit. Releasing needs no cluster lock: it only ever frees capacity.
@@ -360,25 +361,6 @@ def placement_refusal(*, flavor: Flavor, quantity: int, attempts: list[Attempt])
             "reason": best.reason,
         },
     )
-
-
-def reservations_reserve(*, allocation: Allocation, clusters: list[Cluster], actor: User | None) -> Attempt:
-    """Book every unit of ``allocation`` on the first of ``clusters`` (already locked, primary-key
-    order) where all of them fit; raise ``CapacityExceeded`` saying why none does."""
-    workload = placement_workload(include=allocation.flavor)
-    tenant = tenant_of(allocation.project)
-    attempts = []
-    for cluster in clusters:
-        reservations_adopt(cluster=cluster, workload=workload, actor=actor, skip=allocation.pk)
-        attempt = placement_attempt(
-            cluster=cluster, flavor=allocation.flavor, quantity=allocation.quantity,
-            policy=placement_policy_for(allocation.flavor, workload), tenant=tenant,
-        )
-        if attempt.complete:
-            reservations_store(allocation=allocation, attempt=attempt)
-            return attempt
-        attempts.append(attempt)
-    raise placement_refusal(flavor=allocation.flavor, quantity=allocation.quantity, attempts=attempts)
 
 
 def reservations_release(*, allocation: Allocation, reason: str) -> int:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import datetime
 from bisect import bisect_right
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 
 from allocations.quotas.rrules import MAX_INTERVAL as MAX_INTERVAL  # read from here too
@@ -341,13 +341,3 @@ def lowest(
     least_l = min(steps, key=lambda step: step.effective.limit).effective
     in_force_ids = tuple(sorted({wid for step in steps for wid in step.effective.in_force}))
     return Effective(least_g.guaranteed, least_l.limit, least_g.guaranteed_by, least_l.limit_by, in_force_ids)
-
-
-@dataclass
-class WindowSet:
-    """Windows grouped by the quota they change, for evaluating many quotas at once."""
-
-    by_quota: dict[int, list[WindowSpec]] = field(default_factory=dict)
-
-    def of(self, quota_id: int) -> list[WindowSpec]:
-        return self.by_quota.get(quota_id, [])
