@@ -27,6 +27,7 @@ from allocations.quotas import windows
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.states import HOLDING_STATES
 from kernel.clock import clock_now
+from kernel.numbers import plain
 from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
@@ -264,11 +265,6 @@ def quota_checks(
     return checks
 
 
-def _plain(value: Decimal) -> str:
-    """``4.0000`` → ``4``, ``0.1430`` → ``0.143``."""
-    return format(value.normalize(), "f")
-
-
 def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The quota lines of a request's preview (``admission_decide``'s checks) with their time: each
     line's interval (``from``, ``until``: the step of time admission checked it in, or the request's
@@ -293,7 +289,7 @@ def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]
             priority_class_id=allocation.priority_class_id if "priority_class" in check else None,
         ).segments
         out.append({**check, "from": span[0], "until": span[1], "segments": [
-            {"from": segment.start, "until": segment.end, "in_use": _plain(segment.in_use),
-             "limit": _plain(segment.effective.limit)} for segment in found
+            {"from": segment.start, "until": segment.end, "in_use": plain(segment.in_use),
+             "limit": plain(segment.effective.limit)} for segment in found
         ]})
     return out

@@ -29,7 +29,8 @@ from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
 from kernel.errors import NotAllowed
-from kernel.limits import TEXT_LIMIT
+from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
+from kernel.numbers import plain
 from tenants.access import access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 from tenants.selectors import project_list
@@ -166,7 +167,7 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
         }
 
     def get_gpu_equivalents(self, allocation: Allocation) -> str:
-        return format(allocation.flavor.gpu_equivalents_for(allocation.quantity).normalize(), "f")
+        return plain(allocation.flavor.gpu_equivalents_for(allocation.quantity))
 
     @extend_schema_field(ReservationOut(many=True))
     def get_placement(self, allocation: Allocation) -> list[dict[str, Any]]:
@@ -179,7 +180,7 @@ class AllocationOut(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 
 def _default_priority_class(user: Any) -> PriorityClass | None:
-    return selectors.priority_class_list(user=user).filter(name="gpu-standard").first()
+    return selectors.priority_class_default(user=user)
 
 
 class TargetProjectField(ScopedRelatedField):
@@ -196,7 +197,7 @@ class TargetProjectField(ScopedRelatedField):
 class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
     project = TargetProjectField(scope=lambda user: project_list(user=user))
     flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user))
-    quantity = serializers.IntegerField(min_value=1, max_value=10000)
+    quantity = serializers.IntegerField(min_value=1, max_value=QUANTITY_MAX)
     priority_class = ScopedRelatedField(scope=lambda user: selectors.priority_class_list(user=user), required=False)
     cluster = ScopedRelatedField(scope=lambda user: cluster_list(user=user), required=False, allow_null=True, default=None)
     starts_at = serializers.DateTimeField(required=False, allow_null=True, default=None)

@@ -26,6 +26,7 @@ from audit.services import audit_record
 from clusters.models import Cluster
 from clusters.outbox import push_enqueue
 from kernel.errors import Conflict, FieldError
+from kernel.numbers import plain
 from tenants.access import department_chain, require_platform_admin
 from tenants.models import Department
 
@@ -41,11 +42,6 @@ VOLCANO_FIELDS = frozenset({"sharing_mode", "placement_policy", "is_active"})
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:
     return {key: (str(value) if isinstance(value, Decimal) else value) for key, value in data.items()}
-
-
-def _number(value: Decimal) -> str:
-    """``12.0000`` → ``12``, ``0.5000`` → ``0.5``."""
-    return format(value.normalize(), "f")
 
 
 def _changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -186,12 +182,12 @@ def _guarantees(department_ids: list[int], flavor_id: int | None) -> dict[str, D
 
 
 def _listed(guarantees: dict[str, Decimal]) -> str:
-    return ", ".join(f"{slug} {_number(value)}" for slug, value in guarantees.items())
+    return ", ".join(f"{slug} {plain(value)}" for slug, value in guarantees.items())
 
 
 def _refuse(field: str, message: str, **details: Any) -> FieldError:
     error = FieldError(field, message)
-    error.details = {key: (_number(value) if isinstance(value, Decimal) else value) for key, value in details.items()}
+    error.details = {key: (plain(value) if isinstance(value, Decimal) else value) for key, value in details.items()}
     return error
 
 
@@ -210,12 +206,12 @@ def quota_check(
     its limit, and its guarantee with its siblings' within its parent's limit. ``lock`` row-locks the
     department chain first (in a transaction): it stays locked until the change commits."""
     if guaranteed > limit:
-        raise _refuse("guaranteed", f"The guarantee {_number(guaranteed)} is above the limit {_number(limit)}.",
+        raise _refuse("guaranteed", f"The guarantee {plain(guaranteed)} is above the limit {plain(limit)}.",
                       guaranteed=guaranteed, limit=limit)
     if lending_limit is not None and lending_limit > guaranteed:
         raise _refuse(
             "lending_limit",
-            f"The lending limit {_number(lending_limit)} is above the guarantee {_number(guaranteed)}: "
+            f"The lending limit {plain(lending_limit)} is above the guarantee {plain(guaranteed)}: "
             "a department lends only what it is guaranteed.",
             lending_limit=lending_limit, guaranteed=guaranteed,
         )
@@ -234,10 +230,10 @@ def quota_check(
         why = " (guarantees nest: a department promises its teams no more than it is promised)" if nested else ""
         raise _refuse(
             field,
-            f"The {what} {_number(room)} is below the {_number(promised)} its children are guaranteed "
+            f"The {what} {plain(room)} is below the {plain(promised)} its children are guaranteed "
             f"({_listed(children)}){why}.",
             **{field: room}, children_guaranteed=promised,
-            children={slug: _number(value) for slug, value in children.items()},
+            children={slug: plain(value) for slug, value in children.items()},
         )
     parent_id = parents.get(department_id)
     above = Quota.objects.filter(_scope(flavor_id), department_id=parent_id).first() if parent_id else None
@@ -255,11 +251,11 @@ def quota_check(
         what = "guarantee" if parent_nested else "limit"
         raise _refuse(
             "guaranteed",
-            f"The guarantee {_number(guaranteed)} and the {_number(others)} the other children of {parent.slug} are "
-            f"guaranteed{listed} come to {_number(others + guaranteed)}, above {parent.slug}'s {what} {_number(ceiling)}.",
+            f"The guarantee {plain(guaranteed)} and the {plain(others)} the other children of {parent.slug} are "
+            f"guaranteed{listed} come to {plain(others + guaranteed)}, above {parent.slug}'s {what} {plain(ceiling)}.",
             guaranteed=guaranteed, siblings_guaranteed=others, parent=parent.slug,
             **{f"parent_{'guaranteed' if parent_nested else 'limit'}": ceiling},
-            siblings={slug: _number(value) for slug, value in siblings.items()},
+            siblings={slug: plain(value) for slug, value in siblings.items()},
         )
 
 
@@ -278,7 +274,7 @@ def _backed(*, department_id: int, flavor_id: int | None, parents: dict[int, int
 def _quota_numbers(quota: Quota) -> dict[str, Any]:
     return {
         "flavor": quota.flavor.name if quota.flavor else None,
-        **{name: (_number(getattr(quota, name)) if getattr(quota, name) is not None else None) for name in QUOTA_NUMBERS},
+        **{name: (plain(getattr(quota, name)) if getattr(quota, name) is not None else None) for name in QUOTA_NUMBERS},
     }
 
 

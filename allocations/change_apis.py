@@ -24,7 +24,7 @@ from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
 from kernel.clock import clock_now
 from kernel.errors import NotAllowed
-from kernel.limits import TEXT_LIMIT
+from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from tenants.access import access_for
 
 
@@ -62,7 +62,7 @@ class RenewIn(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class ResizeIn(serializers.Serializer):  # type: ignore[type-arg]
-    quantity = serializers.IntegerField(min_value=1, max_value=10000)
+    quantity = serializers.IntegerField(min_value=1, max_value=QUANTITY_MAX)
     justification = serializers.CharField(max_length=TEXT_LIMIT, required=False, allow_blank=True, default="")
 
 

@@ -51,7 +51,7 @@ from kernel.errors import (
     QuotaExceeded,
     TransitionNotAllowed,
 )
-from kernel.limits import TEXT_LIMIT
+from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from kernel.times import time_readable
 from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for, department_chain
@@ -215,8 +215,8 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
             "(a pending request is withdrawn and asked again).",
             details={"state": allocation.state},
         )
-    if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= 10000:
-        raise FieldError("quantity", "Must be a whole number from 1 to 10000.")
+    if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= QUANTITY_MAX:
+        raise FieldError("quantity", f"Must be a whole number from 1 to {QUANTITY_MAX}.")
     if quantity == allocation.quantity:
         raise FieldError("quantity", f"The allocation already has {quantity} units.")
     _check_justification(justification)

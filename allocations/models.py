@@ -11,7 +11,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from allocations.versions import minimum_errors
-from kernel.limits import TEXT_LIMIT
+from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from tenants.models import NAMESPACE_SLUG_VALIDATOR, Department, Project
 
 # A Kubernetes extended resource name: a DNS-1123 subdomain prefix, '/', a name of at most 63 characters.
@@ -232,7 +232,7 @@ class Allocation(models.Model):
 
     project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="allocations")
     flavor = models.ForeignKey(Flavor, on_delete=models.PROTECT, related_name="allocations")
-    quantity = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(10000)])
+    quantity = models.PositiveIntegerField(validators=[MinValueValidator(1), MaxValueValidator(QUANTITY_MAX)])
     priority_class = models.ForeignKey(PriorityClass, on_delete=models.PROTECT, related_name="allocations")
     cluster = models.ForeignKey(
         "clusters.Cluster", null=True, blank=True, on_delete=models.PROTECT, related_name="allocations"
@@ -357,7 +357,7 @@ class AllocationChange(models.Model):
     state = models.CharField(max_length=16, choices=ChangeState.choices, default=ChangeState.PENDING)
     ends_at = models.DateTimeField(null=True, blank=True, help_text="The new end (renewals).")
     quantity = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(10000)], help_text="The new quantity (resizes)."
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(QUANTITY_MAX)], help_text="The new quantity (resizes)."
     )
     justification = models.TextField(blank=True, max_length=TEXT_LIMIT)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="requested_changes")

@@ -25,14 +25,11 @@ from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import FieldError, NotAllowed, QuotaExceeded
+from kernel.numbers import plain
 from tenants.access import access_for
 from tenants.models import Project
 
 EQUIVALENTS = ExpressionWrapper(F("quantity") * F("flavor__gpu_equivalents"), output_field=DecimalField())
-
-
-def _plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
 
 
 def _holding(*, project_id: int, starts_at: datetime.datetime, ends_at: datetime.datetime, exclude: int | None) -> Any:
@@ -66,11 +63,11 @@ def project_cap_refusal(
         slug = allocation.project.slug
         return QuotaExceeded(
             f"Project cap exceeded for {what} in project {slug} from {starts_at:%Y-%m-%d %H:%M} to "
-            f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {_plain(requested)}, held by the project's other grants "
-            f"{_plain(holds)}, project cap {_plain(cap.limit)}. The department's admins set project caps.",
+            f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {plain(requested)}, held by the project's other grants "
+            f"{plain(holds)}, project cap {plain(cap.limit)}. The department's admins set project caps.",
             details={
                 "project": slug, "cap": "project", "flavor": flavor.name if cap.flavor_id is not None else None,
-                "requested": _plain(requested), "in_use": _plain(holds), "limit": _plain(cap.limit),
+                "requested": plain(requested), "in_use": plain(holds), "limit": plain(cap.limit),
                 "from": starts_at.isoformat(), "until": ends_at.isoformat(),
             },
         )
@@ -94,7 +91,7 @@ def project_caps(*, project: Project, at: datetime.datetime) -> list[CapUse]:
 
 def _caps_map(project: Project) -> dict[str, str]:
     return {
-        (row.flavor.name if row.flavor is not None else "gpu-equivalents"): _plain(row.limit)
+        (row.flavor.name if row.flavor is not None else "gpu-equivalents"): plain(row.limit)
         for row in ProjectQuota.objects.filter(project=project).select_related("flavor")
     }
 

@@ -40,6 +40,7 @@ from allocations.models import Flavor, PriorityClass, Quota
 from allocations.rule_change_models import REASON_LIMIT, RuleChange, RuleChangeKind, RuleChangeState
 from audit import actions
 from audit.services import audit_record
+from kernel import numbers
 from kernel.clock import clock_now
 from kernel.errors import FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
@@ -105,7 +106,7 @@ class RuleOutcome:
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Decimal):
-        return format(value.normalize(), "f")
+        return numbers.plain(value)
     if isinstance(value, models.Model):
         return value.pk
     return value

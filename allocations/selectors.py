@@ -190,6 +190,14 @@ def priority_class_list(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[P
     return PriorityClass.objects.order_by("-value", "name")
 
 
+DEFAULT_PRIORITY_CLASS = "gpu-standard"
+"""The class a request gets when it names none (the API) and the one the request form preselects."""
+
+
+def priority_class_default(*, user: AbstractBaseUser | AnonymousUser) -> PriorityClass | None:
+    return priority_class_list(user=user).filter(name=DEFAULT_PRIORITY_CLASS).first()
+
+
 def priority_class_get(*, user: AbstractBaseUser | AnonymousUser, priority_class_id: int) -> PriorityClass:
     try:
         return priority_class_list(user=user).get(pk=priority_class_id)

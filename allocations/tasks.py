@@ -41,8 +41,7 @@ def allocations_expiry_notices_task() -> int:
 
 @shared_task
 def fair_share_tick_task() -> dict[str, object]:
-    """Each department's decayed usage brought up to now (beat every 5 minutes; the embedded
-    clock every tenth tick)."""
+    """Each department's decayed usage brought up to now (every 5 minutes: gpuportal/periodic.py)."""
     return fair_share_tick().as_dict()
 
 

@@ -46,6 +46,7 @@ from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
+from kernel.numbers import plain
 from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for
 
@@ -67,7 +68,7 @@ def time_zones() -> frozenset[str]:
 
 
 def _number(value: Decimal | None) -> str | None:
-    return None if value is None else format(value.normalize(), "f")
+    return None if value is None else plain(value)
 
 
 def _calendar_twin(year: int, years: int) -> int:

@@ -14,12 +14,13 @@ from rest_framework.response import Response
 
 from allocations.quotas.windows import PAGE_BUDGET
 from allocations.window_models import EdgeKind, ShrinkPolicy
-from allocations.window_shrinks import WARN_WITHIN, ComingShrink, plain, quota_window_shrinks_coming
+from allocations.window_shrinks import WARN_WITHIN, ComingShrink, quota_window_shrinks_coming
 from kernel.api.base import filters
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
 from kernel.clock import clock_now
+from kernel.numbers import plain
 from tenants.access import access_for
 
 LONGEST_WITHIN = 7 * 24 * 60

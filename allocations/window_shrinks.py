@@ -30,6 +30,7 @@ from allocations.quotas.planning import VictimInfo, grants_at, quota_tree, victi
 from allocations.quotas.wording import scope_words
 from allocations.window_models import QuotaWindow, WindowKind, WindowState
 from kernel.clock import clock_now
+from kernel.numbers import plain
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Project
 
@@ -77,10 +78,6 @@ def edges_between(
     high = end.astimezone(datetime.UTC).replace(minute=0, second=0, microsecond=0) + HOUR
     found = [edge for spec in specs for edge in _spec_edges(spec, low, high, budget) if start <= edge.at < end]
     return sorted(found, key=lambda edge: (edge.at, edge.kind != "end", edge.window_id))
-
-
-def plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
 
 
 def numbers(value: windows.Effective) -> dict[str, Any]:

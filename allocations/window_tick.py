@@ -61,7 +61,6 @@ from allocations.window_shrinks import (
     edge_numbers,
     edges_between,
     numbers,
-    plain,
     quota_window_shrinks_coming,
     scope_label,
     shrink_victims,
@@ -72,6 +71,7 @@ from audit import actions
 from audit.models import AuditEvent
 from audit.services import audit_record
 from kernel.clock import clock_now
+from kernel.numbers import plain
 from kernel.transactions import retry_on_deadlock
 from tenants.access import department_chain
 

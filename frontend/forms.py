@@ -11,14 +11,14 @@ from django.contrib.auth.models import User
 from django.core.validators import MaxValueValidator
 
 from allocations.models import Allocation, Flavor, PriorityClass
-from allocations.selectors import flavor_list, priority_class_list
+from allocations.selectors import flavor_list, priority_class_default, priority_class_list
 from audit.actions import all_actions
 from audit.models import Outcome
 from clusters.models import Cluster
 from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects, servable_flavor_ids
 from kernel.clock import clock_now
-from kernel.limits import TEXT_LIMIT
+from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from tenants.models import Department, Project
 
 DATETIME_INPUT_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
@@ -73,7 +73,7 @@ class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
         queryset=Flavor.objects.none(), empty_label="Choose a GPU flavor",
         error_messages={"invalid_choice": "Choose one of the flavors offered: no active cluster can serve the one chosen."},
     )
-    quantity = forms.IntegerField(min_value=1, max_value=10000, initial=1, help_text="Units of the flavor.")
+    quantity = forms.IntegerField(min_value=1, max_value=QUANTITY_MAX, initial=1, help_text="Units of the flavor.")
     priority_class = PriorityClassChoiceField(queryset=PriorityClass.objects.none(), empty_label=None)
     cluster = ClusterChoiceField(
         queryset=Cluster.objects.none(), required=False, empty_label="Any cluster with room",
@@ -121,7 +121,7 @@ class AllocationRequestForm(DescribedFieldsMixin, forms.Form):
             field = self.fields[name]
             assert isinstance(field, forms.ModelChoiceField)
             field.queryset = queryset
-        standard = priority_class_list(user=user).filter(name="gpu-standard").first()
+        standard = priority_class_default(user=user)
         if standard is not None:
             self.fields["priority_class"].initial = standard.pk
 
@@ -195,7 +195,7 @@ class RenewForm(ChangeFormMixin, forms.Form):
 
 
 class ResizeForm(ChangeFormMixin, forms.Form):
-    quantity = forms.IntegerField(min_value=1, max_value=10000, label="New quantity",
+    quantity = forms.IntegerField(min_value=1, max_value=QUANTITY_MAX, label="New quantity",
                                   help_text="Fewer units apply at once; more wait for a department admin's approval.")
     justification = _justification("Why it needs more units")
 

@@ -33,6 +33,7 @@ from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec,
 from allocations.selectors import quota_list, quota_usages
 from allocations.states import HOLDING_STATES
 from allocations.window_models import QuotaWindow
+from kernel.numbers import plain
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -136,7 +137,7 @@ class Calendar:
 
 
 def _fmt(value: Decimal) -> str:
-    return format(value.quantize(Decimal("0.01")).normalize(), "f")
+    return plain(value.quantize(Decimal("0.01")))
 
 
 def _chart_top(values: Sequence[Decimal]) -> Decimal:

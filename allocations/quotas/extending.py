@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 from allocations.booking.policy import placement_policy_for
@@ -47,14 +46,11 @@ from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, Gpu, Node
 from kernel.errors import CapacityExceeded, QuotaExceeded
+from kernel.numbers import plain
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
 
 GPU_MILLI = 1000
-
-
-def _plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
 
 
 def _interval(starts_at: datetime.datetime, ends_at: datetime.datetime) -> dict[str, str]:
@@ -109,15 +105,15 @@ def quota_refusal(
     department = names.get(check.department_id, str(check.department_id))
     return QuotaExceeded(
         f"Quota exceeded for {what} in department {department} from {starts_at:%Y-%m-%d %H:%M} to "
-        f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {_plain(check.requested)}, held by other grants "
-        f"{_plain(check.holds)}, limit {_plain(check.effective_limit)}. A change reclaims nothing.",
+        f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {plain(check.requested)}, held by other grants "
+        f"{plain(check.holds)}, limit {plain(check.effective_limit)}. A change reclaims nothing.",
         details={
             "department": department,
             "flavor": flavor.name if unstepped(check.scope)[0] is not None else None,
-            "requested": _plain(check.requested),
-            "in_use": _plain(check.holds),
-            "limit": _plain(check.limit),
-            "effective_limit": _plain(check.effective_limit),
+            "requested": plain(check.requested),
+            "in_use": plain(check.holds),
+            "limit": plain(check.limit),
+            "effective_limit": plain(check.effective_limit),
             **_interval(starts_at, ends_at),
         },
     )

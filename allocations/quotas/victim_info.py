@@ -11,11 +11,8 @@ from typing import Any
 
 from allocations.quotas import algebra
 from allocations.quotas.wording import scope_words
+from kernel.numbers import plain
 from tenants.models import Department
-
-
-def _plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
 
 
 @dataclass(frozen=True)
@@ -57,24 +54,24 @@ def fact_words(
     """The fact as a sentence about the grant ``row`` (its ``GRANT_FIELDS``)."""
     where = names.get(fact.department_id, str(fact.department_id))
     if fact.basis == "priority":
-        return (f"a request of priority {_plain(fact.line)} in department {where} needed the capacity, and its "
-                f"priority class {row['priority_class__name']} has the lower priority {_plain(fact.held)}")
+        return (f"a request of priority {plain(fact.line)} in department {where} needed the capacity, and its "
+                f"priority class {row['priority_class__name']} has the lower priority {plain(fact.held)}")
     what = scope_words(fact.scope, flavor=row["flavor__name"], priority_class=row["priority_class__name"])
     if fact.basis == "own-projects":
-        return (f"it is held by department {where}'s own projects ({_plain(fact.held)} {what}), which no team's "
+        return (f"it is held by department {where}'s own projects ({plain(fact.held)} {what}), which no team's "
                 "guarantee covers, while the request's team stays within its guarantee")
     if fact.basis == "guarantee":
-        return (f"it borrowed beyond the guarantee of department {where}, which held {_plain(fact.held)} {what} "
-                f"against a guarantee of {_plain(fact.line)}")
-    words = f"it lay beyond the limit of department {where}, which held {_plain(fact.held)} {what} against a limit of " \
-            f"{_plain(fact.line)}"
+        return (f"it borrowed beyond the guarantee of department {where}, which held {plain(fact.held)} {what} "
+                f"against a guarantee of {plain(fact.line)}")
+    words = f"it lay beyond the limit of department {where}, which held {plain(fact.held)} {what} against a limit of " \
+            f"{plain(fact.line)}"
     limit = tree.limits.get((fact.department_id, fact.scope)) if tree is not None else None
     if limit is not None and limit.limit_by is not None:
         words += f" (set by quota window #{limit.limit_by})"
     factor = Decimal(row.get("priority_class__oversubscription_factor") or 1)
     if factor > 1:
         words += (f", held there through its priority class's oversubscription ({row['priority_class__name']} may "
-                  f"hold {_plain(factor)} times a limit)")
+                  f"hold {plain(factor)} times a limit)")
     return words
 
 

@@ -4,16 +4,12 @@ numbers it carries (``details``), naming the quota window that set a limit (``li
 from __future__ import annotations
 
 from dataclasses import dataclass
-from decimal import Decimal
 
 from allocations.models import Flavor
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import binding_checks, unstepped
 from kernel.errors import QuotaExceeded
-
-
-def _plain(value: Decimal) -> str:
-    return format(value.normalize(), "f")
+from kernel.numbers import plain
 
 
 def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> str:
@@ -56,10 +52,10 @@ class QuotaWords:
         out: dict[str, str | int | None] = {
             "department": self.names.get(check.department_id, str(check.department_id)),
             "flavor": self.flavor.name if real is not None else None,
-            "requested": _plain(check.requested),
-            "in_use": _plain(check.holds),
-            "limit": _plain(check.limit),
-            "effective_limit": _plain(check.effective_limit),
+            "requested": plain(check.requested),
+            "in_use": plain(check.holds),
+            "limit": plain(check.limit),
+            "effective_limit": plain(check.effective_limit),
         }
         if isinstance(scope, tuple):
             out["priority_class"] = self.priority_class
@@ -78,7 +74,7 @@ class QuotaWords:
         by = f" (set by quota window #{details['limit_by']})" if "limit_by" in details else ""
         return QuotaExceeded(
             f"Quota exceeded for {what} in department {details['department']}: requested "
-            f"{_plain(check.requested)}, held {_plain(check.holds)}, limit {_plain(check.effective_limit)}{by}{when}; "
+            f"{plain(check.requested)}, held {plain(check.holds)}, limit {plain(check.effective_limit)}{by}{when}; "
             "nothing it may reclaim frees enough.",
             details=details,
         )

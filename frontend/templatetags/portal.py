@@ -14,6 +14,7 @@ from allocations.versions import Minimums
 from frontend.navigation import nav_items
 from frontend.selectors import requestable_projects
 from frontend.timeline import SyncStatus, partial_reclaim_words, sync_status
+from kernel.numbers import plain
 from tenants.access import access_for
 
 register = template.Library()
@@ -50,7 +51,7 @@ def num(value: Any, places: int = 2) -> str:
     if not isinstance(value, Decimal):
         value = Decimal(str(value))
     rounded = value.quantize(Decimal(1).scaleb(-int(places)), rounding=ROUND_HALF_UP)
-    return format(rounded.normalize(), "f")
+    return plain(rounded)
 
 
 @register.filter

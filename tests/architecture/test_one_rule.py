@@ -1,0 +1,65 @@
+"""One rule, one place: a rule that was written several ways lives in one module, and a copy of it
+anywhere else in shipped code fails here. Each rule is data: what its copies look like (checked
+against samples of the copies it replaced, so a pattern that matches nothing fails too) and the
+one module allowed to hold it."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import click
+import pytest
+
+from cli.commands.requests import request_group
+from kernel.limits import QUANTITY_MAX
+from tests.architecture.imports import ROOT, source_files
+
+
+@dataclass(frozen=True)
+class OneRule:
+    name: str
+    copy: re.Pattern[str]  # what a copy of the rule looks like in the source
+    home: str  # the one module that holds it
+    samples: tuple[str, ...]  # copies it replaced: the pattern must find each
+
+
+RULES = (
+    OneRule("plain decimals", re.compile(r'\.normalize\(\),\s*"f"\)'), "kernel/numbers.py",
+            ('return format(value.normalize(), "f")', 'format(rounded.normalize(), "f")')),
+    OneRule("the quantity bound", re.compile(r"(max_value=|MaxValueValidator\(|<=\s*)10_?000\b"), "kernel/limits.py",
+            ("IntegerField(min_value=1, max_value=10000)", "MaxValueValidator(10000)", "1 <= quantity <= 10000")),
+    OneRule("the default priority class", re.compile(r'filter\(name="gpu-standard"\)'), "allocations/selectors.py",
+            ('priority_class_list(user=user).filter(name="gpu-standard").first()',)),
+)
+
+
+def _copies(rule: OneRule) -> list[str]:
+    found = []
+    for path in source_files():
+        relative = str(path.relative_to(ROOT))
+        if relative == rule.home:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if rule.copy.search(line):
+                found.append(f"{relative}:{number}: {line.strip()}")
+    return found
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
+def test_the_rule_has_one_home(rule: OneRule) -> None:
+    assert _copies(rule) == []
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda rule: rule.name)
+def test_the_pattern_finds_every_copy_it_replaced(rule: OneRule) -> None:
+    assert all(rule.copy.search(sample) for sample in rule.samples)
+    assert (ROOT / rule.home).is_file()
+
+
+def test_the_command_line_client_bounds_a_count_as_the_portal_does() -> None:
+    """The client stands alone (it imports nothing of the portal), so it keeps its own number."""
+    create = request_group.commands["create"]
+    count = next(param for param in create.params if param.name == "count")
+    assert isinstance(count.type, click.IntRange)
+    assert (count.type.min, count.type.max) == (1, QUANTITY_MAX)
