@@ -95,6 +95,19 @@ def _concurrently(ctx: Context, subs: tuple[Action, ...]) -> list[str]:
     return outcomes
 
 
+def faulted(action: Action) -> Action:
+    """The action a fault runs under: its own, but a tick for a deadlock on defragmentation (one plain
+    transaction: no retry to exercise)."""
+    sub = action.subs[0]
+    return Action("tick", sub.numbers) if action.fault == "deadlock" and sub.kind == "defrag" else sub
+
+
+def _parts(action: Action) -> frozenset[str]:
+    """What the step may have changed besides the grants, from the actions it really ran."""
+    ran = (faulted(action),) if action.kind == "fault" else (action, *action.subs)
+    return frozenset(part for one in ran for part in PARTS_OF.get(one.kind, ()))
+
+
 def execute(ctx: Context, action: Action) -> str:
     if action.kind == "concurrent":
         ctx.notes.concurrent = True
@@ -103,9 +116,7 @@ def execute(ctx: Context, action: Action) -> str:
             ctx.outcome_counts[f"{sub.kind}:{outcome}"] += 1
         return ",".join(outcomes)
     if action.kind == "fault":
-        sub = action.subs[0]
-        if action.fault == "deadlock" and sub.kind == "defrag":
-            sub = Action("tick", sub.numbers)  # defragmentation is one plain transaction: no retry to exercise
+        sub = faulted(action)
         k = int(action.numbers[0])
         with ctx.faults.armed(action.fault, FAULT_COUNTS[action.fault][k - 1]):
             outcome = executor.run_plain(ctx, sub)
@@ -164,8 +175,7 @@ def run_seed(seed: int, steps: int, *, keep: Iterable[int] | None = None, probe_
             started = clock_now()
             ctx.action_counts[action.kind] += 1
             execute(ctx, action)
-            parts = {part for one in (action, *action.subs) for part in PARTS_OF.get(one.kind, ())}
-            snap = snapshot_read(clock_now(), previous=ctx.snapshot, parts=frozenset(parts))
+            snap = snapshot_read(clock_now(), previous=ctx.snapshot, parts=_parts(action))
             found = check(ctx, ctx.snapshot, snap, started)
             if probe_every and (len(result.step_seconds) + 1) % probe_every == 0:
                 found += probes(ctx, snap, clock_now())

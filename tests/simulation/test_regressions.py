@@ -40,6 +40,8 @@ REPLAYS = (
            "would do)", 14, 92, (29, 33, 34, 35, 39, 41, 43, 44, 49, 50, 53, 77, 89, 91), "reclaim-within-guarantee"),
     Replay("no units are added to a grant whose end has come while its expiry has not run (the tick was late): "
            "placed over an empty interval they were put on its own GPUs", 5, 66, (44, 54, 56, 59, 65), "capacity"),
+    Replay("the simulator's own: a deadlock on a defragmentation runs a tick instead, so the window edges that tick "
+           "applies are read back before they are checked", 60, 241, (167, 238, 240), "window-edge"),
 )
 
 
