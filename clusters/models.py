@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
+from kernel.clock import clock_now
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 
 
@@ -226,7 +227,8 @@ class ClusterPush(models.Model):
     available_at = models.DateTimeField()
     claimed_until = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+    # The clock's now, as every other instant of a push (``_succeeded`` compares it with a delivery's start).
+    created_at = models.DateTimeField(default=clock_now, editable=False)
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
