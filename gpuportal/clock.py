@@ -23,12 +23,12 @@ from kernel.periodic import PeriodicThread
 log = logging.getLogger(__name__)
 
 TIMELINE = "allocations-timeline"
-TIMELINE_TASK = "allocations.tasks.allocations_timeline_task"
-"""Beat's task of the same entry. The clock's tasks are imported here, so they are registered in
-the serving process, whose start-up does not import the apps' task modules."""
 TICK_SECONDS = 30.0
 ENTRIES: tuple[Periodic, ...] = clock_entries()
 TASKS: dict[str, Task[Any, Any]] = {entry.name: import_string(entry.task) for entry in ENTRIES}
+"""The clock's tasks, imported here so that they are registered in the serving process, whose
+start-up does not import the apps' task modules."""
+TIMELINE_TASK = TASKS[TIMELINE].name
 
 
 class Clock(PeriodicThread):

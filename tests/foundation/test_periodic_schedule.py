@@ -19,6 +19,7 @@ from audit.conf import audit_checkpoint_interval_seconds
 from clusters import outbox
 from gpuportal import clock, periodic
 from gpuportal.periodic import CLOCK, SCHEDULE, Periodic, beat_schedule
+from tests.architecture.imports import source_files
 
 ROOT = Path(__file__).resolve().parents[2]
 BY_NAME = {entry.name: entry for entry in SCHEDULE}
@@ -49,7 +50,7 @@ def test_a_switch_and_an_interval_setting_shape_beats_schedule() -> None:
 
 def test_the_settings_module_is_the_only_place_beats_schedule_is_written() -> None:
     writers = []
-    for path in _shipped_python():
+    for path in source_files():
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             targets = node.targets if isinstance(node, ast.Assign) else []
             for target in targets:
@@ -126,12 +127,6 @@ def test_a_failing_entry_is_logged_and_the_others_still_run(
 
 def _seconds(entry: Periodic) -> float:
     return entry.seconds(lambda name: getattr(settings, name))
-
-
-def _shipped_python() -> Iterator[Path]:
-    from tests.architecture.imports import source_files
-
-    yield from source_files()
 
 
 def test_the_module_reads_no_django() -> None:
