@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from accounting import selectors
 from accounting.hours import HOUR, hour_floor
-from allocations.catalog_apis import InstantField
+from allocations.api.catalogue import InstantField
 from kernel.api.base import IdField, filters, iso_datetime
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView

@@ -34,7 +34,7 @@ from django.db.models.functions import TruncDay
 from accounting import conf
 from accounting.hours import HOUR, as_decimal, day_floor, gpu_hours, hour_floor, hours_in, seconds_by_hour
 from accounting.models import UsageDay, UsageHour
-from allocations.selectors import reservations_held_between
+from allocations.catalogue.selectors import reservations_held_between
 from kernel.clock import clock_now
 from kernel.intervals import Interval
 from kernel.locks import advisory_xact_lock, references_key_share

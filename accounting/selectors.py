@@ -26,8 +26,8 @@ from django.http import Http404
 
 from accounting.hours import day_floor
 from accounting.models import UsageDay, UsageHour
-from allocations.admission import QuotaSpan, QuotaUsage, quota_spans, quota_usages
-from allocations.selectors import quota_list
+from allocations.catalogue.selectors import quota_list
+from allocations.quotas.usage import QuotaSpan, QuotaUsage, quota_spans, quota_usages
 from clusters.models import Cluster
 from kernel.reads import SharedReads
 from tenants.access import access_for, department_parent_map, department_subtree_ids
@@ -138,7 +138,7 @@ def usage_quotas(
     department_id: int | None = None, project_id: int | None = None,
 ) -> list[QuotaInUse]:  # fmt: skip
     """The quotas of the departments the report covers (``department``: its subtree; ``project``:
-    its department), each at ``at`` and over ``[start, end)`` (``allocations.admission``): what the
+    its department), each at ``at`` and over ``[start, end)`` (``allocations.quotas.usage``): what the
     grants holding at that instant hold, and the most they hold at any one moment of the range."""
     reads = SharedReads()
     quotas = quota_list(user=user)

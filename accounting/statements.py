@@ -28,8 +28,8 @@ from accounting.charges import Card, Charges, Hour, charges_from_sums, month_bou
 from accounting.hours import PLACES
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
 from accounting.rolling import usage_hours_roll
+from allocations.catalogue.selectors import reservations_held_between
 from allocations.models import Flavor
-from allocations.selectors import reservations_held_between
 from audit import actions
 from audit.services import audit_record
 from kernel.clock import clock_now

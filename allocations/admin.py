@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from allocations import catalog, services
+from allocations.grants import services
 from allocations.models import (
     Allocation,
     Flavor,
@@ -21,7 +21,8 @@ from allocations.models import (
     RuleChange,
     RuleChangeKind,
 )
-from allocations.rule_changes import RuleOutcome, rule_change_needs_second, rule_change_propose
+from allocations.rules import catalogue as catalog
+from allocations.rules.changes import RuleOutcome, rule_change_needs_second, rule_change_propose
 from audit import actions
 from audit.admin_base import AuditedAdmin, ReadOnlyAdmin
 from kernel.errors import ApplicationError, FieldError
@@ -37,7 +38,7 @@ class FlavorAdmin(AuditedAdmin):
 
 
 class CatalogueAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Priority classes and quotas change through ``allocations.rule_changes`` here too: the same
+    """Priority classes and quotas change through ``allocations.rules.changes`` here too: the same
     rules, the same audit events (``via: admin``) and the same pushes as through the API; only
     platform admins may change them, and only where a change needs no second admin (four-eyes off,
     ``rule_change_needs_second``): with four-eyes on these pages are read-only, and a change is
@@ -187,7 +188,7 @@ class ReservationAdmin(ReadOnlyAdmin):
 
 @admin.register(QuotaWindow)
 class QuotaWindowAdmin(ReadOnlyAdmin):
-    """Read-only: windows are asked for, decided and cancelled through ``allocations.window_services``
+    """Read-only: windows are asked for, decided and cancelled through ``allocations.windows.services``
     (the API and the portal), which check four-eyes and audit each step."""
 
     list_display = ["id", "quota", "kind", "state", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
@@ -199,7 +200,7 @@ class QuotaWindowAdmin(ReadOnlyAdmin):
 @admin.register(RuleChange)
 class RuleChangeAdmin(ReadOnlyAdmin):
     """Read-only: changes of the rules are proposed, decided and withdrawn through
-    ``allocations.rule_changes`` (the API and the portal), which check four-eyes and audit each step."""
+    ``allocations.rules.changes`` (the API and the portal), which check four-eyes and audit each step."""
 
     list_display = ["id", "kind", "state", "quota", "priority_class", "emergency", "proposed_by", "decided_by", "created_at"]
     list_filter = ["state", "kind", "emergency"]

@@ -6,11 +6,11 @@ from __future__ import annotations
 from celery import shared_task
 
 from allocations.fair_share.services import fair_share_tick
-from allocations.notices import allocations_expiry_notices
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
-from allocations.services import allocations_expire
-from allocations.window_tick import quota_windows_tick
+from allocations.grants.notices import allocations_expiry_notices
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
+from allocations.grants.services import allocations_expire
+from allocations.windows.tick import quota_windows_tick
 
 
 @shared_task

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from allocations import (
-    apis,
-    catalog_apis,
-    change_apis,
-    preview_apis,
-    project_cap_apis,
-    rule_change_apis,
-    sharing_apis,
-    window_apis,
-    window_shrink_apis,
-)
-from allocations.fair_share import apis as fair_share_apis
+from allocations.api import catalogue as catalog_apis
+from allocations.api import changes as change_apis
+from allocations.api import fair_share as fair_share_apis
+from allocations.api import grants as apis
+from allocations.api import preview as preview_apis
+from allocations.api import project_caps as project_cap_apis
+from allocations.api import rule_changes as rule_change_apis
+from allocations.api import sharing as sharing_apis
+from allocations.api import window_shrinks as window_shrink_apis
+from allocations.api import windows as window_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("flavors/", apis.FlavorListApi.as_view(), name="api-flavors"),

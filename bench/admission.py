@@ -120,7 +120,7 @@ def seed_cluster(nodes: int) -> dict[str, Any]:
 
 def booked_milli() -> int:
     from allocations.booking.defrag import reservation_used_milli
-    from allocations.selectors import live_reservations_on
+    from allocations.catalogue.selectors import live_reservations_on
 
     total = 0
     for row in live_reservations_on().select_related("allocation__flavor"):
@@ -134,14 +134,14 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from allocations import services
+    from allocations.admission import room
     from allocations.booking import policy as booking_policy
     from allocations.booking import reservations
+    from allocations.grants import services
     from allocations.models import Flavor, PriorityClass
-    from allocations.placement import Policy, Workload, make_policy
-    from allocations.quotas import room
     from clusters import outbox
     from kernel.errors import CapacityExceeded
+    from placement import Policy, Workload, make_policy
     from tenants.models import Project
 
     facts = seed(nodes)
@@ -251,9 +251,9 @@ def run_contested(*, nodes: int, requests: int, seed_value: int, lifetime: float
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from allocations import services
+    from allocations.catalogue.states import HOLDING_STATES
+    from allocations.grants import services
     from allocations.models import Allocation, Flavor, PriorityClass
-    from allocations.states import HOLDING_STATES
     from clusters import outbox
     from kernel.errors import CapacityExceeded, QuotaExceeded
     from tenants.models import Project

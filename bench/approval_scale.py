@@ -162,7 +162,7 @@ class Stream:
 
         from django.utils import timezone
 
-        from allocations import services
+        from allocations.grants import services
 
         now = timezone.now()
         return services.allocation_request(
@@ -191,7 +191,7 @@ def stream_open(url: str) -> Stream:
 
 def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup: int) -> dict[str, Any]:
     stream = stream_open(url)
-    from allocations import services
+    from allocations.grants import services
     from kernel.errors import CapacityExceeded
 
     rng = random.Random(seed_value)
@@ -224,7 +224,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
     stream = stream_open(url)
     from django.test import Client
 
-    from allocations import services
+    from allocations.grants import services
     from kernel.errors import ApplicationError
 
     browser = Client(HTTP_HOST="localhost")

@@ -25,11 +25,11 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from allocations.placement.policies import POLICY_NAMES  # noqa: E402
-from allocations.placement.simulation.mig_ratio import cpsat_ratios  # noqa: E402
-from allocations.placement.simulation.replay import RunResult  # noqa: E402
-from allocations.placement.simulation.run import run_one  # noqa: E402
-from allocations.placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
+from placement.policies import POLICY_NAMES  # noqa: E402
+from placement.simulation.mig_ratio import cpsat_ratios  # noqa: E402
+from placement.simulation.replay import RunResult  # noqa: E402
+from placement.simulation.run import run_one  # noqa: E402
+from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
 
 PUBLIC_SEEDS = (42, 43, 44)
 BUDGET_SECONDS = 15.0

@@ -16,7 +16,7 @@ per second at random instants of the next week; ``lowest()`` over a one-day requ
 for the first time) and warm (median over consecutive minutes), and warm again with each rule
 counted from its own DTSTART (the search not moved forward), for the ratio.
 
-Tick (``allocations.window_tick.quota_windows_tick(now=...)``, the real service, on a throw-away
+Tick (``allocations.windows.tick.quota_windows_tick(now=...)``, the real service, on a throw-away
 SQLite database set up as ``bench/admission.py`` does, one active cluster): the same windows as
 rows; a first tick applies what is due at the hour, then quiet ticks every 30 seconds (edges in
 the lookback applied already, no shrink within 30 minutes), median and worst; then 100 festivals
@@ -164,9 +164,9 @@ def seed_rows(specs: dict[int, list[WindowSpec]]) -> tuple[Any, dict[int, int]]:
 
 def tick(specs: dict[int, list[WindowSpec]], *, quiet: int, due: int) -> dict[str, float] | str:
     try:
-        from allocations import window_tick
+        from allocations.windows import tick as window_tick
     except ImportError:
-        return "allocations/window_tick.py is not there: the pure parts only"
+        return "allocations/windows/tick.py is not there: the pure parts only"
     import clusters.outbox
     from allocations.models import QuotaWindow
 

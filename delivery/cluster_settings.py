@@ -17,8 +17,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import SharingMode
-from allocations.selectors import live_reservations_on
 from clusters.models import Cluster
 from clusters.outbox import push_enqueue
 from clusters.settings_change import cluster_settings_update

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from allocations.placement.mig import MigGeometry, MigState, geometry_for_model, mig_layout_starts
 from delivery.pinning import node_pool_labels
 from delivery.rendering import cluster_labels
+from placement.mig import MigGeometry, MigState, geometry_for_model, mig_layout_starts
 
 DEVICE_PLUGIN_CONFIGMAP = "gpuportal-device-plugin-configs"
 MIG_PARTED_CONFIGMAP = "gpuportal-mig-parted-config"

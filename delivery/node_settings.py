@@ -20,7 +20,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from allocations.selectors import live_reservations_on
+from allocations.catalogue.selectors import live_reservations_on
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster, Node

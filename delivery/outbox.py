@@ -29,12 +29,12 @@ import random
 from django.db import transaction
 from django.db.models import Q
 
-from allocations.models import Allocation
-from allocations.services import (
+from allocations.grants.services import (
     allocation_provision_failed,
     allocation_provision_start,
     allocation_provision_succeeded,
 )
+from allocations.models import Allocation
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, PushState
 from delivery.drivers import DriverError, PermanentDriverError

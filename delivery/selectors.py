@@ -7,18 +7,18 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from allocations.catalogue.selectors import holding_with_live_units, live_reservations_on
+from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
-from allocations.placement.mig import MigGeometry, geometry_for_model
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import effective
-from allocations.selectors import holding_with_live_units, live_reservations_on
-from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from delivery.node_configs import BookedUnit, MigGroup, NodePlan, mig_groups_from_layouts, units_in_force
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources
 from kernel.clock import clock_now
+from placement.mig import MigGeometry, geometry_for_model
 from tenants.access import department_ancestor_ids, department_parent_map
 from tenants.models import Membership, Project, Role
 

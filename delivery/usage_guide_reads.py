@@ -7,9 +7,9 @@ from collections import Counter
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from allocations.catalogue.selectors import allocation_get, live_reservations
+from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState
-from allocations.selectors import allocation_get, live_reservations
-from allocations.states import ON_CLUSTER_STATES
 from clusters import conf
 from delivery.container_limits import container_limits
 from delivery.selectors import granted_units

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import User
 
+from allocations.grants.services import allocation_approve, allocation_request
 from allocations.models import Allocation, Flavor, PriorityClass
-from allocations.services import allocation_approve, allocation_request
 from demo.history import demo_history_seed
 from kernel.clock import clock_now
 from tenants.models import Project

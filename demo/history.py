@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from django.contrib.auth.models import User
 from django.db import transaction
 
+from allocations.grants.services import allocation_approve, allocation_reject, allocation_release, allocation_request
 from allocations.models import Allocation, Flavor, PriorityClass, Reservation
-from allocations.services import allocation_approve, allocation_reject, allocation_release, allocation_request
 from kernel.clock import clock_now
 from tenants.models import Project
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState, Reservation
-from allocations.states import ON_CLUSTER_STATES
 from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, UsageSource
 

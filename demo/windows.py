@@ -21,8 +21,8 @@ from zoneinfo import ZoneInfo
 from django.contrib.auth.models import User
 
 from allocations.models import PriorityClass, Quota
-from allocations.window_models import QuotaWindow, WindowKind, WindowState
-from allocations.window_services import quota_window_approve, quota_window_create
+from allocations.models.windows import QuotaWindow, WindowKind, WindowState
+from allocations.windows.services import quota_window_approve, quota_window_create
 from kernel.clock import clock_now
 
 BERLIN = "Europe/Berlin"

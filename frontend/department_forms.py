@@ -1,5 +1,5 @@
 """The department page's forms (``frontend.views.departments``): input parsing only; the rules
-live in ``tenants.self_service``, ``tenants.services`` and ``allocations.project_caps``."""
+live in ``tenants.self_service``, ``tenants.services`` and ``allocations.admission.project_caps``."""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db.models import Prefetch, QuerySet
 
+from allocations.admission.project_caps import department_caps
 from allocations.models import Flavor
-from allocations.project_caps import department_caps
 from kernel.clock import clock_now
 from tenants.access import access_for
 from tenants.models import Department, Project, Role

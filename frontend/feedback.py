@@ -2,7 +2,7 @@
 
 The quota numbers are the display's (``allocations.admission.quota_checks``): what holds now, or
 over the request's interval moment by moment, against the limits the quota windows leave (approval
-decides again, ``allocations.quotas.planning``); the physical fit from the placement engine's dry run
+decides again, ``allocations.admission.planning``); the physical fit from the placement engine's dry run
 (``allocations.booking.preview``) on each cluster approval would try. Everything is read
 without locks: it describes the moment, and approval decides again under locks. ``where`` names
 the cluster, nodes and GPUs the engine would choose now.
@@ -14,9 +14,9 @@ import datetime
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from allocations.admission import Span, quota_checks
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Flavor, PriorityClass
+from allocations.quotas.usage import Span, quota_checks
 from clusters.models import Cluster
 from kernel.reads import SharedReads
 from tenants.access import department_chain

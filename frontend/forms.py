@@ -10,8 +10,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.validators import MaxValueValidator
 
+from allocations.catalogue.selectors import flavor_list, priority_class_default, priority_class_list
 from allocations.models import Allocation, Flavor, PriorityClass
-from allocations.selectors import flavor_list, priority_class_default, priority_class_list
 from audit.actions import all_actions
 from audit.models import Outcome
 from clusters.models import Cluster

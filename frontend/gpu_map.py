@@ -31,12 +31,12 @@ from typing import Any
 
 from django import forms
 
+from allocations.catalogue.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from allocations.models import Flavor, Reservation, SharingMode
-from allocations.placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
-from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from clusters.models import Cluster, Node, NodeSharing
 from frontend.forms import DateTimeLocalInput, DescribedFieldsMixin
 from kernel.clock import clock_now
+from placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from telemetry.gpu_busy import GpuBusy
 from tenants.models import Isolation
 

@@ -2,7 +2,7 @@
 the grants it would reclaim (whose, why, with how much notice) and when it would start.
 
 Both the request form (before submitting) and the approver (before approving) ask
-``allocations.quotas.planning.admission_decide``, the function approval itself decides with, read
+``allocations.admission.planning.admission_decide``, the function approval itself decides with, read
 without locks: it describes the moment, and approval decides again under its locks.
 
 A request that is not saved yet is asked about as an unsaved ``Allocation`` with primary key 0,
@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from allocations.admission.planning import Decision, admission_decide
 from allocations.booking.preview import candidate_clusters, preview_states
 from allocations.booking.reservations import placement_workload
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
-from allocations.quotas.planning import Decision, admission_decide
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.reads import SharedReads
@@ -133,7 +133,7 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
         )
         for victim in decision.victims
     ]
-    # As the placement preview API says it (allocations/preview_apis.py).
+    # As the placement preview API says it (allocations/api/preview.py).
     waits = any(line.notice_minutes > 0 and line.state != AllocationState.SCHEDULED for line in lines)
     starts = "after-notice" if waits else ("at-start" if allocation.starts_at > clock_now() else "now")
     return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)

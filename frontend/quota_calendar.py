@@ -27,12 +27,13 @@ from decimal import Decimal
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import QuerySet
 
+from allocations.catalogue.selectors import quota_list
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
+from allocations.models.windows import QuotaWindow
+from allocations.quotas.usage import quota_usages
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec, timeline
-from allocations.selectors import quota_list, quota_usages
-from allocations.states import HOLDING_STATES
-from allocations.window_models import QuotaWindow
 from kernel.numbers import plain
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department

@@ -11,15 +11,15 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Case, Count, FloatField, Q, QuerySet, Value, When
 
-from allocations.admission import department_usages
 from allocations.booking.view import node_offers, unit_shape
-from allocations.changes import allocation_change_list
+from allocations.catalogue.selectors import allocation_list, allocation_may_change, quota_list
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants.changes import allocation_change_list
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Flavor, Quota
-from allocations.placement.mig import geometry_for_model
-from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
-from allocations.states import HOLDING_STATES
+from allocations.quotas.usage import department_usages, quota_usages
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from clusters.selectors import cluster_list
+from placement.mig import geometry_for_model
 from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Membership, Project
 from tenants.selectors import project_list

@@ -9,8 +9,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils.text import capfirst
 
+from allocations.catalogue.states import reclaim_pending_q
 from allocations.models import Allocation, AllocationState, ChangeKind
-from allocations.states import reclaim_pending_q
 from audit.actions import get_action
 from audit.models import AuditEvent
 from kernel.times import time_readable

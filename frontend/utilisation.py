@@ -12,8 +12,8 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.utils.safestring import SafeString
 
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation
-from allocations.states import HOLDING_STATES
 from clusters.models import Cluster
 from frontend.charts import ChartBucket, meter, number, sparkline, utilisation_chart
 from frontend.forms import DescribedFieldsMixin

@@ -1,5 +1,5 @@
 """Forms of the quota calendar: ask for a quota window, decide on one. Input parsing only: the
-rules (times, RRULE, values, four-eyes) are ``allocations.window_services``'s, whose refusals the
+rules (times, RRULE, values, four-eyes) are ``allocations.windows.services``'s, whose refusals the
 views show next to the fields they name."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from django import forms
 from django.db.models import QuerySet
 
 from allocations.models import PriorityClass, Quota
-from allocations.window_models import ShrinkPolicy, WindowKind
+from allocations.models.windows import ShrinkPolicy, WindowKind
 from frontend.forms import DATETIME_INPUT_FORMATS, DateTimeLocalInput, DescribedFieldsMixin, PriorityClassChoiceField
 from kernel.limits import TEXT_LIMIT
 

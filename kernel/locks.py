@@ -8,7 +8,7 @@ rows are locked in primary-key order:
    below insert new ones, which nobody else can lock yet);
 2. allocations (one exception: approval locks the grants it reclaims *after* the department chain
    and the clusters, and only with SKIP LOCKED, so it never waits for them; a grant it could not
-   lock is left out and the plan made again without it — see ``allocations.reclaims``), then the
+   lock is left out and the plan made again without it — see ``allocations.grants.reclaims``), then the
    idle case that follows a grant (``accounting.IdleCase``: the idle evaluation and the keep,
    exempt and release of a case lock the grant first, then its case; see ``accounting.idle``);
 3. departments: the department chain, nearest first but locked in primary-key order (admission,

@@ -17,8 +17,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from accounting.idle_models import OPEN_STATES, IdleAction, IdleCase, IdleState
-from allocations.admission import quota_usages
 from allocations.models import Allocation, AllocationState, Quota
+from allocations.quotas.usage import quota_usages
 from audit.models import AuditCheckpoint, AuditEvent
 from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
 from kernel.clock import clock_now

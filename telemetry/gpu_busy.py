@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from django.http import Http404
 
-from allocations.selectors import live_reservations_on
+from allocations.catalogue.selectors import live_reservations_on
 from clusters.selectors import cluster_get
 from kernel.clock import clock_now
 from telemetry.models import ObservedGpu

@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404
 
-from allocations.selectors import live_reservations_on
+from allocations.catalogue.selectors import live_reservations_on
 from clusters.models import Node
 from clusters.selectors import node_list, sees_every_department
 from delivery.node_configs import MIG_CONFIG_KEY_PREFIX, RenderError, mig_config_entries, mig_config_key

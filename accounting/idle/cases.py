@@ -24,9 +24,9 @@ from accounting.idle import ladder
 from accounting.idle.evaluation import case_audit, case_snapshot
 from accounting.idle.selectors import idle_case_get
 from accounting.idle_models import OPEN_STATES, IdleCase, IdleState
-from allocations.selectors import allocation_may_change
-from allocations.services import allocation_release
-from allocations.transitions import allocation_lock
+from allocations.catalogue.selectors import allocation_may_change
+from allocations.grants.services import allocation_release
+from allocations.grants.transitions import allocation_lock
 from audit import actions
 from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed

@@ -21,10 +21,10 @@ from typing import Any
 from accounting.idle import ladder
 from accounting.idle.reading import Watch, idle_watches_read
 from accounting.idle_models import IdleAction, IdleCase, IdleState
+from allocations.grants.notices import allocation_notify
+from allocations.grants.reclaims import allocation_reclaim_idle
+from allocations.grants.transitions import allocation_lock
 from allocations.models import AllocationState
-from allocations.notices import allocation_notify
-from allocations.reclaims import allocation_reclaim_idle
-from allocations.transitions import allocation_lock
 from audit import actions
 from audit.actions import AuditAction
 from audit.services import audit_record

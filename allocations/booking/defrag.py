@@ -38,16 +38,16 @@ from allocations.booking.view import (
     node_rows,
     unit_shape,
 )
+from allocations.catalogue.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
-from allocations.placement import make_policy
-from allocations.placement.mig import geometry_for_model
-from allocations.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
-from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster
 from clusters.outbox import push_enqueue
 from kernel.clock import clock_now
+from placement import make_policy
+from placement.mig import geometry_for_model
 from tenants.access import require_platform_admin
 
 PLAN_POLICIES = ("ours", "bestfit")

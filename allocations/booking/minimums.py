@@ -1,5 +1,5 @@
 """Why a flavor with driver/CUDA minimums finds no node: the nodes that would offer its units but
-report older versions, or none (``allocations.versions``; ``view.node_offers`` leaves them out)."""
+report older versions, or none (``allocations.models.versions``; ``view.node_offers`` leaves them out)."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Which placement policy books a flavor's units: the flavor's ``placement_policy``.
 
 ``binpack`` (the default) is the engine's default policy, which packs units onto busy GPUs and
-nodes while keeping room for the typical units of the catalogue (:mod:`allocations.placement.policies.ours`);
+nodes while keeping room for the typical units of the catalogue (:mod:`placement.policies.ours`);
 ``spread`` puts each unit on the node, then the GPU, with the most free capacity
-(:mod:`allocations.placement.policies.spread`). Approval, the adoption of units granted before
+(:mod:`placement.policies.spread`). Approval, the adoption of units granted before
 placement existed and the placement preview all choose through :func:`placement_policy_for`, so
 the preview shows what approval would book.
 """
@@ -11,8 +11,8 @@ the preview shows what approval would book.
 from __future__ import annotations
 
 from allocations.models import Flavor, PlacementPolicy
-from allocations.placement import Policy, Workload, default_policy
-from allocations.placement.policies import Spread
+from placement import Policy, Workload, default_policy
+from placement.policies import Spread
 
 
 def placement_policy_for(flavor: Flavor, workload: Workload | None = None) -> Policy:

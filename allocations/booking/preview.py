@@ -19,12 +19,12 @@ from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import placement_attempt, placement_workload
 from allocations.booking.state import ClusterState, cluster_state
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
+from allocations.catalogue.selectors import holding_with_live_units
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor
-from allocations.placement import Policy
-from allocations.selectors import holding_with_live_units
-from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, Gpu
 from kernel.reads import SharedReads
+from placement import Policy
 from tenants.models import Project
 
 

@@ -41,16 +41,16 @@ from allocations.booking.view import (
     unit_shape,
     view_node_rebuild,
 )
+from allocations.catalogue.selectors import live_reservations, live_reservations_on
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, AllocationState, Flavor, Reservation
-from allocations.placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy, mig_tables
-from allocations.placement.placing import place
-from allocations.selectors import live_reservations, live_reservations_on
-from allocations.states import HOLDING_STATES
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Cluster, Node
 from kernel.clock import clock_now
 from kernel.errors import CapacityExceeded
+from placement import Placement, Policy, Rejection, TaskClass, Workload, default_policy, mig_tables
+from placement.placing import place
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The memory reserve and the tenancy rules, as booking applies them to one flavor on one cluster.
 
-The arithmetic is pure (``allocations.placement.reserve``, ``allocations.booking.tenancy``); this
+The arithmetic is pure (``placement.reserve``, ``allocations.booking.tenancy``); this
 module reads the settings (the cluster's reserve, the flavor's override) and the holders of the
 live reservations, once per placement attempt.
 """
@@ -22,9 +22,9 @@ from allocations.booking.tenancy import (
 )
 from allocations.booking.view import NodeRow, UnitShape
 from allocations.models import SHARED_MODES, Flavor, Reservation, SharingMode
-from allocations.placement.reserve import GPU_MILLI, Reserve, mps_pinned_limit_mib
 from clusters.models import Cluster, Gpu, NodeSharing
 from kernel.errors import FieldError
+from placement.reserve import GPU_MILLI, Reserve, mps_pinned_limit_mib
 
 
 def flavor_reserve(*, flavor: Flavor, cluster: Cluster) -> Reserve:

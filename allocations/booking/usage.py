@@ -5,7 +5,7 @@ A row holds its GPUs (a share, or a MIG instance), CPU and memory over its alloc
 A picture for an interval shows, per GPU and node, the most that is held at one instant: rows that
 never hold at the same instant (two grants booked one after the other on one MIG slice) do not add
 up, rows that do add up, and a unit placed beside them over all of their spans fits at every
-instant (``allocations.placement.peaks``; for MIG instances ``MigGeometry.held``).
+instant (``placement.peaks``; for MIG instances ``MigGeometry.held``).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from django.db.models import F, QuerySet
 
 from allocations.models import Allocation, Reservation
-from allocations.placement import MigSlice
-from allocations.placement.peaks import ALWAYS, Span, at_one_instant, sweep
+from placement import MigSlice
+from placement.peaks import ALWAYS, Span, at_one_instant, sweep
 
 
 @dataclass
@@ -65,7 +65,7 @@ def row_spans(rows: Sequence[Reservation]) -> list[Span]:
 def reservation_usage(reservations: Iterable[Reservation]) -> Usage:
     """What ``reservations`` hold per GPU and per node's CPU and memory, at the instant each holds
     the most: rows that never hold at the same instant do not add up, those that do add up
-    (``allocations.placement.peaks``). A unit placed beside them over all of their spans fits
+    (``placement.peaks``). A unit placed beside them over all of their spans fits
     at every instant."""
     rows = list(reservations)
     by_node: dict[int, list[tuple[Reservation, Span]]] = defaultdict(list)

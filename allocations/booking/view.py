@@ -29,15 +29,15 @@ from dataclasses import dataclass, field, replace
 
 from allocations.booking.tenancy import Exclusion
 from allocations.booking.usage import GpuUse, Usage, reservation_usage, with_spans
+from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Flavor, Reservation, SharingMode
-from allocations.placement import Cluster as EngineCluster
-from allocations.placement import Gpu as EngineGpu
-from allocations.placement import MigSlice, Request
-from allocations.placement import Node as EngineNode
-from allocations.placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
-from allocations.selectors import live_reservations_on
-from allocations.versions import Minimums
+from allocations.models.versions import Minimums
 from clusters.models import Cluster, Gpu, Node, NodeSharing
+from placement import Cluster as EngineCluster
+from placement import Gpu as EngineGpu
+from placement import MigSlice, Request
+from placement import Node as EngineNode
+from placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
 
 GPU_MILLI = 1000
 UNKNOWN_CAPACITY = 1 << 40

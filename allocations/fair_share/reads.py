@@ -19,8 +19,8 @@ from dataclasses import dataclass, replace
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import Http404
 
-from allocations.fair_share.models import FairShare
 from allocations.fair_share.tree import Node, decayed, fair_tree
+from allocations.models.fair_share import FairShare
 from kernel.conf import setting_int
 from tenants.access import access_for
 from tenants.models import Department

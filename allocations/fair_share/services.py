@@ -2,7 +2,7 @@
 
 ``fair_share_tick(now)``: for every department, ``usage ← decayed(usage, now - as_of) + what its own
 projects held in (as_of, now]``, each moment decayed by its age (``tree.held_decayed``). *Held* is
-exactly what the usage roll-up counts as granted (``allocations.selectors.reservations_held_between``:
+exactly what the usage roll-up counts as granted (``allocations.catalogue.selectors.reservations_held_between``:
 a reservation live inside its allocation's period, weighted by the flavor's GPU-equivalents, one
 unit's overlapping rows once). A department never counted before starts ``FIRST_SPAN_HALF_LIVES``
 half-lives back, where usage weighs less than a thousandth. A department already counted up to
@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
-from allocations.fair_share.models import SHARES_MAX, FairShare
+from allocations.catalogue.selectors import reservations_held_between
 from allocations.fair_share.reads import half_life_seconds
 from allocations.fair_share.tree import decayed, held_decayed
-from allocations.selectors import reservations_held_between
+from allocations.models.fair_share import SHARES_MAX, FairShare
 from audit import actions
 from audit.services import audit_record
 from kernel.clock import clock_now

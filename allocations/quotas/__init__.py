@@ -1,5 +1,5 @@
 """Quota promises: guarantees, borrowing, reclaim and priority preemption (docs/quotas.md).
 
 ``algebra`` is pure (numbers in, a decision out) so that it can be tested with properties;
-``planning`` reads the database into it; the services in ``allocations.services`` act on a plan.
+``planning`` reads the database into it; the services in ``allocations.grants.services`` act on a plan.
 """

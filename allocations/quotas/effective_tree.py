@@ -31,10 +31,10 @@ from decimal import Decimal
 from typing import Any
 
 from allocations.models import Quota
+from allocations.models.windows import QuotaWindow, ShrinkPolicy, WindowState
 from allocations.quotas import algebra, windows
 from allocations.quotas import in_use as timed
 from allocations.quotas.window_reading import window_spec
-from allocations.window_models import QuotaWindow, ShrinkPolicy, WindowState
 
 Step = tuple[datetime.datetime, datetime.datetime]
 

@@ -2,7 +2,7 @@
 pure (``allocations.quotas.windows`` uses both). A walk counts the starts it takes up and, at an
 eighth of the cost, those it passes over; it raises ``_Spent`` when either runs out. A rule with
 more than :data:`DENSE` times a day (only one stored before the bounds of
-``allocations.window_rrule_bounds``) is walked day by day instead: its times of day merged once
+``allocations.quotas.rrule_bounds``) is walked day by day instead: its times of day merged once
 into the spans they cover, so every second of a day costs what one occurrence does."""
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ import datetime
 from collections import defaultdict
 from collections.abc import Iterable
 
+from allocations.models.windows import QuotaWindow, WindowState
 from allocations.quotas.windows import WindowSpec
-from allocations.window_models import QuotaWindow, WindowState
 
 
 def window_spec(row: QuotaWindow) -> WindowSpec:

@@ -33,7 +33,7 @@ not with the duration.
 
 Budget: an evaluation takes up at most ``budget`` occurrence starts (:data:`BUDGET` unless the caller
 asks for less: lists and calendars ask for :data:`PAGE_BUDGET`). The services refuse a rule that
-could come near it (``allocations.window_services``: at most hourly, a bounded number of edges a
+could come near it (``allocations.windows.services``: at most hourly, a bounded number of edges a
 year); a rule stored before those bounds that runs the budget out is taken as in force without a
 break from the last start taken up to the end of the interval (what a rule that dense amounts to: its
 occurrences, a minute or more long, overlap), so that no rule makes an evaluation slow. A rule with

@@ -8,9 +8,9 @@ from typing import Any
 from django import template
 from django.http import HttpRequest
 
+from allocations.catalogue.sharing_guide import ModeGuide, guide_for
 from allocations.models import Allocation, Flavor
-from allocations.sharing_guide import ModeGuide, guide_for
-from allocations.versions import Minimums
+from allocations.models.versions import Minimums
 from frontend.navigation import nav_items
 from frontend.selectors import requestable_projects
 from frontend.timeline import SyncStatus, partial_reclaim_words, sync_status
@@ -76,7 +76,7 @@ def lookup(mapping: dict[Any, Any], key: Any) -> Any:
 
 @register.filter
 def sharing_guide(mode: str) -> ModeGuide | None:
-    """What a sharing mode is for and its caveats (``allocations.sharing_guide``)."""
+    """What a sharing mode is for and its caveats (``allocations.catalogue.sharing_guide``)."""
     return guide_for(mode)
 
 

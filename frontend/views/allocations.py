@@ -19,10 +19,10 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounting.idle.selectors import idle_case_list
 from accounting.idle_models import OPEN_STATES
 from allocations.booking.reservations import reservations_where
-from allocations.changes import CHANGEABLE_STATES, self_renew_until
+from allocations.catalogue.selectors import allocation_get, allocation_may_change, pending_changes
+from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
+from allocations.grants.services import allocation_release, allocation_request
 from allocations.models import Allocation, AllocationState
-from allocations.selectors import allocation_get, allocation_may_change, pending_changes
-from allocations.services import allocation_release, allocation_request
 from delivery.usage_guide_reads import allocation_usage_guide_or_none
 from frontend.feedback import request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm, ResizeForm

@@ -15,10 +15,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
 from allocations.fair_share.reads import FairShareStanding, fair_share_table
+from allocations.grants.services import allocation_approve, allocation_reject
 from allocations.models import Allocation, AllocationChange
-from allocations.services import allocation_approve, allocation_reject
-from allocations.window_models import WindowState
-from allocations.window_services import quota_window_list
+from allocations.models.windows import WindowState
+from allocations.windows.services import quota_window_list
 from frontend.accounting import department_accounting
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
@@ -44,7 +44,7 @@ OUTLOOK_ROWS = 5
 """The approvals queue says what approval would do (reclaim which grants, or why it would be
 refused) for its first ``OUTLOOK_ROWS`` requests, which an admin decides first (the queue's order:
 the department least served for its fair share first, then the oldest): each
-outlook is a full admission read (``allocations.quotas.planning.admission_decide``: a few queries
+outlook is a full admission read (``allocations.admission.planning.admission_decide``: a few queries
 for the quota tree and the grants overlapping the request, three per candidate cluster), which
 shares no reads with the others, so the queue's cost stays bounded however long it is. Every
 other request links to its page, which says it."""

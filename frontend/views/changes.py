@@ -1,4 +1,4 @@
-"""Changes to a grant's terms (``allocations.changes``): renew and resize from the allocation page,
+"""Changes to a grant's terms (``allocations.grants.changes``): renew and resize from the allocation page,
 withdraw a pending change there, and approve or reject one from the approvals page."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from allocations.changes import (
+from allocations.catalogue.selectors import allocation_get
+from allocations.grants.changes import (
     ChangeOutcome,
     allocation_change_approve,
     allocation_change_cancel,
@@ -20,7 +21,6 @@ from allocations.changes import (
     allocation_resize,
 )
 from allocations.models import Allocation
-from allocations.selectors import allocation_get
 from frontend.forms import ChangeDecisionForm, RenewForm, ResizeForm
 from frontend.http import form_add_service_error, portal_user
 from frontend.views.allocations import detail_context

@@ -18,8 +18,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from allocations.admission.project_caps import project_caps_set
 from allocations.models import Flavor, ProjectQuota
-from allocations.project_caps import project_caps_set
 from frontend.department_forms import CapForm, MemberAddForm, ProjectCreateForm, ProjectEditForm, ProjectMemberAddForm
 from frontend.departments import administered_departments, department_page
 from frontend.http import portal_user

@@ -11,8 +11,8 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from allocations.booking.defrag import defrag_apply, defrag_plan
-from allocations.selectors import flavor_list, priority_class_list
-from allocations.sharing_guide import guides
+from allocations.catalogue.selectors import flavor_list, priority_class_list
+from allocations.catalogue.sharing_guide import guides
 from clusters.selectors import (
     cluster_drift_list,
     cluster_get,

@@ -1,6 +1,6 @@
 """The changes of the rules (quotas, priority classes) waiting for a second platform admin, on the
 approvals page: approve or reject one (never one's own, four-eyes), or withdraw one's own
-(``allocations.rule_changes``)."""
+(``allocations.rules.changes``)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from allocations.rule_change_models import RuleChange, RuleChangeState
-from allocations.rule_changes import (
+from allocations.models.rule_changes import RuleChange, RuleChangeState
+from allocations.rules.changes import (
     rule_change_approve,
     rule_change_get,
     rule_change_list,

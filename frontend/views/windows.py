@@ -1,6 +1,6 @@
 """The quota calendar of a department (``frontend.quota_calendar``) and its quota windows: asked for
 by the department's admins, decided by platform admins (four-eyes), cancelled by their requester or
-a platform admin, all through ``allocations.window_services``. Whoever reads the department (its
+a platform admin, all through ``allocations.windows.services``. Whoever reads the department (its
 researchers, admins and auditors, platform admins) sees the calendar; others get 404."""
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from allocations.catalogue.selectors import priority_class_list, quota_list
 from allocations.models import Quota
+from allocations.models.windows import QuotaWindow, WindowState
 from allocations.quotas.windows import PAGE_BUDGET, Edge
-from allocations.rule_changes import rule_change_needs_second
-from allocations.selectors import priority_class_list, quota_list
-from allocations.window_models import QuotaWindow, WindowState
-from allocations.window_services import (
+from allocations.rules.changes import rule_change_needs_second
+from allocations.windows.services import (
     quota_window_approve,
     quota_window_cancel,
     quota_window_create,
@@ -131,7 +131,7 @@ def quota_calendar(request: HttpRequest, department_id: int) -> HttpResponse:
 @login_required
 def quota_window_new(request: HttpRequest, department_id: int) -> HttpResponse:
     """A request for a window (pending), or a platform admin's window in force at once where four-eyes
-    is off (``allocations.rule_changes.rule_change_needs_second``)."""
+    is off (``allocations.rules.changes.rule_change_needs_second``)."""
     user = portal_user(request)
     department = department_get(user=user, department_id=department_id)
     if not access_for(user).can_administer_department(department.pk):

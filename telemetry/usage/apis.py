@@ -13,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocations.selectors import allocation_get
+from allocations.catalogue.selectors import allocation_get
 from kernel.api.base import filters
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView

@@ -15,8 +15,8 @@ from accounting.idle import ladder
 from accounting.idle.cases import idle_case_exempt, idle_case_keep, idle_case_release
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleAction, IdleCase, IdlePolicy, IdleState
+from allocations.grants.services import allocation_release
 from allocations.models import Allocation, AllocationState
-from allocations.services import allocation_release
 from audit.models import AuditEvent
 from kernel.errors import ApplicationError, FourEyes, NotAllowed
 from tests.conftest import World, requires_postgres

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The portal's apps from the bottom of the import order to the top: an app may import only the
 # apps before it in this list (docs/architecture.md explains what each owns).
 LAYERS: tuple[str, ...] = (
+    "placement",
     "kernel",
     "audit",
     "tenants",
@@ -44,6 +45,16 @@ EXTRA_ALLOWED: dict[str, frozenset[str]] = {
     "telemetry": frozenset({"agent"}),
 }
 PACKAGES = LAYERS + STANDALONE
+# The floors inside an app, from the bottom up: a module on one floor may import only its own floor
+# and the floors below it. The app's Django entry points (``ENTRY_POINTS``, at the app's root) stand
+# above every floor; any other module at the root is out of place (docs/architecture.md, "Inside
+# allocations").
+FLOORS: dict[str, tuple[str, ...]] = {
+    "allocations": (
+        "models", "catalogue", "quotas", "booking", "fair_share", "rules", "admission", "grants", "windows", "api",
+    ),
+}
+ENTRY_POINTS = frozenset({"__init__", "apps", "admin", "urls", "tasks", "management"})
 
 
 @dataclass(frozen=True)
@@ -111,6 +122,18 @@ def project_imports() -> list[Import]:
 
 def app_of(module: str) -> str:
     return module.split(".")[0]
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of a module of an app with floors (its index in FLOORS), ``len(floors)`` for the
+    app's entry points and the app's package itself; None for any other app."""
+    parts = module.split(".")
+    floors = FLOORS.get(parts[0])
+    if floors is None:
+        return None
+    if len(parts) > 1 and parts[1] in floors:
+        return floors.index(parts[1])
+    return len(floors)
 
 
 def module_cycles(imports: list[Import]) -> list[list[str]]:

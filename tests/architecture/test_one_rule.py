@@ -29,7 +29,7 @@ RULES = (
             ('return format(value.normalize(), "f")', 'format(rounded.normalize(), "f")')),
     OneRule("the quantity bound", re.compile(r"(max_value=|MaxValueValidator\(|<=\s*)10_?000\b"), "kernel/limits.py",
             ("IntegerField(min_value=1, max_value=10000)", "MaxValueValidator(10000)", "1 <= quantity <= 10000")),
-    OneRule("the default priority class", re.compile(r'filter\(name="gpu-standard"\)'), "allocations/selectors.py",
+    OneRule("the default priority class", re.compile(r'filter\(name="gpu-standard"\)'), "allocations/catalogue/selectors.py",
             ('priority_class_list(user=user).filter(name="gpu-standard").first()',)),
 )
 

@@ -1,5 +1,5 @@
 """Four-eyes on the rules has one door: the catalogue's writes of quotas and priority classes
-(``allocations.catalog``) are called only by ``allocations.rule_changes``, which decides whether a
+(``allocations.rules.catalogue``) are called only by ``allocations.rules.changes``, which decides whether a
 change waits for a second platform admin (``rule_change_needs_second``); the API, the portal and the
 Django admin go through it. Read from the source with ``ast``; the demo data, which is seeded
 before anyone signs in, and the tests may call the catalogue directly."""
@@ -13,7 +13,7 @@ from tests.architecture.imports import ROOT, module_name, source_files
 RULE_WRITES = frozenset({
     "quota_set", "quota_update", "quota_delete", "priority_class_create", "priority_class_update", "priority_class_delete",
 })
-DOOR = {"allocations.catalog", "allocations.rule_changes"}
+DOOR = {"allocations.rules.catalogue", "allocations.rules.changes"}
 SEEDED = ("demo.",)
 
 
@@ -35,7 +35,7 @@ def test_only_the_rule_changes_call_the_catalogues_rule_writes() -> None:
         if module in DOOR or module.startswith(SEEDED):
             continue
         outside += [f"{path.relative_to(ROOT)}:{line} {name}()" for line, name in rule_writes_called(path.read_text())]
-    assert outside == [], "call allocations.rule_changes.rule_change_propose instead (four-eyes on the rules)"
+    assert outside == [], "call allocations.rules.changes.rule_change_propose instead (four-eyes on the rules)"
 
 
 def test_the_check_finds_a_direct_call() -> None:

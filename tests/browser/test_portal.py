@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Quota
 from tests.browser.conftest import Portal
 

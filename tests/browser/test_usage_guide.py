@@ -10,7 +10,7 @@ import yaml
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import AllocationState
 from tests.browser.conftest import Portal
 

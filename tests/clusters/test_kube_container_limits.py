@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, Flavor
 from tests.conftest import World
 

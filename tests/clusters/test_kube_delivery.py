@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, AllocationState, Quota
 from clusters.models import ClusterDrift, ClusterPush, PushState
 from delivery.drivers import PermanentDriverError, Scope, driver_for

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import AllocationState
 from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert

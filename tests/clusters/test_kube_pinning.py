@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, Flavor, Quota, SharingMode
 from clusters.models import Gpu, Node, NodeSharing
 from delivery.pinning import MPS_TENANT_LABEL, POLICY_NAME, pool_label

@@ -19,7 +19,7 @@ from django.urls import reverse
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, AllocationState
 from clusters.models import ClusterDrift, ClusterPush, PushState
 from delivery.tasks import clusters_drift_check_task

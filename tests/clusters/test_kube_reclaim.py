@@ -14,10 +14,10 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services
+from allocations.grants import services
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
 from delivery.services import cluster_sync_project
 from delivery.tasks import clusters_drift_check_task
 from kube_testenv import wait_for

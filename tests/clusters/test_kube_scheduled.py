@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services
+from allocations.grants import services
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState
-from allocations.scheduling import allocations_start_due
 from clusters.models import ClusterPush, PushState
 from clusters.outbox import pushes_dispatch
 from delivery.services import cluster_sync, cluster_sync_project

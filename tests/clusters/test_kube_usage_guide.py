@@ -18,7 +18,7 @@ import yaml
 from django.utils import timezone
 from kubernetes import client
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from clusters.models import Node, NodeSharing
 from tests.clusters.test_kube_volcano import volcano_world

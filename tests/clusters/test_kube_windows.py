@@ -14,11 +14,11 @@ import pytest
 from django.utils import timezone
 from kubernetes import client
 
+from allocations.grants.services import allocations_expire
 from allocations.models import AllocationState, Quota
 from allocations.quotas import windows
 from allocations.quotas.window_reading import approved_window_specs
-from allocations.services import allocations_expire
-from allocations.window_tick import quota_windows_tick
+from allocations.windows.tick import quota_windows_tick
 from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from kernel.errors import QuotaExceeded
 from tests.clusters.test_kube_reclaim import gpu_quota, live_pods, pool, run_pods, wait_for_pods

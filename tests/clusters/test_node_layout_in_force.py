@@ -15,11 +15,11 @@ from decimal import Decimal
 
 import pytest
 
-from allocations import services
 from allocations.booking.reservations import reservations_where
+from allocations.grants import services
+from allocations.grants.scheduling import allocations_start_due
+from allocations.grants.services import allocations_expire
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
-from allocations.scheduling import allocations_start_due
-from allocations.services import allocations_expire
 from clusters.models import ClusterPush, PushState
 from delivery.selectors import booked_gpu_layouts, mig_demand, node_plans
 from delivery.services import cluster_scope

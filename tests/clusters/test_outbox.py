@@ -10,7 +10,7 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, AllocationState
 from clusters.models import ClusterPush, PushState
 from clusters.outbox import pushes_due

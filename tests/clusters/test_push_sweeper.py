@@ -11,7 +11,7 @@ import pytest
 from celery import current_app
 from django.utils import timezone
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, AllocationState
 from clusters import outbox
 from clusters.models import ClusterPush, PushState

@@ -9,7 +9,6 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocations.placement.mig import GEOMETRIES
 from delivery.node_configs import (
     MigGroup,
     NodePlan,
@@ -29,6 +28,7 @@ from delivery.rendering import (
     render_project,
     render_queue,
 )
+from placement.mig import GEOMETRIES
 
 
 def state(*grants: GrantedUnits, **extra: object) -> ProjectState:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, Reservation, SharingMode
 from audit.models import AuditEvent
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing

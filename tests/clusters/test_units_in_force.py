@@ -5,8 +5,8 @@ booked whole."""
 
 from __future__ import annotations
 
-from allocations.placement.mig import GEOMETRIES
 from delivery.node_configs import BookedUnit, units_in_force
+from placement.mig import GEOMETRIES
 
 A100 = GEOMETRIES["A100-80GB"]
 ONE_NODE = {(1, index): A100 for index in range(8)}

@@ -15,7 +15,7 @@ import yaml
 from django.test import Client, TestCase
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from delivery.container_limits import container_limits
 from delivery.rendering import GrantedUnits

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor
 from tenants.models import Project
 from tests.conftest import World
@@ -55,7 +55,7 @@ def approval_racing(
     writer: Callable[[], Any], hold_at: str = "_candidate_clusters",
 ) -> tuple[Counter[str], list[str], bool]:  # fmt: skip
     """Approve ``allocation_id`` and run ``writer`` on two threads: the approval stops when it calls
-    ``allocations.services.<hold_at>`` (by default: holding its allocation and its department chain,
+    ``allocations.grants.services.<hold_at>`` (by default: holding its allocation and its department chain,
     before it locks its clusters); then the writer runs, and the approval goes on once the writer
     waits for a lock or has finished without waiting (or after ``WAIT_S``). Returns what each
     thread ended with, the warnings of transactions run again after a deadlock, and whether the

@@ -21,9 +21,9 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, PriorityClass
-from allocations.window_tick import quota_windows_tick
+from allocations.windows.tick import quota_windows_tick
 from audit.models import AuditEvent
 from kernel.clock import clock_now
 from kernel.locks import rows_key_share

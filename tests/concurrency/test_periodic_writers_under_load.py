@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 
 from accounting.rolling import usage_hours_roll
-from allocations import services
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants import services
 from allocations.models import Allocation
-from allocations.states import HOLDING_STATES
 from telemetry.usage.ticking import allocations_utilisation_tick
 from tests.concurrency.approval_pause import pending_request
 from tests.conftest import World, build_world, requires_postgres

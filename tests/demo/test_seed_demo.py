@@ -11,10 +11,10 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from allocations.api.preview import admission_preview
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.reservations import placement_attempt
 from allocations.models import Allocation, Flavor, Reservation
-from allocations.preview_apis import admission_preview
 from audit.models import AuditEvent
 from clusters.models import Cluster
 from demo.seed import FLAVORS, demo_seed

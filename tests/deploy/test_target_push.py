@@ -21,7 +21,7 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from allocations import services as allocation_services
+from allocations.grants import services as allocation_services
 from allocations.models import Allocation, Flavor, PlacementPolicy, SharingMode
 from clusters.models import Cluster
 from delivery.services import cluster_sync

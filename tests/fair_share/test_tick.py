@@ -12,11 +12,11 @@ from django.core.management import call_command
 from django.db import connection
 from django.utils import timezone
 
-from allocations.fair_share.models import FairShare
 from allocations.fair_share.reads import fair_share_table
 from allocations.fair_share.services import fair_share_tick
 from allocations.fair_share.tree import held_decayed
 from allocations.models import Reservation
+from allocations.models.fair_share import FairShare
 from audit.models import AuditEvent
 from tests.conftest import World, requires_postgres
 from tests.telemetry.usage_history import HOUR, aligned_now, grant

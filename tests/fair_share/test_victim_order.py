@@ -11,9 +11,9 @@ from django.utils import timezone
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allocations import services
-from allocations.fair_share.models import FairShare
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Quota
+from allocations.models.fair_share import FairShare
 from allocations.quotas import algebra, victims
 from tenants.models import Department, Project, Role
 from tests.conftest import World

@@ -18,8 +18,10 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from accounting.models import IdleCase, IdlePolicy, IdleState, RateCard, Statement
-from allocations import changes, rule_changes, services, window_services
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow, RuleChange, RuleChangeKind
+from allocations.rules import changes as rule_changes
+from allocations.windows import services as window_services
 from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditCheckpoint

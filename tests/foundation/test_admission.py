@@ -8,7 +8,7 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Quota
 from audit.models import AuditEvent
 from kernel.errors import CapacityExceeded, QuotaExceeded

@@ -5,7 +5,7 @@ Each request is measured as an API client sends it (a personal access token in t
 projects, departments, memberships, flavors and priority classes. The counts must be equal and
 equal to the numbers below: a count that grows is an N+1, a count that changes is a new query on
 the busiest paths (say why in the commit that changes the number). The approval is counted apart
-from its service (``allocations.services.allocation_approve``: quotas and placement, whose reads
+from its service (``allocations.grants.services.allocation_approve``: quotas and placement, whose reads
 are the placement engine's own business), the view around it must stay as cheap.
 """
 
@@ -24,7 +24,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
 from tenants.access import access_forget
 from tenants.access_tokens import access_token_create

@@ -9,7 +9,7 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import AllocationState, Reservation
 from tests.conftest import World
 

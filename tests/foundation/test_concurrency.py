@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from allocations import services
-from allocations.admission import department_usage
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
+from allocations.quotas.usage import department_usage
 from kernel.errors import CapacityExceeded, QuotaExceeded
 from tests.conftest import World, build_world, requires_postgres
 from tests.threads import all_at_once

@@ -11,10 +11,11 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from allocations import catalog, services
 from allocations.booking.preview import placement_preview
+from allocations.catalogue.sharing_guide import NVIDIA_VGPU
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, SharingMode
-from allocations.sharing_guide import NVIDIA_VGPU
+from allocations.rules import catalogue as catalog
 from audit.models import AuditEvent
 from clusters.models import Node
 from frontend.selectors import servable_flavor_ids

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, PlacementPolicy, Quota, SharingMode
 from clusters.models import ClusterPush, PushState
 from kernel.errors import CapacityExceeded

@@ -19,8 +19,8 @@ from django.utils import timezone
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.renderers import OpenApiJsonRenderer
 
-from allocations import window_services
 from allocations.models import Quota, QuotaWindow
+from allocations.windows import services as window_services
 from kernel.clock import clock_advance, clock_now, clock_set
 from kernel.idempotency.drf import REPLAYED_HEADER
 from kernel.idempotency.models import IdempotencyKey, KeyState

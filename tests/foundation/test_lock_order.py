@@ -16,7 +16,7 @@ import pytest
 from django.db import OperationalError, transaction
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor
 from audit import actions
 from audit.models import AuditEvent

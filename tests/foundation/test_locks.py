@@ -32,7 +32,7 @@ ENVIRONMENTS = [
 ]  # fmt: skip
 # Modules of the shipped packages that only development uses (the placement benchmark's exact
 # optimum needs OR-Tools); nothing on a running portal's path imports them.
-DEVELOPMENT_ONLY_MODULES = {"allocations/placement/mig_optimum.py", "allocations/placement/simulation/mig_ratio.py"}
+DEVELOPMENT_ONLY_MODULES = {"placement/mig_optimum.py", "placement/simulation/mig_ratio.py"}
 
 
 def pins(name: str) -> dict[str, tuple[str, str]]:

@@ -10,18 +10,18 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations import services
 from allocations.booking.reservations import placement_workload, reservations_adopt, reservations_where
 from allocations.booking.view import placement_view, unit_shape
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, Quota, Reservation, SharingMode
-from allocations.placement import Cluster as EngineCluster
-from allocations.placement.mig import geometry_for_model
 from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Node, NodeSharing
 from delivery import selectors as cluster_selectors
 from delivery.node_configs import mig_config_entries
 from kernel.errors import CapacityExceeded
+from placement import Cluster as EngineCluster
+from placement.mig import geometry_for_model
 from tests.conftest import A100, H100, World, build_world
 
 pytestmark = pytest.mark.django_db

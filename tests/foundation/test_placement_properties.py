@@ -14,12 +14,12 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations import services
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, Reservation, SharingMode
-from allocations.placement.mig import geometry_for_model
-from allocations.states import HOLDING_STATES
 from clusters.models import Node
 from kernel.errors import CapacityExceeded, QuotaExceeded
+from placement.mig import geometry_for_model
 from tests.conftest import A100, World, build_world
 
 pytestmark = pytest.mark.django_db

@@ -25,10 +25,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
-from allocations import changes, services
-from allocations.admission import department_usage
+from allocations.grants import changes, services
 from allocations.models import Allocation, Flavor, PriorityClass, ProjectQuota, Quota, SharingMode
-from allocations.selectors import quota_usages
+from allocations.quotas.usage import department_usage, quota_usages
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, ClusterDrift
 from frontend.feedback import request_feedback

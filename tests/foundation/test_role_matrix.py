@@ -23,7 +23,7 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation
 from notifications.models import Webhook
 from notifications.services import webhook_create

@@ -14,13 +14,13 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations import services
 from allocations.booking.sharing import flavor_reserve, mps_hard_cap_mib
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, Quota, Reservation, SharingMode
-from allocations.placement.reserve import GPU_MILLI, Reserve
 from audit.models import AuditEvent
 from clusters.models import Gpu, Node, NodeSharing
 from kernel.errors import ApplicationError, CapacityExceeded
+from placement.reserve import GPU_MILLI, Reserve
 from tenants.models import Isolation, Project
 from tests.conftest import H100, World, build_world
 

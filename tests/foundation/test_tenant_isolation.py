@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Reservation
 from clusters.models import ClusterDrift, ClusterPush, Node, PushState
 from tenants.models import Project, Role

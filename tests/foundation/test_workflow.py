@@ -10,7 +10,7 @@ import yaml
 from django.conf import settings
 from django.utils import timezone
 
-from allocations import changes, services
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationState
 from audit.models import AuditEvent
 from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed

@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation
 from tests.conftest import World
 

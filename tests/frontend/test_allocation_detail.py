@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import AllocationState
 from tests.conftest import World
 from tests.frontend.conftest import Login, pending

@@ -8,8 +8,8 @@ import re
 import pytest
 from django.utils import timezone
 
-from allocations.fair_share.models import FairShare
 from allocations.fair_share.reads import fair_share_factors
+from allocations.models.fair_share import FairShare
 from frontend.selectors import pending_for_decision
 from tests.conftest import World
 from tests.frontend.conftest import Login, pending

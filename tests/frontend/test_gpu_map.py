@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Node, NodeSharing

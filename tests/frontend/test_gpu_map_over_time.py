@@ -10,8 +10,8 @@ from decimal import Decimal
 
 import pytest
 
-from allocations import services
 from allocations.booking.reservations import reservations_where
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from frontend.gpu_map import GpuMap, NodeMap, gpu_map
 from kernel.clock import clock_now, clock_set

@@ -10,12 +10,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, Reservation, SharingMode
-from allocations.placement.reserve import Reserve
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, ClusterPush, Node, NodeSharing, PushState
 from frontend.gpu_map import gpu_map, unit_share
+from placement.reserve import Reserve
 from tests.conftest import H100, World
 from tests.frontend.conftest import Login
 

@@ -14,11 +14,11 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, PriorityClass, Quota
+from allocations.models.windows import QuotaWindow, WindowState
 from allocations.quotas.windows import Effective, Step
-from allocations.window_models import QuotaWindow, WindowState
-from allocations.window_services import quota_window_approve, quota_window_create
+from allocations.windows.services import quota_window_approve, quota_window_create
 from frontend.quota_calendar import LEFT, chart, department_calendar, grants_over
 from tenants.models import Membership, Role
 from tests.conftest import World

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState, Flavor, Quota, SharingMode
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from frontend.outlook import admission_outlook, request_outlook

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import services
 from allocations.booking.reservations import reservations_where
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from frontend import feedback as feedback_module
 from frontend.feedback import request_feedback

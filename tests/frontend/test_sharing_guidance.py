@@ -8,8 +8,8 @@ import re
 
 import pytest
 
+from allocations.catalogue.sharing_guide import GUIDES
 from allocations.models import Flavor
-from allocations.sharing_guide import GUIDES
 from clusters.models import Node
 from tests.conftest import World
 from tests.frontend.conftest import Login

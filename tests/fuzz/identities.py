@@ -40,9 +40,9 @@ def prepare() -> dict[str, Any]:
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from allocations.changes import allocation_resize
+    from allocations.grants.changes import allocation_resize
+    from allocations.grants.services import allocation_approve, allocation_request
     from allocations.models import Allocation, Flavor, PriorityClass
-    from allocations.services import allocation_approve, allocation_request
     from clusters.models import Cluster
     from telemetry.node_tokens import node_token_issue
     from tenants.access_tokens import access_token_create
@@ -115,7 +115,7 @@ def _window_seed() -> None:
     from django.utils import timezone
 
     from allocations.models import Quota, QuotaWindow
-    from allocations.window_services import quota_window_create
+    from allocations.windows.services import quota_window_create
 
     if QuotaWindow.objects.filter(state="pending").exists():
         return
@@ -225,8 +225,8 @@ def _open_idle_cases() -> dict[str, list[int]]:
     from django.contrib.auth.models import User
 
     from accounting.idle_models import IdleCase, IdlePolicy
+    from allocations.grants.services import allocation_approve, allocation_request
     from allocations.models import Flavor, PriorityClass
-    from allocations.services import allocation_approve, allocation_request
     from kernel.clock import clock_now
     from tenants.models import Project
 

@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState
 from audit.models import AuditEvent
 from kernel.errors import FieldError, NotAllowed

@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation
 from notifications.delivery import delivery_send, notification_fan_out
 from notifications.models import Delivery, DeliveryState, Notification, Webhook

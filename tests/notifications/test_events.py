@@ -17,12 +17,12 @@ from django.utils import timezone
 
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleAction
-from allocations import services
+from allocations.grants import services
+from allocations.grants.notices import allocations_expiry_notices
+from allocations.grants.reclaims import allocation_reclaim_idle
+from allocations.grants.scheduling import allocations_start_due
+from allocations.grants.transitions import allocation_lock
 from allocations.models import Allocation
-from allocations.notices import allocations_expiry_notices
-from allocations.reclaims import allocation_reclaim_idle
-from allocations.scheduling import allocations_start_due
-from allocations.transitions import allocation_lock
 from clusters.models import ClusterPush
 from delivery.drivers import PermanentDriverError
 from delivery.outbox import push_deliver

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation
 from audit.models import AuditEvent
 from notifications.delivery import delivery_send

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation
 from notifications import allowlist, webhooks
 from notifications.models import Delivery, DeliveryState, Webhook

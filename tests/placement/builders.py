@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from allocations.placement import Cluster, Gpu, Node, Request, Workload
-from allocations.placement.inventory import MigSlice
+from placement import Cluster, Gpu, Node, Request, Workload
+from placement.inventory import MigSlice
 
 GIB = 1024
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from allocations.placement import (
+from placement import (
     Cluster,
     Gpu,
     MigSlice,
@@ -18,7 +18,7 @@ from allocations.placement import (
     Request,
     default_policy,
 )
-from allocations.placement.placing import place
+from placement.placing import place
 
 from .builders import GIB, cpu_only, mig, mig_node, node, shared, whole
 
@@ -128,6 +128,6 @@ def test_default_policy_works_without_any_workload_history() -> None:
 
 
 def test_the_engine_imports_no_django() -> None:
-    code = "import sys, allocations.placement.simulation.run; print(any(m.startswith('django') for m in sys.modules))"
+    code = "import sys, placement.simulation.run; print(any(m.startswith('django') for m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from allocations.placement import Cluster, Workload, make_policy
-from allocations.placement.fragmentation import FragModel
-from allocations.placement.policies.amounts import total_demand
-from allocations.placement.simulation.mig_variant import profile_for_share, to_mig
-from allocations.placement.simulation.protocol import prepare
-from allocations.placement.simulation.replay import replay
-from allocations.placement.simulation.run import run_one
-from allocations.placement.simulation.trace import load_pods, node_list_path, pod_list_path
+from placement import Cluster, Workload, make_policy
+from placement.fragmentation import FragModel
+from placement.policies.amounts import total_demand
+from placement.simulation.mig_variant import profile_for_share, to_mig
+from placement.simulation.protocol import prepare
+from placement.simulation.replay import replay
+from placement.simulation.run import run_one
+from placement.simulation.trace import load_pods, node_list_path, pod_list_path
 
 from .builders import cpu_only, node, shared, whole
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from allocations.placement import Cluster, Placement, Request, make_policy
-from allocations.placement.mig import GEOMETRIES, mig_compute
-from allocations.placement.mig_optimum import mig_optimum
-from allocations.placement.placing import place
+from placement import Cluster, Placement, Request, make_policy
+from placement.mig import GEOMETRIES, mig_compute
+from placement.mig_optimum import mig_optimum
+from placement.placing import place
 
 from .builders import mig, mig_node
 
@@ -64,7 +64,7 @@ def test_optimum_beats_an_unlucky_online_order() -> None:
 
 
 def test_optimum_respects_existing_instances_and_node_cpu() -> None:
-    from allocations.placement.inventory import MigSlice
+    from placement.inventory import MigSlice
     nodes = [mig_node("n", 1, cores=2, slices={0: (MigSlice("4g.40gb", 0),)})]
     seq = [mig("3g.40gb", cores=2), mig("2g.20gb", cores=1), mig("1g.10gb", cores=1)]
     opt = mig_optimum(nodes, seq)

@@ -20,15 +20,15 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from allocations import changes, services
 from allocations.booking import kept_views
 from allocations.booking import state as kept
 from allocations.booking.defrag import defrag_apply
 from allocations.booking.sharing import shape_under_reserve
 from allocations.booking.tenancy import Exclusion
 from allocations.booking.view import PlacementView, node_rows, placement_view, unit_shape
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants import changes, services
 from allocations.models import Allocation, Flavor, Reservation
-from allocations.states import HOLDING_STATES
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from kernel.errors import ApplicationError

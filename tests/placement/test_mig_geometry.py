@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from allocations.placement import Placement
-from allocations.placement.mig import COMPUTE_SLICES, GEOMETRIES, MigState, geometry_for_model
-from allocations.placement.mig_planner import SlicePlanner
-from allocations.placement.placing import place
+from placement import Placement
+from placement.mig import COMPUTE_SLICES, GEOMETRIES, MigState, geometry_for_model
+from placement.mig_planner import SlicePlanner
+from placement.placing import place
 
 from .builders import cluster, mig, mig_node
 

@@ -1,4 +1,4 @@
-"""What bookings held over time occupy at some instant (``allocations.placement.peaks``,
+"""What bookings held over time occupy at some instant (``placement.peaks``,
 ``MigGeometry.held``, ``allocations.booking.usage``): bookings that never meet in time count once,
 bookings that meet add up, and a unit placed beside them over all of their spans fits at every
 instant (issue 31, defect 1)."""
@@ -13,9 +13,9 @@ import pytest
 
 from allocations.booking.usage import reservation_usage
 from allocations.models import Reservation
-from allocations.placement import GEOMETRIES, Cluster, Gpu, MigSlice, Node, Placement, Rejection, Request, place
-from allocations.placement.mig import MigState
-from allocations.placement.peaks import ALWAYS, Span, peak_sum
+from placement import GEOMETRIES, Cluster, Gpu, MigSlice, Node, Placement, Rejection, Request, place
+from placement.mig import MigState
+from placement.peaks import ALWAYS, Span, peak_sum
 
 A100 = GEOMETRIES["A100-80GB"]
 MIB = 81920

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations.placement import (
+from placement import (
     GEOMETRIES,
     POLICY_NAMES,
     Cluster,
@@ -28,8 +28,8 @@ from allocations.placement import (
     RequestKind,
     make_policy,
 )
-from allocations.placement.mig import MigState
-from allocations.placement.placing import place
+from placement.mig import MigState
+from placement.placing import place
 
 MODELS = ("A", "B", "C")
 PROFILES = sorted({p.name for g in GEOMETRIES.values() for p in g.profiles})

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from allocations.placement import Cluster, Placement, Request, Workload, make_policy
-from allocations.placement.fragmentation import FragModel
-from allocations.placement.placing import place
-from allocations.placement.policies import BestFit, Clustering, DotProduct, FirstFit, Packing, RandomPolicy
-from allocations.placement.policies.fgd import FGD, fgd_score
-from allocations.placement.policies.ours import Ours, model_pressure
+from placement import Cluster, Placement, Request, Workload, make_policy
+from placement.fragmentation import FragModel
+from placement.placing import place
+from placement.policies import BestFit, Clustering, DotProduct, FirstFit, Packing, RandomPolicy
+from placement.policies.fgd import FGD, fgd_score
+from placement.policies.ours import Ours, model_pressure
 
 from .builders import cluster, cpu_only, node, shared, whole, workload
 

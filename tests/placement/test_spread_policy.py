@@ -3,8 +3,8 @@ where the default (binpack) policy stacks units together; ties go the same way e
 
 from __future__ import annotations
 
-from allocations.placement import Cluster, Placement, Policy, Request, default_policy, make_policy, place
-from allocations.placement.policies import Spread
+from placement import Cluster, Placement, Policy, Request, default_policy, make_policy, place
+from placement.policies import Spread
 from tests.placement.builders import mig, node, shared, whole
 
 

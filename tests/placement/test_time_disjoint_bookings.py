@@ -17,12 +17,12 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from allocations import changes, services
 from allocations.booking import kept_views
 from allocations.booking.preview import placement_preview
 from allocations.booking.reservations import reservations_where
 from allocations.booking.state import cluster_state
 from allocations.booking.view import placement_view, unit_shape
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationState, Flavor, SharingMode
 from clusters.models import Cluster
 from frontend.feedback import request_feedback

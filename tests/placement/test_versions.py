@@ -1,4 +1,4 @@
-"""Driver and CUDA versions (``allocations.versions``): compared part by part as integers, unknown
+"""Driver and CUDA versions (``allocations.models.versions``): compared part by part as integers, unknown
 reports meet no minimum, and the minimums' format is checked."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from allocations.versions import Minimums, minimum_errors, version_at_least, version_parse
+from allocations.models.versions import Minimums, minimum_errors, version_at_least, version_parse
 
 
 @pytest.mark.parametrize(

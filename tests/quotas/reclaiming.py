@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 from decimal import Decimal
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, PreemptionPolicy, PriorityClass, Quota
 from kernel.clock import clock_now
 from tests.conftest import World

@@ -12,9 +12,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.admission.planning import admission_decide
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, PriorityClass
-from allocations.quotas.planning import admission_decide
 from kernel.clock import clock_set
 from kernel.errors import QuotaExceeded
 from tests.conftest import World, requires_postgres

@@ -18,7 +18,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from allocations import changes, services
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Quota, Reservation
 from audit.models import AuditEvent
 from clusters.models import ClusterPush

@@ -14,8 +14,8 @@ import pytest
 from allocations.booking.defrag import cluster_fragmentation, defrag_plan
 from allocations.booking.defrag_schedule import BudgetedPlanner, defrag_scheduled_run
 from allocations.booking.view import node_rows
+from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Allocation, AllocationState, Reservation
-from allocations.selectors import live_reservations_on
 from allocations.tasks import placement_defrag_scheduled_task
 from audit.models import AuditEvent
 from clusters.models import Cluster, ClusterPush

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from allocations import changes, services
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState
 from tests.conftest import World
 

@@ -14,9 +14,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, Quota, SharingMode
-from allocations.window_models import QuotaWindow
+from allocations.models.windows import QuotaWindow
 from frontend.feedback import request_feedback
 from kernel.clock import clock_set
 from tests.conftest import World, requires_postgres

@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, PreemptionPolicy, PriorityClass, Quota
 from audit.models import AuditEvent
 from kernel.errors import QuotaExceeded

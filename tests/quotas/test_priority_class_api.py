@@ -12,7 +12,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import PriorityClass
 from audit.models import AuditEvent
 from clusters.models import Cluster, ClusterPush

@@ -15,8 +15,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from allocations import catalog, services
+from allocations.grants import services
 from allocations.models import Quota
+from allocations.rules import catalogue as catalog
 from audit.models import AuditEvent
 from kernel.errors import FieldError
 from tenants.models import Department

@@ -20,11 +20,11 @@ from django.db.models import F, Sum, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from allocations import services
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants import services
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
-from allocations.states import HOLDING_STATES
 from audit.models import AuditEvent
 from kernel.errors import CapacityExceeded, Conflict, QuotaExceeded
 from tenants.access import department_parent_map, department_subtree_ids

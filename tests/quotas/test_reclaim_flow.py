@@ -9,10 +9,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
 from audit.models import AuditEvent
 from kernel.errors import FourEyes, QuotaExceeded
 from tests.conftest import World

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from allocations import services
+from allocations.grants import services
+from allocations.grants.reclaims import allocations_reclaim_due
+from allocations.grants.scheduling import allocations_start_due
 from allocations.models import Allocation, AllocationState, Quota
-from allocations.reclaims import allocations_reclaim_due
-from allocations.scheduling import allocations_start_due
 from audit.models import AuditEvent
 from kernel.errors import QuotaExceeded
 from tests.conftest import World, requires_postgres

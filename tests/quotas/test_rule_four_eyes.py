@@ -16,7 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from allocations.models import PriorityClass, Quota, RuleChange, RuleChangeState
-from allocations.window_models import QuotaWindow, WindowState
+from allocations.models.windows import QuotaWindow, WindowState
 from audit.models import AuditEvent
 from notifications.models import Notification
 from tenants.models import Role

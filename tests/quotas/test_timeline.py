@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState
 from allocations.tasks import allocations_timeline_task
 from clusters.models import ClusterPush

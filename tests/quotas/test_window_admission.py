@@ -12,10 +12,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from allocations import changes
+from allocations.admission.planning import admission_decide, quota_tree
+from allocations.grants import changes
 from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas import algebra
-from allocations.quotas.planning import admission_decide, quota_tree
 from kernel.errors import QuotaExceeded
 from tests.conftest import World
 from tests.quotas.windowing import DAY, HOUR, approve, ask, granted, quota, window

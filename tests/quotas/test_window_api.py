@@ -17,8 +17,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from allocations import window_services
 from allocations.models import Quota, QuotaWindow
+from allocations.windows import services as window_services
 from audit.models import AuditEvent
 from clusters.models import ClusterPush
 from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed

@@ -21,10 +21,10 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.window_models import QuotaWindow, QuotaWindowEdge, ShrinkPolicy
-from allocations.window_tick import quota_windows_tick
+from allocations.models.windows import QuotaWindow, QuotaWindowEdge, ShrinkPolicy
+from allocations.windows.tick import quota_windows_tick
 from audit.models import AuditEvent
 from kernel.errors import CapacityExceeded, Conflict, QuotaExceeded
 from tests.conftest import World, requires_postgres

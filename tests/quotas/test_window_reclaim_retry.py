@@ -20,10 +20,10 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import Q
 
-from allocations import changes
+from allocations.grants import changes
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.window_models import QuotaWindow, QuotaWindowEdge, ShrinkPolicy
-from allocations.window_tick import quota_windows_tick
+from allocations.models.windows import QuotaWindow, QuotaWindowEdge, ShrinkPolicy
+from allocations.windows.tick import quota_windows_tick
 from kernel.clock import clock_now
 from kernel.errors import Conflict, QuotaExceeded
 from tests.conftest import World, requires_postgres

@@ -1,4 +1,4 @@
-"""Bounds on a quota window's RRULE (``allocations.window_rrule_bounds``): each refused with a 400
+"""Bounds on a quota window's RRULE (``allocations.quotas.rrule_bounds``): each refused with a 400
 naming ``rrule`` that states the bound, wherever a window is asked for; a hostile rule stored before
 the bounds stays readable and every list and calendar that expands it stays fast; and no accepted
 rule makes a list or calendar request slow (a property, timed inside the test as the bound promises).
@@ -18,10 +18,10 @@ from django.utils import timezone
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from allocations import window_services
 from allocations.models import Quota
+from allocations.models.windows import QuotaWindow, WindowState
 from allocations.quotas import windows
-from allocations.window_models import QuotaWindow, WindowState
+from allocations.windows import services as window_services
 from kernel.errors import FieldError
 from tests.conftest import World
 

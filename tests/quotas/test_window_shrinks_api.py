@@ -8,7 +8,7 @@ import datetime
 import pytest
 from django.utils import timezone
 
-from allocations.window_models import ShrinkPolicy
+from allocations.models.windows import ShrinkPolicy
 from tests.conftest import World
 from tests.quotas.windowing import DAY, granted, quota, window
 

@@ -13,11 +13,11 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from allocations.grants.reclaims import allocations_reclaim_due
 from allocations.models import AllocationState
-from allocations.reclaims import allocations_reclaim_due
+from allocations.models.windows import QuotaWindow, QuotaWindowEdge, ShrinkPolicy, WindowState
 from allocations.tasks import allocations_timeline_task
-from allocations.window_models import QuotaWindow, QuotaWindowEdge, ShrinkPolicy, WindowState
-from allocations.window_tick import quota_window_shrinks_coming, quota_windows_tick
+from allocations.windows.tick import quota_window_shrinks_coming, quota_windows_tick
 from audit.models import AuditEvent
 from clusters.models import ClusterPush
 from delivery.selectors import department_queues

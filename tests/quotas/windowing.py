@@ -10,10 +10,10 @@ from typing import Any
 from django.db.models import Max
 from django.utils import timezone
 
-from allocations import services
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
-from allocations.states import HOLDING_STATES
-from allocations.window_models import QuotaWindow, WindowState
+from allocations.models.windows import QuotaWindow, WindowState
 from audit.models import AuditEvent
 from tests.conftest import World
 

@@ -25,7 +25,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Flavor, PriorityClass, Quota
 from audit.models import AuditEvent
 from clusters.models import Cluster, ClusterDriverKind

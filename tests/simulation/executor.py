@@ -10,9 +10,9 @@ from decimal import Decimal
 
 from django.http import Http404
 
-from allocations import changes, services
+from allocations.api.preview import admission_preview
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange
-from allocations.preview_apis import admission_preview
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from tests.simulation.actions import Action

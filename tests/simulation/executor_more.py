@@ -14,11 +14,12 @@ from django.db.models import Max
 from accounting.idle import ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.rolling import usage_hours_roll_recent
-from allocations import catalog, window_services
 from allocations.booking.defrag import defrag_apply
 from allocations.fair_share.services import fair_share_shares_set, fair_share_tick
 from allocations.models import Allocation, PriorityClass, Quota, QuotaWindow
+from allocations.rules import catalogue as catalog
 from allocations.tasks import allocations_timeline_task
+from allocations.windows import services as window_services
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import ClusterPush, Gpu, Node, NodeSharing
 from clusters.outbox import pushes_due

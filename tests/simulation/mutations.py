@@ -16,15 +16,16 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import allocations.preview_apis
-import allocations.quotas.planning
-import allocations.reclaims
-import allocations.selectors
-import allocations.services
-import allocations.window_tick
+import allocations.admission.planning
+import allocations.api.catalogue
+import allocations.api.preview
+import allocations.grants.reclaims
+import allocations.grants.services
+import allocations.quotas.usage
+import allocations.windows.tick
+from allocations.admission.planning import VictimInfo
 from allocations.booking import reservations
 from allocations.models import Allocation, Reservation
-from allocations.quotas.planning import VictimInfo
 from kernel.clock import clock_now
 from tests.simulation.ledger import HOLDING
 
@@ -32,7 +33,7 @@ Patch = list[tuple[Any, str, Any]]
 
 
 def _count_non_overlapping(patch: Patch) -> None:
-    original = allocations.selectors.quota_usages
+    original = allocations.quotas.usage.quota_usages
 
     def quota_usages(*args: Any, **kwargs: Any) -> Any:
         usages = original(*args, **kwargs)
@@ -50,7 +51,7 @@ def _count_non_overlapping(patch: Patch) -> None:
             out.append(usage)
         return out
 
-    patch.append((allocations.selectors, "quota_usages", quota_usages))
+    patch.append((allocations.api.catalogue, "quota_usages", quota_usages))
 
 
 def _skip_edge_reclaim(patch: Patch) -> None:
@@ -58,16 +59,16 @@ def _skip_edge_reclaim(patch: Patch) -> None:
         del kwargs
         return [], {}, False
 
-    patch.append((allocations.window_tick, "_victims_locked", victims_locked))
+    patch.append((allocations.windows.tick, "_victims_locked", victims_locked))
 
 
 def _drop_notice(patch: Patch) -> None:
-    original = allocations.quotas.planning.victim_infos
+    original = allocations.admission.planning.victim_infos
 
     def victim_infos(*args: Any, **kwargs: Any) -> list[VictimInfo]:
         return [dataclasses.replace(info, notice_minutes=0) for info in original(*args, **kwargs)]
 
-    patch.append((allocations.quotas.planning, "victim_infos", victim_infos))
+    patch.append((allocations.admission.planning, "victim_infos", victim_infos))
 
 
 def _double_book_slice(patch: Patch) -> None:
@@ -93,13 +94,13 @@ def _double_book_slice(patch: Patch) -> None:
 
 
 def _reclaim_beneficiary(patch: Patch) -> None:
-    original = allocations.quotas.planning.admission_decide
+    original = allocations.admission.planning.admission_decide
 
     def admission_decide(*, allocation: Allocation, **kwargs: Any) -> Any:
         decision = original(allocation=allocation, **kwargs)
         if decision.refusal is not None:
             return decision
-        from allocations.states import reclaim_pending_q  # a tree without partial reclaims has none
+        from allocations.catalogue.states import reclaim_pending_q  # a tree without partial reclaims has none
 
         promised = Allocation.objects.filter(reclaim_pending_q()).exclude(reclaimed_for=None).values("reclaimed_for_id")
         waiting = (Allocation.objects.filter(pk__in=promised, state__in=HOLDING - {"reclaiming"})
@@ -117,9 +118,9 @@ def _reclaim_beneficiary(patch: Patch) -> None:
     def check_victims(*args: Any, **kwargs: Any) -> None:
         del args, kwargs  # the guard that holds a plan to leaving such grants out, gone too
 
-    patch.append((allocations.services, "admission_decide", admission_decide))
-    patch.append((allocations.preview_apis, "admission_decide", admission_decide))
-    patch.append((allocations.reclaims, "_check_victims", check_victims))
+    patch.append((allocations.grants.services, "admission_decide", admission_decide))
+    patch.append((allocations.api.preview, "admission_decide", admission_decide))
+    patch.append((allocations.grants.reclaims, "_check_victims", check_victims))
 
 
 MUTATIONS: dict[str, tuple[str, Callable[[Patch], None]]] = {

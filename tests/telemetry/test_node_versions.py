@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Flavor
 from clusters.models import Node
 from kernel.errors import CapacityExceeded

@@ -6,7 +6,7 @@ import datetime
 
 from django.utils import timezone
 
-from allocations import services
+from allocations.grants import services
 from allocations.models import Allocation, Reservation
 from telemetry.models import AllocationUsage, UsageSource
 from tests.conftest import World

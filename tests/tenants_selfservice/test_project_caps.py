@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from allocations import changes, services
+from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationState, ProjectQuota
 from audit.models import AuditEvent
 from kernel.errors import QuotaExceeded

@@ -7,7 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from allocations.window_tick import LOOKBACK, quota_windows_tick
+from allocations.windows.tick import LOOKBACK, quota_windows_tick
 
 
 def moment(text: str) -> datetime.datetime:

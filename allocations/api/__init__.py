@@ -1,0 +1,1 @@
+"""The allocations REST endpoints, one module per resource; ``allocations.urls`` routes them."""

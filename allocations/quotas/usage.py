@@ -1,0 +1,295 @@
+"""Quota use for display: what a department's subtree holds at an instant and over an interval,
+with the numbers in force (docs/quotas.md, "In use, at an instant and over an interval").
+
+At an instant (``at``, default now) a quota's *in use* is the sum of the grants that hold then
+(``allocations.quotas.in_use``: their interval contains it) and its *effective* numbers are the
+ones its approved windows leave then (``allocations.quotas.windows.effective``). Over an interval
+the use is a step function (``QuotaSpan.segments``) whose peak is the most held at any one moment,
+never the sum of grants that do not overlap. Admission itself decides in
+``allocations.admission.planning``; the request form's quota lines (``quota_checks``) are read here,
+without locks: they describe the moment.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
+
+from allocations.catalogue.states import HOLDING_STATES
+from allocations.models import Allocation, Flavor, Quota
+from allocations.quotas import in_use as timed
+from allocations.quotas import windows
+from allocations.quotas.window_reading import approved_window_specs
+from kernel.clock import clock_now
+from kernel.numbers import plain
+from kernel.reads import SharedReads
+from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
+from tenants.models import Department
+
+_GPU_EQ = ExpressionWrapper(F("quantity") * F("flavor__gpu_equivalents"), output_field=DecimalField(max_digits=14, decimal_places=4))
+_HELD_FIELDS = ("project__department_id", "flavor_id", "flavor__gpu_equivalents", "quantity", "priority_class_id",
+                "starts_at", "ends_at")
+Span = tuple[datetime.datetime, datetime.datetime]
+
+
+def holding_allocations() -> QuerySet[Allocation]:
+    return Allocation.objects.filter(state__in=HOLDING_STATES)
+
+
+def holding_at(at: datetime.datetime) -> QuerySet[Allocation]:
+    """The grants that hold at ``at``: a holding state, and an interval that contains ``at``."""
+    return holding_allocations().filter(starts_at__lte=at, ends_at__gt=at)
+
+
+def department_usage(
+    *, department_ids: frozenset[int], flavor: Flavor | None, at: datetime.datetime | None = None
+) -> Decimal:
+    """Units of ``flavor`` (or GPU-equivalents when None) that projects in these departments hold
+    at ``at`` (default now)."""
+    queryset = holding_at(at or clock_now()).filter(project__department_id__in=department_ids)
+    if flavor is not None:
+        total = queryset.filter(flavor=flavor).aggregate(total=Coalesce(Sum("quantity"), 0))["total"]
+        return Decimal(total)
+    total = queryset.aggregate(total=Sum(_GPU_EQ))["total"]
+    return Decimal(total or 0)
+
+
+def department_usages(
+    *, scopes: list[tuple[frozenset[int], int | None]], at: datetime.datetime | None = None
+) -> list[Decimal]:
+    """What :func:`department_usage` returns for each (department ids, flavor id or None), in one query."""
+    if not scopes:
+        return []
+    totals: dict[str, Any] = {}
+    for index, (department_ids, flavor_id) in enumerate(scopes):
+        where = Q(project__department_id__in=department_ids)
+        if flavor_id is not None:
+            totals[f"u{index}"] = Coalesce(Sum("quantity", filter=where & Q(flavor_id=flavor_id)), 0)
+        else:
+            totals[f"u{index}"] = Sum(_GPU_EQ, filter=where)
+    found = holding_at(at or clock_now()).aggregate(**totals)
+    return [Decimal(found[f"u{index}"] or 0) for index in range(len(scopes))]
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """One quota at an instant: what its department's subtree holds then, and its numbers in force."""
+
+    quota: Quota
+    in_use: Decimal
+    at: datetime.datetime
+    effective: windows.Effective
+
+    @property
+    def effective_limit(self) -> Decimal:
+        return self.effective.limit
+
+    @property
+    def effective_guaranteed(self) -> Decimal:
+        return self.effective.guaranteed
+
+    @property
+    def limit_by(self) -> int | None:
+        return self.effective.limit_by
+
+    @property
+    def available(self) -> Decimal:
+        return max(self.effective.limit - self.in_use, Decimal(0))
+
+    @property
+    def borrowed(self) -> Decimal:
+        """What the department uses beyond its guarantee: capacity lent by others, which may be reclaimed."""
+        return max(self.in_use - self.effective.guaranteed, Decimal(0))
+
+
+def _subtrees(quotas: list[Quota], parents: dict[int, int | None]) -> list[frozenset[int]]:
+    return [department_subtree_ids(root_ids=[quota.department_id], parents=parents) for quota in quotas]
+
+
+def _shared(reads: SharedReads | None) -> tuple[dict[int, int | None], dict[int, list[windows.WindowSpec]]]:
+    """The department tree and the approved windows, read once per ``reads``."""
+    reads = reads if reads is not None else SharedReads()
+    return reads.once(("parents",), department_parent_map), reads.once(("approved windows",), approved_window_specs)
+
+
+def quota_usages(
+    *, quotas: list[Quota], at: datetime.datetime | None = None, reads: SharedReads | None = None
+) -> list[QuotaUsage]:
+    """Each quota at ``at`` (default now): three queries, however many quotas (one, with ``reads``
+    that read the tree and the windows already)."""
+    if not quotas:
+        return []
+    at = at or clock_now()
+    parents, specs = _shared(reads)
+    subtrees = _subtrees(quotas, parents)
+    used = department_usages(scopes=[(ids, quota.flavor_id) for ids, quota in zip(subtrees, quotas, strict=True)], at=at)
+    return [
+        QuotaUsage(quota=quota, in_use=amount, at=at, effective=windows.effective(
+            guaranteed=quota.guaranteed, limit=quota.limit, windows=specs.get(quota.pk, []), at=at))
+        for quota, amount in zip(quotas, used, strict=True)
+    ]
+
+
+@dataclass(frozen=True)
+class QuotaSpan:
+    """One quota over ``[start, end)``: the segments of its use and of its numbers in force."""
+
+    quota: Quota
+    start: datetime.datetime
+    end: datetime.datetime
+    segments: tuple[timed.Segment, ...]
+
+    @property
+    def peak(self) -> Decimal:
+        return timed.peak(self.segments)
+
+    @property
+    def lowest_limit(self) -> Decimal:
+        return min(segment.effective.limit for segment in self.segments)
+
+
+def held_rows(*, department_ids: Iterable[int], span: Span | None = None) -> list[dict[str, Any]]:
+    """The holding grants of these departments (whose interval meets ``span``, when given): one query."""
+    rows = holding_allocations().filter(project__department_id__in=sorted(set(department_ids)))
+    if span is not None:
+        rows = rows.filter(starts_at__lt=span[1], ends_at__gt=span[0])
+    return list(rows.values(*_HELD_FIELDS).order_by("pk"))
+
+
+def _held(rows: Iterable[dict[str, Any]], *, subtree: frozenset[int], flavor_id: int | None,
+          priority_class_id: int | None) -> list[timed.Held]:
+    """What each grant weighs in a quota of ``subtree``: its units of the quota's flavor, or its
+    GPU-equivalents; only the grants of ``priority_class_id`` for that class's share."""
+    out = []
+    for row in rows:
+        if row["project__department_id"] not in subtree:
+            continue
+        if priority_class_id is not None and row["priority_class_id"] != priority_class_id:
+            continue
+        if flavor_id is not None:
+            if row["flavor_id"] != flavor_id:
+                continue
+            amount = Decimal(row["quantity"])
+        else:
+            amount = row["flavor__gpu_equivalents"] * row["quantity"]
+        out.append(timed.Held(row["starts_at"], row["ends_at"], amount))
+    return out
+
+
+def quota_span(
+    *, quota: Quota, subtree: frozenset[int], rows: Iterable[dict[str, Any]], specs: list[windows.WindowSpec],
+    span: Span, priority_class_id: int | None = None,
+) -> QuotaSpan:
+    """``quota`` over ``span`` from grant rows (``held_rows``) and its windows (no query)."""
+    start, end = span
+    steps = windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+                             priority_class_id=priority_class_id)
+    held = _held(rows, subtree=subtree, flavor_id=quota.flavor_id, priority_class_id=priority_class_id)
+    found = timed.segments(held=held, steps=steps, start=start, end=end)
+    return QuotaSpan(quota=quota, start=start, end=end, segments=tuple(found))
+
+
+def quota_spans(
+    *, quotas: list[Quota], start: datetime.datetime, end: datetime.datetime, reads: SharedReads | None = None
+) -> list[QuotaSpan]:
+    """Each quota over ``[start, end)``: three queries, however many quotas (one, with ``reads``
+    that read the tree and the windows already)."""
+    if not quotas:
+        return []
+    parents, specs = _shared(reads)
+    subtrees = _subtrees(quotas, parents)
+    rows = held_rows(department_ids=frozenset().union(*subtrees), span=(start, end))
+    return [quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=(start, end))
+            for quota, subtree in zip(quotas, subtrees, strict=True)]
+
+
+@dataclass(frozen=True)
+class QuotaCheck:
+    """A request's line for one quota on its department chain: the numbers of the segment with the
+    least room over the request's interval (its binding one), and every segment."""
+
+    department: str
+    flavor: str | None  # None: the department's GPU-equivalent total
+    requested: Decimal
+    in_use: Decimal
+    limit: Decimal  # in force during the binding segment (windows applied)
+    effective_limit: Decimal  # limit × the priority class's oversubscription factor
+    segments: tuple[timed.Segment, ...] = ()
+
+    @property
+    def fits(self) -> bool:
+        return self.in_use + self.requested <= self.effective_limit
+
+
+def _chain_quotas(*, chain: list[Department], flavor: Flavor) -> list[Quota]:
+    quotas = Quota.objects.filter(Q(flavor=flavor) | Q(flavor__isnull=True), department__in=chain)
+    return list(quotas.order_by("department_id", "flavor_id"))
+
+
+def quota_checks(
+    *, chain: list[Department], parents: dict[int, int | None], flavor: Flavor, quantity: int, factor: Decimal,
+    reads: SharedReads | None = None, span: Span | None = None,
+) -> list[QuotaCheck]:
+    """Every quota on the department chain that applies to this flavor, over ``span`` (default: the
+    instant now). ``reads`` shares the quota, grant and window reads among the lines of many
+    requests (one page's previews): three queries, whatever their number and intervals."""
+    reads = reads if reads is not None else SharedReads()
+    chain_ids = tuple(department.pk for department in chain)
+    quotas = reads.once(("quotas", chain_ids, flavor.pk), _chain_quotas, chain=chain, flavor=flavor)
+    root = department_subtree_ids(root_ids=chain_ids[-1:], parents=parents)
+    rows = reads.once(("held", root), held_rows, department_ids=root)
+    specs = reads.once(("approved windows",), approved_window_specs) if quotas else {}
+    if span is None:
+        now = clock_now()
+        span = (now, now + timed.INSTANT)
+    by_department = {department.pk: department for department in chain}
+    checks: list[QuotaCheck] = []
+    for quota in quotas:
+        subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
+        found = quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=span)
+        worst = timed.binding(found.segments, factor=factor)
+        checks.append(QuotaCheck(
+            department=by_department[quota.department_id].slug,
+            flavor=flavor.name if quota.flavor_id else None,
+            requested=Decimal(quantity) if quota.flavor_id else flavor.gpu_equivalents_for(quantity),
+            in_use=worst.in_use, limit=worst.effective.limit,
+            effective_limit=(worst.effective.limit * factor).quantize(Decimal("0.0001")),
+            segments=found.segments,
+        ))
+    return checks
+
+
+def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The quota lines of a request's preview (``admission_decide``'s checks) with their time: each
+    line's interval (``from``, ``until``: the step of time admission checked it in, or the request's
+    whole interval) and, within it, every segment where what holds or the limit in force changes
+    (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four queries."""
+    parents = department_parent_map()
+    chain = department_ancestor_ids(department_id=allocation.project.department_id, parents=parents)
+    scopes = Q(flavor_id=allocation.flavor_id) | Q(flavor__isnull=True)
+    quotas = {(quota.department.slug, quota.flavor_id): quota
+              for quota in Quota.objects.filter(scopes, department_id__in=chain).select_related("department")}
+    whole = (allocation.starts_at, allocation.ends_at)
+    rows = held_rows(department_ids=department_subtree_ids(root_ids=chain[-1:], parents=parents), span=whole)
+    specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas.values()])
+    out = []
+    for check in checks:
+        span = ((datetime.datetime.fromisoformat(check["from"]), datetime.datetime.fromisoformat(check["until"]))
+                if "from" in check else whole)
+        quota = quotas.get((check["department"], allocation.flavor_id if check["flavor"] is not None else None))
+        found = [] if quota is None else quota_span(
+            quota=quota, subtree=department_subtree_ids(root_ids=[quota.department_id], parents=parents), rows=rows,
+            specs=specs.get(quota.pk, []), span=span,
+            priority_class_id=allocation.priority_class_id if "priority_class" in check else None,
+        ).segments
+        out.append({**check, "from": span[0], "until": span[1], "segments": [
+            {"from": segment.start, "until": segment.end, "in_use": plain(segment.in_use),
+             "limit": plain(segment.effective.limit)} for segment in found
+        ]})
+    return out
