@@ -135,8 +135,8 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.utils import timezone
 
     from allocations import services
+    from allocations.booking import attempts
     from allocations.booking import policy as booking_policy
-    from allocations.booking import reservations
     from allocations.models import Flavor, PriorityClass
     from allocations.placement import Policy, Workload, make_policy
     from allocations.quotas import room
@@ -155,12 +155,12 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
 
         booking_policy.default_policy = baseline  # type: ignore[attr-defined]
     placing = [0.0]
-    real_attempt = reservations.placement_attempt  # what an approval places with, through its capacity room
+    real_attempt = attempts.placement_attempt  # what an approval places with, through its capacity room
 
-    def timed_attempt(**kwargs: Any) -> Any:
+    def timed_attempt(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
         try:
-            return real_attempt(**kwargs)
+            return real_attempt(*args, **kwargs)
         finally:
             placing[0] += time.perf_counter() - began
 

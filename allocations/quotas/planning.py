@@ -29,7 +29,8 @@ from typing import Any
 from django.db.models import Case, F, IntegerField, Sum, Value, When
 from django.db.models.functions import Coalesce
 
-from allocations.booking.reservations import Attempt, placement_refusal
+from allocations.booking.attempts import Attempt
+from allocations.booking.reservations import placement_refusal
 from allocations.booking.state import ClusterState
 from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy
