@@ -13,7 +13,8 @@ How it counts, for every function and method, nested ones too (``ast``, nothing 
 
 A function over either cap is listed in ``EXCEPTIONS`` with the reason it cannot be split, or it
 fails here; an exception that no longer matches a function over the cap fails too, so the list
-only shrinks.
+only shrinks. ``NOT_YET_SPLIT`` holds the functions that were over the cap when it was set and
+are not split yet: each may only shrink, and leaves the list once it is within the cap.
 """
 
 from __future__ import annotations
@@ -31,10 +32,63 @@ MAX_PARAMETERS = 6
 # "path::qualified name" → why it stays over the cap.
 EXCEPTIONS: dict[str, str] = {
     "audit/integrity/canonical.py::record_fields": (
-        "one parameter per column of the audit record's hashed canonical form: the verifier "
-        "(cli/auditcheck.py) and the writer must name the same fields in one place, and a record "
-        "object in between would be a second copy of that list"
+        "the signature is the audit record's canonical form (version 1), one keyword per key of "
+        "the hashed and signed record: a value object in between would be a second copy of the "
+        "key list, which the chain's hashes and the offline verifier depend on"
     ),
+}
+
+
+# Over the cap when it was set (issue 37), to split next: "path::qualified name" → (lines,
+# parameters) then. Not exceptions: an entry may only shrink (a function here that grows fails),
+# and goes once its function is within the cap (a stale entry fails).
+NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
+    "accounting/rate_cards.py::rate_card_create": (24, 8),
+    "accounting/selectors.py::usage_report": (45, 8),
+    "accounting/statements.py::_statement_write": (28, 7),
+    "accounting/statements.py::statement_correct": (28, 7),
+    "allocations/admission.py::quota_checks": (31, 7),
+    "allocations/booking/kept_views.py::_rebuilt": (16, 7),
+    "allocations/booking/kept_views.py::kept_view": (45, 7),
+    "allocations/booking/preview.py::_cluster_fit": (26, 9),
+    "allocations/booking/view.py::view_finish": (34, 7),
+    "allocations/catalog.py::quota_check": (66, 6),
+    "allocations/catalog.py::quota_set": (20, 7),
+    "allocations/placement/fragmentation.py::FragModel._after_one": (7, 8),
+    "allocations/placement/fragmentation.py::FragModel.delta": (68, 3),
+    "allocations/placement/mig.py::_geometry": (13, 7),
+    "allocations/placement/mig_optimum.py::mig_optimum": (89, 4),
+    "allocations/placement/simulation/mig_ratio.py::cpsat_ratios": (33, 7),
+    "allocations/quotas/planning.py::admission_decide": (78, 6),
+    "allocations/quotas/walking.py::_dense_expand": (34, 10),
+    "allocations/quotas/windows.py::timeline": (22, 7),
+    "allocations/reclaims.py::reclaims_start": (51, 9),
+    "allocations/rule_changes.py::rule_change_propose": (45, 8),
+    "allocations/selectors.py::allocation_list": (29, 7),
+    "allocations/services.py::allocation_request": (60, 9),
+    "allocations/transitions.py::allocation_audit": (24, 7),
+    "allocations/window_services.py::_check_times": (32, 7),
+    "allocations/window_services.py::quota_window_create": (62, 17),
+    "audit/services.py::audit_record": (36, 8),
+    "bench/admission.py::run_contested": (80, 6),
+    "bench/admission.py::run_stream": (80, 5),
+    "bench/agent_ingest.py::run_phase": (30, 7),
+    "bench/api_load.py::run_phase": (39, 7),
+    "bench/approval_scale.py::child_seed": (69, 4),
+    "bench/approval_scale.py::main": (71, 0),
+    "cli/auditcheck.py::bundle_verify": (86, 2),
+    "cli/commands/audit.py::audit_export": (44, 9),
+    "cli/commands/requests.py::request_create": (51, 9),
+    "cli/waiting.py::allocation_wait": (40, 7),
+    "clusters/inventory.py::node_gpus_observe": (73, 2),
+    "clusters/inventory.py::node_upsert": (45, 7),
+    "frontend/feedback.py::request_feedback": (34, 7),
+    "frontend/outlook.py::request_outlook": (20, 9),
+    "frontend/quota_calendar.py::_row": (15, 8),
+    "kube_testenv/readiness.py::wait_healthy": (44, 7),
+    "notifications/services.py::webhook_update": (25, 7),
+    "notifications/webhooks.py::body_for": (18, 7),
+    "tenants/access_tokens.py::access_token_issue": (34, 7),
 }
 
 
@@ -82,7 +136,7 @@ def _shipped_and_tooling_files() -> list[Path]:
     return [*source_files(), *extra]
 
 
-def stale_exceptions(exceptions: Mapping[str, str], found: list[Oversized]) -> list[str]:
+def stale_exceptions(exceptions: Mapping[str, object], found: list[Oversized]) -> list[str]:
     """The exceptions that match no function over the cap (split, renamed or removed since)."""
     return sorted(set(exceptions) - {item.where for item in found})
 
@@ -96,13 +150,28 @@ def project_oversized() -> list[Oversized]:
 
 
 def test_no_function_is_over_the_cap() -> None:
-    assert [str(item) for item in project_oversized() if item.where not in EXCEPTIONS] == []
+    allowed = set(EXCEPTIONS) | set(NOT_YET_SPLIT)
+    assert [str(item) for item in project_oversized() if item.where not in allowed] == []
 
 
 def test_every_exception_is_still_needed_and_justified() -> None:
     assert stale_exceptions(EXCEPTIONS, project_oversized()) == []
     assert all(len(reason) > 40 for reason in EXCEPTIONS.values())
     assert len(EXCEPTIONS) <= 5
+
+
+def test_a_function_not_yet_split_only_shrinks() -> None:
+    found = project_oversized()
+    assert stale_exceptions(NOT_YET_SPLIT, found) == []  # within the cap now: take it off the list
+    grown = [
+        f"{item} (was {NOT_YET_SPLIT[item.where][0]} lines, {NOT_YET_SPLIT[item.where][1]} parameters)"
+        for item in found
+        if item.where in NOT_YET_SPLIT
+        and (item.lines > max(NOT_YET_SPLIT[item.where][0], MAX_FUNCTION_LINES)
+             or item.parameters > max(NOT_YET_SPLIT[item.where][1], MAX_PARAMETERS))
+    ]  # fmt: skip
+    assert grown == []
+    assert not set(NOT_YET_SPLIT) & set(EXCEPTIONS)
 
 
 def _long_function(lines: int) -> str:
