@@ -134,11 +134,11 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.contrib.auth.models import User
     from django.utils import timezone
 
-    from allocations.admission import room
+    from allocations.booking import attempts
     from allocations.booking import policy as booking_policy
-    from allocations.booking import reservations
     from allocations.grants import services
     from allocations.models import Flavor, PriorityClass
+    from allocations.quotas.usage import room
     from clusters import outbox
     from kernel.errors import CapacityExceeded
     from placement import Policy, Workload, make_policy
@@ -155,12 +155,12 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
 
         booking_policy.default_policy = baseline  # type: ignore[attr-defined]
     placing = [0.0]
-    real_attempt = reservations.placement_attempt  # what an approval places with, through its capacity room
+    real_attempt = attempts.placement_attempt  # what an approval places with, through its capacity room
 
-    def timed_attempt(**kwargs: Any) -> Any:
+    def timed_attempt(*args: Any, **kwargs: Any) -> Any:
         began = time.perf_counter()
         try:
-            return real_attempt(**kwargs)
+            return real_attempt(*args, **kwargs)
         finally:
             placing[0] += time.perf_counter() - began
 

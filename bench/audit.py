@@ -21,7 +21,8 @@ CREATEDB), migrates it, and prints:
    rows in the same run (ratio of throughputs, target >= 0.5), and the peak memory of each;
 4. a full export bundle, and its offline verification (``python -m audit.verify``; target < 20 s).
 
-``--append-only`` stops after step 1. Each measured step runs in a fresh child process (peak memory its own).
+``--append-only`` stops after step 1. Each measured step runs in a fresh child process, so peak
+memory (ru_maxrss) is its own; the append steps are in ``bench/audit_append.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ sys.path[0] = str(ROOT)  # this file is bench/audit.py: never let it shadow the 
 import argparse  # noqa: E402
 import base64  # noqa: E402
 import json  # noqa: E402
-import multiprocessing  # noqa: E402
 import os  # noqa: E402
 import random  # noqa: E402
 import resource  # noqa: E402
@@ -47,6 +47,8 @@ import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 from urllib.parse import urlparse, urlunparse  # noqa: E402
+
+from bench.audit_append import child_append, child_bare_table, child_commits, django_setup  # noqa: E402
 
 BENCH_SUFFIX = "_audit_bench"
 
@@ -73,14 +75,6 @@ def with_database(url: str, name: str) -> str:
     return urlunparse(parsed._replace(path="/" + name))
 
 
-def django_setup(url: str) -> None:
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
-    import django
-
-    django.setup()
-
-
 # -- steps, each run in its own child process ----------------------------------------------------
 
 def child_migrate(url: str) -> dict[str, Any]:
@@ -89,87 +83,6 @@ def child_migrate(url: str) -> dict[str, Any]:
 
     call_command("migrate", verbosity=0)
     return {}
-
-
-def _writer(url: str, count: int, barrier: Any, writer: int, mode: str, done: Any) -> None:
-    django_setup(url)
-    from django.db import connection, transaction
-
-    from audit import actions
-    from audit.services import audit_record
-
-    if mode == "unchained":  # all of audit_record's own work, then one INSERT instead of the chain step
-        from audit import services
-
-        vars(services)["_append_in_database"] = lambda connection, template, columns: connection.cursor().execute(
-            "INSERT INTO bench_bare VALUES (%s, %s)", [writer, len(template)])
-    connection.ensure_connection()  # connecting (and the process's start and exit) is not what is measured
-    barrier.wait()
-    for index in range(count):
-        with transaction.atomic():
-            if mode == "bare":  # the same transaction without its event: one INSERT, no chain lock
-                with connection.cursor() as cursor:
-                    cursor.execute("INSERT INTO bench_bare VALUES (%s, %s)", [writer, index])
-            else:
-                audit_record(actor=None, action=actions.ALLOCATION_APPROVED, department_id=1 + (writer + index) % 20,
-                             before={"state": "pending"}, after={"state": "approved"}, details={"writer": writer})
-    done.put(time.monotonic())
-
-
-def child_append(url: str, writers: int, each: int, mode: str = "event") -> dict[str, Any]:
-    """``writers`` processes, each ``each`` transactions that record one event (``event``), or that
-    do all of ``audit_record``'s work but insert one row instead of the chain step (``unchained``),
-    or (``bare``) that insert one row into an unaudited table instead: what the machine allows the
-    same writers. Timed from the moment all are connected and ready until the
-    last one's last commit."""
-    context = multiprocessing.get_context("spawn")
-    barrier, done = context.Barrier(writers + 1), context.Queue()
-    processes = [context.Process(target=_writer, args=(url, each, barrier, writer, mode, done))
-                 for writer in range(writers)]
-    for process in processes:
-        process.start()
-    barrier.wait()
-    started = time.monotonic()
-    finished = [done.get(timeout=600) for _ in processes]
-    elapsed = max(finished) - started
-    for process in processes:
-        process.join()
-    if any(process.exitcode for process in processes):
-        raise SystemExit("a writer failed")
-    if mode in ("bare", "unchained"):
-        return {"events": writers * each, "seconds": elapsed}
-    django_setup(url)
-    from audit.models import AuditEvent
-
-    seqs = list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True))
-    return {"events": writers * each, "seconds": elapsed, "gapless": seqs == list(range(1, len(seqs) + 1))}
-
-
-def child_bare_table(url: str, create: bool) -> dict[str, Any]:
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        if create:
-            connection.execute("CREATE TABLE bench_bare (writer int, index int)")
-            connection.execute("GRANT INSERT ON bench_bare TO PUBLIC")
-        else:
-            connection.execute("DROP TABLE bench_bare")
-    return {}
-
-
-def child_commits(url: str, count: int) -> dict[str, Any]:
-    """The ceiling of any serialised writer: one-row transactions committed one after another."""
-    import psycopg
-
-    with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("CREATE TABLE bench_commit (id bigint)")
-        started = time.perf_counter()
-        for index in range(count):
-            with connection.transaction():
-                connection.execute("INSERT INTO bench_commit VALUES (%s)", [index])
-        elapsed = time.perf_counter() - started
-        connection.execute("DROP TABLE bench_commit")
-    return {"commits": count, "seconds": elapsed}
 
 
 def child_load(url: str, total: int) -> dict[str, Any]:
@@ -336,18 +249,7 @@ def scratch_database(owner_url: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--writers", type=int, default=8)
-    parser.add_argument("--append-each", type=int, default=250)
-    parser.add_argument("--rounds", type=int, default=1, help="repeat the append measurement (alternating with "
-                        "the same writers' transactions without an event)")
-    parser.add_argument("--live-verify", action="store_true", help="also time manage.py audit_verify's check")
-    parser.add_argument("--append-only", action="store_true",
-                        help="measure the append (and the commit ceiling) only, not the load, exports and verification")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch database and files")
-    arguments = parser.parse_args()
-
+    arguments = _arguments()
     owner_url = os.environ.get("DATABASE_URL", "")
     if not owner_url.startswith("postgres"):
         raise SystemExit("set DATABASE_URL to the owner's postgres:// URL")
@@ -359,17 +261,50 @@ def main() -> None:
     from audit.integrity.keys import signing_key_generate
 
     key = signing_key_generate("bench.gpuportal/audit")
-    seed = key.private_key.private_bytes_raw()
     workdir = Path(tempfile.mkdtemp(prefix="audit-bench-"))
-    env = {
+    env = _child_env(key, workdir)
+    say(f"audit log benchmark: database {name}, {arguments.events:,} events, {arguments.writers} writers")
+    run_child("migrate", owner, env=env)
+    measure_append(arguments, owner, writer_url, env)
+    if not arguments.append_only:
+        measure_log(arguments, owner, env, workdir, key)
+    if not arguments.keep:
+        import shutil
+
+        import psycopg
+
+        shutil.rmtree(workdir, ignore_errors=True)
+        with psycopg.connect(owner_url, autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--append-each", type=int, default=250)
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the append measurement (alternating with "
+                        "the same writers' transactions without an event)")
+    parser.add_argument("--live-verify", action="store_true", help="also time manage.py audit_verify's check")
+    parser.add_argument("--append-only", action="store_true",
+                        help="measure the append (and the commit ceiling) only, not the load, exports and verification")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database and files")
+    return parser.parse_args()
+
+
+def _child_env(key: Any, workdir: Path) -> dict[str, str]:
+    """The children's environment: the portal's production settings, signing with ``key``."""
+    seed = key.private_key.private_bytes_raw()
+    return {
         **os.environ, "DJANGO_SETTINGS_MODULE": "gpuportal.settings", "GPUPORTAL_DEBUG": "false",
         "GPUPORTAL_SECRET_KEY": secrets.token_urlsafe(48), "GPUPORTAL_AUDIT_ORIGIN": key.name,
         "GPUPORTAL_AUDIT_SIGNING_KEY": base64.b64encode(seed).decode(),
         "GPUPORTAL_AUDIT_CHECKPOINT_DIR": str(workdir / "checkpoints"), "GPUPORTAL_VAR_DIR": str(workdir),
     }
-    say(f"audit log benchmark: database {name}, {arguments.events:,} events, {arguments.writers} writers")
-    run_child("migrate", owner, env=env)
 
+
+def measure_append(arguments: argparse.Namespace, owner: str, writer_url: str, env: dict[str, str]) -> None:
+    """Step 1: the append with, without the event and without the chain step; the commit ceiling."""
     run_child("bare-table", owner, True, env=env)
     rates: dict[str, list[float]] = {"event": [], "unchained": [], "bare": []}
     for _ in range(arguments.rounds):  # alternated, so that all see the same load on a shared machine
@@ -388,20 +323,9 @@ def main() -> None:
     say(f"append, median of {arguments.rounds}: {event:,.0f} events/s; without the event: {bare:,.0f} transactions/s, "
         f"ratio {event / bare:.2f}; without the chain step: {unchained:,.0f} transactions/s, ratio "
         f"{event / unchained:.2f}; target 1,000 events/s: {'met' if event >= 1000 else 'not met'}")
-
     commits = run_child("commits", owner, 200, env=env)
     say(f"ceiling: one-row transactions committed one at a time on this server: "
         f"{commits['commits'] / commits['seconds']:,.0f} commits/s (the chain lock serialises commits)")
-    if not arguments.append_only:
-        measure_log(arguments, owner, env, workdir, key)
-    if not arguments.keep:
-        import shutil
-
-        import psycopg
-
-        shutil.rmtree(workdir, ignore_errors=True)
-        with psycopg.connect(owner_url, autocommit=True) as connection:
-            connection.execute(f'DROP DATABASE IF EXISTS "{name}"')
 
 
 def measure_log(arguments: argparse.Namespace, owner: str, env: dict[str, str], workdir: Path, key: Any) -> None:

@@ -88,11 +88,18 @@ def _alert(name: str, expr: str, duration: str, severity: str, summary: str, des
 
 def alert_groups(thresholds: AlertThresholds) -> list[dict[str, Any]]:
     """The rule groups (a rule file's ``groups``, a PrometheusRule's ``spec.groups``)."""
-    t = thresholds
+    alerts = [*_usage_alerts(thresholds), *_operations_alerts(thresholds)]
+    # One group: rules of a group run in order at each evaluation, so GPUOverload reads the busy
+    # fraction recorded at the same instant (groups run independently of each other).
+    return [{"name": GROUP_ALERTS, "rules": [{"record": GPU_BUSY_RECORD, "expr": gpu_busy_expression()}, *alerts]}]
+
+
+def _usage_alerts(t: AlertThresholds) -> list[dict[str, Any]]:
+    """How the GPUs, quotas and requests are used: overload, quota exhausted, idle grants, waits."""
     pct = _number(round(t.gpu_overload_ratio * 100, 2))
     idle_pct = _number(round(t.idle_below_ratio * 100, 2))
     quota_ratio = _number(t.quota_exhausted_ratio)
-    alerts = [
+    return [
         _alert(
             "GPUOverload", f"{GPU_BUSY_RECORD} > {_number(t.gpu_overload_ratio)}", t.gpu_overload_for, "warning",
             "GPU {{ $labels.UUID }} busy over " + pct + " % for " + t.gpu_overload_for,
@@ -131,6 +138,12 @@ def alert_groups(thresholds: AlertThresholds) -> list[dict[str, Any]]:
             + _duration_words(t.pending_seconds) + " for a decision. Its department admins decide on the approvals "
             "page (/approvals/); if they are away, a platform admin can.",
         ),
+    ]
+
+
+def _operations_alerts(t: AlertThresholds) -> list[dict[str, Any]]:
+    """How the portal's own machinery runs: pushes to clusters, node agents, audit checkpoints."""
+    return [
         _alert(
             "ClusterSyncFailing",
             f"increase(gpuportal_cluster_push_failures_total[15m]) > {t.sync_failures}"
@@ -164,9 +177,6 @@ def alert_groups(thresholds: AlertThresholds) -> list[dict[str, Any]]:
             "serving process runs (its checkpoint heartbeat), or publish one by hand (manage.py audit_checkpoint).",
         ),
     ]
-    # One group: rules of a group run in order at each evaluation, so GPUOverload reads the busy
-    # fraction recorded at the same instant (groups run independently of each other).
-    return [{"name": GROUP_ALERTS, "rules": [{"record": GPU_BUSY_RECORD, "expr": gpu_busy_expression()}, *alerts]}]
 
 
 def _duration_words(seconds: int) -> str:

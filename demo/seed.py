@@ -105,11 +105,29 @@ QUOTAS: list[tuple[str, str | None, str, str]] = [
 
 @transaction.atomic
 def demo_seed() -> None:
+    departments = _departments()
+    users = _users(departments)
+    _projects(departments, users)
+    flavors = _flavors()
+    for spec in PRIORITY_CLASSES:
+        PriorityClass.objects.get_or_create(name=spec["name"], defaults=spec)
+    for department, flavor_name, guaranteed, limit in QUOTAS:
+        Quota.objects.get_or_create(
+            department=departments[department],
+            flavor=flavors[flavor_name] if flavor_name else None,
+            defaults={"guaranteed": Decimal(guaranteed), "limit": Decimal(limit)},
+        )
+    _cluster()
+
+
+def _departments() -> dict[str, Department]:
     acme, _ = Department.objects.get_or_create(slug="acme", defaults={"name": "ACME Research"})
     nlp, _ = Department.objects.get_or_create(slug="nlp", defaults={"name": "Natural Language Processing", "parent": acme})
     vision, _ = Department.objects.get_or_create(slug="vision", defaults={"name": "Computer Vision", "parent": acme})
-    departments = {"acme": acme, "nlp": nlp, "vision": vision}
+    return {"acme": acme, "nlp": nlp, "vision": vision}
 
+
+def _users(departments: dict[str, Department]) -> dict[str, User]:
     users: dict[str, User] = {}
     for username, full_name, role, department in USERS:
         first, last = full_name.split(" ", 1)
@@ -124,15 +142,20 @@ def demo_seed() -> None:
             user.save()
         users[username] = user
         Membership.objects.get_or_create(user=user, department=departments[department], role=role)
+    return users
 
+
+def _projects(departments: dict[str, Department], users: dict[str, User]) -> None:
     for slug, name, home, members in (
-        ("nlp-llm", "Large language models", nlp, ["alice", "bob"]),
-        ("nlp-speech", "Speech recognition", nlp, ["alice"]),
-        ("vision-seg", "Image segmentation", vision, ["dave", "erin"]),
+        ("nlp-llm", "Large language models", "nlp", ["alice", "bob"]),
+        ("nlp-speech", "Speech recognition", "nlp", ["alice"]),
+        ("vision-seg", "Image segmentation", "vision", ["dave", "erin"]),
     ):
-        project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name, "department": home})
+        project, _ = Project.objects.get_or_create(slug=slug, defaults={"name": name, "department": departments[home]})
         project.members.add(*[users[member] for member in members])
 
+
+def _flavors() -> dict[str, Flavor]:
     flavors = {}
     for spec in FLAVORS:
         flavor = Flavor.objects.filter(name=spec["name"]).first()
@@ -141,15 +164,10 @@ def demo_seed() -> None:
             flavor.full_clean()
             flavor.save()
         flavors[flavor.name] = flavor
-    for spec in PRIORITY_CLASSES:
-        PriorityClass.objects.get_or_create(name=spec["name"], defaults=spec)
-    for department, flavor_name, guaranteed, limit in QUOTAS:
-        Quota.objects.get_or_create(
-            department=departments[department],
-            flavor=flavors[flavor_name] if flavor_name else None,
-            defaults={"guaranteed": Decimal(guaranteed), "limit": Decimal(limit)},
-        )
+    return flavors
 
+
+def _cluster() -> None:
     cluster, _ = Cluster.objects.get_or_create(name="demo", defaults={"display_name": "Demo cluster", "use_hami": True})
     for name, model, sharing, replicas, driver, cuda in DEMO_NODES:
         if cluster.nodes.filter(name=name).exists():

@@ -354,12 +354,14 @@ GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY = env_str("GPUPORTAL_LIMITRANGE_DEFAULT_MEMO
 
 # The audit log (read through audit/conf.py, which checks the origin and parses the keys on use).
 GPUPORTAL_AUDIT_ORIGIN = env_str("GPUPORTAL_AUDIT_ORIGIN", "gpuportal/audit")
-GPUPORTAL_AUDIT_SIGNING_KEY = env_secret("GPUPORTAL_AUDIT_SIGNING_KEY")  # required unless DEBUG (audit/conf.py makes one)
+# Required unless DEBUG (then audit/conf.py makes a development key in VAR_DIR).
+GPUPORTAL_AUDIT_SIGNING_KEY = env_secret("GPUPORTAL_AUDIT_SIGNING_KEY")
 GPUPORTAL_AUDIT_TRUSTED_KEYS = env_secret("GPUPORTAL_AUDIT_TRUSTED_KEYS")
 GPUPORTAL_AUDIT_CHECKPOINT_DIR = Path(env_str("GPUPORTAL_AUDIT_CHECKPOINT_DIR", str(VAR_DIR / "audit-checkpoints")))
 # The restricted runtime role's URL, given to `migrate` (run as the owner) so it grants that role.
 GPUPORTAL_APP_DATABASE_URL = env_str("GPUPORTAL_APP_DATABASE_URL")
-GPUPORTAL_DB_RUNTIME_ROLE = env_str("GPUPORTAL_DB_RUNTIME_ROLE")  # unset: the user of GPUPORTAL_APP_DATABASE_URL
+# Unset: the user of GPUPORTAL_APP_DATABASE_URL.
+GPUPORTAL_DB_RUNTIME_ROLE = env_str("GPUPORTAL_DB_RUNTIME_ROLE")
 GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE = env_bool("GPUPORTAL_DB_RUNTIME_GRANT_TRUNCATE", False)
 
 # Node telemetry (docs/telemetry.md).
@@ -379,7 +381,8 @@ GPUPORTAL_LOG_LEVEL = env_str("GPUPORTAL_LOG_LEVEL", "INFO").upper()
 if GPUPORTAL_LOG_LEVEL not in LOG_LEVELS:
     raise ImproperlyConfigured(f"GPUPORTAL_LOG_LEVEL must be one of {', '.join(LOG_LEVELS)}, got {GPUPORTAL_LOG_LEVEL!r}")
 LOGGING = logging_config(log_format=GPUPORTAL_LOG_FORMAT, level=GPUPORTAL_LOG_LEVEL)
-# Tracing (observability/tracing.py): OTLP export only when an endpoint is set (the SDK reads OTEL_* itself).
+# Tracing (observability/tracing.py): spans are exported over OTLP only when an endpoint is set; the
+# OpenTelemetry SDK reads it and every other OTEL_* variable itself.
 OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "gpuportal")
 
@@ -402,7 +405,8 @@ if GPUPORTAL_OIDC_ISSUER:
         raise ImproperlyConfigured("GPUPORTAL_OIDC_SCOPES must include openid")
     _api_authentication = REST_FRAMEWORK["DEFAULT_AUTHENTICATION_CLASSES"]
     assert isinstance(_api_authentication, list)
-    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")  # after the access tokens
+    # After the access tokens: each returns None for the other's credentials.
+    _api_authentication.insert(1, "tenants.oidc.drf.OidcBearerAuthentication")
 elif not GPUPORTAL_AUTH_PASSWORD:
     raise ImproperlyConfigured("GPUPORTAL_AUTH_PASSWORD=false needs single sign-on (GPUPORTAL_OIDC_ISSUER)")
 AUTHENTICATION_BACKENDS.append("tenants.oidc.backend.OidcBackend")  # takes only the OIDC callback's credentials

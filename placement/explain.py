@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import mig_tables
+from .arrays import BoolArray
 from .cluster import Cluster
 from .decisions import Rejection, RejectionKind, Request, RequestKind
 from .inventory import GPU_MILLI
@@ -52,25 +53,38 @@ def explain_rejection(cluster: Cluster, request: Request) -> Rejection:
             f"on node {cluster.names[best]}",
         )
     if kind is RequestKind.SHARED:
-        free = np.where(gpu_ok & cluster.shared_gpu, cluster.gpu_free, -1)
-        i, j = (int(x) for x in np.unravel_index(int(free.argmax()), free.shape))
-        need = _share(request.gpu_milli, int(cluster.gpu_mem[i, j]))
-        return Rejection(
-            request,
-            RejectionKind.GPU_SHARE,
-            f"no {what} with {need} free; the largest free share is "
-            f"{_share(int(free[i, j]), int(cluster.gpu_mem[i, j]))} on node {cluster.names[i]} "
-            f"(GPU {cluster.gpu_label[i, j]})",
-        )
+        return _no_share(cluster, request, gpu_ok, what)
     if kind is RequestKind.WHOLE:
-        full = ((cluster.gpu_free == GPU_MILLI) & gpu_ok).sum(axis=1)
-        i = int(full.argmax())
-        return Rejection(
-            request,
-            RejectionKind.WHOLE_GPUS,
-            f"no node has {request.gpu_count} fully free {_gpus(models, request.gpu_count)}; the most is "
-            f"{int(full[i])} on node {cluster.names[i]}",
-        )
+        return _no_whole_gpus(cluster, request, gpu_ok, models)
+    return _no_mig_slice(cluster, request, gpu_ok, models)
+
+
+def _no_share(cluster: Cluster, request: Request, gpu_ok: BoolArray, what: str) -> Rejection:
+    free = np.where(gpu_ok & cluster.shared_gpu, cluster.gpu_free, -1)
+    i, j = (int(x) for x in np.unravel_index(int(free.argmax()), free.shape))
+    need = _share(request.gpu_milli, int(cluster.gpu_mem[i, j]))
+    return Rejection(
+        request,
+        RejectionKind.GPU_SHARE,
+        f"no {what} with {need} free; the largest free share is "
+        f"{_share(int(free[i, j]), int(cluster.gpu_mem[i, j]))} on node {cluster.names[i]} "
+        f"(GPU {cluster.gpu_label[i, j]})",
+    )
+
+
+def _no_whole_gpus(cluster: Cluster, request: Request, gpu_ok: BoolArray, models: str) -> Rejection:
+    full = ((cluster.gpu_free == GPU_MILLI) & gpu_ok).sum(axis=1)
+    i = int(full.argmax())
+    return Rejection(
+        request,
+        RejectionKind.WHOLE_GPUS,
+        f"no node has {request.gpu_count} fully free {_gpus(models, request.gpu_count)}; the most is "
+        f"{int(full[i])} on node {cluster.names[i]}",
+    )
+
+
+def _no_mig_slice(cluster: Cluster, request: Request, gpu_ok: BoolArray, models: str) -> Rejection:
+    what = models or "GPU"
     assert request.mig_profile is not None
     legal = mig_tables.legal_table(request.mig_profile)[cluster.mig_state] & gpu_ok
     if not legal.any():

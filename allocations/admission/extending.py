@@ -27,13 +27,9 @@ from typing import Any
 
 from allocations.admission.planning import department_rows, department_totals, grant_amounts, in_steps, interval_tree
 from allocations.admission.project_caps import project_cap_refusal
+from allocations.booking.attempts import Attempt, AttemptAsk, placement_attempt
 from allocations.booking.policy import placement_policy_for
-from allocations.booking.reservations import (
-    Attempt,
-    placement_attempt,
-    placement_refusal,
-    placement_workload,
-)
+from allocations.booking.reservations import placement_refusal, placement_workload
 from allocations.booking.tenancy import tenant_of
 from allocations.booking.view import gpu_label, node_rows
 from allocations.catalogue.selectors import live_reservations_on
@@ -260,10 +256,8 @@ def added_units_attempt(
     nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
     rows = _overlapping_rows(node_ids={row.node.pk for row in nodes}, starts_at=starts_at, ends_at=allocation.ends_at)
     workload = placement_workload(include=flavor)
-    return placement_attempt(
-        cluster=cluster, flavor=flavor, quantity=added, policy=placement_policy_for(flavor, workload), nodes=nodes,
-        reservations=rows, tenant=tenant_of(allocation.project),
-    )
+    ask = AttemptAsk(cluster, flavor, added, placement_policy_for(flavor, workload), tenant_of(allocation.project))
+    return placement_attempt(ask, nodes=nodes, reservations=rows)
 
 
 def raise_refusal(*, allocation: Allocation, attempt: Attempt) -> CapacityExceeded:

@@ -31,7 +31,8 @@ from django.db.models.functions import Coalesce
 
 from allocations.admission.project_caps import project_cap_refusal
 from allocations.admission.room import Room
-from allocations.booking.reservations import Attempt, placement_refusal
+from allocations.booking.attempts import Attempt
+from allocations.booking.reservations import placement_refusal
 from allocations.booking.state import ClusterState
 from allocations.catalogue.states import HOLDING_STATES, RECLAIMABLE_STATES, reclaim_pending_q
 from allocations.fair_share.reads import fair_share_factors

@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from django.db.models import Q
 
+from allocations.booking.attempts import Attempt, AttemptAsk, placement_attempt
 from allocations.booking.policy import placement_policy_for
 from allocations.booking.preview import dry_run_key
-from allocations.booking.reservations import Attempt, placement_attempt, placement_workload
+from allocations.booking.reservations import placement_workload
 from allocations.booking.state import ClusterState, RowKey, cluster_state
 from allocations.booking.tenancy import Tenant, tenant_of
 from allocations.booking.view import NodeRow
@@ -102,11 +103,11 @@ class Room:
             for cluster in self.clusters:
                 self.read(cluster)
                 dry = None if victims else self._dry_run(cluster)
+                flavor, quantity = self.allocation.flavor, self.allocation.quantity
+                ask = AttemptAsk(cluster, flavor, quantity, placement_policy_for(flavor, self.workload), self.tenant)
                 attempt = dry or placement_attempt(
-                    cluster=cluster, flavor=self.allocation.flavor, quantity=self.allocation.quantity,
-                    policy=placement_policy_for(self.allocation.flavor, self.workload), nodes=self.nodes[cluster.pk],
-                    reservations=self._without(cluster.pk, victims),
-                    tenant=self.tenant, state=self.states[cluster.pk],
+                    ask, nodes=self.nodes[cluster.pk], reservations=self._without(cluster.pk, victims),
+                    state=self.states[cluster.pk],
                 )
                 found.append(attempt)
                 if attempt.complete:

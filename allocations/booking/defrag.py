@@ -27,7 +27,8 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 
-from allocations.booking.reservations import booking_rows, placement_attempt, placement_workload
+from allocations.booking.attempts import AttemptAsk, booking_rows, placement_attempt
+from allocations.booking.reservations import placement_workload
 from allocations.booking.state import placement_version_bump
 from allocations.booking.tenancy import DepartmentTree, Tenant, tenant_of
 from allocations.booking.view import (
@@ -183,10 +184,8 @@ def _replan(
     planned: list[Reservation] = []
     for key in sorted(groups, key=lambda key: (-_unit_size(key[0]), key[0].gpu_model, key[0].mig_profile or "", key[1])):
         rows = sorted(groups[key], key=lambda row: (row.allocation_id, row.unit))
-        attempt = placement_attempt(
-            cluster=cluster, flavor=flavors[key], quantity=len(rows), policy=make_policy(policy_name, workload),
-            nodes=nodes, reservations=fixed + planned, tenant=tenants[key[1]],
-        )
+        ask = AttemptAsk(cluster, flavors[key], len(rows), make_policy(policy_name, workload), tenants[key[1]])
+        attempt = placement_attempt(ask, nodes=nodes, reservations=fixed + planned)
         if not attempt.complete:
             return None
         fresh = booking_rows(attempt.bookings, shape=attempt.shape)

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, QuerySet
 
+from allocations.booking.attempts import AttemptAsk, placement_attempt
 from allocations.booking.kept_views import kept_exclusion
 from allocations.booking.policy import placement_policy_for
-from allocations.booking.reservations import placement_attempt, placement_workload
+from allocations.booking.reservations import placement_workload
 from allocations.booking.state import ClusterState, cluster_state
 from allocations.booking.tenancy import Exclusion, Tenant, tenant_of
 from allocations.catalogue.selectors import holding_with_live_units
@@ -119,8 +120,8 @@ def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Pol
     model = flavor.gpu_model
     exclusion = reads.once(("tenancy", cluster.pk, model, tenant.project_id if tenant else 0), _exclusion,
                            state, tenant, model)
-    attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=max(quantity, free_limit), policy=policy,
-                                tenant=tenant, state=state, exclusion=exclusion)
+    ask = AttemptAsk(cluster, flavor, max(quantity, free_limit), policy, tenant)
+    attempt = placement_attempt(ask, state=state, exclusion=exclusion)
     reads.once(dry_run_key(cluster=cluster, flavor=flavor, tenant=tenant), lambda: attempt)
     placed = min(len(attempt.bookings), quantity)
     fits = placed == quantity

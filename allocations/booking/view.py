@@ -10,7 +10,7 @@ that node (``Node.sharing``, see gpu-sharing-formats.md §1):
   whole with MIG off. An empty MIG-capable GPU becomes whichever the first reservation on it
   needs, so it is shown to the engine in the mode of the request being placed, unless the
   caller asks to see only what is carved already (``open_empty_gpus=False``; placement tries
-  that first for a MIG unit, see ``allocations.booking.reservations.placement_attempt``).
+  that first for a MIG unit, see ``allocations.booking.attempts.placement_attempt``).
 
 A node with a layout pinned by an administrator (``Node.mig_layout``) keeps exactly that layout:
 its instances are claimed one by one (:func:`pinned_free_instances`), never re-planned, and its

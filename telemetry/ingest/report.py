@@ -2,7 +2,10 @@
 
 1. ``load``: lock the node's report state, then read its observed GPUs with their inventory rows,
    their MIG devices and the node's MIG plan (a fixed number of queries).
-2. ``changes.report_changes``: a pure function from that and the report to a change set.
+2. ``changes.report_changes``: a pure function from that and the report to a change set, in two
+   steps: the rows (``rows.report_rows``), written first, then the node's audited part
+   (``changes.report_node_changes``), decided once against the MIG plan as it stands after the
+   rows (read again when they changed the inventory).
 3. ``write``: apply the change set with batched statements, in the lock order below. A steady
    report (readings only) costs five round trips: the lock, the GPUs, one batch of writes (the
    GPUs' readings, the samples, the report state's changed columns, the token's last use when
@@ -26,8 +29,9 @@ from django.db import transaction
 from agent.report import AgentReport
 from telemetry import conf
 from telemetry.ingest import load, write
-from telemetry.ingest.changes import report_changes, report_check, report_out_of_order
+from telemetry.ingest.changes import report_check, report_node_changes, report_out_of_order
 from telemetry.ingest.load import UnknownNode
+from telemetry.ingest.rows import report_rows
 from telemetry.ingest.sql import Statements
 from telemetry.models import NodeToken
 from telemetry.node_tokens import node_token_touch_due
@@ -71,19 +75,16 @@ def node_report_ingest(
 
     stored = load.stored_node(node=node, state=stored_state, report=report)
     stale_after = conf.stale_after(report["interval_seconds"])
-    changes = report_changes(stored, report, token_id=token.pk, received_at=received_at, stale_after=stale_after)
-    write.rows_apply(node=node, rows=changes.rows, statements=statements)
-    if changes.rows.inventory is not None:
+    rows, presence = report_rows(stored, report, received_at=received_at)
+    write.rows_apply(node=node, rows=rows, statements=statements)
+    if rows.inventory is not None:
         # A MIG layout the portal rendered is planned on the inventory's GPUs, which were just
         # written: compare the MIG state with the plan as it stands now.
-        plan = load.planned_mig(node=node, report=report)
-        if plan != stored.planned_mig:
-            replanned = dataclasses.replace(stored, planned_mig=plan)
-            node_changes = report_changes(
-                replanned, report, token_id=token.pk, received_at=received_at, stale_after=stale_after
-            ).node
-            changes = dataclasses.replace(changes, node=node_changes)
-    write.node_versions_apply(node=node, state=changes.node.state, statements=statements)
-    write.node_apply(node=node, state=state, changes=changes.node, statements=statements)
+        stored = dataclasses.replace(stored, planned_mig=load.planned_mig(node=node, report=report))
+    changes = report_node_changes(
+        stored, report, presence, token_id=token.pk, received_at=received_at, stale_after=stale_after
+    )
+    write.node_versions_apply(node=node, state=changes.state, statements=statements)
+    write.node_apply(node=node, state=state, changes=changes, statements=statements)
     statements.flush()
-    return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.node.state.stale_at)
+    return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.state.stale_at)

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from django.test import Client
 
 from allocations.api.preview import admission_preview
+from allocations.booking.attempts import AttemptAsk, placement_attempt
 from allocations.booking.policy import placement_policy_for
-from allocations.booking.reservations import placement_attempt
 from allocations.models import Allocation, Flavor, Reservation
 from audit.models import AuditEvent
 from clusters.models import Cluster
@@ -116,8 +116,7 @@ def test_every_demo_flavor_fits_a_demo_node() -> None:
     cluster = Cluster.objects.get(name="demo")
     refused = {}
     for flavor in Flavor.objects.all():
-        attempt = placement_attempt(cluster=cluster, flavor=flavor, quantity=1, policy=placement_policy_for(flavor),
-                                    reservations=[])  # fmt: skip
+        attempt = placement_attempt(AttemptAsk(cluster, flavor, 1, placement_policy_for(flavor)), reservations=[])
         if len(attempt.bookings) != 1:
             refused[flavor.name] = attempt.reason
     assert Flavor.objects.count() == len(FLAVORS)
