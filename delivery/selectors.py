@@ -13,8 +13,8 @@ from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import effective
 from allocations.selectors import holding_with_live_units, live_reservations_on
 from allocations.states import ON_CLUSTER_STATES
-from clusters import conf
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
+from delivery import conf
 from delivery.node_configs import BookedUnit, MigGroup, NodePlan, mig_groups_from_layouts, units_in_force
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources

@@ -336,7 +336,8 @@ GPUPORTAL_WINDOW_RRULE_MAX_EDGES = env_int("GPUPORTAL_WINDOW_RRULE_MAX_EDGES", 3
 GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
 
-# Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).
+# Cluster delivery (read through delivery/conf.py, which checks GPUPORTAL_KUBE_PRUNE_POLICY on use; the
+# kubeconfig keys, the inventory's, through clusters/conf.py).
 GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")))
 # Key(s) for kubeconfigs at rest, newest first, comma-separated; unset: derived from SECRET_KEY.
 GPUPORTAL_KUBECONFIG_KEY = env_secret("GPUPORTAL_KUBECONFIG_KEY")

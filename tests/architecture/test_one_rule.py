@@ -31,6 +31,11 @@ RULES = (
             ("IntegerField(min_value=1, max_value=10000)", "MaxValueValidator(10000)", "1 <= quantity <= 10000")),
     OneRule("the default priority class", re.compile(r'filter\(name="gpu-standard"\)'), "allocations/selectors.py",
             ('priority_class_list(user=user).filter(name="gpu-standard").first()',)),
+    # Delivery's settings are delivery's: the inventory below it (clusters) held them and delivery
+    # reached down for them. The settings module defines them; only delivery/conf.py reads them.
+    OneRule("delivery's settings", re.compile(r'setting_\w+\("GPUPORTAL_(PUSH|KUBE|LIMITRANGE)_'), "delivery/conf.py",
+            ('return setting_int("GPUPORTAL_PUSH_MAX_ATTEMPTS")', 'policy = setting_str("GPUPORTAL_KUBE_PRUNE_POLICY")',
+             'return setting_str("GPUPORTAL_LIMITRANGE_DEFAULT_CPU")')),
 )
 
 
