@@ -6,14 +6,17 @@ one module allowed to hold it."""
 from __future__ import annotations
 
 import re
+import tomllib
 from dataclasses import dataclass
 
 import click
 import pytest
+from django.conf import settings
 
 from cli.commands.requests import request_group
+from gpuportal.packages import LAYERS, PACKAGES, PORTAL_APPS, SHIPPED, STANDALONE
 from kernel.limits import QUANTITY_MAX
-from tests.architecture.imports import ROOT, source_files
+from tests.architecture.imports import EXTRA_ALLOWED, ROOT, source_files
 
 
 @dataclass(frozen=True)
@@ -68,3 +71,44 @@ def test_the_command_line_client_bounds_a_count_as_the_portal_does() -> None:
     count = next(param for param in create.params if param.name == "count")
     assert isinstance(count.type, click.IntRange)
     assert (count.type.min, count.type.max) == (1, QUANTITY_MAX)
+
+
+# The app list: gpuportal/packages.py is the one list. The settings and the architecture tests read
+# it; the files below cannot import it, so each is compared with it here.
+TYPED_TOO = ("bench", "tests", "manage.py")  # checked by mypy, neither an app nor shipped
+
+
+def test_every_app_on_disk_is_installed_and_every_installed_app_is_on_disk() -> None:
+    on_disk = {".".join(path.parent.relative_to(ROOT).parts) for package in PACKAGES
+               for path in (ROOT / package).rglob("apps.py") if "migrations" not in path.parts}
+    assert set(PORTAL_APPS) == on_disk
+    assert [app for app in settings.INSTALLED_APPS if app.split(".")[0] in PACKAGES] == list(PORTAL_APPS)
+
+
+def test_every_top_level_package_is_listed() -> None:
+    packages = {path.parent.name for path in ROOT.glob("*/__init__.py") if not path.parent.name.startswith(".")}
+    assert packages == {*PACKAGES, *(name for name in TYPED_TOO if (ROOT / name).is_dir())}
+
+
+def test_pyproject_lists_the_packages() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    include = [pattern.removesuffix("*") for pattern in config["setuptools"]["packages"]["find"]["include"]]
+    assert include == list(SHIPPED)
+    assert config["mypy"]["files"] == [*PACKAGES, *TYPED_TOO]
+
+
+def test_the_readme_lists_the_packages_in_order() -> None:
+    text = (ROOT / "README.md").read_text()
+    layout = text[text.index("## Layout"):]
+    layout = layout[: layout.index("`tests/`")]
+    assert re.findall(r"`(\w+)/`", layout) == list(PACKAGES)
+
+
+def test_the_architecture_document_lists_the_packages_in_order_with_what_each_may_import() -> None:
+    rows = re.findall(r"^\| `(\w+)/` \|.*\| ([^|]+) \|$", (ROOT / "docs" / "architecture.md").read_text(), re.MULTILINE)
+    assert [name for name, _ in rows] == list(PACKAGES)
+    for name, may in rows:
+        if name in STANDALONE or may.startswith(("the apps above", "every app")):
+            continue  # the apps above it in the table, which is LAYERS' order (checked above)
+        below = LAYERS[: LAYERS.index(name)]
+        assert re.findall(r"`(\w+)`", may) == [*below, *sorted(EXTRA_ALLOWED.get(name, ()))], name
