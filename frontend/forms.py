@@ -19,9 +19,10 @@ from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects, servable_flavor_ids
 from kernel.clock import clock_now
 from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
+from kernel.times import DAY, ISO_MINUTE, ISO_SECOND, MINUTE, minute_utc
 from tenants.models import Department, Project
 
-DATETIME_INPUT_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+DATETIME_INPUT_FORMATS = [ISO_MINUTE, ISO_SECOND, MINUTE, DAY]
 
 
 class DescribedFieldsMixin:
@@ -40,7 +41,7 @@ class DateTimeLocalInput(forms.DateTimeInput):
     input_type = "datetime-local"
 
     def __init__(self, attrs: dict[str, Any] | None = None) -> None:
-        super().__init__(attrs=attrs, format="%Y-%m-%dT%H:%M")
+        super().__init__(attrs=attrs, format=ISO_MINUTE)
 
 
 class FlavorChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -184,7 +185,7 @@ class RenewForm(ChangeFormMixin, forms.Form):
         super().__init__(*args, **kwargs)
         if self_renew_until is not None:
             self.fields["ends_at"].help_text = (
-                f"Until {self_renew_until:%Y-%m-%d %H:%M} UTC it applies at once; a later end waits for a "
+                f"Until {minute_utc(self_renew_until)} it applies at once; a later end waits for a "
                 "department admin's approval."
             )
         self.name_ids("renew")

@@ -34,6 +34,7 @@ from allocations.selectors import quota_list, quota_usages
 from allocations.states import HOLDING_STATES
 from allocations.window_models import QuotaWindow
 from kernel.numbers import plain
+from kernel.times import WEEKDAY
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -175,7 +176,7 @@ def chart(*, steps: Sequence[Step], in_use: Decimal, start: datetime.datetime, e
     days = []
     moment = midnight + datetime.timedelta(days=1)
     while moment < end:
-        days.append((x(moment), f"{moment:%a %d}"))
+        days.append((x(moment), f"{moment:{WEEKDAY}}"))
         moment += datetime.timedelta(days=1)
     ticks = tuple((y(value), _fmt(value)) for value in (ZERO, top / 2, top))
     lows = [s for s in steps if s.effective.limit < steps[0].effective.limit]

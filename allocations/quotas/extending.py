@@ -41,12 +41,13 @@ from allocations.project_caps import project_cap_refusal
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import QuotaView, binding_checks, unstepped
 from allocations.quotas.planning import department_rows, department_totals, grant_amounts, in_steps, interval_tree
-from allocations.quotas.wording import scope_words
+from allocations.quotas.wording import change_exceeded_words, no_quota_words, scope_words
 from allocations.selectors import live_reservations_on
 from allocations.states import HOLDING_STATES
 from clusters.models import Cluster, Gpu, Node
 from kernel.errors import CapacityExceeded, QuotaExceeded
 from kernel.numbers import plain
+from kernel.times import span_utc
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -93,7 +94,7 @@ def quota_refusal(
     checks = binding_checks(algebra.checks_from_totals(tree, totals, ask))
     if not checks:
         return QuotaExceeded(
-            f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
+            no_quota_words(department=names[department_id], flavor=flavor.name),
             details={"department": names[department_id], "flavor": flavor.name, "requested": str(quantity),
                      "limit": "0", **_interval(starts_at, ends_at)},
         )
@@ -104,9 +105,7 @@ def quota_refusal(
     what = scope_words(check.scope, flavor=flavor.name, priority_class=allocation.priority_class.name)
     department = names.get(check.department_id, str(check.department_id))
     return QuotaExceeded(
-        f"Quota exceeded for {what} in department {department} from {starts_at:%Y-%m-%d %H:%M} to "
-        f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {plain(check.requested)}, held by other grants "
-        f"{plain(check.holds)}, limit {plain(check.effective_limit)}. A change reclaims nothing.",
+        change_exceeded_words(check=check, what=what, department=department, starts_at=starts_at, ends_at=ends_at),
         details={
             "department": department,
             "flavor": flavor.name if unstepped(check.scope)[0] is not None else None,
@@ -236,8 +235,8 @@ def gpu_conflicts(
     grants = sorted({row.allocation_id: row for row in clashing}.items())
     names = ", ".join(f"#{pk} ({row.allocation.project.slug})" for pk, row in grants)
     return CapacityExceeded(
-        f"Allocation #{allocation.pk} cannot keep its GPUs from {starts_at:%Y-%m-%d %H:%M} to "
-        f"{ends_at:%Y-%m-%d %H:%M} UTC: grant {names} is booked on them then ({'; '.join(where)}). "
+        f"Allocation #{allocation.pk} cannot keep its GPUs from {span_utc(starts_at, ends_at)}: grant {names} is "
+        f"booked on them then ({'; '.join(where)}). "
         "A change reclaims nothing.",
         details={"conflicts": [pk for pk, _ in grants], "where": where, **_interval(starts_at, ends_at)},
     )

@@ -13,9 +13,11 @@ import click
 import pytest
 from django.conf import settings
 
+from cli.commands.allocations import _when as cli_when
 from cli.commands.requests import request_group
 from gpuportal.packages import LAYERS, PACKAGES, PORTAL_APPS, SHIPPED, STANDALONE
 from kernel.limits import QUANTITY_MAX
+from kernel.times import time_readable
 from tests.architecture.imports import EXTRA_ALLOWED, ROOT, source_files
 
 
@@ -25,6 +27,8 @@ class OneRule:
     copy: re.Pattern[str]  # what a copy of the rule looks like in the source
     home: str  # the one module that holds it
     samples: tuple[str, ...]  # copies it replaced: the pattern must find each
+    # Modules that keep a copy because they may not import the home, each with why.
+    elsewhere: tuple[tuple[str, str], ...] = ()
 
 
 RULES = (
@@ -39,6 +43,19 @@ RULES = (
     OneRule("delivery's settings", re.compile(r'setting_\w+\("GPUPORTAL_(PUSH|KUBE|LIMITRANGE)_'), "delivery/conf.py",
             ('return setting_int("GPUPORTAL_PUSH_MAX_ATTEMPTS")', 'policy = setting_str("GPUPORTAL_KUBE_PRUNE_POLICY")',
              'return setting_str("GPUPORTAL_LIMITRANGE_DEFAULT_CPU")')),
+    OneRule("refusal wording", re.compile(r"exceeded for \{|has no quota for \{"), "allocations/quotas/wording.py",
+            ('f"Quota exceeded for {what} in department {department} from {starts_at:%Y-%m-%d %H:%M} to "',
+             'f"Project cap exceeded for {what} in project {slug} from {starts_at:%Y-%m-%d %H:%M} to "',
+             'f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents."')),
+    OneRule("time formats", re.compile(r"%[YH]|%a %d|%d %b"), "kernel/times.py",
+            ('f"{moment:%Y-%m-%d %H:%M} UTC"', '.strftime("%Y%m%dT%H%M%SZ")', 'fmt = "%H:%M" if step < 86400 else "%d %b"',
+             'f"{moment:%a %d}"', '{self.hour:%Y-%m-%dT%H}', 'TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"'),
+            elsewhere=(
+                ("audit/integrity/canonical.py", "the sealed record's own format: the offline verifier imports nothing else"),
+                ("cli/commands/allocations.py", "the client stands alone"),
+                ("cli/commands/requests.py", "the client stands alone"),
+                ("kube_testenv/gpu_nodes.py", "Kubernetes' metav1.Time, in the test control plane, which stands alone"),
+            )),
 )
 
 
@@ -46,7 +63,7 @@ def _copies(rule: OneRule) -> list[str]:
     found = []
     for path in source_files():
         relative = str(path.relative_to(ROOT))
-        if relative == rule.home:
+        if relative == rule.home or relative in dict(rule.elsewhere):
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             if rule.copy.search(line):
@@ -63,6 +80,17 @@ def test_the_rule_has_one_home(rule: OneRule) -> None:
 def test_the_pattern_finds_every_copy_it_replaced(rule: OneRule) -> None:
     assert all(rule.copy.search(sample) for sample in rule.samples)
     assert (ROOT / rule.home).is_file()
+
+
+def test_the_pages_write_times_through_the_portals_filters() -> None:
+    """Templates cannot import kernel/times.py: they use frontend's ``to_minute`` and the like."""
+    found = [f"{path.relative_to(ROOT)}: {match}" for package in PACKAGES for path in sorted((ROOT / package).rglob("*.html"))
+             for match in re.findall(r"\|(?:date|time):\S+", path.read_text())]
+    assert found == []
+
+
+def test_the_command_line_client_writes_times_as_the_portal_does() -> None:
+    assert cli_when("2026-12-16T15:55:07+01:00") + " UTC" == time_readable("2026-12-16T15:55:07+01:00")
 
 
 def test_the_command_line_client_bounds_a_count_as_the_portal_does() -> None:
