@@ -18,6 +18,7 @@ from allocations.models import Allocation, AllocationChange, AllocationState, Ch
 from allocations.placement.mig import geometry_for_model
 from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
+from clusters.mig_layout import entry_profiles
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from clusters.selectors import cluster_list
 from tenants.access import access_for, department_parent_map, department_subtree_ids
@@ -38,7 +39,7 @@ def requestable_projects(*, user: User) -> QuerySet[Project]:
 
 def _pinned_offers(node: Node, profile: str) -> bool:
     """Whether a node's pinned MIG layout has instances of ``profile``."""
-    return any(profile in (entry.get("mig-devices") or {}) for entry in node.mig_layout or [])
+    return any(profile in entry_profiles(entry) for entry in node.mig_layout or [])
 
 
 def servable_flavor_ids(*, flavors: Iterable[Flavor]) -> set[int]:
