@@ -19,6 +19,7 @@ from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects, servable_flavor_ids
 from kernel.clock import clock_now
 from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
+from kernel.numbers import plain
 from kernel.times import DAY, ISO_MINUTE, ISO_SECOND, MINUTE, minute_utc
 from tenants.models import Department, Project
 
@@ -47,7 +48,7 @@ class DateTimeLocalInput(forms.DateTimeInput):
 class FlavorChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
     def label_from_instance(self, obj: Any) -> str:
         assert isinstance(obj, Flavor)
-        return f"{obj.display_name} ({obj.name}, {obj.gpu_equivalents.normalize():f} GPU-eq. per unit)"
+        return f"{obj.display_name} ({obj.name}, {plain(obj.gpu_equivalents)} GPU-eq. per unit)"
 
 
 class PriorityClassChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]

@@ -30,6 +30,7 @@ from django.db.models import QuerySet
 from allocations.models import Allocation, AllocationState, PriorityClass, Quota
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec, timeline
+from allocations.quotas.wording import quota_scope_name
 from allocations.selectors import quota_list, quota_usages
 from allocations.states import HOLDING_STATES
 from allocations.window_models import QuotaWindow
@@ -276,7 +277,7 @@ def _row(*, quota: Quota, specs: list[WindowSpec], in_use: Decimal, held: list[H
     class_id = priority_class.pk if priority_class is not None else None
     steps = timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
                      priority_class_id=class_id, budget=PAGE_BUDGET)
-    label = quota.flavor.name if quota.flavor is not None else "GPU-equivalents"
+    label = quota_scope_name(quota.flavor)
     if priority_class is not None:
         label = f"{label}, {priority_class.name}'s share"
     return CalendarRow(

@@ -16,6 +16,7 @@ from allocations.booking.view import node_offers, unit_shape
 from allocations.changes import allocation_change_list
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Flavor, Quota
 from allocations.placement.mig import geometry_for_model
+from allocations.quotas.wording import quota_scope_name
 from allocations.selectors import allocation_list, allocation_may_change, quota_list, quota_usages
 from allocations.states import HOLDING_STATES
 from clusters.mig_layout import entry_profiles
@@ -169,7 +170,7 @@ def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[Q
     return [
         QuotaBar(
             department=usage.quota.department.slug,
-            flavor=usage.quota.flavor.name if usage.quota.flavor else "GPU-equivalents",
+            flavor=quota_scope_name(usage.quota.flavor),
             unit="units" if usage.quota.flavor else "GPU-eq.",
             in_use=usage.in_use,
             guaranteed=usage.effective_guaranteed,
@@ -258,7 +259,7 @@ def department_promises(*, user: User, department_ids: list[int]) -> list[Promis
                 lent = (mine * min(Decimal(1), borrowing / pool)).quantize(Decimal("0.0001"))
         rows.append(PromiseRow(
             department=quota.department.slug,
-            flavor=quota.flavor.name if quota.flavor else "GPU-equivalents",
+            flavor=quota_scope_name(quota.flavor),
             unit="units" if quota.flavor else "GPU-eq.",
             guaranteed=quota.guaranteed, limit=quota.limit, lending_limit=quota.lending_limit,
             in_use=in_use, borrowed=max(in_use - quota.guaranteed, Decimal(0)), lent=lent,

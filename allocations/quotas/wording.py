@@ -20,6 +20,11 @@ from kernel.numbers import plain
 from kernel.times import span_utc
 
 
+def quota_scope_name(flavor: Flavor | None) -> str:
+    """What a quota counts, in a label: its flavor's name, or ``GPU-equivalents`` (no flavor)."""
+    return flavor.name if flavor is not None else "GPU-equivalents"
+
+
 def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> str:
     """``a100 units``, ``GPU-equivalents``, or ``gpu-preemptible's share of a100 units`` (a step
     of time reads as the scope it counts)."""

@@ -32,8 +32,9 @@ class OneRule:
 
 
 RULES = (
-    OneRule("plain decimals", re.compile(r'\.normalize\(\),\s*"f"\)'), "kernel/numbers.py",
-            ('return format(value.normalize(), "f")', 'format(rounded.normalize(), "f")')),
+    OneRule("plain decimals", re.compile(r'\.normalize\(\)(,\s*"f"\)|:f\})'), "kernel/numbers.py",
+            ('return format(value.normalize(), "f")', 'format(rounded.normalize(), "f")',
+             'f"capped at {limit.normalize():f} {what}"', '{obj.gpu_equivalents.normalize():f} GPU-eq. per unit)"')),
     OneRule("the quantity bound", re.compile(r"(max_value=|MaxValueValidator\(|<=\s*)10_?000\b"), "kernel/limits.py",
             ("IntegerField(min_value=1, max_value=10000)", "MaxValueValidator(10000)", "1 <= quantity <= 10000")),
     OneRule("the default priority class", re.compile(r'filter\(name="gpu-standard"\)'), "allocations/selectors.py",
@@ -52,6 +53,10 @@ RULES = (
             ('devices = entry.get("devices", "all")', '(entry.get("mig-devices") or {}).items()',
              'profiles = entry.get("mig-devices", {})', 'mig_enabled=bool(entry.get("mig-enabled")),',
              'if "device-filter" in entry:')),
+    OneRule("a quota's scope in a label", re.compile(r'\.name if [^"]*else "GPU-equivalents"'),
+            "allocations/quotas/wording.py",
+            ('what = flavor.name if flavor is not None else "GPU-equivalents"',
+             'flavor=quota.flavor.name if quota.flavor else "GPU-equivalents",')),
     OneRule("time formats", re.compile(r"%[YH]|%a %d|%d %b"), "kernel/times.py",
             ('f"{moment:%Y-%m-%d %H:%M} UTC"', '.strftime("%Y%m%dT%H%M%SZ")', 'fmt = "%H:%M" if step < 86400 else "%d %b"',
              'f"{moment:%a %d}"', '{self.hour:%Y-%m-%dT%H}', 'TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"'),
