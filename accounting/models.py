@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from kernel.times import DAY, ISO_HOUR, MONTH
+
 
 class UsageHour(models.Model):
     """What one allocation held and used over one UTC hour, in GPU-equivalent-hours.
@@ -46,7 +48,7 @@ class UsageHour(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.allocation_id} {self.hour:%Y-%m-%dT%H}"
+        return f"#{self.allocation_id} {self.hour:{ISO_HOUR}}"
 
 
 class UsageDay(models.Model):
@@ -79,7 +81,7 @@ class UsageDay(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.department_id}/{self.project_id}/{self.flavor_id} {self.day:%Y-%m-%d}"
+        return f"{self.department_id}/{self.project_id}/{self.flavor_id} {self.day:{DAY}}"
 
 
 class Basis(models.TextChoices):
@@ -112,7 +114,7 @@ class RateCard(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.flavor_id}: {self.price_per_gpu_hour} {self.currency}/{self.basis} from {self.valid_from:%Y-%m-%d}"
+        return f"{self.flavor_id}: {self.price_per_gpu_hour} {self.currency}/{self.basis} from {self.valid_from:{DAY}}"
 
 
 class Statement(models.Model):
@@ -135,7 +137,7 @@ class Statement(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.department_id} {self.period_start:%Y-%m} {self.currency}"
+        return f"{self.department_id} {self.period_start:{MONTH}} {self.currency}"
 
 
 class LineKind(models.TextChoices):

@@ -35,6 +35,7 @@ from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.errors import FieldError
 from kernel.locks import advisory_xact_lock
+from kernel.times import MONTH
 from tenants.access import require_platform_admin
 from tenants.models import Department, Project
 
@@ -43,7 +44,7 @@ CLOSE_LOCK_ID = 0x6770_7561_6363_0002  # pg_advisory_xact_lock key of closing st
 
 
 def month_of(moment: datetime.datetime) -> str:
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m")
+    return moment.astimezone(datetime.UTC).strftime(MONTH)
 
 
 def department_charges(

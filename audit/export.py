@@ -27,6 +27,7 @@ from audit.proofs import gap_nodes
 from audit.selectors import AuditFilters, audit_seq_bounds
 from audit.services import audit_time_format
 from kernel.clock import clock_now
+from kernel.times import COMPACT_SECOND_Z
 
 CHUNK = 5000
 COPY_BATCH = 1 << 20
@@ -301,6 +302,6 @@ def audit_export(*, filters: AuditFilters, output: str, checkpoint: AuditCheckpo
 
 
 def export_filename(output: str, *, now: Any = None) -> str:
-    stamp = (now or clock_now()).strftime("%Y%m%dT%H%M%SZ")
+    stamp = (now or clock_now()).strftime(COMPACT_SECOND_Z)
     suffix = {"jsonl": "jsonl", "csv": "csv", "bundle": "bundle.jsonl"}[output]
     return f"audit-{stamp}.{suffix}"

@@ -6,6 +6,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator
 from django.db import models
 
+from clusters.mig_layout import is_pinned_layout
 from kernel.clock import clock_now
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 
@@ -147,7 +148,7 @@ class Node(models.Model):
             raise ValidationError({"sharing_replicas": "Only MPS and time-slicing nodes have replicas."})
         if self.mig_layout and self.sharing != NodeSharing.MIG:
             raise ValidationError({"mig_layout": "Only MIG nodes have a MIG layout."})
-        if not _is_mig_layout(self.mig_layout):
+        if not is_pinned_layout(self.mig_layout):
             raise ValidationError(
                 {"mig_layout": 'A list of {"devices": "all" or [indexes], "mig-devices": {"1g.10gb": 7, ...}} entries.'}
             )
@@ -170,21 +171,6 @@ class Node(models.Model):
                 {changed[0]: f"Node {self.name} holds {booked} live GPU reservations; release them or move them "
                              "with placement_defrag before changing how its GPUs are offered."}
             )
-
-
-def _is_mig_layout(layout: object) -> bool:
-    if not isinstance(layout, list):
-        return False
-    for entry in layout:
-        if not isinstance(entry, dict) or set(entry) - {"devices", "mig-devices"}:
-            return False
-        devices = entry.get("devices", "all")
-        if devices != "all" and not (isinstance(devices, list) and all(isinstance(d, int) and d >= 0 for d in devices)):
-            return False
-        profiles = entry.get("mig-devices", {})
-        if not isinstance(profiles, dict) or not all(isinstance(c, int) and c >= 0 for c in profiles.values()):
-            return False
-    return True
 
 
 class Gpu(models.Model):

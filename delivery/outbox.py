@@ -35,8 +35,8 @@ from allocations.grants.services import (
     allocation_provision_succeeded,
 )
 from allocations.models import Allocation
-from clusters import conf
 from clusters.models import Cluster, ClusterPush, PushState
+from delivery import conf
 from delivery.drivers import DriverError, PermanentDriverError
 from delivery.notices import push_failed_notify
 from delivery.services import cluster_sync_project, cluster_sync_shared

@@ -12,8 +12,9 @@ from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, SharingMode
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import effective
-from clusters import conf
+from clusters.mig_layout import layout_entries
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
+from delivery import conf
 from delivery.node_configs import BookedUnit, MigGroup, NodePlan, mig_groups_from_layouts, units_in_force
 from delivery.rendering import DepartmentQueue, GrantedUnits, PriorityClassSpec, ProjectState
 from delivery.volcano import vgpu_unit_resources
@@ -281,13 +282,8 @@ def _compute_capability(labels: dict[str, str]) -> tuple[int, int] | None:
 
 def _mig_groups(layout: list[dict[str, Any]], gpu_count: int) -> tuple[MigGroup, ...]:
     """``Node.mig_layout`` (mig-parted entries, as validated by ``Node.clean``) as MigGroups."""
-    groups = []
-    for entry in layout:
-        devices = entry.get("devices", "all")
-        indexes = tuple(range(gpu_count)) if devices == "all" else tuple(int(device) for device in devices)
-        profiles = entry.get("mig-devices") or {}
-        groups.append(MigGroup(indexes, tuple(sorted((str(name), int(count)) for name, count in profiles.items()))))
-    return tuple(groups)
+    return tuple(MigGroup(entry.devices, tuple(sorted(entry.profiles.items())))
+                 for entry in layout_entries(layout, range(gpu_count)))
 
 
 def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> list[NodePlan]:

@@ -18,11 +18,10 @@ from django.db.models import Case, F, TextField, Value, When
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
-from clusters import conf
 from clusters.models import Cluster, ClusterDrift
 from clusters.outbox import push_enqueue
 from clusters.selectors import MISSING_PREREQUISITE
-from delivery import selectors
+from delivery import conf, selectors
 from delivery.alert_rules import render_prometheus_rule
 from delivery.alert_settings import alert_thresholds
 from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for

@@ -6,9 +6,9 @@ import logging
 
 from celery import Task, shared_task
 
-from clusters import conf
 from clusters.models import Cluster
 from clusters.outbox import push_dispatch, pushes_dispatch
+from delivery import conf
 from delivery.drivers import DriverError
 from delivery.outbox import push_deliver
 from delivery.services import cluster_sync

@@ -10,7 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from allocations.catalogue.selectors import allocation_get, live_reservations
 from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState
-from clusters import conf
+from delivery import conf
 from delivery.container_limits import container_limits
 from delivery.selectors import granted_units
 from delivery.usage_guide import ClusterAccess, GuideInput, UsageGuide, usage_guide

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 
 from django.utils.safestring import SafeString, mark_safe
 
+from kernel.times import CLOCK, DAY_OF_MONTH, MINUTE, span_utc
+
 WIDTH, HEIGHT = 720, 220
 LEFT, RIGHT, TOP, BOTTOM = 48, 10, 10, 24
 ALLOCATED_FILL, ALLOCATED_STROKE = "#d4e5f7", "#0b5cad"
@@ -101,7 +103,7 @@ def time_ticks(t0: float, t1: float) -> list[tuple[float, str]]:
     span = t1 - t0
     step = next((step for step in TIME_STEPS if span / step <= MAX_TIME_TICKS), TIME_STEPS[-1])
     first = math.ceil(t0 / step) * step
-    fmt = "%H:%M" if step < 86400 else "%d %b"
+    fmt = CLOCK if step < 86400 else DAY_OF_MONTH
     return [
         (at, datetime.datetime.fromtimestamp(at, tz=datetime.UTC).strftime(fmt))
         for at in range(int(first), int(t1) + 1, step)
@@ -179,7 +181,7 @@ def describe(buckets: Sequence[ChartBucket]) -> str:
     allocated = sum(bucket.allocated * length for bucket, length in zip(buckets, seconds, strict=True))
     unknown = sum(bucket.unknown * length for bucket, length in zip(buckets, seconds, strict=True))
     used = sum((bucket.used or 0) * length for bucket, length in zip(buckets, seconds, strict=True))
-    span = (f"From {buckets[0].start:%Y-%m-%d %H:%M} to {buckets[-1].end:%Y-%m-%d %H:%M} UTC: "
+    span = (f"From {span_utc(buckets[0].start, buckets[-1].end)}: "
             f"on average {number(allocated / total)} GPU-equivalents allocated")  # fmt: skip
     if allocated <= 0:
         return span + "."
@@ -190,7 +192,7 @@ def describe(buckets: Sequence[ChartBucket]) -> str:
 
 def _table(buckets: Sequence[ChartBucket], caption: str) -> str:
     rows = "".join(
-        f"<tr><td>{bucket.start:%Y-%m-%d %H:%M}</td><td>{number(bucket.allocated)}</td>"
+        f"<tr><td>{bucket.start:{MINUTE}}</td><td>{number(bucket.allocated)}</td>"
         f"<td>{'unknown' if bucket.used is None else number(bucket.used)}</td><td>{number(bucket.unknown)}</td></tr>"
         for bucket in buckets
     )

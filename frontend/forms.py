@@ -19,9 +19,11 @@ from clusters.selectors import cluster_list
 from frontend.selectors import requestable_projects, servable_flavor_ids
 from kernel.clock import clock_now
 from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
+from kernel.numbers import plain
+from kernel.times import DAY, ISO_MINUTE, ISO_SECOND, MINUTE, minute_utc
 from tenants.models import Department, Project
 
-DATETIME_INPUT_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+DATETIME_INPUT_FORMATS = [ISO_MINUTE, ISO_SECOND, MINUTE, DAY]
 
 
 class DescribedFieldsMixin:
@@ -40,13 +42,13 @@ class DateTimeLocalInput(forms.DateTimeInput):
     input_type = "datetime-local"
 
     def __init__(self, attrs: dict[str, Any] | None = None) -> None:
-        super().__init__(attrs=attrs, format="%Y-%m-%dT%H:%M")
+        super().__init__(attrs=attrs, format=ISO_MINUTE)
 
 
 class FlavorChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
     def label_from_instance(self, obj: Any) -> str:
         assert isinstance(obj, Flavor)
-        return f"{obj.display_name} ({obj.name}, {obj.gpu_equivalents.normalize():f} GPU-eq. per unit)"
+        return f"{obj.display_name} ({obj.name}, {plain(obj.gpu_equivalents)} GPU-eq. per unit)"
 
 
 class PriorityClassChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -184,7 +186,7 @@ class RenewForm(ChangeFormMixin, forms.Form):
         super().__init__(*args, **kwargs)
         if self_renew_until is not None:
             self.fields["ends_at"].help_text = (
-                f"Until {self_renew_until:%Y-%m-%d %H:%M} UTC it applies at once; a later end waits for a "
+                f"Until {minute_utc(self_renew_until)} it applies at once; a later end waits for a "
                 "department admin's approval."
             )
         self.name_ids("renew")

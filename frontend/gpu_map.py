@@ -36,6 +36,7 @@ from allocations.models import Flavor, Reservation, SharingMode
 from clusters.models import Cluster, Node, NodeSharing
 from frontend.forms import DateTimeLocalInput, DescribedFieldsMixin
 from kernel.clock import clock_now
+from kernel.times import minute_utc
 from placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
 from telemetry.gpu_busy import GpuBusy
 from tenants.models import Isolation
@@ -95,7 +96,7 @@ class Segment:
 
 
 def _when(moment: datetime.datetime) -> str:
-    return f"{moment.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC"
+    return minute_utc(moment)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,9 @@ from allocations.models.windows import QuotaWindow
 from allocations.quotas.usage import quota_usages
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec, timeline
+from allocations.quotas.wording import quota_scope_name
 from kernel.numbers import plain
+from kernel.times import WEEKDAY
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -176,7 +178,7 @@ def chart(*, steps: Sequence[Step], in_use: Decimal, start: datetime.datetime, e
     days = []
     moment = midnight + datetime.timedelta(days=1)
     while moment < end:
-        days.append((x(moment), f"{moment:%a %d}"))
+        days.append((x(moment), f"{moment:{WEEKDAY}}"))
         moment += datetime.timedelta(days=1)
     ticks = tuple((y(value), _fmt(value)) for value in (ZERO, top / 2, top))
     lows = [s for s in steps if s.effective.limit < steps[0].effective.limit]
@@ -276,7 +278,7 @@ def _row(*, quota: Quota, specs: list[WindowSpec], in_use: Decimal, held: list[H
     class_id = priority_class.pk if priority_class is not None else None
     steps = timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
                      priority_class_id=class_id, budget=PAGE_BUDGET)
-    label = quota.flavor.name if quota.flavor is not None else "GPU-equivalents"
+    label = quota_scope_name(quota.flavor)
     if priority_class is not None:
         label = f"{label}, {priority_class.name}'s share"
     return CalendarRow(

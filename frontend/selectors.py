@@ -17,6 +17,8 @@ from allocations.catalogue.states import HOLDING_STATES
 from allocations.grants.changes import allocation_change_list
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Flavor, Quota
 from allocations.quotas.usage import department_usages, quota_usages
+from allocations.quotas.wording import quota_scope_name
+from clusters.mig_layout import entry_profiles
 from clusters.models import Cluster, ClusterPush, Gpu, Node, NodeSharing, PushState
 from clusters.selectors import cluster_list
 from placement.mig import geometry_for_model
@@ -38,7 +40,7 @@ def requestable_projects(*, user: User) -> QuerySet[Project]:
 
 def _pinned_offers(node: Node, profile: str) -> bool:
     """Whether a node's pinned MIG layout has instances of ``profile``."""
-    return any(profile in (entry.get("mig-devices") or {}) for entry in node.mig_layout or [])
+    return any(profile in entry_profiles(entry) for entry in node.mig_layout or [])
 
 
 def servable_flavor_ids(*, flavors: Iterable[Flavor]) -> set[int]:
@@ -168,7 +170,7 @@ def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[Q
     return [
         QuotaBar(
             department=usage.quota.department.slug,
-            flavor=usage.quota.flavor.name if usage.quota.flavor else "GPU-equivalents",
+            flavor=quota_scope_name(usage.quota.flavor),
             unit="units" if usage.quota.flavor else "GPU-eq.",
             in_use=usage.in_use,
             guaranteed=usage.effective_guaranteed,
@@ -257,7 +259,7 @@ def department_promises(*, user: User, department_ids: list[int]) -> list[Promis
                 lent = (mine * min(Decimal(1), borrowing / pool)).quantize(Decimal("0.0001"))
         rows.append(PromiseRow(
             department=quota.department.slug,
-            flavor=quota.flavor.name if quota.flavor else "GPU-equivalents",
+            flavor=quota_scope_name(quota.flavor),
             unit="units" if quota.flavor else "GPU-eq.",
             guaranteed=quota.guaranteed, limit=quota.limit, lending_limit=quota.lending_limit,
             in_use=in_use, borrowed=max(in_use - quota.guaranteed, Decimal(0)), lent=lent,

@@ -13,7 +13,7 @@ from allocations.catalogue.states import reclaim_pending_q
 from allocations.models import Allocation, AllocationState, ChangeKind
 from audit.actions import get_action
 from audit.models import AuditEvent
-from kernel.times import time_readable
+from kernel.times import minute_utc, time_readable
 from tenants.access import access_for
 
 _NOTE_KEYS = ("comment", "reason", "message", "justification")
@@ -146,7 +146,7 @@ class Standing:
 
 
 def _utc(moment: datetime.datetime | None) -> str:
-    return f"{moment.astimezone(datetime.UTC):%Y-%m-%d %H:%M} UTC" if moment is not None else "—"
+    return minute_utc(moment) if moment is not None else "—"
 
 
 def partial_reclaim_words(allocation: Allocation) -> str:

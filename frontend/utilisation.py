@@ -18,6 +18,7 @@ from clusters.models import Cluster
 from frontend.charts import ChartBucket, meter, number, sparkline, utilisation_chart
 from frontend.forms import DescribedFieldsMixin
 from frontend.gpu_map import GpuMap
+from kernel.times import minute_utc
 from telemetry.gpu_busy import GpuBusy, gpu_busy_overlay
 from telemetry.utilisation_reads import (
     DEFAULT_RANGE,
@@ -153,7 +154,7 @@ def allocation_usage_panel(*, user: User, allocation: Allocation) -> UsagePanel 
     if used is None or not granted or activity.memory_at is None:
         return UsagePanel(sparkline=chart, activity=summary, memory="Memory: no reading.", memory_meter=None)
     text = (f"Memory: {number(used / GIB)} GiB of the {number(granted / GIB)} GiB its share allows "
-            f"({percent(activity.memory_ratio)}), at {activity.memory_at:%Y-%m-%d %H:%M} UTC.")  # fmt: skip
+            f"({percent(activity.memory_ratio)}), at {minute_utc(activity.memory_at)}.")  # fmt: skip
     return UsagePanel(sparkline=chart, activity=summary, memory=text, memory_meter=meter(used=used, total=granted, label=text))
 
 

@@ -11,8 +11,10 @@ from django.db.models import QuerySet
 
 from allocations.models import PriorityClass, Quota
 from allocations.models.windows import ShrinkPolicy, WindowKind
+from allocations.quotas.wording import quota_scope_name
 from frontend.forms import DATETIME_INPUT_FORMATS, DateTimeLocalInput, DescribedFieldsMixin, PriorityClassChoiceField
 from kernel.limits import TEXT_LIMIT
+from kernel.numbers import plain
 
 KINDS = ((WindowKind.TEMPORARY, "Temporary (once)"), (WindowKind.RECURRING, "Recurring (RRULE)"))
 POLICIES = ((ShrinkPolicy.WAIT, "Wait"), (ShrinkPolicy.RECLAIM, "Reclaim"))
@@ -23,8 +25,7 @@ SERVICE_FIELDS = {"duration": "duration_minutes"}
 class QuotaChoiceField(forms.ModelChoiceField):  # type: ignore[type-arg]
     def label_from_instance(self, obj: Any) -> str:
         assert isinstance(obj, Quota)
-        what = obj.flavor.name if obj.flavor is not None else "GPU-equivalents"
-        return f"{what} (guaranteed {obj.guaranteed.normalize():f}, limit {obj.limit.normalize():f})"
+        return f"{quota_scope_name(obj.flavor)} (guaranteed {plain(obj.guaranteed)}, limit {plain(obj.limit)})"
 
 
 def _number(label: str, help_text: str) -> forms.DecimalField:

@@ -12,6 +12,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from gpuportal.ldap_settings import ldap_settings
+from gpuportal.packages import PORTAL_APPS
 from gpuportal.periodic import beat_schedule
 from gpuportal.webhook_settings import webhook_settings
 from kernel.env import env_bool, env_cache, env_float, env_int, env_list, env_secret, env_str
@@ -47,20 +48,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
-    # Apps from the bottom of the import order to the top (docs/architecture.md).
-    "kernel.idempotency",  # the API's Idempotency-Key store (docs/api.md)
-    "audit",
-    "tenants",
-    "notifications",
-    "clusters",
-    "allocations",
-    "delivery",
-    "telemetry",
-    "accounting",
-    "observability",
-    "compliance",
-    "frontend",
-    "demo",
+    # The portal's apps from the bottom of the import order to the top (gpuportal/packages.py,
+    # docs/architecture.md); of kernel only the API's Idempotency-Key store (docs/api.md).
+    *PORTAL_APPS,
 ]
 
 MIDDLEWARE = [
@@ -336,7 +326,8 @@ GPUPORTAL_WINDOW_RRULE_MAX_EDGES = env_int("GPUPORTAL_WINDOW_RRULE_MAX_EDGES", 3
 GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
 
-# Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).
+# Cluster delivery (read through delivery/conf.py, which checks GPUPORTAL_KUBE_PRUNE_POLICY on use; the
+# kubeconfig keys, the inventory's, through clusters/conf.py).
 GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")))
 # Key(s) for kubeconfigs at rest, newest first, comma-separated; unset: derived from SECRET_KEY.
 GPUPORTAL_KUBECONFIG_KEY = env_secret("GPUPORTAL_KUBECONFIG_KEY")

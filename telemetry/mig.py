@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from clusters.mig_layout import layout_entries
 from placement.mig import geometry_for_model
 
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -102,16 +103,13 @@ def planned_per_gpu(entries: Iterable[Mapping[str, Any]], gpu_indexes: Iterable[
     absent from the result: the plan says nothing about them."""
     indexes = sorted(set(gpu_indexes))
     planned: dict[int, PlannedGpu] = {}
-    for entry in entries:
-        if "device-filter" in entry:
+    for entry in layout_entries(entries, indexes):
+        if entry.device_filter:
             continue
-        devices = entry.get("devices", "all")
-        targets = indexes if devices == "all" else [int(device) for device in devices]
         wanted = PlannedGpu(
-            mig_enabled=bool(entry.get("mig-enabled")),
-            profiles={str(name): int(count) for name, count in (entry.get("mig-devices") or {}).items() if int(count) > 0},
+            mig_enabled=entry.mig_enabled, profiles={name: count for name, count in entry.profiles.items() if count > 0}
         )
-        for index in targets:
+        for index in entry.devices:
             planned[index] = wanted
     return planned
 

@@ -14,6 +14,8 @@ from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 
+from kernel.times import ISO_MINUTE, ISO_SECOND
+
 NODE_NAME_VALIDATOR = RegexValidator(
     r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\Z",
     "A Kubernetes node name: lower-case letters, digits, '-' and '.' (a DNS-1123 subdomain).",
@@ -180,7 +182,7 @@ class GpuSample(models.Model):
         indexes = [models.Index(fields=["tier", "at"], name="telemetry_sample_tier_at")]
 
     def __str__(self) -> str:
-        return f"{self.gpu_id} {self.get_tier_display()} {self.at:%Y-%m-%dT%H:%M:%S}"
+        return f"{self.gpu_id} {self.get_tier_display()} {self.at:{ISO_SECOND}}"
 
 
 class SampleRollup(models.Model):
@@ -190,7 +192,7 @@ class SampleRollup(models.Model):
     rolled_until = models.DateTimeField()
 
     def __str__(self) -> str:
-        return f"{self.get_tier_display()} until {self.rolled_until:%Y-%m-%dT%H:%M}"
+        return f"{self.get_tier_display()} until {self.rolled_until:{ISO_MINUTE}}"
 
 
 class UsageSource(models.TextChoices):
@@ -238,4 +240,4 @@ class AllocationUsage(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"#{self.allocation_id} {self.source} {self.bucket_start:%Y-%m-%dT%H:%M}"
+        return f"#{self.allocation_id} {self.source} {self.bucket_start:{ISO_MINUTE}}"

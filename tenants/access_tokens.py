@@ -40,6 +40,7 @@ from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.conf import setting_int
 from kernel.errors import Conflict, FieldError, NotAllowed
+from kernel.times import minute_utc
 from tenants.access import access_for
 from tenants.models import PersonalAccessToken, TokenScope
 
@@ -119,9 +120,9 @@ def token_expiry_check(
         raise FieldError("expires_at", "The expiry must be in the future.")
     latest = now + datetime.timedelta(days=token_max_days())
     if expires_at > latest + datetime.timedelta(minutes=1):
-        raise FieldError("expires_at", f"At most {token_max_days()} days from now ({latest:%Y-%m-%d %H:%M} UTC).")
+        raise FieldError("expires_at", f"At most {token_max_days()} days from now ({minute_utc(latest)}).")
     if not_after is not None and expires_at > not_after:
-        raise FieldError("expires_at", f"A token may not outlive the token that creates it ({not_after:%Y-%m-%d %H:%M} UTC).")
+        raise FieldError("expires_at", f"A token may not outlive the token that creates it ({minute_utc(not_after)}).")
     return expires_at
 
 
@@ -273,7 +274,7 @@ def access_token_authenticate(*, text: str, now: datetime.datetime | None = None
     if token.pending:  # unreachable through a hash nobody knows; kept so that the rule is stated
         raise TokenRefused("This access token has not been claimed by its owner.")
     if token.expires_at <= now:
-        raise TokenRefused(f"This access token expired at {token.expires_at:%Y-%m-%d %H:%M} UTC; create a new one.")
+        raise TokenRefused(f"This access token expired at {minute_utc(token.expires_at)}; create a new one.")
     if not token.user.is_active:
         raise TokenRefused("User inactive or deleted.")
     access_token_use_record(token=token, now=now)

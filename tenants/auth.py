@@ -10,6 +10,7 @@ from audit import actions
 from audit.models import AuditEvent, Outcome
 from audit.services import audit_record
 from kernel.clock import clock_now
+from kernel.times import minute_utc
 from tenants.access_tokens import IssuedToken, access_token_create
 from tenants.models import TokenScope
 from tenants.signin_lockout import USERNAME_MAX_LENGTH
@@ -35,7 +36,7 @@ def auth_token_issue(*, user: User) -> IssuedToken:
     """An expiring API token for a user who signed in with a password (``POST /api/v1/auth/token/``):
     a new personal access token of scope ``write`` named "password sign-in <date>", with the default
     expiry, audited ``access_token.created`` (via ``password``) without the token itself."""
-    name = f"password sign-in {clock_now():%Y-%m-%d %H:%M} UTC"
+    name = f"password sign-in {minute_utc(clock_now())}"
     return access_token_create(actor=user, name=name, scope=TokenScope.WRITE, via="password")
 
 

@@ -37,10 +37,11 @@ from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Reservation
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import QuotaView, binding_checks, unstepped
-from allocations.quotas.wording import scope_words
+from allocations.quotas.wording import change_exceeded_words, no_quota_words, scope_words
 from clusters.models import Cluster, Gpu, Node
 from kernel.errors import CapacityExceeded, QuotaExceeded
 from kernel.numbers import plain
+from kernel.times import span_utc
 from placement.mig import COMPUTE_SLICES, geometry_for_model
 from placement.peaks import at_one_instant, sweep
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
@@ -89,7 +90,7 @@ def quota_refusal(
     checks = binding_checks(algebra.checks_from_totals(tree, totals, ask))
     if not checks:
         return QuotaExceeded(
-            f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
+            no_quota_words(department=names[department_id], flavor=flavor.name),
             details={"department": names[department_id], "flavor": flavor.name, "requested": str(quantity),
                      "limit": "0", **_interval(starts_at, ends_at)},
         )
@@ -100,9 +101,7 @@ def quota_refusal(
     what = scope_words(check.scope, flavor=flavor.name, priority_class=allocation.priority_class.name)
     department = names.get(check.department_id, str(check.department_id))
     return QuotaExceeded(
-        f"Quota exceeded for {what} in department {department} from {starts_at:%Y-%m-%d %H:%M} to "
-        f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {plain(check.requested)}, held by other grants "
-        f"{plain(check.holds)}, limit {plain(check.effective_limit)}. A change reclaims nothing.",
+        change_exceeded_words(check=check, what=what, department=department, starts_at=starts_at, ends_at=ends_at),
         details={
             "department": department,
             "flavor": flavor.name if unstepped(check.scope)[0] is not None else None,
@@ -232,8 +231,8 @@ def gpu_conflicts(
     grants = sorted({row.allocation_id: row for row in clashing}.items())
     names = ", ".join(f"#{pk} ({row.allocation.project.slug})" for pk, row in grants)
     return CapacityExceeded(
-        f"Allocation #{allocation.pk} cannot keep its GPUs from {starts_at:%Y-%m-%d %H:%M} to "
-        f"{ends_at:%Y-%m-%d %H:%M} UTC: grant {names} is booked on them then ({'; '.join(where)}). "
+        f"Allocation #{allocation.pk} cannot keep its GPUs from {span_utc(starts_at, ends_at)}: grant {names} is "
+        f"booked on them then ({'; '.join(where)}). "
         "A change reclaims nothing.",
         details={"conflicts": [pk for pk, _ in grants], "where": where, **_interval(starts_at, ends_at)},
     )

@@ -41,7 +41,7 @@ from allocations.quotas import algebra, victims
 from allocations.quotas import in_use as timed
 from allocations.quotas.effective_tree import QuotaView, SteppedTree
 from allocations.quotas.victim_info import VictimInfo, victim_infos
-from allocations.quotas.wording import QuotaWords
+from allocations.quotas.wording import QuotaWords, no_quota_words
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
@@ -265,7 +265,7 @@ def admission_decide(
     scopes = lowest.class_amounts(department_id, allocation.priority_class_id, amounts)
     if not any((department, scope) in lowest.limits for department in chain for scope in scopes):
         refusal = QuotaExceeded(
-            f"Department {names[department_id]} has no quota for {flavor.name} or for GPU-equivalents.",
+            no_quota_words(department=names[department_id], flavor=flavor.name),
             details={"department": names[department_id], "flavor": flavor.name,
                      "requested": str(allocation.quantity), "limit": "0"},
         )

@@ -22,6 +22,7 @@ from django.db.models import DecimalField, ExpressionWrapper, F, Q, Sum
 
 from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor, ProjectQuota
+from allocations.quotas.wording import project_cap_exceeded_words, scope_words
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import FieldError, NotAllowed, QuotaExceeded
@@ -54,17 +55,17 @@ def project_cap_refusal(
     )
     for cap in sorted(caps, key=lambda row: row.flavor_id is None):  # the flavor's own cap first
         if cap.flavor_id is not None:
-            holds, requested, what = Decimal(held["units"] or 0), Decimal(quantity), f"{flavor.name} units"
+            holds, requested = Decimal(held["units"] or 0), Decimal(quantity)
         else:
             holds = Decimal(held["equivalents"] or 0).quantize(Decimal("0.0001"))
-            requested, what = (flavor.gpu_equivalents * quantity).quantize(Decimal("0.0001")), "GPU-equivalents"
+            requested = (flavor.gpu_equivalents * quantity).quantize(Decimal("0.0001"))
         if holds + requested <= cap.limit:
             continue
         slug = allocation.project.slug
+        what = scope_words(cap.flavor_id, flavor=flavor.name, priority_class="")  # a flavor's units or GPU-equivalents
         return QuotaExceeded(
-            f"Project cap exceeded for {what} in project {slug} from {starts_at:%Y-%m-%d %H:%M} to "
-            f"{ends_at:%Y-%m-%d %H:%M} UTC: requested {plain(requested)}, held by the project's other grants "
-            f"{plain(holds)}, project cap {plain(cap.limit)}. The department's admins set project caps.",
+            project_cap_exceeded_words(what=what, project=slug, span=(starts_at, ends_at),
+                                       requested=requested, holds=holds, cap=cap.limit),
             details={
                 "project": slug, "cap": "project", "flavor": flavor.name if cap.flavor_id is not None else None,
                 "requested": plain(requested), "in_use": plain(holds), "limit": plain(cap.limit),

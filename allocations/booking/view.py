@@ -32,6 +32,7 @@ from allocations.booking.usage import GpuUse, Usage, reservation_usage, with_spa
 from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Flavor, Reservation, SharingMode
 from allocations.models.versions import Minimums
+from clusters.mig_layout import layout_entries
 from clusters.models import Cluster, Gpu, Node, NodeSharing
 from placement import Cluster as EngineCluster
 from placement import Gpu as EngineGpu
@@ -372,11 +373,9 @@ def view_node_rebuild(
 
 def pinned_layout(*, node: Node, gpu_index: int, gpu_count: int) -> Counter[str]:
     """Profile counts that ``Node.mig_layout`` pins on one GPU (empty: MIG on, nothing carved)."""
-    for entry in node.mig_layout or []:
-        devices = entry.get("devices", "all")
-        indexes = range(gpu_count) if devices == "all" else [int(device) for device in devices]
-        if gpu_index in indexes:
-            return Counter({str(name): int(count) for name, count in (entry.get("mig-devices") or {}).items()})
+    for entry in layout_entries(node.mig_layout or [], range(gpu_count)):
+        if gpu_index in entry.devices:
+            return Counter(entry.profiles)
     return Counter()
 
 

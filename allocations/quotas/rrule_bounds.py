@@ -27,6 +27,7 @@ from django.conf import settings
 
 from allocations.quotas import rrules
 from kernel.errors import FieldError
+from kernel.times import SECOND
 
 YEAR = datetime.timedelta(days=366)
 DAY_SECONDS = 24 * 60 * 60
@@ -118,5 +119,5 @@ def rrule_density_check(text: str, *, zone: str, begins_at: datetime.datetime) -
         if later - earlier < gap:
             raise FieldError(
                 "rrule", f"Occurrences must be at least {bounds.min_interval_minutes} minutes apart; two start at "
-                f"{earlier:%Y-%m-%d %H:%M:%S} and {later:%Y-%m-%d %H:%M:%S} ({zone}).",
+                f"{earlier:{SECOND}} and {later:{SECOND}} ({zone}).",
             )

@@ -14,6 +14,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from dateutil.rrule import rrule, rrulestr
 
+from kernel.times import COMPACT_SECOND_Z
+
 UTC = datetime.UTC
 _FIXED_PERIODS = {"DAILY": datetime.timedelta(days=1), "WEEKLY": datetime.timedelta(days=7),
                   "HOURLY": datetime.timedelta(hours=1), "MINUTELY": datetime.timedelta(minutes=1),
@@ -108,7 +110,7 @@ def _compile(text: str) -> _Compiled:
     _check_parts(parts)
     until_utc = None
     if _UTC_UNTIL.match(parts.get("UNTIL", "")):
-        until_utc = datetime.datetime.strptime(parts.pop("UNTIL"), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+        until_utc = datetime.datetime.strptime(parts.pop("UNTIL"), COMPACT_SECOND_Z).replace(tzinfo=UTC)
     return _Compiled(";".join(f"{name}={value}" for name, value in parts.items()), until_utc, parts["FREQ"],
                      int(parts.get("INTERVAL", "1")), "COUNT" in parts)
 

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 from dateutil.rrule import rrule
 
 from allocations.quotas.rrules import _Compiled, _forward, _instant, _rule
+from kernel.times import COMPACT_DAY, COMPACT_SECOND
 
 PASSED_PER_TAKEN = 8
 """Starts passed over (before the interval, or searched back for the latest) cost an eighth of
@@ -84,7 +85,7 @@ def _local_until(body: str) -> datetime.datetime | None:
     for part in body.split(";"):
         if part.startswith("UNTIL="):
             value = part[len("UNTIL="):]
-            wall = "%Y%m%dT%H%M%S" if "T" in value else "%Y%m%d"
+            wall = COMPACT_SECOND if "T" in value else COMPACT_DAY
             return datetime.datetime.strptime(value, wall)  # noqa: DTZ007 - a floating wall time, as dateutil reads it
     return None
 

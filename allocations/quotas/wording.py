@@ -1,15 +1,28 @@
 """How the quota checks of a request read, for people: in a refusal's message and in the
-numbers it carries (``details``), naming the quota window that set a limit (``limit_by``)."""
+numbers it carries (``details``), naming the quota window that set a limit (``limit_by``).
+
+Every quota refusal's sentence is composed here: admission's (``QuotaWords.refusal``), a change's
+(``change_exceeded_words``), a project cap's (``project_cap_exceeded_words``) and a department
+without any quota for the flavor (``no_quota_words``); they share one shape (``_Exceeded``).
+A refusal composed anywhere else fails ``tests/architecture/test_one_rule.py``."""
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass
+from decimal import Decimal
 
 from allocations.models import Flavor
 from allocations.quotas import algebra
 from allocations.quotas.effective_tree import binding_checks, unstepped
 from kernel.errors import QuotaExceeded
 from kernel.numbers import plain
+from kernel.times import span_utc
+
+
+def quota_scope_name(flavor: Flavor | None) -> str:
+    """What a quota counts, in a label: its flavor's name, or ``GPU-equivalents`` (no flavor)."""
+    return flavor.name if flavor is not None else "GPU-equivalents"
 
 
 def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> str:
@@ -19,6 +32,46 @@ def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> st
         inner = scope_words(scope[2], flavor=flavor, priority_class=priority_class)
         return f"{priority_class}'s share of {inner}" if scope[0] == "class" else inner
     return f"{flavor} units" if scope is not None else "GPU-equivalents"
+
+
+@dataclass(frozen=True)
+class _Exceeded:
+    """``<cap> exceeded for <what> in <where>: requested <n>, <held> <n>, <limit> <n><then>``."""
+
+    cap: str
+    what: str
+    where: str
+    requested: Decimal
+    holds: Decimal
+    value: Decimal
+    held: str = "held"
+    limit: str = "limit"
+    then: str = ""
+
+    def __str__(self) -> str:
+        return (f"{self.cap} exceeded for {self.what} in {self.where}: requested {plain(self.requested)}, "
+                f"{self.held} {plain(self.holds)}, {self.limit} {plain(self.value)}{self.then}")
+
+
+def no_quota_words(*, department: str, flavor: str) -> str:
+    """A department with no quota of its own or above it for the flavor, nor for GPU-equivalents."""
+    return f"Department {department} has no quota for {flavor} or for GPU-equivalents."
+
+
+def change_exceeded_words(*, check: algebra.Check, what: str, department: str, starts_at: datetime.datetime,
+                          ends_at: datetime.datetime) -> str:
+    """A renewal's or a resize's refusal: a change reclaims nothing."""
+    return str(_Exceeded(cap="Quota", what=what, where=f"department {department} from {span_utc(starts_at, ends_at)}",
+                         requested=check.requested, held="held by other grants", holds=check.holds,
+                         value=check.effective_limit, then=". A change reclaims nothing."))
+
+
+def project_cap_exceeded_words(*, what: str, project: str, span: tuple[datetime.datetime, datetime.datetime],
+                               requested: Decimal, holds: Decimal, cap: Decimal) -> str:
+    """A project cap's refusal over ``span`` (docs/quotas.md, "Project caps")."""
+    return str(_Exceeded(cap="Project cap", what=what, where=f"project {project} from {span_utc(*span)}",
+                         requested=requested, held="held by the project's other grants", holds=holds,
+                         limit="project cap", value=cap, then=". The department's admins set project caps."))
 
 
 @dataclass(frozen=True)
@@ -73,8 +126,8 @@ class QuotaWords:
         when = f" from {details['from']} until {details['until']}" if "from" in details else ""
         by = f" (set by quota window #{details['limit_by']})" if "limit_by" in details else ""
         return QuotaExceeded(
-            f"Quota exceeded for {what} in department {details['department']}: requested "
-            f"{plain(check.requested)}, held {plain(check.holds)}, limit {plain(check.effective_limit)}{by}{when}; "
-            "nothing it may reclaim frees enough.",
+            str(_Exceeded(cap="Quota", what=what, where=f"department {details['department']}",
+                          requested=check.requested, holds=check.holds, value=check.effective_limit,
+                          then=f"{by}{when}; nothing it may reclaim frees enough.")),
             details=details,
         )

@@ -72,6 +72,7 @@ from audit.models import AuditEvent
 from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.numbers import plain
+from kernel.times import minute_utc
 from kernel.transactions import retry_on_deadlock
 from tenants.access import department_chain
 
@@ -251,7 +252,7 @@ def quota_window_reclaim_retry(*, edge_id: int, now: datetime.datetime) -> Appli
 
 def _reason(window: QuotaWindow, before: str, after: str, at: datetime.datetime) -> str:
     return (f"Reclaimed by quota window #{window.pk}: the limit of department {window.quota.department.slug} for "
-            f"{scope_label(window)} went down from {before} to {after} at {at:%Y-%m-%d %H:%M} UTC, "
+            f"{scope_label(window)} went down from {before} to {after} at {minute_utc(at)}, "
             "and the department held more than that.")
 
 

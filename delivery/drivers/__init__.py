@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from django.conf import settings
 
-from clusters import conf
 from clusters.crypto import KubeconfigUnreadable, kubeconfig_decrypt
 from clusters.models import Cluster, ClusterDriverKind
+from delivery import conf
 from delivery.drivers.base import (
     EMPTY_RESULT,
     ApplyResult,

@@ -1,4 +1,4 @@
-"""Template helpers: the role-based navigation, number formatting and the sharing modes' guidance."""
+"""Template helpers: the role-based navigation, number and time formatting and the sharing modes' guidance."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from django import template
 from django.http import HttpRequest
+from django.template.defaultfilters import date
 
 from allocations.catalogue.sharing_guide import ModeGuide, guide_for
 from allocations.models import Allocation, Flavor
@@ -14,6 +15,7 @@ from allocations.models.versions import Minimums
 from frontend.navigation import nav_items
 from frontend.selectors import requestable_projects
 from frontend.timeline import SyncStatus, partial_reclaim_words, sync_status
+from kernel import times
 from kernel.numbers import plain
 from tenants.access import access_for
 
@@ -41,6 +43,38 @@ def portal_nav(context: template.Context) -> dict[str, Any]:
         "request": request,
         "csrf_token": context.get("csrf_token"),
     }
+
+
+# Times as the pages write them (kernel/times.py), in UTC like Django's own date filter: empty for
+# no time.
+@register.filter(expects_localtime=True)
+def to_minute(value: Any) -> str:
+    """``2026-12-16 15:55``."""
+    return date(value, times.TEMPLATE_MINUTE)
+
+
+@register.filter(expects_localtime=True)
+def to_second(value: Any) -> str:
+    """``2026-12-16 15:55:07``."""
+    return date(value, times.TEMPLATE_SECOND)
+
+
+@register.filter(expects_localtime=True)
+def to_day(value: Any) -> str:
+    """``2026-12-16``."""
+    return date(value, times.TEMPLATE_DAY)
+
+
+@register.filter(expects_localtime=True)
+def to_month(value: Any) -> str:
+    """``2026-12``."""
+    return date(value, times.TEMPLATE_MONTH)
+
+
+@register.filter(expects_localtime=True)
+def to_iso(value: Any) -> str:
+    """``2026-12-16T15:55:07.123456+00:00``, for a ``<time datetime>``."""
+    return date(value, times.TEMPLATE_ISO)
 
 
 @register.filter

@@ -26,6 +26,7 @@ from frontend.http import form_add_service_error, portal_user
 from frontend.views.allocations import detail_context
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
+from kernel.times import minute_utc
 
 
 def _told(request: HttpRequest, outcome: ChangeOutcome, applied: str) -> None:
@@ -57,7 +58,7 @@ def allocation_renew_view(request: HttpRequest, allocation_id: int) -> HttpRespo
             form_add_service_error(form, error)
         else:
             renewed = outcome.allocation
-            _told(request, outcome, f"Allocation #{renewed.pk} now ends {renewed.ends_at:%Y-%m-%d %H:%M} UTC.")
+            _told(request, outcome, f"Allocation #{renewed.pk} now ends {minute_utc(renewed.ends_at)}.")
             return redirect("allocation-detail", allocation_id=allocation.pk)
     return _shown_again(request, user, allocation, renew_form=form)
 

@@ -20,10 +20,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from allocations.admission.project_caps import project_caps_set
 from allocations.models import Flavor, ProjectQuota
+from allocations.quotas.wording import quota_scope_name
 from frontend.department_forms import CapForm, MemberAddForm, ProjectCreateForm, ProjectEditForm, ProjectMemberAddForm
 from frontend.departments import administered_departments, department_page
 from frontend.http import portal_user
 from kernel.errors import ApplicationError
+from kernel.numbers import plain
 from tenants import self_service, services
 from tenants.access import access_for
 from tenants.models import Department, Project
@@ -221,7 +223,7 @@ def project_cap_set(request: HttpRequest, project_id: int) -> HttpResponse:
         except ApplicationError as error:
             _refused(request, error)
             return _back(project.department_id)
-    what = flavor.name if flavor is not None else "GPU-equivalents"
-    done = f"capped at {limit.normalize():f} {what}" if limit is not None else f"no longer capped in {what}"
+    what = quota_scope_name(flavor)
+    done = f"capped at {plain(limit)} {what}" if limit is not None else f"no longer capped in {what}"
     messages.success(request, f"Project {project.slug} is {done}.")
     return _back(project.department_id)

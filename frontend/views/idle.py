@@ -23,6 +23,7 @@ from frontend.idle import idle_inbox
 from frontend.idle_forms import FORMS
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
+from kernel.times import minute_utc
 from tenants.access import access_for
 
 
@@ -59,7 +60,7 @@ def idle_case_act(request: HttpRequest, case_id: int, action: str) -> HttpRespon
                 messages.success(request, f"Allocation #{case.allocation_id} is kept; it will not be watched for a while.")
             elif action == "exempt":
                 idle_case_exempt(actor=user, case_id=case.pk, until=data["until"], reason=data["reason"])
-                messages.success(request, f"Allocation #{case.allocation_id} is exempt until {data['until']:%Y-%m-%d %H:%M} UTC.")
+                messages.success(request, f"Allocation #{case.allocation_id} is exempt until {minute_utc(data['until'])}.")
             else:
                 idle_case_release(actor=user, case_id=case.pk, comment=data["comment"])
                 messages.success(request, f"Allocation #{case.allocation_id} is released.")

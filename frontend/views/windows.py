@@ -37,6 +37,7 @@ from frontend.quota_calendar import calendar_departments, department_calendar
 from frontend.window_forms import SERVICE_FIELDS, WindowDecisionForm, WindowRequestForm
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
+from kernel.numbers import plain
 from tenants.access import access_for
 from tenants.models import Department
 from tenants.selectors import department_get, department_list
@@ -60,9 +61,9 @@ def window_values(window: QuotaWindow) -> str:
     for name, label in (("limit", "limit"), ("guaranteed", "guarantee")):
         delta, absolute = getattr(window, f"{name}_delta"), getattr(window, name)
         if absolute is not None:
-            parts.append(f"{label} = {absolute.normalize():f}")
+            parts.append(f"{label} = {plain(absolute)}")
         elif delta is not None:
-            parts.append(f"{label} {'+' if delta >= 0 else '−'}{abs(delta).normalize():f}")
+            parts.append(f"{label} {'+' if delta >= 0 else '−'}{plain(abs(delta))}")
     return ", ".join(parts)
 
 

@@ -11,31 +11,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+# The portal's apps in their import order and the standalone packages: the one list, read here.
+from gpuportal.packages import LAYERS as LAYERS
+from gpuportal.packages import PACKAGES as PACKAGES
+from gpuportal.packages import STANDALONE as STANDALONE
+
 ROOT = Path(__file__).resolve().parents[2]
 
-# The portal's apps from the bottom of the import order to the top: an app may import only the
-# apps before it in this list (docs/architecture.md explains what each owns).
-LAYERS: tuple[str, ...] = (
-    "placement",
-    "kernel",
-    "audit",
-    "tenants",
-    "notifications",
-    "clusters",
-    "allocations",
-    "delivery",
-    "telemetry",
-    "accounting",
-    "observability",
-    "compliance",
-    "frontend",
-    "demo",
-    "gpuportal",
-)
-# Packages that run on their own, outside the portal: the node agent (a DaemonSet without
-# Django), the command-line client (over the REST API only) and the Kubernetes control plane for
-# tests and developers (never deployed).
-STANDALONE: tuple[str, ...] = ("agent", "cli", "kube_testenv")
 # What the standalone packages and the portal's apps may import of each other.
 EXTRA_ALLOWED: dict[str, frozenset[str]] = {
     "agent": frozenset(),
@@ -44,7 +26,6 @@ EXTRA_ALLOWED: dict[str, frozenset[str]] = {
     # The portal reads the agent's report schema (one document, validated on both sides).
     "telemetry": frozenset({"agent"}),
 }
-PACKAGES = LAYERS + STANDALONE
 # The floors inside an app, from the bottom up: a module on one floor may import only its own floor
 # and the floors below it. The app's Django entry points (``ENTRY_POINTS``, at the app's root) stand
 # above every floor; any other module at the root is out of place (docs/architecture.md, "Inside

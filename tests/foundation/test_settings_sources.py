@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from audit import conf as audit_conf
 from clusters import conf as clusters_conf
+from delivery import conf as delivery_conf
 from kernel.conf import setting, setting_float, setting_int, setting_optional_str, setting_str
 from telemetry import conf as telemetry_conf
 from tests.architecture.imports import LAYERS
@@ -66,9 +67,9 @@ def test_the_conf_modules_follow_overridden_settings(settings: Any) -> None:
     settings.GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS = 5
     settings.GPUPORTAL_DB_RUNTIME_ROLE = None
     settings.GPUPORTAL_APP_DATABASE_URL = "postgres://gpuportal_app:pw@db/gpuportal"
-    assert clusters_conf.push_max_attempts() == 3
-    assert clusters_conf.push_backoff_base_seconds() == 2.0
-    assert clusters_conf.kube_user_prefix() == "oidc:"
+    assert delivery_conf.push_max_attempts() == 3
+    assert delivery_conf.push_backoff_base_seconds() == 2.0
+    assert delivery_conf.kube_user_prefix() == "oidc:"
     assert clusters_conf.kubeconfig_keys() == ["new", "old"]
     assert telemetry_conf.stale_min_seconds() == 5
     assert audit_conf.audit_runtime_role() == "gpuportal_app"
@@ -93,7 +94,7 @@ def test_it_names_the_setting_that_is_missing_or_of_the_wrong_kind(settings: Any
 def test_it_checks_the_prune_policy_on_use(settings: Any) -> None:
     settings.GPUPORTAL_KUBE_PRUNE_POLICY = "keep"
     with pytest.raises(ImproperlyConfigured, match="GPUPORTAL_KUBE_PRUNE_POLICY must be one of"):
-        clusters_conf.prune_policy()
+        delivery_conf.prune_policy()
 
 
 def _boot(env: dict[str, str], code: str = "") -> subprocess.CompletedProcess[str]:
@@ -123,8 +124,9 @@ def test_the_environment_and_secret_files_reach_the_conf_modules(tmp_path: Path)
     key_file = tmp_path / "kubeconfig-key"
     key_file.write_text("from-a-file,older\n")
     code = (
-        "from clusters import conf as c; from audit import conf as a; from telemetry import conf as t\n"
-        "print(c.kubeconfig_keys(), c.push_lease_seconds(), c.prune_policy(), a.audit_origin(),"
+        "from clusters import conf as c; from delivery import conf as d; from audit import conf as a;"
+        " from telemetry import conf as t\n"
+        "print(c.kubeconfig_keys(), d.push_lease_seconds(), d.prune_policy(), a.audit_origin(),"
         " a.audit_runtime_grant_truncate(), t.report_max_bytes())"
     )
     result = _boot({

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from gpuportal.packages import SHIPPED
 from tests.architecture.imports import LAYERS, PACKAGES, ROOT
 
-NEVER_DEPLOYED = ("kube_testenv",)  # the test cluster's control plane (docs/kube-testenv.md)
-SHIPPED = tuple(package for package in PACKAGES if package not in NEVER_DEPLOYED)
 TYPED_TOO = ("bench", "tests", "manage.py")  # checked by mypy, not shipped
 
 

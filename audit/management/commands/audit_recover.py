@@ -15,6 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from audit.checkpoints import AuditIntegrityError
 from audit.recovery import RecoveryRefused, quarantine_and_reanchor, quarantines_list, recovery_diagnose
+from kernel.times import ISO_SECOND_Z
 
 
 def _os_user() -> str:
@@ -72,7 +73,7 @@ class Command(BaseCommand):
             self.stdout.write("no quarantines")
         for quarantine in found:
             self.stdout.write(
-                f"quarantine #{quarantine.id} at {quarantine.created_at:%Y-%m-%dT%H:%M:%SZ} by {quarantine.operator}: "
+                f"quarantine #{quarantine.id} at {quarantine.created_at:{ISO_SECOND_Z}} by {quarantine.operator}: "
                 f"seqs {quarantine.from_seq}..{quarantine.to_seq} ({quarantine.event_count} rows, digest "
                 f"{quarantine.digest}) after checkpoint #{quarantine.checkpoint_number}; "
                 f"{quarantine.failure_kind} at seq {quarantine.failure_seq}; reason: {quarantine.reason}"
