@@ -25,6 +25,7 @@ from allocations.catalogue.selectors import allocation_list
 from allocations.models import AllocationChange, QuotaWindow
 from audit.models import AuditEvent
 from clusters.selectors import cluster_list, node_list
+from frontend.selectors import allocation_urls
 from tenants.access import access_for
 from tenants.selectors import department_list, project_list
 
@@ -36,8 +37,7 @@ def _visible_allocations(user: User) -> QuerySet[Any, Any]:
 
 
 def _allocations(user: User, ids: set[int]) -> dict[int, str]:
-    found = allocation_list(user=user).prefetch_related(None).filter(pk__in=ids).values_list("pk", flat=True)
-    return {pk: reverse("allocation-detail", args=[pk]) for pk in found}
+    return allocation_urls(user=user, ids=ids)
 
 
 def _changes(user: User, ids: set[int]) -> dict[int, str]:
