@@ -335,6 +335,8 @@ GPUPORTAL_WINDOW_RRULE_MAX_EDGES = env_int("GPUPORTAL_WINDOW_RRULE_MAX_EDGES", 3
 # Renewing up to this many days past a grant's original end is self-service; further needs approval.
 GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
+# make run: the demo cluster's utilisation goes on being written as time passes (demo/usage.py).
+GPUPORTAL_DEMO_READINGS = env_bool("GPUPORTAL_DEMO_READINGS", False)
 
 # Cluster delivery (read through clusters/conf.py; GPUPORTAL_KUBE_PRUNE_POLICY is checked there, on use).
 GPUPORTAL_MANIFESTS_DIR = Path(env_str("GPUPORTAL_MANIFESTS_DIR", str(VAR_DIR / "manifests")))
