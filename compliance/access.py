@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import Http404
 
-from audit.selectors import AuditFilters
+from audit.models import AuditEvent
+from audit.selectors import AuditFilters, audit_event_list
 from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Membership, Role
 
@@ -68,3 +69,20 @@ def audit_filters_for(
         actors=(actor,) if actor else None,
         actions=(action,) if action else None,
     )
+
+
+def audit_event_get(*, visibility: AuditVisibility, seq: int) -> AuditEvent:
+    """One event, read under exactly the rules of the list (:func:`audit_filters_for` without a
+    filter): an event the reader may not list, and any event for someone who reads none, is 404."""
+    try:
+        return audit_event_list(filters=audit_filters_for(visibility=visibility)).get(seq=seq)
+    except AuditEvent.DoesNotExist:
+        raise Http404("No such audit event.") from None
+
+
+def audit_event_neighbours(*, visibility: AuditVisibility, seq: int) -> tuple[int | None, int | None]:
+    """The seq of the reader's visible events just before and just after ``seq`` in the chain."""
+    events = audit_event_list(filters=audit_filters_for(visibility=visibility))
+    before = events.filter(seq__lt=seq).order_by("-seq").values_list("seq", flat=True).first()
+    after = events.filter(seq__gt=seq).order_by("seq").values_list("seq", flat=True).first()
+    return before, after

@@ -24,6 +24,7 @@ import random
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.db.models import Max
 
 from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.models import Allocation, AllocationState, Reservation
@@ -87,6 +88,21 @@ def _date_back(allocation: Allocation, since: datetime.datetime) -> None:
     Reservation.objects.filter(allocation=allocation, created_at__gt=since).update(created_at=since)
 
 
+def _row(grant: Allocation, profile: Profile, *, at: datetime.datetime, activity: float | None) -> AllocationUsage:
+    """The demo's dcgm-exporter reading of ``grant`` for the bucket from ``at``."""
+    assert grant.cluster_id is not None  # filtered on the demo cluster
+    granted = float(grant.flavor.gpu_equivalents) * grant.quantity
+    memory = grant.flavor.memory_mib * MIB * grant.quantity
+    return AllocationUsage(
+        allocation=grant, cluster_id=grant.cluster_id, department_id=grant.project.department_id,
+        bucket_start=at, source=UsageSource.DCGM, devices=grant.quantity if activity is not None else 0,
+        coverage=1.0 if activity is not None else 0.2, activity=activity, granted_gpu_eq=granted,
+        used_gpu_eq=round(activity * granted, 6) if activity is not None else None,
+        memory_used_bytes=int(memory * profile.memory * (0.4 + 0.6 * activity)) if activity is not None else None,
+        memory_granted_bytes=memory,
+    )
+
+
 def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
     """Write the week's rows for the demo cluster's grants on the cluster and its released ones;
     returns how many were written. (A scheduled grant has not started: it has no history.)"""
@@ -104,8 +120,6 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
     with transaction.atomic():
         for grant in grants:
             profile = PROFILES.get(grant.justification, DEFAULT)
-            cluster_id = grant.cluster_id
-            assert cluster_id is not None  # filtered on the demo cluster
             until = end
             if grant.state == AllocationState.RELEASED:
                 since = _floor(grant.starts_at)
@@ -115,8 +129,6 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
                 since = _floor(end - datetime.timedelta(days=profile.started_days_ago))
                 _date_back(grant, since)
             on_outage_node = grant.reservations.filter(node_id=outage_node).exists()
-            granted = float(grant.flavor.gpu_equivalents) * grant.quantity
-            memory = grant.flavor.memory_mib * MIB * grant.quantity
             life = max((until - since).total_seconds(), 1.0)
             at = since
             while at < until:
@@ -127,14 +139,44 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
                 else:
                     progress = (at - since).total_seconds() / life
                     activity = _activity(profile, progress=progress, hour=at.hour, rng=rng)
-                rows.append(AllocationUsage(
-                    allocation=grant, cluster_id=cluster_id, department_id=grant.project.department_id,
-                    bucket_start=at, source=UsageSource.DCGM, devices=grant.quantity if activity is not None else 0,
-                    coverage=1.0 if activity is not None else 0.2, activity=activity, granted_gpu_eq=granted,
-                    used_gpu_eq=round(activity * granted, 6) if activity is not None else None,
-                    memory_used_bytes=int(memory * profile.memory * (0.4 + 0.6 * activity)) if activity is not None else None,
-                    memory_granted_bytes=memory,
-                ))  # fmt: skip
+                rows.append(_row(grant, profile, at=at, activity=activity))
                 at += BUCKET
         AllocationUsage.objects.bulk_create(rows, batch_size=2000)
+    return len(rows)
+
+
+def demo_usage_continue(*, now: datetime.datetime | None = None) -> int:
+    """Go on reading the demo cluster's grants as time passes: for each grant holding GPUs there, the
+    buckets since its last row (at most a week back) up to the last one that has ended, at the
+    level its profile ends the week on (the notebook stays idle); returns how many rows were written.
+
+    The seed's week ends when it ran, and nothing else measures the demo cluster (no exporter, no
+    node agent): without this, the GPU map, which reads the newest bucket of the last 15 minutes,
+    showed "busy: unknown" on every GPU a quarter of an hour after ``make run`` (and on any later
+    run), and the charts' last hours were unknown. ``make run``'s clock runs it every five minutes
+    (``GPUPORTAL_DEMO_READINGS``, gpuportal/periodic.py); ``seed_demo`` runs it once.
+    """
+    end = _floor(now or clock_now())
+    grants = list(
+        Allocation.objects.filter(cluster__name=DEMO_CLUSTER, state__in=ON_CLUSTER_STATES, starts_at__lt=end,
+                                  reservations__released_at__isnull=True)
+        .select_related("flavor", "project").distinct().order_by("pk")
+    )  # fmt: skip
+    last = dict(
+        AllocationUsage.objects.filter(allocation__in=grants, source=UsageSource.DCGM).order_by()
+        .values_list("allocation_id").annotate(last=Max("bucket_start"))
+    )  # fmt: skip
+    rows: list[AllocationUsage] = []
+    for grant in grants:
+        profile = PROFILES.get(grant.justification, DEFAULT)
+        since = max(_floor(grant.starts_at), end - WEEK)
+        at = max(since, last[grant.pk] + BUCKET) if grant.pk in last else since
+        until = min(end, _floor(grant.ends_at))
+        while at < until:
+            rng = random.Random(f"{SEED}:{grant.pk}:{int(at.timestamp())}")  # the same numbers on every run
+            idle = profile.idle_hours > 0
+            activity = round(rng.uniform(0.0, 0.02), 4) if idle else _activity(profile, progress=1.0, hour=at.hour, rng=rng)
+            rows.append(_row(grant, profile, at=at, activity=activity))
+            at += BUCKET
+    AllocationUsage.objects.bulk_create(rows, batch_size=2000, ignore_conflicts=True)
     return len(rows)

@@ -32,6 +32,7 @@ HATCH_STROKE = "#57606a"
 GRID, LABEL = "#d0d7de", "#57606a"
 TIME_STEPS = (3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400)
 MAX_TIME_TICKS = 8
+TIME_LABEL_HALF_WIDTH = 22  # half the width of a day label ("05 Dec") or an hour label ("14:00") at font-size 11, with a margin
 _ID = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -164,8 +165,12 @@ def _axes(frame: Frame, step: float, unit: str) -> list[str]:
         value += step
     for at, label in time_ticks(frame.t0, frame.t1):
         x = coordinate(frame.x(at))
+        # A label centred on a tick near the right edge would run past it (the last one was cut):
+        # it ends on its tick instead.
+        anchor = "end" if frame.x(at) + TIME_LABEL_HALF_WIDTH > frame.width else "middle"
         parts.append(f'<line x1="{x}" x2="{x}" y1="{TOP}" y2="{coordinate(TOP + frame.plot_height)}" stroke="{GRID}"></line>')
-        parts.append(f'<text x="{x}" y="{HEIGHT - 6}" text-anchor="middle" font-size="11" fill="{LABEL}">{esc(label)}</text>')
+        parts.append(f'<text class="chart-time" x="{x}" y="{HEIGHT - 6}" text-anchor="{anchor}" font-size="11" '
+                     f'fill="{LABEL}">{esc(label)}</text>')  # fmt: skip
     middle = coordinate(TOP + frame.plot_height / 2)
     parts.append(f'<text transform="rotate(-90)" x="-{middle}" y="12" text-anchor="middle" font-size="11" '
                  f'fill="{LABEL}">{esc(unit)}</text>')  # fmt: skip
@@ -202,6 +207,35 @@ def _table(buckets: Sequence[ChartBucket], caption: str) -> str:
             f"<tbody>{rows}</tbody></table></div></details>")  # fmt: skip
 
 
+def bucket_label(bucket: ChartBucket, unit: str = "GPU-eq.") -> str:
+    """One bucket's values in words, as a point of the chart tells them on hover and focus."""
+    busy = "busy unknown (no reading)" if bucket.used is None else f"{number(bucket.used)} busy"
+    return (f"{bucket.start.strftime(MINUTE)} to {bucket.end.strftime(CLOCK)} UTC: {number(bucket.allocated)} {unit} allocated, "
+            f"{busy}, {number(bucket.unknown)} without a reading")  # fmt: skip
+
+
+def point(*, label: str, x: float, width: float, y: float, height: float, first: bool) -> str:
+    """A bucket's hit area: its values as a tooltip (``<title>``) and as the accessible name of a
+    focusable point. One point of a chart is in the tab order; the arrow keys move between them
+    (portal.js), which also writes the focused or pointed-at point's values under the chart."""
+    return (f'<rect class="chart-point" x="{coordinate(x)}" y="{coordinate(y)}" width="{coordinate(max(width, 1.0))}" '
+            f'height="{coordinate(height)}" fill="#0b5cad" fill-opacity="0" tabindex="{0 if first else -1}" '
+            f'role="img" aria-label="{esc(label)}"><title>{esc(label)}</title></rect>')  # fmt: skip
+
+
+def readout(ident: str) -> str:
+    return (f'<p class="chart-readout muted" id="{esc(ident)}-readout" aria-live="polite">Point at the chart, or '
+            f"focus it (Tab, then the arrow keys), to read each bucket's values.</p>")
+
+
+def _points(frame: Frame, buckets: Sequence[ChartBucket], unit: str) -> str:
+    return "".join(
+        point(label=bucket_label(bucket, unit), x=frame.x(bucket.start), width=frame.x(bucket.end) - frame.x(bucket.start),
+              y=TOP, height=frame.plot_height, first=index == 0)
+        for index, bucket in enumerate(buckets)
+    )  # fmt: skip
+
+
 def _legend(pattern_id: str) -> str:
     def swatch(fill: str, stroke: str) -> str:
         return (f'<svg width="14" height="14" aria-hidden="true" focusable="false"><rect width="14" height="14" '
@@ -225,8 +259,8 @@ def utilisation_chart(
     frame = Frame(t0=buckets[0].start.timestamp(), t1=buckets[-1].end.timestamp(), top=top)
     hatch_id = f"{ident}-hatch"
     parts = [
-        f'<svg class="util-chart" id="{esc(ident)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-        f'aria-labelledby="{esc(ident)}-title {esc(ident)}-desc">',
+        f'<svg class="util-chart" id="{esc(ident)}" viewBox="0 0 {WIDTH} {HEIGHT}" role="group" '
+        f'aria-labelledby="{esc(ident)}-title {esc(ident)}-desc" data-chart-readout="{esc(ident)}-readout">',
         f'<title id="{esc(ident)}-title">{esc(title)}</title>',
         f'<desc id="{esc(ident)}-desc">{esc(description or describe(buckets))}</desc>',
         f"<defs>{_hatch(esc(hatch_id))}</defs>",
@@ -248,15 +282,19 @@ def utilisation_chart(
             unknown.append(f"M{x0} {coordinate(frame.y(base + bucket.unknown))} H{x1} V{coordinate(frame.y(base))} H{x0} Z")
     if unknown:
         parts.append(f'<path class="chart-unknown" d="{" ".join(unknown)}" fill="url(#{esc(hatch_id)})"></path>')
-    parts.append("</svg>")
-    figure = f'<figure class="util-figure">{"".join(parts)}{_legend(esc(ident))}{_table(buckets, title)}</figure>'
+    parts.append(f'<g class="chart-points">{_points(frame, buckets, unit)}</g></svg>')
+    figure = (f'<figure class="util-figure">{"".join(parts)}{readout(ident)}{_legend(esc(ident))}'
+              f"{_table(buckets, title)}</figure>")  # fmt: skip
     return mark_safe(figure)  # noqa: S308 - every text above is escaped
 
 
 def sparkline(
-    *, values: Sequence[float | None], title: str, chart_id: str, width: int = 288, height: int = 40
+    *, values: Sequence[float | None], title: str, chart_id: str, width: int = 288, height: int = 40,
+    labels: Sequence[str] | None = None,
 ) -> SafeString:
-    """A fraction 0..1 per bucket (oldest first) as a step line; unknown buckets hatched."""
+    """A fraction 0..1 per bucket (oldest first) as a step line; unknown buckets hatched. With
+    ``labels`` (one per bucket, what it covers), each bucket is a point telling its value on hover
+    and focus, and the values read out under the line."""
     ident = safe_id(chart_id)
     count = max(len(values), 1)
 
@@ -296,8 +334,17 @@ def sparkline(
     for line in lines:
         parts.append(f'<path class="spark-line" d="{line}" fill="none" stroke="{USED_STROKE}" stroke-width="1.5" '
                      f'vector-effect="non-scaling-stroke"></path>')  # fmt: skip
+    if labels is None:
+        parts.append("</svg>")
+        return mark_safe("".join(parts))  # noqa: S308 - every text above is escaped
+    parts[0] = parts[0].replace(' role="img" ', f' role="group" data-chart-readout="{esc(ident)}-readout" ', 1)
+    parts.append("".join(
+        point(label=f"{label}: {'no reading (unknown)' if value is None else f'{round(100 * value)} % busy'}",
+              x=index * width / count, width=width / count, y=0, height=height, first=index == 0)
+        for index, (label, value) in enumerate(zip(labels, values, strict=True))
+    ))  # fmt: skip
     parts.append("</svg>")
-    return mark_safe("".join(parts))  # noqa: S308 - every text above is escaped
+    return mark_safe(f'<div class="spark-figure">{"".join(parts)}{readout(ident)}</div>')  # noqa: S308 - escaped
 
 
 def meter(*, used: float, total: float, label: str) -> SafeString:

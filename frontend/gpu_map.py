@@ -30,11 +30,13 @@ from decimal import Decimal
 from typing import Any
 
 from django import forms
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from allocations.catalogue.selectors import holding_with_live_units, live_reservations_on, unplaced_labels
 from allocations.models import Flavor, Reservation, SharingMode
 from clusters.models import Cluster, Node, NodeSharing
 from frontend.forms import DateTimeLocalInput, DescribedFieldsMixin
+from frontend.selectors import allocation_urls
 from kernel.clock import clock_now
 from kernel.times import minute_utc
 from placement.mig import COMPUTE_SLICES, MEMORY_SLICES, geometry_for_model
@@ -128,6 +130,8 @@ class GpuCell:
     memory_mib: int = 0
     busy: GpuBusy | None = None  # the utilisation overlay, when the page adds it (frontend.utilisation)
     later: list[Later] = field(default_factory=list)  # bookings starting after the map's instant
+    node_name: str = ""
+    links: dict[int, str] = field(default_factory=dict)  # the holders' pages the reader may open (gpu_map_links)
 
     @property
     def used(self) -> Decimal:
@@ -167,6 +171,32 @@ class GpuCell:
             parts = ", ".join(f"#{pk} {department}: {units} × {flavor}" for pk, department, flavor, units in self.holders)
             now = f"GPU {self.index}: {self.used_percent} % allocated ({parts})"
         return "; ".join([now, *(booking.label for booking in self.later)])
+
+    @property
+    def name(self) -> str:
+        """The GPU's accessible name: which GPU, the grants holding it, how busy it is."""
+        if self.holders:
+            grants = ", ".join(f"grant #{pk} ({department}, {units} × {flavor})"
+                               for pk, department, flavor, units in self.holders)  # fmt: skip
+            held = f"{grants}, {self.used_percent} % allocated"
+        else:
+            held = "free"
+        parts = [f"GPU {self.index} on {self.node_name}: {held}"]
+        if self.busy is not None:
+            parts.append(self.busy.label)
+        parts.extend(booking.label for booking in self.later)
+        return "; ".join(parts)
+
+    @property
+    def link(self) -> str | None:
+        """The page of the one grant holding this GPU, when the reader may open it."""
+        holders = self.holders
+        return self.links.get(holders[0][0]) if len(holders) == 1 else None
+
+    @property
+    def holder_links(self) -> list[tuple[str, str | None]]:
+        """(label, page or None) per grant, for a GPU that several grants share."""
+        return [(f"#{pk} {department}", self.links.get(pk)) for pk, department, _flavor, _units in self.holders]
 
     def book_later(self, booking: Later) -> None:
         """Note a unit booked from a later start (one entry per allocation)."""
@@ -334,7 +364,7 @@ def gpu_map(*, cluster: Cluster, at: datetime.datetime | None = None) -> GpuMap:
         row = [
             GpuCell(
                 index=gpu.index, model=gpu.model, mig_capable=gpu.mig_capable, position=position,
-                memory_mib=gpu.memory_mib,
+                memory_mib=gpu.memory_mib, node_name=node.name,
             )
             for position, gpu in enumerate(sorted(node.gpus.all(), key=lambda gpu: gpu.index))
         ]
@@ -373,3 +403,13 @@ def gpu_map(*, cluster: Cluster, at: datetime.datetime | None = None) -> GpuMap:
         at=moment,
         now=at is None,
     )
+
+
+def gpu_map_links(*, user: AbstractBaseUser | AnonymousUser, drawn: GpuMap) -> GpuMap:
+    """Link each GPU to the pages of the grants holding it that ``user`` may open (one query)."""
+    ids = {pk for node in drawn.nodes for cell in node.gpus for pk, _department, _flavor, _units in cell.holders}
+    urls = allocation_urls(user=user, ids=ids) if ids else {}
+    for node in drawn.nodes:
+        for cell in node.gpus:
+            cell.links = {pk: urls[pk] for pk, _department, _flavor, _units in cell.holders if pk in urls}
+    return drawn

@@ -67,6 +67,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
          name="project-member-remove"),
     path("projects/<int:project_id>/caps/", departments.project_cap_set, name="project-cap-set"),
     path("audit/", audit.audit_log, name="audit-log"),
+    path("audit/events/<int:seq>/", audit.audit_event, name="audit-event"),
     path("audit/verify/", audit.audit_verify, name="audit-verify"),
     path("audit/verify/bundle/", audit.audit_bundle_verify_upload, name="audit-verify-bundle"),
     path("audit/export/", audit.audit_export_download, name="audit-export"),

@@ -60,6 +60,9 @@ SCHEDULE: tuple[Periodic, ...] = (
     # The directory sync (docs/identity.md, "LDAP").
     Periodic("tenants-ldap-sync", "tenants.tasks.ldap_sync_task", "GPUPORTAL_LDAP_SYNC_EVERY",
              when="GPUPORTAL_LDAP_SERVER_URI"),
+    # make run's demo cluster has no exporter and no node agent: the demo reads it as time passes
+    # (demo/usage.py), so that the GPU map and the charts have a value now. Off unless asked for.
+    Periodic("demo-usage-continue", "demo.tasks.demo_usage_continue_task", 300.0, when="GPUPORTAL_DEMO_READINGS"),
     # Periodic defragmentation (allocations/booking/defrag_schedule.py): off unless an interval is set.
     Periodic("placement-defrag", "allocations.tasks.placement_defrag_scheduled_task", "GPUPORTAL_DEFRAG_EVERY",
              when="GPUPORTAL_DEFRAG_EVERY"),

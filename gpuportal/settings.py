@@ -325,6 +325,8 @@ GPUPORTAL_WINDOW_RRULE_MAX_EDGES = env_int("GPUPORTAL_WINDOW_RRULE_MAX_EDGES", 3
 # Renewing up to this many days past a grant's original end is self-service; further needs approval.
 GPUPORTAL_SELF_RENEW_DAYS = env_int("GPUPORTAL_SELF_RENEW_DAYS", 14, minimum=0)
 GPUPORTAL_DEMO_PASSWORD = env_secret("GPUPORTAL_DEMO_PASSWORD") or "demo"
+# make run: the demo cluster's utilisation goes on being written as time passes (demo/usage.py).
+GPUPORTAL_DEMO_READINGS = env_bool("GPUPORTAL_DEMO_READINGS", False)
 
 # Cluster delivery (read through delivery/conf.py, which checks GPUPORTAL_KUBE_PRUNE_POLICY on use; the
 # kubeconfig keys, the inventory's, through clusters/conf.py).

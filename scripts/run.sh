@@ -11,6 +11,8 @@ HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8000}
 python="$VENV/bin/python"
 export GPUPORTAL_DEBUG=${GPUPORTAL_DEBUG:-true}
+# The demo cluster has no exporter or agent: the clock goes on writing its readings (demo/usage.py).
+export GPUPORTAL_DEMO_READINGS=${GPUPORTAL_DEMO_READINGS:-true}
 
 started=$SECONDS
 "$python" manage.py demo_prepare

@@ -58,7 +58,8 @@ def gpu_busy_overlay(*, user: User, cluster_id: int, now: datetime.datetime | No
     the newest 5-minute bucket (begun within the last 15 minutes) of the allocations holding it: the sum of
     activity × compute share of its MIG instances, or for a whole or shared GPU the highest of its
     holders' activities (the exporters read a shared GPU as one device); unknown when any holder's
-    newest bucket is unknown or too old, and for a free GPU without a reading. Four queries.
+    newest bucket is unknown or too old, and for a free GPU without a reading. A booking that
+    starts after ``now`` does not hold the GPU yet and counts for nothing. Four queries.
     """
     if readable_departments(user) is not None:
         raise Http404("Only those who read every department see the GPUs' activity.")
@@ -71,9 +72,11 @@ def gpu_busy_overlay(*, user: User, cluster_id: int, now: datetime.datetime | No
         if percent is not None and stale_at is not None and stale_at > moment:
             overlay[(node, index)] = GpuBusy(ratio=min(1.0, percent / 100), source="agent", at=seen)
     holders: dict[tuple[str, int], list[tuple[int, float | None]]] = defaultdict(list)
-    for allocation_id, node, indices, profile in live_reservations_on(cluster=cluster).values_list(
-        "allocation_id", "node__name", "gpu_indices", "mig_profile"
-    ):
+    # What holds the GPU now, as the map draws it: a booking that starts later (or has ended and
+    # not yet expired) holds nothing now and has no reading, so it must not make the GPU unknown.
+    for allocation_id, node, indices, profile in live_reservations_on(cluster=cluster).filter(
+        allocation__starts_at__lte=moment, allocation__ends_at__gt=moment
+    ).values_list("allocation_id", "node__name", "gpu_indices", "mig_profile"):
         for index in indices or []:
             holders[(node, int(index))].append((allocation_id, _mig_share(profile) if profile else None))
     newest: dict[int, tuple[float | None, datetime.datetime]] = {}

@@ -3,6 +3,7 @@ verification of the whole log on demand."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -17,16 +18,24 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from audit.actions import get_action
 from audit.checkpoints import AuditIntegrityError
 from audit.integrity.errors import VerificationFailure
 from audit.models import AuditCheckpoint, AuditEvent
 from audit.selectors import AuditFilters, audit_event_list
 from audit.verification import audit_log_verify
-from compliance.access import AuditVisibility, audit_filters_for, audit_visibility_for
+from compliance.access import (
+    AuditVisibility,
+    audit_event_get,
+    audit_event_neighbours,
+    audit_filters_for,
+    audit_visibility_for,
+)
 from compliance.bundle_checks import audit_bundle_verify
 from compliance.exports import audit_export_response
 from compliance.services import audit_checkpoint_publish
-from frontend.forms import AuditFilterForm
+from frontend.audit_links import target_links
+from frontend.forms import AuditFilterForm, action_family
 from frontend.http import portal_user
 from kernel.clock import clock_now
 from tenants.models import Department
@@ -78,10 +87,13 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     form = AuditFilterForm(request.GET or None, departments=_departments(visibility))
     data = form.cleaned_data if form.is_bound and form.is_valid() else {}
     events = _events(visibility, data) if not form.errors else AuditEvent.objects.none()
+    page = Paginator(events, PAGE_SIZE).get_page(request.GET.get("page"))
+    links = target_links(user=portal_user(request), events=page.object_list)
     context = {
         "title": "Audit log",
         "form": form,
-        "page": Paginator(events, PAGE_SIZE).get_page(request.GET.get("page")),
+        "page": page,
+        "rows": [(event, links.get(event.seq)) for event in page.object_list],
         "query": urlencode({k: v for k, v in request.GET.items() if k != "page" and v}),
         "exports": _export_links(request) if not form.errors else [],
         "department_slugs": dict(Department.objects.values_list("id", "slug")),
@@ -91,6 +103,38 @@ def audit_log(request: HttpRequest) -> HttpResponse:
         "can_verify": visibility.everything,
     }
     return render(request, "frontend/audit_log.html", context, status=400 if form.errors else 200)
+
+
+@require_GET
+@login_required
+def audit_event(request: HttpRequest, seq: int) -> HttpResponse:
+    """One event with all its fields and its place in the hash chain, for whoever may list it (the
+    list's rules exactly); an event outside the reader's view, or any event for someone who reads
+    none, is 404, so that nobody learns whether it exists."""
+    user = portal_user(request)
+    visibility = audit_visibility_for(user=user)
+    event = audit_event_get(visibility=visibility, seq=seq)
+    previous, following = audit_event_neighbours(visibility=visibility, seq=seq)
+    try:
+        description = get_action(event.action).description
+    except ValueError:  # a code no longer registered still reads as recorded
+        description = ""
+    context = {
+        "title": f"Audit event {event.seq}",
+        "event": event,
+        "description": description,
+        "family": action_family(event.action),
+        "target_url": target_links(user=user, events=[event]).get(event.seq),
+        "department": Department.objects.filter(pk=event.department_id).values_list("slug", flat=True).first()
+        if event.department_id is not None else None,
+        "previous": previous,
+        "following": following,
+        "checkpoint": AuditCheckpoint.objects.filter(size__gte=event.seq).order_by("number").first(),
+        "changes": [(label, json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+                    for label, value in (("Before", event.before), ("After", event.after), ("Details", event.details))
+                    if value],  # fmt: skip
+    }
+    return render(request, "frontend/audit_event.html", context)
 
 
 @require_POST

@@ -20,7 +20,7 @@ from clusters.selectors import (
     cluster_push_list,
     node_list,
 )
-from frontend.gpu_map import MapAtForm, gpu_map
+from frontend.gpu_map import MapAtForm, gpu_map, gpu_map_links
 from frontend.http import portal_user
 from frontend.selectors import cluster_health_list, quota_bars
 from frontend.utilisation import gpu_map_busy
@@ -53,7 +53,7 @@ def cluster_detail(request: HttpRequest, cluster_id: int) -> HttpResponse:
     form = MapAtForm(request.GET or None)
     valid = not form.is_bound or form.is_valid()
     at = form.cleaned_data.get("at") if form.is_bound and valid else None
-    drawn = gpu_map(cluster=cluster, at=at) if valid else None
+    drawn = gpu_map_links(user=user, drawn=gpu_map(cluster=cluster, at=at)) if valid else None
     context = {
         "title": f"Cluster {cluster.name}",
         "cluster": cluster,

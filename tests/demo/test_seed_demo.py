@@ -4,6 +4,7 @@ pages at first look; running it again adds nothing; every demo flavor fits a dem
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 
 import pytest
@@ -14,14 +15,20 @@ from django.test import Client
 from allocations.api.preview import admission_preview
 from allocations.booking.attempts import AttemptAsk, placement_attempt
 from allocations.booking.policy import placement_policy_for
+from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Allocation, Flavor, Reservation
 from audit.models import AuditEvent
 from clusters.models import Cluster
 from demo.seed import FLAVORS, demo_seed
+from demo.usage import demo_usage_continue
+from gpuportal.periodic import SCHEDULE
+from kernel.clock import clock_now
+from telemetry.gpu_busy import gpu_busy_overlay
 from telemetry.models import AllocationUsage
 
 pytestmark = pytest.mark.django_db
 
+BY_NAME = {entry.name: entry for entry in SCHEDULE}
 GRANTED = {"approved", "provisioning", "active"}  # active on make run, where the pushes run; approved in tests
 STORY = {
     # state: {(department, sharing mode)}
@@ -121,3 +128,30 @@ def test_every_demo_flavor_fits_a_demo_node() -> None:
             refused[flavor.name] = attempt.reason
     assert Flavor.objects.count() == len(FLAVORS)
     assert refused == {}
+
+
+def test_the_demo_goes_on_reading_its_gpus_so_the_map_has_a_busy_value_later() -> None:
+    """The seed's week ended when it ran and nothing measured the demo cluster after it: a quarter
+    of an hour later the GPU map said "busy: unknown" on every GPU. The demo's readings go on."""
+    call_command("seed_demo")
+    cluster = Cluster.objects.get(name="demo")
+    admin = User.objects.get(username="admin")
+    later = clock_now() + datetime.timedelta(hours=1)
+    held = {
+        (node, int(index))
+        for node, indices in live_reservations_on(cluster=cluster).filter(
+            allocation__starts_at__lte=later, allocation__ends_at__gt=later
+        ).values_list("node__name", "gpu_indices")
+        for index in indices
+    }
+    assert held
+    stale = gpu_busy_overlay(user=admin, cluster_id=cluster.pk, now=later)
+    assert all(stale[key].ratio is None for key in held)  # what the map showed
+
+    assert demo_usage_continue(now=later) > 0
+    fresh = gpu_busy_overlay(user=admin, cluster_id=cluster.pk, now=later)
+    assert all(fresh[key].ratio is not None for key in held), [key for key in held if fresh[key].ratio is None]
+    assert demo_usage_continue(now=later) == 0  # nothing twice
+    assert BY_NAME["demo-usage-continue"].task == "demo.tasks.demo_usage_continue_task"
+    assert BY_NAME["demo-usage-continue"].wanted(lambda name: name == "GPUPORTAL_DEMO_READINGS")
+    assert not BY_NAME["demo-usage-continue"].wanted(lambda name: False)  # off unless make run asks for it

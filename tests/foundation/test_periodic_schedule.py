@@ -39,11 +39,13 @@ def test_beat_runs_every_wanted_entry_at_its_interval() -> None:
 
 def test_a_switch_and_an_interval_setting_shape_beats_schedule() -> None:
     values = {"GPUPORTAL_AUDIT_CHECKPOINT_INTERVAL_SECONDS": 45, "GPUPORTAL_UTILISATION_EVERY": 600,
-              "GPUPORTAL_LDAP_SERVER_URI": None, "GPUPORTAL_LDAP_SYNC_EVERY": 900, "GPUPORTAL_DEFRAG_EVERY": 120}
+              "GPUPORTAL_LDAP_SERVER_URI": None, "GPUPORTAL_LDAP_SYNC_EVERY": 900, "GPUPORTAL_DEFRAG_EVERY": 120,
+              "GPUPORTAL_DEMO_READINGS": False}
 
     schedule = beat_schedule(values)
 
     assert "tenants-ldap-sync" not in schedule
+    assert "demo-usage-continue" not in schedule  # make run's demo only
     assert schedule["placement-defrag"]["schedule"] == 120.0
     assert schedule["audit-checkpoint-publish"]["schedule"] == 45.0
 

@@ -28,6 +28,7 @@ from accounting.idle_models import IdleCase, IdlePolicy, IdleState
 from allocations.grants import changes, services
 from allocations.models import Allocation, Flavor, PriorityClass, ProjectQuota, Quota, SharingMode
 from allocations.quotas.usage import department_usage, quota_usages
+from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, ClusterDrift
 from frontend.feedback import request_feedback
@@ -200,6 +201,7 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
 
     cluster = world.cluster.pk
     requested = {"action": "allocation.requested"}
+    event = AuditEvent.objects.filter(action="allocation.requested", target_id=str(detail.pk)).values_list("seq", flat=True).get()
     return {
         "login": get("login", None),
         "dashboard": get("home", "nlp_member"),
@@ -220,6 +222,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "audit log": get("audit-log", "auditor", requested),
         "audit log (nlp_admin)": get("audit-log", "nlp_admin", requested),
         "audit export": get("audit-export", "auditor", {**requested, "output": "csv"}),
+        "audit event": get("audit-event", "auditor", seq=event),
+        "audit event (nlp_admin)": get("audit-event", "nlp_admin", seq=event),
         "fair share": get("fair-share", "nlp_member"),
         "fair share (platform)": get("fair-share", "platform"),
         "idle grants": get("idle-cases", "nlp_member"),

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 from django.http import StreamingHttpResponse
 
+from audit import actions
+from audit.actions import all_actions
 from audit.integrity.errors import VerificationFailure
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditEvent
+from audit.services import audit_record
 from audit.verification import LiveReport
 from tests.conftest import World
 from tests.frontend.conftest import Login, pending
@@ -166,3 +171,81 @@ def test_it_verifies_an_uploaded_bundle_with_two_answers(
     assert login("nlp_member").post("/audit/verify/bundle/").status_code == 403
     response = login("auditor").post("/audit/verify/bundle/", follow=True)
     assert "Choose an export bundle" in response.content.decode()
+
+
+def test_the_action_filter_groups_the_actions_by_family_with_readable_labels(world: World, login: Login) -> None:
+    html = login("auditor").get("/audit/").content.decode()
+    select = re.search(r'<select name="action".*?</select>', html, re.S)
+    assert select is not None
+    groups = re.findall(r'<optgroup label="([^"]+)">(.*?)</optgroup>', select.group(0), re.S)
+    labels = [label for label, _options in groups]
+    assert labels == sorted(labels) and len(labels) >= 10
+    assert "Allocation" in labels and "Sign-in and permissions" in labels and "Quota window" in labels
+    allocation = dict(groups)["Allocation"]
+    assert '<option value="allocation.requested">An allocation was requested (allocation.requested)</option>' in allocation
+    assert "quota_window." not in allocation  # each action in its own family only
+    assert sum(len(re.findall("<option ", options)) for _label, options in groups) == len(all_actions())
+    # the filter still reads the code
+    assert login("auditor").get("/audit/", {"action": "allocation.requested"}).status_code == 200
+
+
+def event_of(action: str, **lookups: Any) -> AuditEvent:
+    event = AuditEvent.objects.filter(action=action, **lookups).order_by("-seq").first()
+    assert event is not None
+    return event
+
+
+def test_each_row_opens_the_event_for_exactly_those_who_list_it(world: World, login: Login) -> None:
+    allocation = pending(world)
+    requested = event_of("allocation.requested", target_id=str(allocation.pk))
+    with transaction.atomic():
+        unscoped = audit_record(actor=world.users["platform"], action=actions.CLUSTER_UPDATED, target=world.cluster,
+                                after={"name": world.cluster.name})
+    listed = login("auditor").get("/audit/").content.decode()
+    assert f'<a href="/audit/events/{requested.seq}/" aria-label="Open event {requested.seq}">' in listed
+    expected = {"nlp_member": 404, "nlp_admin": 200, "speech_member": 404, "vision_member": 404,
+                "vision_admin": 404, "auditor": 200, "platform": 200, "nobody": 404}
+    for seq, answers in ((requested.seq, expected), (unscoped.seq, {**expected, "nlp_admin": 404})):
+        got = {persona: login(persona).get(f"/audit/events/{seq}/").status_code for persona in expected}
+        assert got == answers, seq
+    anonymous = login(None).get(f"/audit/events/{requested.seq}/")
+    assert anonymous.status_code == 302 and anonymous["Location"].startswith("/login/")
+    assert login("auditor").get("/audit/events/999999/").status_code == 404
+
+    html = login("nlp_admin").get(f"/audit/events/{requested.seq}/").content.decode()
+    assert "An allocation was requested" in html and "<code>allocation.requested</code>" in html
+    assert requested.hash in html and requested.prev_hash in html
+    assert f"event {requested.seq} of the whole log" in html
+    assert "not covered by a checkpoint yet" in html
+    assert 'id="event-details"' in html and "portal tests" in html  # the recorded justification
+    # the neighbours offered are the reader's own: never the unscoped event next to it
+    assert f'/audit/events/{unscoped.seq}/' not in html
+
+
+def test_a_target_links_to_its_page_only_for_those_who_may_open_it(world: World, login: Login) -> None:
+    allocation = pending(world)
+    vision = pending(world, persona="vision_member", project="seg", flavor="h100")
+    with transaction.atomic():
+        cluster = audit_record(actor=world.users["platform"], action=actions.CLUSTER_UPDATED, target=world.cluster)
+        department = audit_record(actor=world.users["platform"], action=actions.DEPARTMENT_UPDATED, target=world.nlp,
+                                  department_id=world.nlp.pk)
+    mine = f'<a href="/allocations/{allocation.pk}/">allocations.allocation {allocation.pk}</a>'
+    theirs = f'<a href="/allocations/{vision.pk}/">'
+    cluster_link = f'<a href="/platform/clusters/{world.cluster.pk}/">clusters.cluster {world.cluster.pk}</a>'
+    department_link = f'<a href="/departments/{world.nlp.pk}/">tenants.department {world.nlp.pk}</a>'
+
+    auditor = login("auditor").get("/audit/").content.decode()
+    assert mine in auditor and theirs in auditor  # the root's auditor reads every allocation
+    assert cluster_link not in auditor and f"clusters.cluster {world.cluster.pk}</td>" in auditor  # platform admins' page
+    assert department_link not in auditor and f"tenants.department {world.nlp.pk}</td>" in auditor  # its admins' page
+
+    platform = login("platform").get("/audit/").content.decode()
+    assert mine in platform and cluster_link in platform and department_link in platform
+
+    admin = login("nlp_admin").get("/audit/").content.decode()
+    assert mine in admin and department_link in admin and theirs not in admin
+
+    detail = login("auditor").get(f"/audit/events/{cluster.seq}/").content.decode()
+    assert f'<dd id="event-target">clusters.cluster {world.cluster.pk}</dd>' in detail
+    detail = login("platform").get(f"/audit/events/{department.seq}/").content.decode()
+    assert f'<dd id="event-target">{department_link}</dd>' in detail

@@ -108,7 +108,8 @@ def test_every_text_is_escaped_and_ids_are_safe() -> None:
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &quot;quoted&quot;" in markup
     assert 'id="a--onload--x"' in markup
     svg = chart_svg(markup)
-    assert svg.attrib["role"] == "img" and svg.attrib["aria-labelledby"] == "a--onload--x-title a--onload--x-desc"
+    # a group, not an img: an img's children (the focusable points) would be hidden from assistive technology
+    assert svg.attrib["role"] == "group" and svg.attrib["aria-labelledby"] == "a--onload--x-title a--onload--x-desc"
     spark = str(sparkline(values=[0.5, None], title=hostile, chart_id="<s>"))
     assert "<script" not in spark and 'id="-s-"' in spark
     assert "<script" not in str(meter(used=1, total=2, label=hostile))
@@ -145,3 +146,41 @@ def test_the_meter_fills_up_to_the_total() -> None:
     over = str(meter(used=5, total=4, label="m"))
     assert 'width="100.0"' in over and "bar-full" in over
     assert number(2.0) == "2" and number(0.125) == "0.12" and number(-0.0001) == "0"
+
+
+def test_each_bucket_tells_its_values_on_hover_and_keyboard_focus() -> None:
+    markup = str(utilisation_chart(buckets=SAMPLE, title="t", chart_id="c"))
+    svg = chart_svg(markup)
+    points = [element for element in svg.iter("rect") if element.attrib.get("class") == "chart-point"]
+    assert len(points) == len(SAMPLE)
+    assert [point.attrib["tabindex"] for point in points] == ["0", "-1", "-1", "-1"]  # one tab stop, arrows move
+    labels = [point.attrib["aria-label"] for point in points]
+    assert labels[0] == "2030-05-06 00:00 to 01:00 UTC: 2 GPU-eq. allocated, 1 busy, 1 without a reading"
+    assert labels[1] == "2030-05-06 01:00 to 02:00 UTC: 2 GPU-eq. allocated, busy unknown (no reading), 2 without a reading"
+    assert [point.find("title").text for point in points] == labels  # type: ignore[union-attr]  # the hover tooltip
+    assert [point.attrib["x"] for point in points] == ["48.0", "213.5", "379.0", "544.5"]  # over their buckets
+    assert svg.attrib["data-chart-readout"] == "c-readout" and 'id="c-readout" aria-live="polite"' in markup
+
+
+def test_the_last_time_label_ends_inside_the_chart() -> None:
+    """A tick at the chart's right edge had its label centred on it, half of it cut off."""
+    six = buckets([1] * 6, [1] * 6, [0] * 6)
+    svg = chart_svg(utilisation_chart(buckets=six, title="t", chart_id="c"))
+    labels = [(float(text.attrib["x"]), text.attrib["text-anchor"], text.text)
+              for text in svg.iter("text") if text.attrib.get("class") == "chart-time"]
+    assert labels[-1] == (710.0, "end", "06:00")
+    assert all(x + 22 <= 720 for x, anchor, _text in labels if anchor == "middle")
+    assert labels[0] == (48.0, "middle", "00:00")
+
+
+def test_a_labelled_sparkline_tells_each_buckets_value() -> None:
+    markup = str(sparkline(values=[0.25, None], title="a", chart_id="s", width=50, height=40,
+                           labels=["2030-05-06 00:00 UTC", "2030-05-06 00:05 UTC"]))
+    figure = ET.fromstring(markup)  # noqa: S314 - the module's own markup
+    svg = figure.find("svg")
+    assert svg is not None and svg.attrib["role"] == "group" and svg.attrib["data-chart-readout"] == "s-readout"
+    points = [element for element in svg.iter("rect") if element.attrib.get("class") == "chart-point"]
+    assert [point.attrib["aria-label"] for point in points] == [
+        "2030-05-06 00:00 UTC: 25 % busy", "2030-05-06 00:05 UTC: no reading (unknown)"]
+    assert [point.attrib["tabindex"] for point in points] == ["0", "-1"]
+    assert figure.find("p") is not None

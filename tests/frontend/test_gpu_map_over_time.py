@@ -91,7 +91,8 @@ def test_the_page_draws_the_map_at_the_instant_asked_for(world: World, login: Lo
     assert later.status_code == 200
     html = later.content.decode()
     assert f'<p id="map-when">At: {when}.</p>' in html
-    assert f"86 % allocated (#{second.pk} nlp: 2 × a100-mig-3g-40gb)</title>" in html and f"#{first.pk} nlp" not in html
+    assert f'grant #{second.pk} (nlp, 2 × a100-mig-3g-40gb), 86 % allocated"' in html  # the GPU's accessible name
+    assert f"#{first.pk} (nlp" not in html and f"#{first.pk} nlp" not in html
     assert "booked from" not in html.split('id="map-when"')[1]
 
 

@@ -61,11 +61,11 @@ def booked(allocation: Allocation) -> dict[tuple[str, int], list[Reservation]]:
 
 
 def descriptions(html: str) -> dict[str, dict[int, str]]:
-    """Node → GPU index → the GPU's text description, read from each node's SVG <desc>."""
+    """Node → GPU index → what holds the GPU, read from each GPU box's accessible name (without
+    how busy it is)."""
     out: dict[str, dict[int, str]] = {}
-    for text in re.findall(r'<desc id="node-\d+-desc">([^<]*)</desc>', html):
-        node, _, gpus = text.partition(": ")
-        out[node] = {int(match.group(1)): match.group(0) for match in re.finditer(r"GPU (\d+): [^;]*", gpus)}
+    for index, node, text in re.findall(r'class="gpu-tile"[^>]*? aria-label="GPU (\d+) on ([^:"]+): ([^";]*)', html):
+        out.setdefault(node, {})[int(index)] = text
     return out
 
 
@@ -83,20 +83,20 @@ def test_it_draws_each_gpus_share_by_department(world: World, login: Login) -> N
     gpus = descriptions(html)
     expected: dict[tuple[str, int], str] = {}
     for node, index in booked(whole):
-        expected[(node, index)] = f"GPU {index}: 100 % allocated (#{whole.pk} nlp: 1 × a100)"
+        expected[(node, index)] = f"grant #{whole.pk} (nlp, 1 × a100), 100 % allocated"
     for node, index in booked(h100):
-        expected[(node, index)] = f"GPU {index}: 100 % allocated (#{h100.pk} vision: 1 × h100)"
+        expected[(node, index)] = f"grant #{h100.pk} (vision, 1 × h100), 100 % allocated"
     mig_gpus = booked(mig)
     for (node, index), rows in mig_gpus.items():  # a 1g.10gb instance is one of seven compute slices
         percent = round(Decimal(100 * len(rows)) / 7)
-        expected[(node, index)] = f"GPU {index}: {percent} % allocated (#{mig.pk} nlp: {len(rows)} × a100-1g)"
+        expected[(node, index)] = f"grant #{mig.pk} (nlp, {len(rows)} × a100-1g), {percent} % allocated"
         for row in rows:  # drawn at its place over the eight memory slices
             assert row.mig_start is not None
-            assert f'<rect x="{row.mig_start * 100 / 8:.2f}" width="12.50" height="40"' in node_figure(html, node)
+            assert f'x="{row.mig_start * 100 / 8:.2f}" width="12.50" height="40"' in node_figure(html, node)
     assert len(expected) == 2 + len(mig_gpus) + 1  # no GPU holds two of these allocations
     for node, texts in gpus.items():
         for index, text in texts.items():
-            assert text == expected.get((node, index), f"GPU {index}: free"), (node, index)
+            assert text == expected.get((node, index), "free"), (node, index)
     assert sum(len(texts) for texts in gpus.values()) == 24
     assert html.count('class="mig-line"') == 7 * len(mig_gpus)  # MIG GPUs: eight memory slices
     assert "Delivery" in html and "project nlp-llm" in html  # the outbox rows of the approvals

@@ -116,8 +116,10 @@ def test_the_gpu_map_shows_how_busy_each_gpu_is_now(world: World, login: Login) 
     html = login("platform").get(f"/platform/clusters/{world.cluster.pk}/").content.decode()
     figure = re.search(rf"<strong>{row.node.name}</strong>.*?</figure>", html, re.S)
     assert figure is not None
-    assert f"gpu{row.gpu_indices[0]} busy 95 %" in figure.group(0)  # in the node's <desc>
-    assert 'class="gpu-busy gpu-busy-high" y="62" width="95"' in figure.group(0)
+    assert f'aria-label="GPU {row.gpu_indices[0]} on {row.node.name}: grant #{busy.pk} ' in figure.group(0)
+    assert "100 % allocated; busy 95 %" in figure.group(0)  # in the GPU's accessible name
+    assert 'class="gpu-busy gpu-busy-high" width="95"' in figure.group(0)
+    assert '<span class="gpu-label gpu-busy-label">busy 95 %</span>' in figure.group(0)
     assert "busy: unknown" in figure.group(0)  # the free GPUs: no reading
     assert f'href="/utilisation/?cluster={world.cluster.pk}"' in html
 

@@ -9,7 +9,7 @@ from demo.fair_share import demo_fair_share_seed
 from demo.grants import demo_grants_seed
 from demo.idle import demo_idle_seed
 from demo.seed import demo_seed
-from demo.usage import demo_usage_seed
+from demo.usage import demo_usage_continue, demo_usage_seed
 from demo.windows import demo_windows_seed
 
 
@@ -22,6 +22,7 @@ class Command(BaseCommand):
         demo_grants_seed()  # its own transactions: approvals push once they commit
         demo_windows_seed()  # after the grants: they were admitted against the base quotas
         demo_usage_seed()  # a week of utilisation under the grants (dates them back a week)
+        demo_usage_continue()  # a later run: the readings since the last one, so that "now" has a value
         demo_accounting_seed()  # rate cards, the week's GPU-equivalent-hours, last month's statements
         demo_idle_seed()  # idle policies, and the notebook that sat idle warned
         demo_fair_share_seed()  # after the week was dated back: its grants count in the decayed usage

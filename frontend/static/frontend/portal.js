@@ -38,6 +38,32 @@ document.addEventListener("DOMContentLoaded", function () {
   };
   revealCopyButtons(document);
   document.body.addEventListener("htmx:afterSettle", function () { revealCopyButtons(document); });
+  // Chart values (frontend/charts.py): the bucket pointed at or focused is read out under its
+  // chart; one point per chart is in the tab order and the arrow keys (Home, End) move between
+  // them. Delegated, so charts that HTMX swaps in work too. Without this, each point's <title>
+  // still shows on hover and its accessible name tells its values.
+  var chartOf = function (point) { return point.closest ? point.closest("[data-chart-readout]") : null; };
+  var readOut = function (point) {
+    var chart = chartOf(point);
+    var out = chart ? document.getElementById(chart.getAttribute("data-chart-readout")) : null;
+    if (out) { out.textContent = point.getAttribute("aria-label"); }
+  };
+  var isPoint = function (target) { return target && target.classList && target.classList.contains("chart-point"); };
+  document.addEventListener("focusin", function (event) { if (isPoint(event.target)) { readOut(event.target); } });
+  document.addEventListener("mouseover", function (event) { if (isPoint(event.target)) { readOut(event.target); } });
+  document.addEventListener("keydown", function (event) {
+    var point = event.target;
+    if (!isPoint(point)) { return; }
+    var points = Array.prototype.slice.call(chartOf(point).querySelectorAll(".chart-point"));
+    var at = points.indexOf(point);
+    var next = { ArrowRight: at + 1, ArrowUp: at + 1, ArrowLeft: at - 1, ArrowDown: at - 1, Home: 0, End: points.length - 1 }[event.key];
+    if (next === undefined) { return; }
+    event.preventDefault();
+    next = Math.max(0, Math.min(points.length - 1, next));
+    point.setAttribute("tabindex", "-1");
+    points[next].setAttribute("tabindex", "0");
+    points[next].focus();
+  });
   // After a refused submit, put the keyboard on the first field that needs correcting.
   if (document.querySelector(".form-errors[role=alert]")) {
     var invalid = document.querySelector('main [aria-invalid="true"]');
