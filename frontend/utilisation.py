@@ -150,7 +150,7 @@ def allocation_usage_panel(*, user: User, allocation: Allocation) -> UsagePanel 
                else "No reading in the last 24 hours: use is unknown, not idle.")  # fmt: skip
     chart = sparkline(values=values, title=f"Allocation #{allocation.pk}, activity over the last 24 hours",
                       chart_id=f"spark-{allocation.pk}",
-                      labels=[f"{at:%Y-%m-%d %H:%M} UTC, 5 minutes" for at, _value in activity.points])  # fmt: skip
+                      labels=[f"{minute_utc(at)}, 5 minutes" for at, _value in activity.points])  # fmt: skip
     used, granted = activity.memory_used_bytes, activity.memory_granted_bytes
     if used is None or not granted or activity.memory_at is None:
         return UsagePanel(sparkline=chart, activity=summary, memory="Memory: no reading.", memory_meter=None)
