@@ -1,11 +1,14 @@
 """Live feedback for a GPU request: GPU-equivalents, quota left, and whether and where it fits.
 
-The quota numbers are the display's (``allocations.admission.quota_checks``): what holds now, or
-over the request's interval moment by moment, against the limits the quota windows leave (approval
-decides again, ``allocations.admission.planning``); the physical fit from the placement engine's dry run
-(``allocations.booking.preview``) on each cluster approval would try. Everything is read
-without locks: it describes the moment, and approval decides again under locks. ``where`` names
-the cluster, nodes and GPUs the engine would choose now.
+The quota lines are a view of the decision approval would make on the request now
+(``allocations.admission.planning.admission_decide``, read by ``frontend.outlook.admission_read``):
+its checks over the request's own interval, each with the verdict that decision reached on it
+(``Decision.quota_fits``), and the segments of what holds within it. The page's "On approval"
+outlook reads the same decision, so the two cannot disagree; no other rule says whether a quota is
+exceeded, and a request whose dates are not known yet has no quota lines. The physical fit comes
+from the placement engine's dry run (``allocations.booking.preview``) on each cluster approval
+would try. Everything is read without locks: it describes the moment, and approval decides again
+under locks. ``where`` names the cluster, nodes and GPUs the engine would choose now.
 """
 
 from __future__ import annotations
@@ -13,13 +16,14 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
 
 from allocations.booking.preview import ClusterFit, placement_preview
-from allocations.models import Flavor, PriorityClass
-from allocations.quotas.usage import Span, quota_checks
+from allocations.models import Allocation, Flavor
+from allocations.quotas.usage import checks_with_segments
 from clusters.models import Cluster
+from frontend.outlook import Admission, admission_read
 from kernel.reads import SharedReads
-from tenants.access import department_chain
 from tenants.models import Project
 
 
@@ -35,15 +39,17 @@ class QuotaSegment:
 
 @dataclass(frozen=True)
 class QuotaLine:
-    """One quota on the request's department chain, at the moment with the least room: now, or over
-    the request's interval (its segments: what holds when, never grants that do not overlap added up)."""
+    """One of the decision's quota checks: the numbers of its binding step (the moment of the
+    request's interval with the least room), the decision's verdict on it, and its segments (what
+    holds when, never grants that do not overlap added up)."""
 
     department: str
-    what: str  # "a100 units" or "GPU-equivalents"
+    what: str  # "a100 units", "GPU-equivalents", or "gpu-preemptible's share of a100 units"
     requested: Decimal
-    in_use: Decimal
+    in_use: Decimal  # what admission counts in the binding step (the grants it would reclaim left out)
     limit: Decimal  # effective limit: the limit in force (windows applied) × the priority class's factor
-    segments: tuple[QuotaSegment, ...] = ()  # over the request's interval; none for the instant now
+    fits: bool  # the decision's verdict (Decision.quota_fits), not worked out again here
+    segments: tuple[QuotaSegment, ...] = ()
 
     @property
     def left(self) -> Decimal:
@@ -52,10 +58,6 @@ class QuotaLine:
     @property
     def left_after(self) -> Decimal:
         return self.limit - self.in_use - self.requested
-
-    @property
-    def fits(self) -> bool:
-        return self.left_after >= 0
 
 
 ClusterLine = ClusterFit
@@ -71,47 +73,40 @@ class RequestFeedback:
     quantity: int | None = None
     gpu_equivalents: Decimal | None = None
     quota: list[QuotaLine] = field(default_factory=list)
-    quota_checked: bool = False
+    quota_refusal: str = ""  # the decision refused it before any quota line (no quota, a project's cap)
+    reclaims: bool = False  # the decision fits it by reclaiming grants: its lines count them as gone
     clusters: list[ClusterLine] = field(default_factory=list)
-    clusters_checked: bool = False
     where: list[str] = field(default_factory=list)
+    admission: Admission | None = field(default=None, compare=False)  # the decision the quota lines show
 
     @property
-    def fits_quota(self) -> bool:
-        return self.quota_checked and bool(self.quota) and all(line.fits for line in self.quota)
-
-    @property
-    def fits_physically(self) -> bool:
-        return any(line.fits for line in self.clusters)
-
-    @property
-    def complete(self) -> bool:
-        return self.quota_checked and self.clusters_checked
+    def quota_checked(self) -> bool:
+        return self.admission is not None
 
 
-def _quota_lines(
-    *, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass, reads: SharedReads,
-    span: Span | None,
-) -> list[QuotaLine]:
-    chain, parents = reads.once(("department chain", project.department_id), department_chain,
-                                department_id=project.department_id)
-    factor = priority_class.oversubscription_factor
-    checks = quota_checks(chain=chain, parents=parents, flavor=flavor, quantity=quantity, factor=factor, reads=reads,
-                          span=span)
+def _what(check: dict[str, Any]) -> str:
+    what = f"{check['flavor']} units" if check["flavor"] is not None else "GPU-equivalents"
+    return f"{check['priority_class']}'s share of {what}" if "priority_class" in check else what
+
+
+def quota_lines(admission: Admission) -> list[QuotaLine]:
+    """The quota lines of a request: its decision's checks, each with the decision's verdict."""
+    allocation, decision = admission.allocation, admission.decision
+    if not decision.checks:
+        return []
+    factor = allocation.priority_class.oversubscription_factor
+    timed = checks_with_segments(allocation=allocation, checks=decision.checks)
     return [
         QuotaLine(
-            department=check.department,
-            what=f"{check.flavor} units" if check.flavor else "GPU-equivalents",
-            requested=check.requested,
-            in_use=check.in_use,
-            limit=check.effective_limit,
+            department=str(check["department"]), what=_what(check), requested=Decimal(check["requested"]),
+            in_use=Decimal(check["in_use"]), limit=Decimal(check["effective_limit"]), fits=fits,
             segments=tuple(
-                QuotaSegment(segment.start, segment.end, segment.in_use,
-                             (segment.effective.limit * factor).quantize(Decimal("0.0001")))
-                for segment in check.segments
-            ) if span is not None else (),
+                QuotaSegment(segment["from"], segment["until"], Decimal(segment["in_use"]),
+                             (Decimal(segment["limit"]) * factor).quantize(Decimal("0.0001")))
+                for segment in check["segments"]
+            ),
         )
-        for check in checks
+        for check, fits in zip(timed, decision.quota_fits, strict=True)
     ]
 
 
@@ -127,32 +122,40 @@ def request_feedback(
     project: Project | None,
     flavor: Flavor | None,
     quantity: int | None,
-    priority_class: PriorityClass | None,
     cluster: Cluster | None,
     reads: SharedReads | None = None,
-    span: Span | None = None,
+    request: Allocation | None = None,
+    admission: Admission | None = None,
 ) -> RequestFeedback:
     """Everything that can be said about a request from the fields filled in so far. A page that
     gives feedback on many requests passes one ``reads``, so that their shared reads run once.
-    ``span``: the request's interval, when known (its quota lines are then over it, else now)."""
+    ``request``: the request as approval would see it, once every field that approval depends on
+    parses (a pending allocation, or ``frontend.outlook.request_allocation``'s unsaved one): the
+    decision approval would make on it is read after the dry run, whose placements it reuses, and
+    its checks are the quota lines (``admission``: that decision, when the caller read it already)."""
     if flavor is None or quantity is None or quantity < 1:
         return RequestFeedback(flavor=flavor, quantity=quantity)
     reads = reads if reads is not None else SharedReads()
     equivalents = flavor.gpu_equivalents_for(quantity)
-    quota: list[QuotaLine] = []
-    if project is not None and priority_class is not None:
-        quota = _quota_lines(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
-                             reads=reads, span=span)
     clusters = _cluster_lines(flavor=flavor, quantity=quantity, cluster=cluster, reads=reads, project=project)
     first_fit = next((line for line in clusters if line.fits), None)
     where = [f"cluster {first_fit.cluster}: {first_fit.where_label}"] if first_fit else []
+    if admission is None and request is not None:
+        admission = admission_read(allocation=request, reads=reads)
+    lines: list[QuotaLine] = []
+    refusal = ""
+    if admission is not None:
+        lines = quota_lines(admission)
+        found = admission.decision.refusal
+        refusal = found.message if found is not None and not lines else ""
     return RequestFeedback(
         flavor=flavor,
         quantity=quantity,
         gpu_equivalents=equivalents,
-        quota=quota,
-        quota_checked=project is not None and priority_class is not None,
+        quota=lines,
+        quota_refusal=refusal,
+        reclaims=admission is not None and bool(admission.decision.victims),
         clusters=clusters,
-        clusters_checked=True,
         where=where,
+        admission=admission,
     )

@@ -139,11 +139,20 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
     return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)
 
 
-def admission_outlook(*, user: User, allocation: Allocation, reads: SharedReads | None = None) -> AdmissionOutlook:
-    """What approving this pending allocation would do now (call after ``allocation_get``).
-    A fixed number of queries: a few for the quota tree and the grants, three per candidate cluster.
-    ``reads`` shares the clusters' kept placement states and the workload with the placement
-    preview of the same page."""
+@dataclass(frozen=True)
+class Admission:
+    """A request and the decision approval would make on it now: a page's outlook and its quota
+    lines (``frontend.feedback``) are both read from this one decision, so they cannot disagree."""
+
+    allocation: Allocation
+    decision: Decision
+
+
+def admission_read(*, allocation: Allocation, reads: SharedReads | None = None) -> Admission:
+    """What approving this request would do now (a pending allocation, after ``allocation_get``, or
+    ``request_allocation``'s unsaved one). A fixed number of queries: a few for the quota tree and
+    the grants, three per candidate cluster. ``reads`` shares the clusters' kept placement states
+    and the workload with the placement preview of the same page."""
     if reads is None:
         clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
         decision = admission_decide(allocation=allocation, clusters=clusters)
@@ -152,7 +161,36 @@ def admission_outlook(*, user: User, allocation: Allocation, reads: SharedReads 
         workload = reads.once(("workload", allocation.flavor.pk), placement_workload, include=allocation.flavor)
         decision = admission_decide(allocation=allocation, clusters=clusters, states=states, workload=workload,
                                     reads=reads)
-    return _outlook(user=user, allocation=allocation, decision=decision)
+    return Admission(allocation=allocation, decision=decision)
+
+
+def outlook_of(*, user: User, admission: Admission) -> AdmissionOutlook:
+    """The outlook of a decision read with ``admission_read``, as ``user`` may see it."""
+    return _outlook(user=user, allocation=admission.allocation, decision=admission.decision)
+
+
+def admission_outlook(*, user: User, allocation: Allocation, reads: SharedReads | None = None) -> AdmissionOutlook:
+    """What approving this pending allocation would do now (call after ``allocation_get``)."""
+    return outlook_of(user=user, admission=admission_read(allocation=allocation, reads=reads))
+
+
+def request_allocation(
+    *,
+    project: Project,
+    flavor: Flavor,
+    quantity: int,
+    priority_class: PriorityClass,
+    cluster: Cluster | None,
+    starts_at: datetime.datetime | None,
+    ends_at: datetime.datetime,
+) -> Allocation:
+    """A request with these fields, before it is submitted: unsaved, to ask ``admission_read`` about."""
+    start = starts_at or clock_now()
+    return Allocation(
+        pk=UNSAVED_PK, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
+        cluster=cluster, starts_at=start, ends_at=max(ends_at, start + datetime.timedelta(minutes=1)),
+        state=AllocationState.PENDING,
+    )
 
 
 def request_outlook(
@@ -168,10 +206,6 @@ def request_outlook(
     reads: SharedReads | None = None,
 ) -> AdmissionOutlook:
     """What approving a request with these fields would do now, before it is submitted."""
-    start = starts_at or clock_now()
-    hypothetical = Allocation(
-        pk=UNSAVED_PK, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
-        cluster=cluster, starts_at=start, ends_at=max(ends_at, start + datetime.timedelta(minutes=1)),
-        state=AllocationState.PENDING,
-    )
-    return admission_outlook(user=user, allocation=hypothetical, reads=reads)
+    allocation = request_allocation(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
+                                    cluster=cluster, starts_at=starts_at, ends_at=ends_at)
+    return admission_outlook(user=user, allocation=allocation, reads=reads)

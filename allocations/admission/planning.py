@@ -39,7 +39,7 @@ from allocations.fair_share.reads import fair_share_factors
 from allocations.models import Allocation, AllocationState, PreemptionPolicy
 from allocations.quotas import algebra, victims
 from allocations.quotas import in_use as timed
-from allocations.quotas.effective_tree import QuotaView, SteppedTree
+from allocations.quotas.effective_tree import QuotaView, SteppedTree, binding_checks
 from allocations.quotas.victim_info import VictimInfo, victim_infos
 from allocations.quotas.wording import QuotaWords, no_quota_words
 from clusters.models import Cluster
@@ -66,6 +66,13 @@ class Decision:
     @property
     def admitted(self) -> bool:
         return self.refusal is None
+
+    @property
+    def quota_fits(self) -> list[bool]:
+        """Whether the request fits each quota of ``checks`` (in their order): the algebra's own
+        verdict on that quota's binding step, the one this decision was made with. A page that
+        shows ``checks`` says fits or exceeds from this, never by a rule of its own."""
+        return [check.fits for check in binding_checks(self.plan.checks)]
 
 
 def quota_tree(

@@ -6,8 +6,9 @@ At an instant (``at``, default now) a quota's *in use* is the sum of the grants 
 ones its approved windows leave then (``allocations.quotas.windows.effective``). Over an interval
 the use is a step function (``QuotaSpan.segments``) whose peak is the most held at any one moment,
 never the sum of grants that do not overlap. Admission itself decides in
-``allocations.admission.planning``; the request form's quota lines (``quota_checks``) are read here,
-without locks: they describe the moment.
+``allocations.admission.planning`` (``admission_decide``), and its checks are the only verdict on a
+request's quotas: the request form, the approvals queue and the placement preview show them, with
+the segments of what holds within each (``checks_with_segments``), never a verdict of their own.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from kernel.clock import clock_now
 from kernel.numbers import plain
 from kernel.reads import SharedReads
 from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
-from tenants.models import Department
 
 _GPU_EQ = ExpressionWrapper(F("quantity") * F("flavor__gpu_equivalents"), output_field=DecimalField(max_digits=14, decimal_places=4))
 _HELD_FIELDS = ("project__department_id", "flavor_id", "flavor__gpu_equivalents", "quantity", "priority_class_id",
@@ -207,62 +207,6 @@ def quota_spans(
     rows = held_rows(department_ids=frozenset().union(*subtrees), span=(start, end))
     return [quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=(start, end))
             for quota, subtree in zip(quotas, subtrees, strict=True)]
-
-
-@dataclass(frozen=True)
-class QuotaCheck:
-    """A request's line for one quota on its department chain: the numbers of the segment with the
-    least room over the request's interval (its binding one), and every segment."""
-
-    department: str
-    flavor: str | None  # None: the department's GPU-equivalent total
-    requested: Decimal
-    in_use: Decimal
-    limit: Decimal  # in force during the binding segment (windows applied)
-    effective_limit: Decimal  # limit × the priority class's oversubscription factor
-    segments: tuple[timed.Segment, ...] = ()
-
-    @property
-    def fits(self) -> bool:
-        return self.in_use + self.requested <= self.effective_limit
-
-
-def _chain_quotas(*, chain: list[Department], flavor: Flavor) -> list[Quota]:
-    quotas = Quota.objects.filter(Q(flavor=flavor) | Q(flavor__isnull=True), department__in=chain)
-    return list(quotas.order_by("department_id", "flavor_id"))
-
-
-def quota_checks(
-    *, chain: list[Department], parents: dict[int, int | None], flavor: Flavor, quantity: int, factor: Decimal,
-    reads: SharedReads | None = None, span: Span | None = None,
-) -> list[QuotaCheck]:
-    """Every quota on the department chain that applies to this flavor, over ``span`` (default: the
-    instant now). ``reads`` shares the quota, grant and window reads among the lines of many
-    requests (one page's previews): three queries, whatever their number and intervals."""
-    reads = reads if reads is not None else SharedReads()
-    chain_ids = tuple(department.pk for department in chain)
-    quotas = reads.once(("quotas", chain_ids, flavor.pk), _chain_quotas, chain=chain, flavor=flavor)
-    root = department_subtree_ids(root_ids=chain_ids[-1:], parents=parents)
-    rows = reads.once(("held", root), held_rows, department_ids=root)
-    specs = reads.once(("approved windows",), approved_window_specs) if quotas else {}
-    if span is None:
-        now = clock_now()
-        span = (now, now + timed.INSTANT)
-    by_department = {department.pk: department for department in chain}
-    checks: list[QuotaCheck] = []
-    for quota in quotas:
-        subtree = department_subtree_ids(root_ids=[quota.department_id], parents=parents)
-        found = quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=span)
-        worst = timed.binding(found.segments, factor=factor)
-        checks.append(QuotaCheck(
-            department=by_department[quota.department_id].slug,
-            flavor=flavor.name if quota.flavor_id else None,
-            requested=Decimal(quantity) if quota.flavor_id else flavor.gpu_equivalents_for(quantity),
-            in_use=worst.in_use, limit=worst.effective.limit,
-            effective_limit=(worst.effective.limit * factor).quantize(Decimal("0.0001")),
-            segments=found.segments,
-        ))
-    return checks
 
 
 def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:

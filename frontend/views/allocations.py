@@ -24,11 +24,18 @@ from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
 from allocations.grants.services import allocation_release, allocation_request
 from allocations.models import Allocation, AllocationState
 from delivery.usage_guide_reads import allocation_usage_guide_or_none
-from frontend.feedback import request_feedback
+from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import AllocationRequestForm, RenewForm, ResizeForm
 from frontend.http import form_add_service_error, portal_user
 from frontend.idle import idle_open_count
-from frontend.outlook import AdmissionOutlook, admission_outlook, request_outlook
+from frontend.outlook import (
+    Admission,
+    AdmissionOutlook,
+    admission_outlook,
+    admission_read,
+    outlook_of,
+    request_allocation,
+)
 from frontend.selectors import (
     allocation_changeable,
     allocation_pushes,
@@ -86,20 +93,9 @@ def _parsed(form: AllocationRequestForm, names: tuple[str, ...]) -> dict[str, An
     return values
 
 
-def _feedback_for(form: AllocationRequestForm, reads: SharedReads | None = None) -> Any:
-    """Feedback from whichever fields parse, even while others are still wrong or empty; its quota
-    lines over the request's interval once the start (or none: now) and the duration parse."""
-    timing = _parsed(form, ("starts_at", "duration_days"))
-    span = None
-    if timing["duration_days"] is not None and timing["duration_days"] >= 1:
-        starts_at = timing["starts_at"] or clock_now()
-        span = (starts_at, starts_at + datetime.timedelta(days=timing["duration_days"]))
-    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster")), reads=reads,
-                            span=span)
-
-
-def _outlook_for(form: AllocationRequestForm, user: User, reads: SharedReads | None = None) -> AdmissionOutlook | None:
-    """What approval would do, once every field it depends on parses (the window included)."""
+def _request_for(form: AllocationRequestForm) -> Allocation | None:
+    """The request as approval would judge it, once every field it depends on parses (the window
+    included; no start: now), else None: approval judges a request over its own dates."""
     values = _parsed(form, ("project", "flavor", "quantity", "priority_class", "cluster", "starts_at", "duration_days"))
     if any(values[name] is None for name in ("project", "flavor", "quantity", "priority_class", "duration_days")):
         return None
@@ -107,11 +103,24 @@ def _outlook_for(form: AllocationRequestForm, user: User, reads: SharedReads | N
         return None
     starts_at = values["starts_at"]
     ends_at = (starts_at or clock_now()) + datetime.timedelta(days=values["duration_days"])
-    return request_outlook(
-        user=user, project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
+    return request_allocation(
+        project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
         priority_class=values["priority_class"], cluster=values["cluster"], starts_at=starts_at, ends_at=ends_at,
-        reads=reads,
     )
+
+
+def _feedback_for(
+    form: AllocationRequestForm, *, reads: SharedReads | None = None, admission: Admission | None = None
+) -> RequestFeedback:
+    """Feedback from whichever fields parse, even while others are still wrong or empty; once the
+    request's every field parses, its quota lines are the checks of the decision approval would
+    make on it (``admission``, or read here after the dry run), the decision its outlook shows."""
+    return request_feedback(**_parsed(form, ("project", "flavor", "quantity", "cluster")), reads=reads,
+                            request=_request_for(form) if admission is None else None, admission=admission)
+
+
+def _outlook_of(user: User, admission: Admission | None) -> AdmissionOutlook | None:
+    return outlook_of(user=user, admission=admission) if admission is not None else None
 
 
 def _submit(
@@ -142,7 +151,9 @@ def _submit(
 def allocation_new(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     form = AllocationRequestForm(request.POST or None, user=user)
-    outlook = _outlook_for(form, user) if form.is_bound else None
+    judged = _request_for(form) if form.is_bound else None
+    admission = admission_read(allocation=judged) if judged is not None else None
+    outlook = _outlook_of(user, admission)
     status = 200
     if request.method == "POST":
         if form.is_valid():
@@ -156,7 +167,7 @@ def allocation_new(request: HttpRequest) -> HttpResponse:
     context = {
         "title": "Request GPUs",
         "form": form,
-        "feedback": _feedback_for(form) if form.is_bound else None,
+        "feedback": _feedback_for(form, admission=admission) if form.is_bound else None,
         "outlook": outlook,
         "has_projects": project_field.queryset is not None and project_field.queryset.exists(),
     }
@@ -178,8 +189,9 @@ def allocation_feedback(request: HttpRequest) -> HttpResponse:
         name: form.errors.get(name, []) if str(request.GET.get(name, "")).strip() else []
         for name in form.fields if name != "confirm"  # its error slot comes with the confirmation slot
     }
-    reads = SharedReads()  # the dry run and the outlook share the clusters' states and the workload
-    context = {"feedback": _feedback_for(form, reads), "outlook": _outlook_for(form, user, reads), "form": form,
+    reads = SharedReads()  # the dry run and the decision share the clusters' states and the workload
+    feedback = _feedback_for(form, reads=reads)
+    context = {"feedback": feedback, "outlook": _outlook_of(user, feedback.admission), "form": form,
                "oob_errors": oob_errors, "oob": True}
     return render(request, "frontend/_feedback.html", context)
 

@@ -23,7 +23,7 @@ from frontend.accounting import department_accounting
 from frontend.feedback import RequestFeedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
-from frontend.outlook import AdmissionOutlook, admission_outlook
+from frontend.outlook import AdmissionOutlook, admission_read, outlook_of
 from frontend.selectors import (
     department_promises,
     holding_by_project,
@@ -42,12 +42,13 @@ from tenants.selectors import department_list
 QUEUE_LIMIT = 100
 OUTLOOK_ROWS = 5
 """The approvals queue says what approval would do (reclaim which grants, or why it would be
-refused) for its first ``OUTLOOK_ROWS`` requests, which an admin decides first (the queue's order:
-the department least served for its fair share first, then the oldest): each
-outlook is a full admission read (``allocations.admission.planning.admission_decide``: a few queries
-for the quota tree and the grants overlapping the request, three per candidate cluster), which
-shares no reads with the others, so the queue's cost stays bounded however long it is. Every
-other request links to its page, which says it."""
+refused), and the quota lines of that decision, for its first ``OUTLOOK_ROWS`` requests, which an
+admin decides first (the queue's order: the department least served for its fair share first, then
+the oldest): each is a full admission read (``allocations.admission.planning.admission_decide``: a
+few queries for the quota tree and the grants overlapping the request, three per candidate
+cluster, and four for the segments of its quota lines), which shares no reads with the others, so
+the queue's cost stays bounded however long it is. Every other request links to its page, which
+says what approval would do."""
 
 
 @dataclass(frozen=True)
@@ -86,22 +87,31 @@ def _require_admin(access: Access) -> None:
         raise PermissionDenied("Only department admins decide on requests.")
 
 
+def _row(user: User, allocation: Allocation, *, reads: SharedReads, judged: bool, own: bool,
+         fair_share: FairShareStanding | None) -> QueueRow:
+    """One request of the queue; ``judged``: with what approval would do, whose checks are then
+    its quota lines (one decision for both); else neither, and its page says them."""
+    admission = admission_read(allocation=allocation) if judged else None
+    return QueueRow(
+        allocation=allocation,
+        feedback=request_feedback(
+            project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
+            cluster=allocation.cluster, reads=reads, admission=admission,
+        ),
+        outlook=outlook_of(user=user, admission=admission) if admission is not None else None,
+        own=own,
+        fair_share=fair_share,
+    )
+
+
 def _queue(user: User, standings: dict[int, FairShareStanding]) -> list[QueueRow]:
     reads = SharedReads()  # the requests' previews share their reads: none runs once per request
     four_eyes = settings.GPUPORTAL_FOUR_EYES
     factors = {department_id: standing.factor for department_id, standing in standings.items()}
     return [
-        QueueRow(
-            allocation=allocation,
-            feedback=request_feedback(
-                project=allocation.project, flavor=allocation.flavor, quantity=allocation.quantity,
-                priority_class=allocation.priority_class, cluster=allocation.cluster, reads=reads,
-                span=(allocation.starts_at, allocation.ends_at),
-            ),
-            outlook=admission_outlook(user=user, allocation=allocation) if index < OUTLOOK_ROWS else None,
-            own=four_eyes and allocation.requested_by_id == user.pk,
-            fair_share=standings.get(allocation.project.department_id),
-        )
+        _row(user, allocation, reads=reads, judged=index < OUTLOOK_ROWS,
+             own=four_eyes and allocation.requested_by_id == user.pk,
+             fair_share=standings.get(allocation.project.department_id))
         for index, allocation in enumerate(pending_for_decision(user=user, factors=factors)[:QUEUE_LIMIT])
     ]
 

@@ -347,5 +347,5 @@ def test_feedback_with_shared_reads_matches_feedback_read_alone(scene: Scene) ->
     assert len(pending) >= 6
     for allocation in pending:
         fields: dict[str, Any] = {"project": allocation.project, "flavor": allocation.flavor, "quantity": allocation.quantity,
-                                  "priority_class": allocation.priority_class, "cluster": allocation.cluster}
+                                  "cluster": allocation.cluster}
         assert request_feedback(**fields, reads=shared) == request_feedback(**fields), allocation

@@ -93,7 +93,8 @@ def where_line(html: str) -> str:
 
 def test_it_gives_live_feedback_on_quota_and_fit(world: World, login: Login) -> None:
     pending(world)  # pending requests hold nothing
-    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 3, "priority_class": world.standard.pk}
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 3, "priority_class": world.standard.pk,
+              "duration_days": 7}  # the quota is judged over the request's dates, as approval judges it
     response = login("nlp_member").get("/allocations/new/feedback/", params)
     assert response.status_code == 200
     html = response.content.decode()
@@ -125,7 +126,7 @@ def test_it_shows_where_approval_books_the_units_when_nothing_changes(world: Wor
     busy = pending(world, flavor="mig", quantity=2)
     services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=busy.pk)
     allocation = pending(world, flavor="mig", quantity=4)
-    feedback = request_feedback(project=world.llm, flavor=world.mig, quantity=4, priority_class=world.standard,
+    feedback = request_feedback(project=world.llm, flavor=world.mig, quantity=4,
                                 cluster=None)
     line = feedback.clusters[0]
     assert line.fits and line.placed == 4 and line.reason == ""
@@ -135,7 +136,8 @@ def test_it_shows_where_approval_books_the_units_when_nothing_changes(world: Wor
 
 
 def test_it_says_when_a_request_cannot_fit(world: World, login: Login) -> None:
-    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 9, "priority_class": world.standard.pk}
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 9, "priority_class": world.standard.pk,
+              "duration_days": 7}
     html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
     assert "✗ exceeds" in html and "approval would be refused" in html
     l4 = Flavor.objects.create(
@@ -148,7 +150,8 @@ def test_it_says_when_a_request_cannot_fit(world: World, login: Login) -> None:
 
 
 def test_it_gives_the_engines_reason_when_a_request_is_too_large(world: World, login: Login) -> None:
-    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 17, "priority_class": world.standard.pk}
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 17, "priority_class": world.standard.pk,
+              "duration_days": 7}
     html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
     assert re.search(
         r"✗ Does not fit on cluster test-cluster: no node has 1 fully free NVIDIA-A100-SXM4-80GB GPU; "
@@ -166,10 +169,10 @@ def test_it_gives_the_engines_reason_when_a_request_is_too_large(world: World, l
 
 def test_it_counts_free_units_up_to_a_limit(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(feedback_module, "FREE_COUNT_LIMIT", 200)
-    line = request_feedback(project=None, flavor=world.mig, quantity=2, priority_class=None, cluster=None).clusters[0]
+    line = request_feedback(project=None, flavor=world.mig, quantity=2, cluster=None).clusters[0]
     assert (line.free, line.free_label) == (112, "112")  # 16 A100s × seven 1g.10gb instances
     monkeypatch.setattr(feedback_module, "FREE_COUNT_LIMIT", 10)
-    line = request_feedback(project=None, flavor=world.mig, quantity=2, priority_class=None, cluster=None).clusters[0]
+    line = request_feedback(project=None, flavor=world.mig, quantity=2, cluster=None).clusters[0]
     assert (line.fits, line.free, line.free_label) == (True, 10, "10+")
 
 

@@ -128,7 +128,7 @@ def test_a_scheduled_grant_and_one_after_it_on_the_same_slice_leave_placement_wo
     assert scheduled.state == after.state == AllocationState.SCHEDULED
     assert places(after) <= places(scheduled)
 
-    feedback = request_feedback(project=world.llm, flavor=world.mig, quantity=2, priority_class=world.standard,
+    feedback = request_feedback(project=world.llm, flavor=world.mig, quantity=2,
                                 cluster=None)
     [line] = feedback.clusters
     assert line.fits and line.free == 32 and line.free_is_lower_bound  # 112 places, two taken once

@@ -18,6 +18,7 @@ from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Flavor, Quota, SharingMode
 from allocations.models.windows import QuotaWindow
 from frontend.feedback import request_feedback
+from frontend.outlook import request_allocation
 from kernel.clock import clock_set
 from tests.conftest import World, requires_postgres
 from tests.observability.test_metrics import scrape, value
@@ -41,6 +42,12 @@ def granted(world: World, *, quantity: int, start: datetime.datetime, end: datet
         priority_class=world.standard, starts_at=start, ends_at=end, justification="in use over time",
     )
     return services.allocation_approve(actor=world.users["vision_admin"], allocation_id=allocation.pk)
+
+
+def asked(world: World, *, starts_at: datetime.datetime | None, ends_at: datetime.datetime) -> Allocation:
+    """vision's request for 1 H100 over ``[starts_at (None: now), ends_at)``, not submitted yet."""
+    return request_allocation(project=world.seg, flavor=world.h100, quantity=1, priority_class=world.standard,
+                              cluster=None, starts_at=starts_at, ends_at=ends_at)
 
 
 @pytest.fixture
@@ -170,15 +177,15 @@ def test_the_request_lines_and_the_preview_carry_their_time_segments(
     world: World, now: datetime.datetime, two_turns: tuple[Allocation, Allocation],
 ) -> None:
     span = (now + DAY, now + 3 * DAY)
-    lines = request_feedback(project=world.seg, flavor=world.h100, quantity=1, priority_class=world.standard,
-                             cluster=None, span=span).quota
+    lines = request_feedback(project=world.seg, flavor=world.h100, quantity=1, cluster=None,
+                             request=asked(world, starts_at=span[0], ends_at=span[1])).quota
     h100 = next(line for line in lines if line.department == "vision" and line.what == "h100 units")
     assert (h100.in_use, h100.limit, h100.fits) == (Decimal(6), Decimal(8), True)  # the tighter day, never 6 + 5
     assert [(s.start, s.end, s.in_use) for s in h100.segments] == [
         (now + DAY, now + 2 * DAY, Decimal(6)), (now + 2 * DAY, now + 3 * DAY, Decimal(5))]
-    now_lines = request_feedback(project=world.seg, flavor=world.h100, quantity=1, priority_class=world.standard,
-                                 cluster=None).quota
-    assert {line.in_use for line in now_lines} == {0}
+    today = request_feedback(project=world.seg, flavor=world.h100, quantity=1, cluster=None,
+                             request=asked(world, starts_at=None, ends_at=now + DAY)).quota
+    assert {line.in_use for line in today} == {0}  # before both grants
     pending = services.allocation_request(
         actor=world.users["vision_member"], project=world.seg, flavor=world.h100, quantity=1,
         priority_class=world.standard, starts_at=span[0], ends_at=span[1], justification="both days",
