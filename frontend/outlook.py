@@ -181,10 +181,11 @@ def request_allocation(
     quantity: int,
     priority_class: PriorityClass,
     cluster: Cluster | None,
-    starts_at: datetime.datetime | None,
-    ends_at: datetime.datetime,
+    span: tuple[datetime.datetime | None, datetime.datetime],
 ) -> Allocation:
-    """A request with these fields, before it is submitted: unsaved, to ask ``admission_read`` about."""
+    """A request with these fields over ``span`` (its start, None for now, and its end), before it is
+    submitted: unsaved, to ask ``admission_read`` about."""
+    starts_at, ends_at = span
     start = starts_at or clock_now()
     return Allocation(
         pk=UNSAVED_PK, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
@@ -207,5 +208,5 @@ def request_outlook(
 ) -> AdmissionOutlook:
     """What approving a request with these fields would do now, before it is submitted."""
     allocation = request_allocation(project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
-                                    cluster=cluster, starts_at=starts_at, ends_at=ends_at)
+                                    cluster=cluster, span=(starts_at, ends_at))
     return admission_outlook(user=user, allocation=allocation, reads=reads)

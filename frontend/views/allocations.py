@@ -105,7 +105,7 @@ def _request_for(form: AllocationRequestForm) -> Allocation | None:
     ends_at = (starts_at or clock_now()) + datetime.timedelta(days=values["duration_days"])
     return request_allocation(
         project=values["project"], flavor=values["flavor"], quantity=values["quantity"],
-        priority_class=values["priority_class"], cluster=values["cluster"], starts_at=starts_at, ends_at=ends_at,
+        priority_class=values["priority_class"], cluster=values["cluster"], span=(starts_at, ends_at),
     )
 
 

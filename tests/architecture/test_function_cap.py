@@ -47,7 +47,6 @@ NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "accounting/selectors.py::usage_report": (45, 8),
     "accounting/statements.py::_statement_write": (28, 7),
     "accounting/statements.py::statement_correct": (28, 7),
-    "allocations/quotas/usage.py::quota_checks": (31, 7),
     "allocations/booking/kept_views.py::_rebuilt": (16, 7),
     "allocations/booking/kept_views.py::kept_view": (45, 7),
     "allocations/booking/preview.py::_cluster_fit": (26, 9),

@@ -47,7 +47,7 @@ def granted(world: World, *, quantity: int, start: datetime.datetime, end: datet
 def asked(world: World, *, starts_at: datetime.datetime | None, ends_at: datetime.datetime) -> Allocation:
     """vision's request for 1 H100 over ``[starts_at (None: now), ends_at)``, not submitted yet."""
     return request_allocation(project=world.seg, flavor=world.h100, quantity=1, priority_class=world.standard,
-                              cluster=None, starts_at=starts_at, ends_at=ends_at)
+                              cluster=None, span=(starts_at, ends_at))
 
 
 @pytest.fixture
