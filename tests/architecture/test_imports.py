@@ -105,11 +105,11 @@ def test_the_floor_check_sees_an_import_upward_and_lets_entry_points_import_anyt
     ]
 
 
-def test_the_placement_engine_imports_no_django() -> None:
-    """``placement`` is the engine: clusters, requests and policies in, decisions out, with no
-    database; the portal's ``allocations.booking`` builds its pictures from the inventory."""
+def forbidden_imports(package: str, forbidden: set[str]) -> list[str]:
+    """Each absolute import in ``package`` of a top-level package in ``forbidden`` (a relative
+    import stays inside the package)."""
     offenders = []
-    for path in sorted((ROOT / "placement").rglob("*.py")):
+    for path in sorted((ROOT / package).rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if isinstance(node, ast.Import):
                 names = [alias.name for alias in node.names]
@@ -117,12 +117,15 @@ def test_the_placement_engine_imports_no_django() -> None:
                 names = [node.module or ""]
             else:
                 continue
-            offenders += [
-                f"{path.relative_to(ROOT)}:{node.lineno} {name}"
-                for name in names
-                if name.split(".")[0] in {"django", "rest_framework", *STANDALONE, *(set(LAYERS) - {"placement"})}
-            ]
-    assert offenders == []
+            offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in forbidden]
+    return offenders
+
+
+def test_the_placement_engine_imports_no_django() -> None:
+    """``placement`` is the engine: clusters, requests and policies in, decisions out, with no
+    database; the portal's ``allocations.booking`` builds its pictures from the inventory."""
+    portal = {"django", "rest_framework", *STANDALONE, *(set(LAYERS) - {"placement"})}
+    assert forbidden_imports("placement", portal) == []
 
 
 def test_no_app_imports_the_test_control_plane_and_only_telemetry_reads_the_agent() -> None:
@@ -148,17 +151,7 @@ def test_the_command_line_client_imports_no_django_and_nothing_of_the_portal() -
     """cli/ works over the REST API only: it may import itself and third-party packages, never an
     app of the portal, the other standalone packages or Django."""
     portal = set(LAYERS) | {"agent", "kube_testenv", "django", "rest_framework"}
-    offenders = []
-    for path in sorted((ROOT / "cli").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and not node.level:
-                names = [node.module or ""]
-            else:
-                continue
-            offenders += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names if n.split(".")[0] in portal]
-    assert offenders == []
+    assert forbidden_imports("cli", portal) == []
 
 
 def _shipped_and_tooling_files() -> list[Path]:
