@@ -42,8 +42,11 @@ lock:
 	$(BIN)/uv pip compile -q pyproject.toml --extra dev --universal --python-version 3.11 -o requirements-dev.lock
 	$(BIN)/uv pip compile -q pyproject.toml --universal --python-version 3.11 -c requirements-dev.lock -o requirements.lock
 
+## RUN_STARTED: when make began (read as the Makefile is), so that make run's banner counts the
+## installing of venv-run too, not only what scripts/run.sh does after it.
+RUN_STARTED := $(shell date +%s)
 run: venv-run
-	@VENV=$(VENV) PORT=$(PORT) scripts/run.sh
+	@VENV=$(VENV) PORT=$(PORT) GPUPORTAL_RUN_STARTED=$(RUN_STARTED) scripts/run.sh
 
 ## browser: Debian's Chromium for the browser tests (never a downloaded browser build).
 browser:

@@ -62,6 +62,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
          name="api-allocation-change-reject"),
     path("allocation-changes/<int:change_id>/cancel/", change_apis.AllocationChangeCancelApi.as_view(),
          name="api-allocation-change-cancel"),
+    path("allocations/preview/", preview_apis.AllocationRequestPreviewApi.as_view(), name="api-allocation-request-preview"),
     path("allocations/<int:allocation_id>/placement-preview/", preview_apis.AllocationPlacementPreviewApi.as_view(),
          name="api-allocation-placement-preview"),
     path("projects/<int:project_id>/quotas/", project_cap_apis.ProjectCapsApi.as_view(), name="api-project-quotas"),

@@ -20,6 +20,7 @@ class Exit(IntEnum):
     VERIFY_FAILED = 8  # audit export --verify: the export does not verify
     CONFIG = 9  # the configuration file is unsafe (group- or world-readable) or malformed
     NOT_CURRENT = 10  # audit verify: the bundle is genuine but not complete as of a newer checkpoint
+    NOT_CONFIRMED = 11  # request create: approval would reclaim grants or be refused, and it was not confirmed
     INTERRUPTED = 130  # Ctrl-C (the shells' 128 + SIGINT); --wait stops waiting, the request goes on
 
 
@@ -37,6 +38,8 @@ EXIT_MEANINGS: dict[Exit, str] = {
     Exit.CONFIG: "the configuration file is group- or world-readable, or is not valid",
     Exit.NOT_CURRENT: "`audit verify`: the bundle is genuine but NOT complete as of now (a newer signed checkpoint "
     "covers more events; `--allow-stale` makes it 0)",
+    Exit.NOT_CONFIRMED: "`request create`: approval would reclaim grants or be refused as things stand, and the "
+    "request was not confirmed (answered no, or no `--yes` where standard input is not a terminal): nothing submitted",
     Exit.INTERRUPTED: "interrupted (Ctrl-C); `--wait` stops waiting, the request goes on",
 }
 

@@ -57,6 +57,7 @@ class ReclaimLine:
     readable: bool  # the viewer may open it (its department is theirs to read)
     other_department: bool  # not the request's own department
     units: int | None = None  # how many of its units go (None: all of them)
+    own: bool = False  # the viewer requested it
 
     @property
     def why_label(self) -> str:
@@ -112,6 +113,11 @@ class AdmissionOutlook:
         if not self.admitted:
             return ("I understand that, as things stand, this request cannot be approved; "
                     "submit it anyway for my department admin to decide.")
+        if all(line.own for line in self.reclaim):
+            return "I understand that approving this request would take my own grants listed."
+        if any(line.own for line in self.reclaim):
+            return ("I understand that approving this request would take the grants listed: mine, and others' "
+                    "from the people who hold them.")
         return "I understand that approving this request would take the grants listed from the people who hold them."
 
 
@@ -123,6 +129,8 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
     slugs = {victim.department for victim in decision.victims}
     ids = dict(Department.objects.filter(slug__in=slugs).values_list("slug", "pk")) if slugs else {}
     own = allocation.project.department_id
+    requesters = dict(Allocation.objects.filter(pk__in=[victim.allocation_id for victim in decision.victims])
+                      .values_list("pk", "requested_by_id")) if decision.victims else {}
     lines = [
         ReclaimLine(
             allocation_id=victim.allocation_id, project=victim.project, department=victim.department,
@@ -130,6 +138,7 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
             why=victim.why, notice_minutes=victim.notice_minutes,
             readable=victim.department in ids and access.can_read_department(ids[victim.department]),
             other_department=ids.get(victim.department) != own, units=victim.gives_back,
+            own=user.pk is not None and requesters.get(victim.allocation_id) == user.pk,
         )
         for victim in decision.victims
     ]

@@ -23,6 +23,9 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUPORTAL_VAR_DIR", str(BASE_DIR / "var")))
 
 DEBUG = env_bool("GPUPORTAL_DEBUG", False)
+# Django's technical 404 and 500 pages (every URL pattern, tracebacks) only when asked for, and only
+# with DEBUG on; otherwise the portal's own pages, DEBUG or not (kernel/debug_pages.py).
+GPUPORTAL_DEBUG_PAGES = DEBUG and env_bool("GPUPORTAL_DEBUG_PAGES", False)
 
 _secret = env_secret("GPUPORTAL_SECRET_KEY")
 if _secret is None:
@@ -68,6 +71,7 @@ MIDDLEWARE = [
     "frontend.middleware.HtmxLoginRedirectMiddleware",  # an HTMX request of an expired session: HX-Redirect
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "kernel.debug_pages.DebugErrorPagesMiddleware",  # DEBUG on: the portal's 404/400/500 pages all the same
     "kernel.api.errors.DependencyUnavailableMiddleware",  # the database or the broker down: 503, Retry-After
 ]
 

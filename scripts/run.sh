@@ -14,15 +14,20 @@ export GPUPORTAL_DEBUG=${GPUPORTAL_DEBUG:-true}
 # The demo cluster has no exporter or agent: the clock goes on writing its readings (demo/usage.py).
 export GPUPORTAL_DEMO_READINGS=${GPUPORTAL_DEMO_READINGS:-true}
 
+# GPUPORTAL_RUN_STARTED (seconds since the epoch, from the Makefile): when make began, before it
+# installed the environment; the banner counts from then, and says how much of it was installing.
+now=$(date +%s)
+installing=$(( now - ${GPUPORTAL_RUN_STARTED:-$now} ))
+(( installing >= 0 )) || installing=0
 started=$SECONDS
 "$python" manage.py demo_prepare
 
 # The announcement waits in the background for the server's first answer; the server itself runs in
 # the foreground, so Ctrl-C reaches it as it would without this script.
-"$python" - "$HOST" "$PORT" "$$" "$((SECONDS - started))" <<'EOF' &
+"$python" - "$HOST" "$PORT" "$$" "$((SECONDS - started))" "$installing" <<'EOF' &
 import os, sys, time, urllib.error, urllib.request
 
-host, port, parent, prepared = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+host, port, parent, prepared, installing = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 url = f"http://{host}:{port}/"
 begun = time.monotonic()
 while True:
@@ -39,7 +44,9 @@ while True:
         time.sleep(0.2)
         continue
     break
-took = f"ready in {float(prepared) + time.monotonic() - begun:.0f} s"
+took = f"ready in {installing + float(prepared) + time.monotonic() - begun:.0f} s"
+if installing:
+    took += f", {installing} s of it installing"
 if problem:
     print(f"\nGPU Portal answers on {url} ({took}) but is not ready: {problem}\n", flush=True)
 else:

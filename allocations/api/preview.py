@@ -4,6 +4,7 @@ refused. Read without locks: approval decides again under its locks."""
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -12,14 +13,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocations.admission.planning import admission_decide
+from allocations.api.grants import AllocationIn
 from allocations.booking.preview import candidate_clusters, placement_preview
 from allocations.catalogue import selectors
+from allocations.grants import services
 from allocations.models import Allocation, AllocationState
 from allocations.quotas.usage import checks_with_segments
+from kernel.api.base import actor, target, validated
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
 from kernel.clock import clock_now
-from kernel.errors import TransitionNotAllowed
+from kernel.errors import NotAllowed, TransitionNotAllowed
 
 
 class ClusterFitOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -152,5 +156,66 @@ def admission_preview(*, allocation_id: int) -> dict[str, Any]:
         "starts": starts,
         "reclaim": [victim.as_details() for victim in decision.victims],
         "quota_checks": checks_with_segments(allocation=allocation, checks=decision.checks),
+        "refusal": {"code": refusal.code, "message": refusal.message} if refusal is not None else None,
+    }
+
+
+UNSAVED_PK = 0
+"""The primary key of a request asked about before it is made, which no row has (ids start at 1):
+admission counts a grant already reclaimed for the request (``reclaimed_for_id == pk``) as
+promised to it, and with ``None`` every grant reclaimed for nobody would match."""
+
+
+class RequestPreviewOut(serializers.Serializer):  # type: ignore[type-arg]
+    admitted = serializers.BooleanField(help_text="Whether approving it now would succeed (reclaiming `reclaim`).")
+    needs_confirmation = serializers.BooleanField(
+        help_text="Approval would reclaim grants or be refused: the portal's form asks the requester to confirm."
+    )
+    summary = serializers.CharField(help_text="What approval would do, in one sentence.")
+    starts = serializers.ChoiceField(choices=["now", "at-start", "after-notice"], allow_null=True)
+    reclaim = ReclaimOut(many=True, help_text="The grants approval would reclaim, in the order they are taken.")
+    refusal = RefusalOut(allow_null=True, help_text="Why approval would be refused now; null when it would succeed.")
+
+
+class AllocationRequestPreviewApi(ApiView):
+    """POST /allocations/preview/: what approving a request with this body would do now, before it
+    is made (nothing is saved): the request form's confirmation, for clients of the API. Read
+    without locks: approval decides again."""
+
+    @extend_schema(request=AllocationIn, responses={200: RequestPreviewOut, **errors(400, 401, 403)})
+    def post(self, request: Request) -> Response:
+        user = actor(request)
+        project = target(AllocationIn, request, "project")
+        if not services.allocation_request_allowed(actor=user, project=project, remember=True):
+            raise NotAllowed(f"You are not a member of project {project.slug}.")
+        fields = validated(AllocationIn, request, project=project)
+        start = fields["starts_at"] or clock_now()
+        hypothetical = Allocation(
+            pk=UNSAVED_PK, project=fields["project"], flavor=fields["flavor"], quantity=fields["quantity"],
+            priority_class=fields["priority_class"], cluster=fields["cluster"], starts_at=start,
+            ends_at=max(fields["ends_at"], start + datetime.timedelta(minutes=1)), state=AllocationState.PENDING,
+        )
+        return Response(RequestPreviewOut(request_preview(allocation=hypothetical)).data)
+
+
+def request_preview(*, allocation: Allocation) -> dict[str, Any]:
+    """What approving ``allocation`` (not saved) would do now (a selector's work: read-only, no locks)."""
+    clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
+    decision = admission_decide(allocation=allocation, clusters=clusters)
+    refusal = decision.refusal
+    victims = decision.victims if refusal is None else []
+    starts = None
+    if refusal is None:
+        waits = any(victim.notice_minutes > 0 and victim.state != AllocationState.SCHEDULED for victim in victims)
+        starts = "after-notice" if waits else ("at-start" if allocation.starts_at > clock_now() else "now")
+    if refusal is not None:
+        summary = f"As things stand, approval would be refused: {refusal.message}"
+    elif victims:
+        summary = f"Approval would reclaim {len(victims)} grant{'s' if len(victims) != 1 else ''}."
+    else:
+        summary = "Approval would reclaim nothing: it fits within the quotas and on the GPUs."
+    return {
+        "admitted": refusal is None, "needs_confirmation": refusal is not None or bool(victims), "summary": summary,
+        "starts": starts, "reclaim": [victim.as_details() for victim in victims],
         "refusal": {"code": refusal.code, "message": refusal.message} if refusal is not None else None,
     }

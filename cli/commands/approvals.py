@@ -51,12 +51,16 @@ def _decide(verb: str, item_id: int, comment: str, change: bool) -> None:
 
 @approvals.command("approve")
 @click.argument("item_id", metavar="ID", type=int)
-@click.option("--note", default="", help="A comment for the requester (kept in the audit log).")
+@click.option("--comment", default="", help="A comment for the requester (kept in the audit log).")
+@click.option("--note", default=None, hidden=True, help="Deprecated: --comment, as every other command names it.")
 @click.option("--change", is_flag=True, help="ID is a renewal or resize (from 'approvals list --changes').")
 @output_option
-def approvals_approve(item_id: int, note: str, change: bool) -> None:
+def approvals_approve(item_id: int, comment: str, note: str | None, change: bool) -> None:
     """Approve request ID: its GPUs are booked and it is provisioned (or scheduled for its start)."""
-    _decide("approve", item_id, note, change)
+    if note is not None:  # the option's former name, kept so that scripts using it go on working
+        click.echo("warning: --note is deprecated; use --comment", err=True)
+        comment = comment or note
+    _decide("approve", item_id, comment, change)
 
 
 @approvals.command("reject")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import datetime
+import sys
 from typing import Any
 
 import click
 
 from cli.app import output_option, state
+from cli.client import Api
 from cli.commands.allocations import DETAIL_COLUMNS
 from cli.exits import CliError, Exit
 from cli.output import emit_one
@@ -30,15 +32,22 @@ def request_group() -> None:
 @click.option("--reason", required=True, help="Why the project needs the GPUs (shown to the approver).")
 @click.option("--priority-class", default=None, shell_complete=completer("priority class"),
               help="Priority class (name or id; default: the portal's).")
+@click.option("--yes", "-y", "confirmed", is_flag=True,
+              help="Submit even if approval would reclaim grants or be refused as things stand (no question asked).")
 @click.option("--wait", is_flag=True, help="Follow approval and provisioning until the request settles.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=3600.0, show_default=True,
               help="With --wait: give up after this many seconds (exit 6).")
 @output_option
 def request_create(
     project: str, flavor: str, count: int, starts_at: datetime.datetime | None, ends_at: datetime.datetime,
-    reason: str, priority_class: str | None, wait: bool, timeout: float,
+    reason: str, priority_class: str | None, confirmed: bool, wait: bool, timeout: float,
 ) -> None:
     """Request GPUs for a project.
+
+    First it asks the portal what approving it would do now. When approval would reclaim other
+    grants or be refused as things stand (where the portal's form asks to confirm), it says so on
+    standard error and asks whether to submit it anyway; without a terminal to ask on, it submits
+    nothing and exits 11 unless --yes is given.
 
     Without --wait it prints the new request and ends. With --wait it reports each change of
     state on standard error and ends when the request is active (exit 0), scheduled for a later
@@ -57,6 +66,7 @@ def request_create(
         body["starts_at"] = starts_at.isoformat()
     if priority_class is not None:
         body["priority_class"] = resolve_id(api, "priority class", priority_class)
+    _confirm_outlook(api, body, confirmed=confirmed)
     _, allocation = api.post("allocations/", body)
     click.echo(f"Request {allocation['id']} submitted.", err=True)
     if not wait:
@@ -85,6 +95,35 @@ def request_create(
         )
     if outcome.code == Exit.NOT_GRANTED:
         raise CliError(f"request {allocation['id']} was not granted: {describe(outcome.allocation)}", Exit.NOT_GRANTED)
+
+
+def _interactive() -> bool:
+    """Whether there is a person at a terminal to ask (standard input is one)."""
+    return sys.stdin is not None and sys.stdin.isatty()
+
+
+def _confirm_outlook(api: Api, body: dict[str, Any], *, confirmed: bool) -> None:
+    """Warn, and ask, when approval would reclaim grants or be refused (POST allocations/preview/)."""
+    try:
+        _, outlook = api.post("allocations/preview/", body)
+    except CliError as error:
+        if error.code != Exit.NOT_FOUND:
+            raise
+        click.echo("warning: this portal cannot say what approval would do (no allocations/preview/)", err=True)
+        return
+    if not outlook.get("needs_confirmation"):
+        return
+    click.echo(f"warning: {outlook.get('summary', '')}", err=True)
+    for line in outlook.get("reclaim") or []:
+        click.echo(f"  #{line.get('allocation')} {line.get('units')} of {line.get('quantity')} × {line.get('flavor')} "
+                   f"of {line.get('project')} (department {line.get('department')}): {line.get('why')}", err=True)
+    if confirmed:
+        return
+    if not _interactive():
+        raise CliError("not submitted: approval would reclaim grants or be refused as things stand; "
+                       "give --yes to submit it anyway", Exit.NOT_CONFIRMED)
+    if not click.confirm("Submit the request anyway?", default=False, err=True):
+        raise CliError("not submitted", Exit.NOT_CONFIRMED)
 
 
 COMMANDS = [request_group]

@@ -228,7 +228,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "renew_form": RenewForm.for_allocation(allocation, until=self_renew_until(allocation) if granted else None),
         "resize_form": ResizeForm.for_allocation(allocation),
         "can_change": allocation_changeable(user=user, allocation=allocation),
-        "can_renew": may_change and (pending or granted),
+        "can_renew": may_change and granted,  # a pending request has nothing to renew: it is withdrawn and asked again
         "can_resize": may_change and granted,
         "pending_change": _pending_change(user, allocation, administers=administers, may_change=may_change),
         "can_decide": pending and administers and not own,

@@ -40,6 +40,7 @@ from tenants.access import Access, access_for
 from tenants.selectors import department_list
 
 QUEUE_LIMIT = 100
+DECIDED = {"approve": "Approved", "reject": "Rejected"}
 OUTLOOK_ROWS = 5
 """The approvals queue says what approval would do (reclaim which grants, or why it would be
 refused), and the quota lines of that decision, for its first ``OUTLOOK_ROWS`` requests, which an
@@ -127,11 +128,11 @@ def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:
             else:
                 allocation_reject(actor=user, allocation_id=allocation_id, comment=comment)
         except ApplicationError as error:
-            messages.error(request, f"#{allocation_id} not {decision}d: {error.message}")
+            messages.error(request, f"#{allocation_id} not {DECIDED[decision].lower()}: {error.message}")
         else:
             done.append(f"#{allocation_id}")
     if done:
-        messages.success(request, f"{decision.capitalize()}d {', '.join(done)}.")
+        messages.success(request, f"{DECIDED[decision]} {', '.join(done)}.")
 
 
 @require_http_methods(["GET", "POST"])

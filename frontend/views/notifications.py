@@ -13,16 +13,23 @@ from django.views.decorators.http import require_http_methods
 
 from frontend.http import portal_user
 from kernel.errors import ApplicationError
-from notifications.events import EVENTS
+from notifications.events import EVENTS, Event, events_for
 from notifications.mail import unsubscribe_read
 from notifications.models import Mode
 from notifications.services import preferences_of, preferences_set
+from tenants.access import access_for
 
 
-def _rows(modes: dict[str, str]) -> list[dict[str, object]]:
+def _events(user: User) -> dict[str, Event]:
+    """The events this person can receive: a researcher is not offered the admins' events."""
+    access = access_for(user)
+    return events_for(department_admin=bool(access.administered), platform_admin=access.is_platform_admin)
+
+
+def _rows(events: dict[str, Event], modes: dict[str, str]) -> list[dict[str, object]]:
     return [{"event": event, "mode": modes[code], "modes": [(value, label) for value, label in Mode.choices
                                                                if not (event.mandatory and value == Mode.OFF)]}
-            for code, event in EVENTS.items()]  # fmt: skip
+            for code, event in events.items()]  # fmt: skip
 
 
 @require_http_methods(["GET", "POST"])
@@ -30,16 +37,17 @@ def _rows(modes: dict[str, str]) -> list[dict[str, object]]:
 def notification_preferences(request: HttpRequest) -> HttpResponse:
     user = portal_user(request)
     saved, error = False, ""
-    if request.method == "POST":
-        chosen = {code: str(request.POST.get(code, Mode.IMMEDIATE)) for code in EVENTS}
+    events = _events(user)
+    if request.method == "POST":  # the events not listed keep their choice
+        chosen = {code: str(request.POST.get(code, Mode.IMMEDIATE)) for code in events}
         try:
-            modes = preferences_set(actor=user, modes=chosen)
+            modes = preferences_set(actor=user, modes={**preferences_of(user=user), **chosen})
             saved = True
         except ApplicationError as refusal:
             modes, error = {**preferences_of(user=user), **chosen}, refusal.message
     else:
         modes = preferences_of(user=user)
-    context = {"title": "Notifications", "rows": _rows(modes), "saved": saved, "error": error, "email": user.email}
+    context = {"title": "Notifications", "rows": _rows(events, modes), "saved": saved, "error": error, "email": user.email}
     template = "frontend/_notification_form.html" if request.headers.get("HX-Request") else "frontend/notifications.html"
     return render(request, template, context, status=400 if error else 200)
 

@@ -77,7 +77,7 @@ NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "bench/approval_scale.py::main": (71, 0),
     "cli/auditcheck.py::bundle_verify": (86, 2),
     "cli/commands/audit.py::audit_export": (44, 9),
-    "cli/commands/requests.py::request_create": (51, 9),
+    "cli/commands/requests.py::request_create": (57, 10),
     "cli/waiting.py::allocation_wait": (40, 7),
     "clusters/inventory.py::node_gpus_observe": (73, 2),
     "clusters/inventory.py::node_upsert": (45, 7),

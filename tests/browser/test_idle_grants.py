@@ -1,6 +1,6 @@
 """Idle grants in a real browser, under the deployed Content-Security-Policy: the evaluation warns
 a grant that sat idle, its owner sees the notice on the dashboard, keeps one grant with a reason
-and releases another in one click each, and the department admin sees them closed."""
+and releases another once the page has asked, and the department admin sees them closed."""
 
 from __future__ import annotations
 
@@ -44,6 +44,10 @@ def test_the_owner_keeps_one_idle_grant_and_releases_another(portal: Portal) -> 
     page.locator(f"#case-{IdleCase.objects.get(allocation=released).pk}").get_by_role(
         "button", name=re.compile(f"Release #{released.pk} now")
     ).click()
+    dialog = page.get_by_role("alertdialog")  # a release cannot be undone: the page asks first
+    expect(dialog).to_contain_text(f"Release #{released.pk} now?")
+    assert Allocation.objects.get(pk=released.pk).state != AllocationState.RELEASED
+    dialog.get_by_role("button", name=f"Release #{released.pk}", exact=True).click()
     expect(page.locator("#no-open-cases")).to_be_visible()
     expect(page.locator("#closed-cases")).to_contain_text("tokenising the corpus")
     portal.shot("idle-closed")

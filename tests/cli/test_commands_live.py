@@ -159,8 +159,9 @@ def test_approvals_as_the_department_admin_and_a_researcher_refused_with_exit_3(
     cli.login(portal, "nlp_admin")
     queue = json.loads(cli("approvals", "list", "-o", "json").stdout)
     assert sorted(a["id"] for a in queue) == sorted([first, second])
-    approved = cli("approvals", "approve", str(first), "--note", "ok", "-o", "json")
+    approved = cli("approvals", "approve", str(first), "--comment", "ok", "-o", "json")  # as every command names it
     assert approved.exit_code == 0, approved.stderr
+    assert "deprecated" not in approved.stderr
     assert json.loads(approved.stdout)["decision_comment"] == "ok"
     assert cli("approvals", "reject", str(second)).exit_code == 2  # --reason is required
     rejected = cli("approvals", "reject", str(second), "--reason", "too many", "-o", "json")
@@ -196,7 +197,9 @@ def test_a_renewal_beyond_the_self_service_window_waits_and_the_admin_approves_i
     changes = json.loads(cli("approvals", "list", "--changes", "-o", "json").stdout)
     assert [(c["allocation"], c["kind"], c["state"]) for c in changes] == [(allocation_id, "renew", "pending")]
     decided = cli("approvals", "approve", str(changes[0]["id"]), "--change", "--note", "fine", "-o", "json")
-    assert decided.exit_code == 0, decided.stderr
+    assert decided.exit_code == 0, decided.stderr  # --note: the former name, kept for scripts, with a warning
+    assert "warning: --note is deprecated; use --comment" in decided.stderr
+    assert json.loads(decided.stdout)["decision_comment"] == "fine"
     assert json.loads(decided.stdout)["state"] == "approved"
     assert Allocation.objects.get(pk=allocation_id).ends_at == new_end
 

@@ -66,3 +66,32 @@ def test_wait_gives_up_after_the_timeout_with_exit_6_and_the_request_still_pendi
     assert result.exit_code == 6
     assert "still pending after 1.5 s" in result.stderr
     assert "state: pending" in result.stdout
+
+
+OVER_QUOTA = ("request", "create", "--project", "nlp-llm", "--flavor", "a100", "--count", "9", "--end", "+1d",
+              "--reason", "more than the department's 8")
+
+
+def test_a_request_approval_would_refuse_is_not_submitted_from_a_script_without_yes(portal: Portal, cli: Cli) -> None:
+    """Where the portal's form asks to confirm (approval would be refused or reclaim grants), the
+    client says so, and without a terminal to ask on submits nothing: exit 11."""
+    cli.login(portal, "nlp_member")
+    refused = cli(*OVER_QUOTA)
+    assert refused.exit_code == 11, refused.stderr
+    assert "warning: As things stand, approval would be refused" in refused.stderr
+    assert "not submitted" in refused.stderr and "--yes" in refused.stderr
+    assert portal.api("nlp_member", "GET", "allocations/", params={"mine": "true"}).json()["results"] == []
+
+
+def test_yes_submits_it_anyway_and_no_at_the_terminal_does_not(portal: Portal, cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli.login(portal, "nlp_member")
+    submitted = cli(*OVER_QUOTA, "--yes", "-o", "json")
+    assert submitted.exit_code == 0, submitted.stderr
+    assert "approval would be refused" in submitted.stderr and json.loads(submitted.stdout)["state"] == "pending"
+    monkeypatch.setattr("cli.commands.requests._interactive", lambda: True)  # as at a terminal
+    declined = cli(*OVER_QUOTA, input="n\n")
+    assert declined.exit_code == 11 and "Submit the request anyway?" in declined.stderr
+    assert len(portal.api("nlp_member", "GET", "allocations/", params={"mine": "true"}).json()["results"]) == 1
+    fits = cli("request", "create", "--project", "nlp-llm", "--flavor", "a100", "--count", "1", "--end", "+1d",
+               "--reason", "fits")
+    assert fits.exit_code == 0 and "warning" not in fits.stderr

@@ -64,6 +64,7 @@ READ_PROJECT = READ_NLP
 DECIDE = codes(            403,      200,     404,     404,     404,    403,     200,   404,  401)
 RELEASE = codes(           200,      200,     404,     404,     404,    403,     200,   404,  401)
 REQUEST = codes(           201,      201,     400,     400,     400,    403,     201,   400,  401)
+PREVIEW_REQUEST = codes(   200,      200,     400,     400,     400,    403,     200,   400,  401)
 CREATE_PROJECT_IN_NLP = codes(403,   201,     400,     400,     400,    403,     201,   400,  401)
 CREATE_FLAVOR = codes(     403,      403,     403,     403,     403,    403,     201,   403,  401)
 PLATFORM_CREATES = CREATE_FLAVOR
@@ -313,6 +314,7 @@ ROWS = [
     # allocations
     Row("api-allocations", "get", SIGNED_IN),
     Row("api-allocations", "post", REQUEST, body=allocation_body),
+    Row("api-allocation-request-preview", "post", PREVIEW_REQUEST, body=allocation_body),
     Row("api-allocation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     Row("api-allocation-approve", "post", DECIDE, kwargs=allocation("pending"), body=lambda s, p: {"comment": "yes"}),
     Row("api-allocation-reject", "post", DECIDE, kwargs=allocation("pending"), body=lambda s, p: {"comment": "no"}),

@@ -44,8 +44,20 @@ def test_it_releases_an_approved_allocation(world: World, login: Login) -> None:
     assert allocation.state == AllocationState.RELEASED
 
 
+def test_a_pending_request_offers_no_renewal_a_grant_does(world: World, login: Login) -> None:
+    """A request not granted yet has nothing to renew: its page offers withdrawing it, not a Renew form."""
+    allocation = pending(world)
+    html = login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
+    assert "Withdraw request" in html
+    assert "Renew" not in html and f'action="/allocations/{allocation.pk}/renew/"' not in html
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
+    html = login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
+    assert f'action="/allocations/{allocation.pk}/renew/"' in html and "Renew until this date" in html
+
+
 def test_it_renews_and_refuses_an_earlier_end(world: World, login: Login) -> None:
     allocation = pending(world)
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
     client = login("nlp_member")
     later = allocation.ends_at.replace(second=0, microsecond=0) + datetime.timedelta(days=2)
     response = client.post(f"/allocations/{allocation.pk}/renew/", {"ends_at": later.strftime("%Y-%m-%dT%H:%M")},

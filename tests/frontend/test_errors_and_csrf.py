@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
-from django.test import Client
+from django.test import Client, override_settings
 
 from allocations.models import AllocationState
 from tests.conftest import World
@@ -80,3 +82,40 @@ def test_it_serves_reads_only_to_get(world: World, login: Login) -> None:
     client = login("nlp_member")
     assert client.post("/").status_code == 405
     assert client.get(f"/allocations/{pending(world).pk}/release/").status_code == 405
+
+
+TECHNICAL_404 = "Using the URLconf defined in"
+
+
+def test_with_debug_on_an_outsider_gets_the_portal_404_page_not_djangos(world: World, login: Login) -> None:
+    """make run sets GPUPORTAL_DEBUG: its 404 is still the portal's page, styled under the CSP and
+    naming no URL pattern; an unknown path too, and a path without its slash is still redirected."""
+    allocation = pending(world)
+    with override_settings(DEBUG=True, GPUPORTAL_DEBUG_PAGES=False):
+        client = login("vision_member")
+        for path in (f"/allocations/{allocation.pk}/", "/no/such/page/"):
+            response = client.get(path)
+            html = response.content.decode()
+            assert response.status_code == 404, path
+            assert "Not found" in html and 'aria-label="Main"' in html, path
+            assert TECHNICAL_404 not in html and "DEBUG = True" not in html and "approvals/" not in html, path
+        assert client.get("/approvals").status_code == 301  # CommonMiddleware's slash redirect still comes first
+        api = client.get("/api/v1/allocations/999999/")
+        assert api.status_code == 404 and api.json()["error"]["code"] == "not_found"
+
+
+def test_with_debug_on_a_server_error_is_the_portal_500_page(world: World, login: Login) -> None:
+    client = login("nlp_member")
+    client.raise_request_exception = False
+    with override_settings(DEBUG=True, GPUPORTAL_DEBUG_PAGES=False), \
+            mock.patch("frontend.views.allocations.dashboard_allocations", side_effect=RuntimeError("boom")):
+        response = client.get("/")
+    html = response.content.decode()
+    assert response.status_code == 500
+    assert "Traceback" not in html and "boom" not in html and "GPU Portal" in html
+
+
+def test_djangos_technical_pages_only_when_asked_for(world: World, login: Login) -> None:
+    with override_settings(DEBUG=True, GPUPORTAL_DEBUG_PAGES=True):
+        response = login("nlp_member").get("/no/such/page/")
+    assert response.status_code == 404 and TECHNICAL_404 in response.content.decode()

@@ -200,3 +200,23 @@ def test_it_reports_errors_live_only_for_fields_filled_in(world: World, login: L
 def test_it_keeps_the_csrf_token_out_of_the_feedback_url(world: World, login: Login) -> None:
     html = login("nlp_member").get("/allocations/new/").content.decode()
     assert 'hx-params="not csrfmiddlewaretoken"' in html and 'hx-get="/allocations/new/feedback/"' in html
+
+
+def _line(allocation_id: int, *, own: bool) -> Any:
+    from frontend.outlook import ReclaimLine
+
+    return ReclaimLine(allocation_id=allocation_id, project="nlp-llm", department="nlp", flavor="a100", quantity=1,
+                       priority_class="gpu-preemptible", state="active", why="lower-priority", notice_minutes=0,
+                       readable=True, other_department=False, own=own)
+
+
+def test_the_reclaim_confirmation_speaks_of_ones_own_grants_as_ones_own() -> None:
+    from frontend.outlook import AdmissionOutlook
+
+    mine = AdmissionOutlook(admitted=True, reclaim=[_line(1, own=True), _line(2, own=True)])
+    assert mine.confirmation_label == "I understand that approving this request would take my own grants listed."
+    assert "people who hold them" not in mine.confirmation_label
+    theirs = AdmissionOutlook(admitted=True, reclaim=[_line(1, own=False)])
+    assert "from the people who hold them" in theirs.confirmation_label
+    both = AdmissionOutlook(admitted=True, reclaim=[_line(1, own=True), _line(2, own=False)])
+    assert "mine, and others'" in both.confirmation_label

@@ -156,3 +156,29 @@ def test_a_delivery_without_e_mail_configured_is_skipped_with_the_reason(
     assert rows == {(DeliveryState.SKIPPED, "e-mail is not configured (GPUPORTAL_EMAIL_URL)")}
     notifications_dispatch_task.apply()
     assert delivery_send(delivery_id=Delivery.objects.first().pk) is None  # type: ignore[union-attr]
+
+
+def test_the_portal_page_lists_each_role_only_the_events_it_can_receive(world: World) -> None:
+    def page(persona: str) -> str:
+        client = Client()
+        client.force_login(world.users[persona])
+        return client.get("/account/notifications/").content.decode()
+
+    researcher = page("nlp_member")
+    assert 'name="allocation.decided"' in researcher and 'name="allocation.expiring"' in researcher
+    for admins_only in ("allocation.submitted", "cluster.push_failed", "rule_change.proposed", "rule_change.emergency"):
+        assert f'name="{admins_only}"' not in researcher, admins_only
+    department_admin = page("nlp_admin")
+    assert 'name="allocation.submitted"' in department_admin and 'name="cluster.push_failed"' not in department_admin
+    platform_admin = page("platform")
+    assert 'name="cluster.push_failed"' in platform_admin and 'name="rule_change.proposed"' in platform_admin
+
+
+def test_saving_on_the_page_keeps_the_choices_of_events_not_listed(world: World) -> None:
+    member = world.users["nlp_member"]
+    Preference.objects.create(user=member, event="cluster.push_failed", mode=Mode.DIGEST)  # from a former role
+    client = Client()
+    client.force_login(member)
+    client.post("/account/notifications/", {"allocation.expiring": "digest"}, headers={"HX-Request": "true"})
+    assert Preference.objects.get(user=member, event="cluster.push_failed").mode == Mode.DIGEST
+    assert Preference.objects.get(user=member, event="allocation.expiring").mode == Mode.DIGEST

@@ -56,8 +56,9 @@ def test_the_page_adds_project_members_and_sets_caps(world: World) -> None:
     assert list(world.llm.caps.values_list("flavor", flat=True)) == [None]
     created = client.post(f"/departments/{world.nlp.pk}/projects/", {"slug": "nlp-new", "name": "New"}, follow=True)
     assert "Project nlp-new created." in created.content.decode()
-    taken = client.post(f"/departments/{world.nlp.pk}/projects/", {"slug": "nlp-new", "name": "Again"}, follow=True)
-    assert "slug:" in taken.content.decode()
+    taken = client.post(f"/departments/{world.nlp.pk}/projects/", {"slug": "nlp-new", "name": "Again"})
+    assert taken.status_code == 400
+    assert 'id="new-project-slug-error"' in taken.content.decode() and 'value="Again"' in taken.content.decode()
 
 
 def test_a_role_from_the_identity_provider_shows_its_source_and_has_no_remove_button(world: World) -> None:
@@ -66,7 +67,8 @@ def test_a_role_from_the_identity_provider_shows_its_source_and_has_no_remove_bu
     page = _client(world, "nlp_admin").get(f"/departments/{world.nlp.pk}/").content.decode()
     row = page.split(f'id="membership-{external.pk}"', 1)[1].split("</tr>", 1)[0]
     assert "From the LDAP directory" in row and "Remove" not in row
-    refused = _client(world, "nlp_admin").post(f"/departments/{world.nlp.pk}/members/{external.pk}/remove/", follow=True)
+    refused = _client(world, "nlp_admin").post(f"/departments/{world.nlp.pk}/members/{external.pk}/remove/",
+                                               {"confirm": "yes"}, follow=True)
     assert "identity provider" in refused.content.decode()
     assert Membership.objects.filter(pk=external.pk).exists()
 

@@ -69,4 +69,96 @@ document.addEventListener("DOMContentLoaded", function () {
     var invalid = document.querySelector('main [aria-invalid="true"]');
     if (invalid) { invalid.focus(); }
   }
+
+  // Destructive actions ask first: a form (or its submit button) with data-confirm opens a dialog
+  // saying what will happen; only "yes" posts it, with confirm=yes (the views that require it ask
+  // on a page of their own when scripts do not run). Runs before HTMX sees the submit.
+  var dialog = null;
+  var askFirst = function (text, yesLabel, opener, onYes) {
+    if (!dialog) {
+      dialog = document.createElement("dialog");
+      dialog.className = "confirm-dialog";
+      dialog.setAttribute("role", "alertdialog");
+      dialog.setAttribute("aria-labelledby", "confirm-dialog-text");
+      dialog.innerHTML = '<p id="confirm-dialog-text"></p><div class="button-row">' +
+        '<button type="button" class="danger" data-answer="yes"></button>' +
+        '<button type="button" class="secondary" data-answer="no">Cancel</button></div>';
+      document.body.appendChild(dialog);
+    }
+    dialog.querySelector("#confirm-dialog-text").textContent = text;
+    var yes = dialog.querySelector('[data-answer="yes"]');
+    var no = dialog.querySelector('[data-answer="no"]');
+    yes.textContent = yesLabel || "Yes";
+    var finish = function (confirmed) {
+      yes.onclick = null; no.onclick = null; dialog.oncancel = null;
+      if (dialog.open) { dialog.close(); }
+      if (confirmed) { onYes(); } else if (opener && document.contains(opener)) { opener.focus(); }
+    };
+    yes.onclick = function () { finish(true); };
+    no.onclick = function () { finish(false); };
+    dialog.oncancel = function (event) { event.preventDefault(); finish(false); };  // Escape
+    dialog.showModal();
+    no.focus();  // the safe answer first
+  };
+  var posts = function (form) { return form.getAttribute && (form.getAttribute("method") || "").toLowerCase() === "post"; };
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    var submitter = event.submitter || null;
+    if (posts(form) && form.getAttribute("aria-busy") === "true") {  // already posting: no second post
+      event.preventDefault(); event.stopImmediatePropagation(); return;
+    }
+    var source = submitter && submitter.hasAttribute("data-confirm") ? submitter : form;
+    var text = source.getAttribute ? source.getAttribute("data-confirm") : null;
+    if (!text || form.portalConfirmed) { form.portalConfirmed = false; return; }
+    event.preventDefault();
+    event.stopImmediatePropagation();
+    askFirst(text, source.getAttribute("data-confirm-yes"), submitter, function () {
+      if (!form.querySelector('input[name="confirm"]')) {
+        var field = document.createElement("input");
+        field.type = "hidden"; field.name = "confirm"; field.value = "yes";
+        form.appendChild(field);
+      }
+      form.portalConfirmed = true;
+      if (form.requestSubmit) { form.requestSubmit(submitter); } else { form.submit(); }
+    });
+  }, true);
+
+  // A form being posted says so: aria-busy on the form, the button pressed marked busy (its label
+  // gains "…" by the stylesheet), and a second press does nothing until the answer comes.
+  var setBusy = function (form, submitter, busy) {
+    if (busy) { form.setAttribute("aria-busy", "true"); } else { form.removeAttribute("aria-busy"); }
+    form.querySelectorAll('button[aria-disabled="true"]').forEach(function (button) {
+      button.removeAttribute("aria-disabled"); button.classList.remove("is-busy");
+    });
+    if (busy && submitter) { submitter.setAttribute("aria-disabled", "true"); submitter.classList.add("is-busy"); }
+  };
+  document.addEventListener("submit", function (event) {  // after HTMX, which prevents the default of its own posts
+    var form = event.target;
+    if (!posts(form) || (event.defaultPrevented && !form.hasAttribute("hx-post"))) { return; }
+    setBusy(form, event.submitter || null, true);
+  });
+  document.body.addEventListener("htmx:afterRequest", function (event) {
+    var form = event.detail && event.detail.elt;
+    if (form && form.tagName === "FORM") { setBusy(form, null, false); }
+  });
+  window.addEventListener("pageshow", function () {  // back to a page kept while it was posting
+    document.querySelectorAll('form[aria-busy="true"]').forEach(function (form) { setBusy(form, null, false); });
+  });
+
+  // After HTMX replaces the part of the page that held the focus, put it somewhere sensible rather
+  // than leave it on <body>: the first field to correct, else the message saying what happened,
+  // else the main part's heading.
+  document.body.addEventListener("htmx:afterSettle", function () {
+    var active = document.activeElement;
+    if (active && active !== document.body && document.contains(active)) { return; }
+    var main = document.getElementById("main");
+    if (!main) { return; }
+    var target = main.querySelector('[aria-invalid="true"]') || main.querySelector(".messages .message") ||
+      main.querySelector("h1");
+    if (!target) { target = main; }
+    if (!target.matches("input, select, textarea, button, a[href]") && !target.hasAttribute("tabindex")) {
+      target.setAttribute("tabindex", "-1");
+    }
+    target.focus();
+  });
 });
