@@ -134,11 +134,11 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
     from django.contrib.auth.models import User
     from django.utils import timezone
 
+    from allocations.admission import room
     from allocations.booking import attempts
     from allocations.booking import policy as booking_policy
     from allocations.grants import services
     from allocations.models import Flavor, PriorityClass
-    from allocations.quotas.usage import room
     from clusters import outbox
     from kernel.errors import CapacityExceeded
     from placement import Policy, Workload, make_policy
