@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 from allocations.models import Quota
 from allocations.models.windows import QuotaWindow, WindowState
 from tests.browser.conftest import Portal
+from tests.browser.test_portal import every_control_is_labelled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,6 +42,7 @@ def test_a_day_night_preset_writes_the_rule_of_the_window_asked_for(portal: Port
     expect(page.locator("#daily-rule")).to_have_text(RULE)
     form.get_by_label("Limit: change by").fill("4")
     form.get_by_label("Justification").fill("Nightly training on working days")
+    every_control_is_labelled(portal)
     box = form.get_by_label("Each day until").bounding_box()
     assert box is not None and box["x"] + box["width"] <= width  # nothing runs off a phone's screen
     portal.shot(f"window-day-night-{width}")
