@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from tenants.access import Access
 
+CATALOGUE_FORMS = (
+    "catalogue-flavor-new", "catalogue-flavor-edit", "catalogue-quota-new", "catalogue-quota-edit",
+    "catalogue-priority-class-new", "catalogue-priority-class-edit",
+)
+
 
 @dataclass(frozen=True)
 class NavItem:
@@ -19,6 +24,8 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
     items: list[NavItem] = []
     if access.has_any_role:
         items.append(NavItem("Dashboard", "home", ("home", "allocation-detail")))
+    if access.is_platform_admin:
+        items.append(NavItem("Overview", "platform-overview", ("platform-overview",)))
     if can_request:
         items.append(NavItem("Request GPUs", "allocation-new", ("allocation-new",)))
     if access.is_platform_admin or access.administered:
@@ -36,7 +43,7 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
                              ("quota-calendar-index", "quota-calendar", "quota-window-new")))
     if access.is_platform_admin:
         items.append(NavItem("Clusters", "clusters", ("clusters", "cluster-detail")))
-        items.append(NavItem("Catalogue", "catalogue", ("catalogue",)))
+        items.append(NavItem("Catalogue", "catalogue", ("catalogue", *CATALOGUE_FORMS)))
     if audit_page_visible(access):
         items.append(NavItem("Audit log", "audit-log", ("audit-log",)))
     if is_staff:

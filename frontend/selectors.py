@@ -140,6 +140,7 @@ class QuotaBar:
     in_use: Decimal
     guaranteed: Decimal
     limit: Decimal
+    quota_id: int | None = None  # the catalogue's page links each bar to its quota's form
 
     @property
     def percent(self) -> Decimal:
@@ -176,6 +177,7 @@ def quota_bars(*, user: User, department_ids: list[int] | None = None) -> list[Q
             in_use=usage.in_use,
             guaranteed=usage.effective_guaranteed,
             limit=usage.effective_limit,
+            quota_id=usage.quota.pk,
         )
         for usage in quota_usages(quotas=list(quotas))
     ]

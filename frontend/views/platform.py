@@ -1,4 +1,5 @@
-"""Platform admin pages: clusters and their sync health, nodes and the GPU map, the catalogue."""
+"""Platform admin pages: the platform overview, clusters and their sync health, nodes and the GPU
+map, the catalogue (its forms: ``frontend.views.catalogue``)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from clusters.selectors import (
 )
 from frontend.gpu_map import MapAtForm, gpu_map, gpu_map_links
 from frontend.http import portal_user
+from frontend.overview import platform_overview
 from frontend.selectors import cluster_health_list, quota_bars
 from frontend.utilisation import gpu_map_busy
+from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from tenants.access import access_for
 
@@ -35,6 +38,16 @@ def _platform_admin(request: HttpRequest) -> User:
     if not access_for(user).is_platform_admin:
         raise PermissionDenied("Only platform admins manage clusters and the catalogue.")
     return user
+
+
+@require_GET
+@login_required
+def overview(request: HttpRequest) -> HttpResponse:
+    """What a platform admin checks first: clusters, utilisation now, decisions waiting, failed pushes."""
+    user = _platform_admin(request)
+    now = clock_now()
+    context = {"title": "Platform overview", "now": now, "overview": platform_overview(user=user, now=now)}
+    return render(request, "frontend/platform_overview.html", context)
 
 
 @require_GET

@@ -34,7 +34,7 @@ from allocations.windows.services import (
 )
 from frontend.http import form_add_service_error, portal_user
 from frontend.quota_calendar import calendar_departments, department_calendar
-from frontend.window_forms import SERVICE_FIELDS, WindowDecisionForm, WindowRequestForm
+from frontend.window_forms import WindowDecisionForm, WindowRequestForm
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from kernel.numbers import plain
@@ -142,7 +142,7 @@ def quota_window_new(request: HttpRequest, department_id: int) -> HttpResponse:
         try:
             window = quota_window_create(actor=user, **form.service_arguments())
         except ApplicationError as error:
-            form_add_service_error(form, error, field_map=SERVICE_FIELDS)
+            form_add_service_error(form, error, field_map=form.service_fields())
         else:
             if window.state == WindowState.APPROVED:
                 messages.success(request, f"Quota window #{window.pk} is in force as of its start.")

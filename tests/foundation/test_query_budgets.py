@@ -30,7 +30,7 @@ from allocations.models import Allocation, Flavor, PriorityClass, ProjectQuota, 
 from allocations.quotas.usage import department_usage, quota_usages
 from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Cluster, ClusterDrift
+from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
 from frontend.feedback import request_feedback
 from kernel.reads import SharedReads
 from telemetry.models import GpuSample, SampleTier
@@ -99,6 +99,8 @@ def grow(scene: Scene, count: int, grown: Grown) -> None:
         # Inactive: the cluster lists and pages show it, a placement preview does not try it (a
         # preview reads each candidate cluster: test_a_preview_reads_each_candidate_cluster_once).
         other = Cluster.objects.create(name=f"extra-cluster-{tag}", is_active=False)
+        ClusterPush.objects.create(cluster=other, available_at=timezone.now(), state=PushState.FAILED,
+                                   last_error=f"refused {tag}")  # the platform overview lists the failed pushes
         node_upsert(actor=None, cluster=other, name=f"far-{tag}", cpu_millicores=64000, memory_mib=524288,
                     gpus=[GpuSpec(index=0, model=A100, memory_mib=81920, mig_capable=True)])
         node = node_upsert(
@@ -219,6 +221,11 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "clusters": get("clusters", "platform"),
         "cluster detail": get("cluster-detail", "platform", cluster_id=cluster),
         "catalogue": get("catalogue", "platform"),
+        "platform overview": get("platform-overview", "platform"),
+        "new flavor form": get("catalogue-flavor-new", "platform"),
+        "new quota form": get("catalogue-quota-new", "platform"),
+        "quota form": get("catalogue-quota-edit", "platform", quota_id=Quota.objects.filter(department=world.nlp).earliest("pk").pk),
+        "priority class form": get("catalogue-priority-class-edit", "platform", priority_class_id=world.standard.pk),
         "audit log": get("audit-log", "auditor", requested),
         "audit log (nlp_admin)": get("audit-log", "nlp_admin", requested),
         "audit export": get("audit-export", "auditor", {**requested, "output": "csv"}),

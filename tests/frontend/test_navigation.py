@@ -11,17 +11,17 @@ from tests.frontend.conftest import Login
 
 pytestmark = pytest.mark.django_db
 
-LINKS = ["Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log",
+LINKS = ["Dashboard", "Overview", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log",
          "Django admin"]
 EXPECTED = {
     "nlp_member": {"Dashboard", "Request GPUs", "Idle grants"},
     "speech_member": {"Dashboard", "Request GPUs", "Idle grants"},
     "nlp_admin": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Audit log"},
     "auditor": {"Dashboard", "Idle grants", "Audit log"},
-    "platform": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log"},
+    "platform": {"Dashboard", "Overview", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log"},
     "nobody": set(),
 }
-PAGES = {"Request GPUs": "/allocations/new/", "Approvals": "/approvals/", "Usage": "/usage/", "Idle grants": "/idle/",
+PAGES = {"Overview": "/platform/", "Request GPUs": "/allocations/new/", "Approvals": "/approvals/", "Usage": "/usage/", "Idle grants": "/idle/",
          "Clusters": "/platform/clusters/", "Catalogue": "/platform/catalogue/", "Audit log": "/audit/"}
 
 

@@ -64,6 +64,37 @@ document.addEventListener("DOMContentLoaded", function () {
     points[next].setAttribute("tabindex", "0");
     points[next].focus();
   });
+  // The quota-window form (frontend/window_presets.py): only the chosen preset's fields show, and
+  // the day/night preset shows the rule it writes, as the server writes it. Without this every
+  // part shows and the server still writes the rule.
+  var windowForm = document.getElementById("window-form");
+  if (windowForm) {
+    var parts = windowForm.querySelectorAll("[data-presets]");
+    var days = windowForm.querySelectorAll('input[name="weekdays"]');
+    var dailyRule = function () {
+      var starts = (windowForm.querySelector('input[name="daily_from"]') || {}).value || "";
+      var match = /^(\d{1,2}):(\d{2})/.exec(starts);
+      var chosen = Array.prototype.filter.call(days, function (box) { return box.checked; })
+        .map(function (box) { return box.value; });
+      if (!match || !chosen.length) { return "—"; }
+      var hours = "BYHOUR=" + parseInt(match[1], 10) + ";BYMINUTE=" + parseInt(match[2], 10);
+      return chosen.length === days.length ? "FREQ=DAILY;" + hours : "FREQ=WEEKLY;BYDAY=" + chosen.join(",") + ";" + hours;
+    };
+    var showPreset = function () {
+      var checked = windowForm.querySelector('input[name="kind"]:checked');
+      var kind = checked ? checked.value : "";
+      parts.forEach(function (part) {
+        var shown = !kind || part.getAttribute("data-presets").split(" ").indexOf(kind) >= 0;
+        part.hidden = !shown;
+        if (shown && kind === "recurring" && part.tagName === "DETAILS") { part.open = true; }
+      });
+      var out = document.getElementById("daily-rule");
+      if (out) { out.textContent = dailyRule(); }
+    };
+    windowForm.addEventListener("change", showPreset);
+    windowForm.addEventListener("input", showPreset);
+    showPreset();
+  }
   // After a refused submit, put the keyboard on the first field that needs correcting.
   if (document.querySelector(".form-errors[role=alert]")) {
     var invalid = document.querySelector('main [aria-invalid="true"]');
