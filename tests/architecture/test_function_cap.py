@@ -53,8 +53,6 @@ NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "allocations/booking/view.py::view_finish": (34, 7),
     "allocations/rules/catalogue.py::quota_check": (66, 6),
     "allocations/rules/catalogue.py::quota_set": (20, 7),
-    "placement/mig.py::_geometry": (13, 7),
-    "placement/simulation/mig_ratio.py::cpsat_ratios": (33, 7),
     "allocations/admission/planning.py::admission_decide": (78, 6),
     "allocations/quotas/walking.py::_dense_expand": (34, 10),
     "allocations/quotas/windows.py::timeline": (22, 7),
