@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from allocations.models import PriorityClass, Quota
 from allocations.models.windows import ShrinkPolicy, WindowKind
 from allocations.quotas.wording import quota_scope_name
+from allocations.windows.terms import WindowTerms
 from frontend.forms import DATETIME_INPUT_FORMATS, DateTimeLocalInput, DescribedFieldsMixin, PriorityClassChoiceField
 from kernel.limits import TEXT_LIMIT
 from kernel.numbers import plain
@@ -86,16 +87,16 @@ class WindowRequestForm(DescribedFieldsMixin, forms.Form):
         data = self.cleaned_data
         recurring = data["kind"] == WindowKind.RECURRING
         priority_class = data.get("priority_class")
-        return {
-            "quota_id": data["quota"].pk, "kind": data["kind"], "begins_at": data["begins_at"],
-            "ends_at": data.get("ends_at"),
-            "rrule": (data.get("rrule") or "").strip() if recurring else "",
-            "timezone": (data.get("timezone") or "").strip() if recurring else "",
-            "duration_minutes": data.get("duration_minutes") if recurring else None,
+        terms = WindowTerms(
+            kind=data["kind"], begins_at=data["begins_at"], ends_at=data.get("ends_at"),
+            rrule=(data.get("rrule") or "").strip() if recurring else "",
+            timezone=(data.get("timezone") or "").strip() if recurring else "",
+            duration_minutes=data.get("duration_minutes") if recurring else None,
             **{name: data.get(name) for name in ("guaranteed_delta", "limit_delta", "guaranteed", "limit")},
-            "priority_class_id": priority_class.pk if priority_class is not None else None,
-            "shrink_policy": data["shrink_policy"], "justification": data["justification"],
-        }
+            priority_class_id=priority_class.pk if priority_class is not None else None,
+            shrink_policy=data["shrink_policy"],
+        )
+        return {"quota_id": data["quota"].pk, "terms": terms, "justification": data["justification"]}
 
 
 class WindowDecisionForm(forms.Form):

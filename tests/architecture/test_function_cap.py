@@ -59,8 +59,6 @@ NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "allocations/catalogue/selectors.py::allocation_list": (29, 7),
     "allocations/grants/services.py::allocation_request": (60, 9),
     "allocations/grants/transitions.py::allocation_audit": (24, 7),
-    "allocations/windows/services.py::_check_times": (32, 7),
-    "allocations/windows/services.py::quota_window_create": (62, 17),
     "audit/services.py::audit_record": (36, 8),
     "bench/admission.py::run_contested": (80, 6),
     "bench/admission.py::run_stream": (80, 5),
