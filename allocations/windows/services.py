@@ -422,5 +422,5 @@ def quota_timeline(
 ) -> list[windows.Step]:
     """The step function of the quota's numbers over ``[start, end)``."""
     specs = approved_window_specs(quota_ids=[quota.pk]).get(quota.pk, [])
-    return windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+    return windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, span=(start, end),
                             priority_class_id=priority_class_id)
