@@ -50,21 +50,26 @@ EXCEPTIONS: dict[str, str] = {
         "the hashed and signed record: a value object in between would be a second copy of the "
         "key list, which the chain's hashes and the offline verifier depend on"
     ),
+    "cli/commands/audit.py::audit_export": (
+        "a click command: click calls it with one keyword per option of `gpuportal audit export`, so its "
+        "parameters are the command line's options, not a list a caller writes"
+    ),
+    "cli/commands/requests.py::request_create": (
+        "a click command: click calls it with one keyword per option of `gpuportal request create`, so its "
+        "parameters are the command line's options, not a list a caller writes"
+    ),
 }
 
 
 # Over the cap when it was set (issue 37), to split next: "path::qualified name" → (lines,
 # parameters) then. Not exceptions: an entry may only shrink (a function here that grows fails),
-# and goes once its function is within the cap (a stale entry fails).
+# and goes once its function is within the cap (a stale entry fails). Only the benchmarks are
+# left; with them gone, this list and its test go too.
 NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "bench/admission.py::run_contested": (80, 6),
     "bench/admission.py::run_stream": (80, 5),
-    "bench/agent_ingest.py::run_phase": (30, 7),
-    "bench/api_load.py::run_phase": (39, 7),
     "bench/approval_scale.py::child_seed": (69, 4),
     "bench/approval_scale.py::main": (71, 0),
-    "cli/commands/audit.py::audit_export": (44, 9),
-    "cli/commands/requests.py::request_create": (51, 9),
 }
 
 
