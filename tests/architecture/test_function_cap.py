@@ -68,8 +68,6 @@ EXCEPTIONS: dict[str, str] = {
 NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
     "bench/admission.py::run_contested": (80, 6),
     "bench/admission.py::run_stream": (80, 5),
-    "bench/approval_scale.py::child_seed": (69, 4),
-    "bench/approval_scale.py::main": (71, 0),
 }
 
 
