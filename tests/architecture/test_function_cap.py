@@ -24,8 +24,7 @@ a nested one keeps the six-parameter cap.
 
 A function over either cap is listed in ``EXCEPTIONS`` with the reason it cannot be split, or it
 fails here; an exception that no longer matches a function over the cap fails too, so the list
-only shrinks. ``NOT_YET_SPLIT`` holds the functions that were over the cap when it was set and
-are not split yet: each may only shrink, and leaves the list once it is within the cap.
+only shrinks (at most five, each with its reason).
 """
 
 from __future__ import annotations
@@ -58,16 +57,6 @@ EXCEPTIONS: dict[str, str] = {
         "a click command: click calls it with one keyword per option of `gpuportal request create`, so its "
         "parameters are the command line's options, not a list a caller writes"
     ),
-}
-
-
-# Over the cap when it was set (issue 37), to split next: "path::qualified name" → (lines,
-# parameters) then. Not exceptions: an entry may only shrink (a function here that grows fails),
-# and goes once its function is within the cap (a stale entry fails). Only the benchmarks are
-# left; with them gone, this list and its test go too.
-NOT_YET_SPLIT: dict[str, tuple[int, int]] = {
-    "bench/admission.py::run_contested": (80, 6),
-    "bench/admission.py::run_stream": (80, 5),
 }
 
 
@@ -146,28 +135,13 @@ def project_oversized() -> list[Oversized]:
 
 
 def test_no_function_is_over_the_cap() -> None:
-    allowed = set(EXCEPTIONS) | set(NOT_YET_SPLIT)
-    assert [str(item) for item in project_oversized() if item.where not in allowed] == []
+    assert [str(item) for item in project_oversized() if item.where not in EXCEPTIONS] == []
 
 
 def test_every_exception_is_still_needed_and_justified() -> None:
     assert stale_exceptions(EXCEPTIONS, project_oversized()) == []
     assert all(len(reason) > 40 for reason in EXCEPTIONS.values())
     assert len(EXCEPTIONS) <= 5
-
-
-def test_a_function_not_yet_split_only_shrinks() -> None:
-    found = project_oversized()
-    assert stale_exceptions(NOT_YET_SPLIT, found) == []  # within the cap now: take it off the list
-    grown = [
-        f"{item} (was {NOT_YET_SPLIT[item.where][0]} lines, {NOT_YET_SPLIT[item.where][1]} parameters)"
-        for item in found
-        if item.where in NOT_YET_SPLIT
-        and (item.lines > max(NOT_YET_SPLIT[item.where][0], MAX_FUNCTION_LINES)
-             or item.parameters > max(NOT_YET_SPLIT[item.where][1], MAX_PARAMETERS))
-    ]  # fmt: skip
-    assert grown == []
-    assert not set(NOT_YET_SPLIT) & set(EXCEPTIONS)
 
 
 def _long_function(lines: int) -> str:
