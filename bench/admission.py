@@ -205,9 +205,9 @@ def _request_for_a_week(
 def _timed_placing(policy: str) -> list[float]:
     """Keep pushes in the outbox, make ``policy`` the one every booking chooses with, and time each
     placement attempt an approval makes: the seconds add up in the one item returned."""
+    from allocations.admission import room
     from allocations.booking import attempts
     from allocations.booking import policy as booking_policy
-    from allocations.quotas.usage import room
     from clusters import outbox
     from placement import Policy, Workload, make_policy
 
