@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import operator
 from collections import defaultdict
+from dataclasses import dataclass
 from decimal import Decimal
 from functools import reduce
 from typing import Any
@@ -134,7 +135,7 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
     # Read once for every department (the month's hours are final once its margin has passed):
     # the cards, the flavors, the departments, their projects and all their charges in one query.
     charges = departments_charges(department_ids=to_close, start=start, end=end, cards=month_cards(start=start, end=end))
-    flavors = dict(Flavor.objects.values_list("name", "pk"))
+    closing = _Closing(start=start, end=end, now=now, flavors=dict(Flavor.objects.values_list("name", "pk")))
     departments = Department.objects.in_bulk(to_close)
     projects: dict[int, dict[str, int]] = defaultdict(dict)
     for department_id, slug, pk in Project.objects.filter(department_id__in=to_close).values_list("department_id", "slug", "pk"):
@@ -146,8 +147,8 @@ def statements_close(*, period: str, now: datetime.datetime | None = None) -> li
                 continue  # another close wrote it since the list was read
             found = charges.get(department_id, {})
             for currency in sorted(found):
-                closed.append(_statement_write(departments[department_id], start, end, found[currency], flavors=flavors,
-                                               projects=projects[department_id], now=now))  # fmt: skip
+                closed.append(_statement_write(departments[department_id], found[currency], closing=closing,
+                                               projects=projects[department_id]))
     return closed
 
 
@@ -236,10 +237,18 @@ def _departments_to_close(start: datetime.datetime, end: datetime.datetime) -> l
     return sorted(with_usage - closed)
 
 
-def _statement_write(
-    department: Department, start: datetime.datetime, end: datetime.datetime, found: Charges, *,
-    flavors: dict[str, int], projects: dict[str, int], now: datetime.datetime,
-) -> Statement:  # fmt: skip
+@dataclass(frozen=True)
+class _Closing:
+    """One close of a month: its bounds, the instant it closes, and the flavors' ids by name."""
+
+    start: datetime.datetime
+    end: datetime.datetime
+    now: datetime.datetime
+    flavors: dict[str, int]
+
+
+def _statement_write(department: Department, found: Charges, *, closing: _Closing, projects: dict[str, int]) -> Statement:
+    start, end, now, flavors = closing.start, closing.end, closing.now, closing.flavors
     sha256 = statement_sha256(
         department=department.slug, period_start=start, currency=found.currency, lines=found.lines
     )

@@ -37,7 +37,13 @@ import tempfile
 import time
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the models load once the bench has set Django up
+    from django.contrib.auth.models import User
+
+    from allocations.models import Allocation, Flavor, PriorityClass
+    from tenants.models import Project
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -129,22 +135,82 @@ def booked_milli() -> int:
 
 
 def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifetime: float) -> dict[str, Any]:
-    import datetime
-
     from django.contrib.auth.models import User
-    from django.utils import timezone
 
-    from allocations.admission import room
-    from allocations.booking import attempts
-    from allocations.booking import policy as booking_policy
     from allocations.grants import services
     from allocations.models import Flavor, PriorityClass
-    from clusters import outbox
     from kernel.errors import CapacityExceeded
-    from placement import Policy, Workload, make_policy
     from tenants.models import Project
 
     facts = seed(nodes)
+    placing = _timed_placing(policy)
+    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
+    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
+    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
+    rng = random.Random(seed_value)
+    names = list(STREAM)
+    weights = [STREAM[name][0] for name in names]
+    due: dict[int, list[int]] = {}  # step → allocations granted whose lifetime ends then
+    latencies: list[float] = []
+    refused_by: dict[str, int] = {}
+    samples: list[float] = []
+    for step in range(requests):
+        for victim in due.pop(step, []):
+            services.allocation_release(actor=admin, allocation_id=victim)
+        name = rng.choices(names, weights)[0]
+        quantity = rng.choice(STREAM[name][1])
+        ends = step + 1 + int(rng.expovariate(1 / lifetime))
+        allocation = _request_for_a_week(actor=member, project=project, flavor=flavors[name], quantity=quantity,
+                                         priority_class=priority)
+        began = time.perf_counter()
+        try:
+            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
+            due.setdefault(ends, []).append(allocation.pk)
+        except CapacityExceeded:
+            refused_by[name] = refused_by.get(name, 0) + 1
+        latencies.append(time.perf_counter() - began)
+        if step >= requests // 2:
+            samples.append(booked_milli() / (facts["gpus"] * 1000))
+    refused = sum(refused_by.values())
+    ordered = sorted(latencies)
+    return {
+        "policy": policy,
+        "granted": requests - refused,
+        "refused": refused,
+        "refused_by_flavor": dict(sorted(refused_by.items())),
+        "mean_allocation_pct": round(100 * statistics.fmean(samples), 2),
+        "approve_p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
+        "approve_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
+        "placing_share": round(placing[0] / sum(latencies), 3),
+    }
+
+
+def _request_for_a_week(
+    *, actor: User, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass
+) -> Allocation:
+    """A request from now for seven days, through the real service."""
+    import datetime
+
+    from django.utils import timezone
+
+    from allocations.grants import services
+
+    now = timezone.now()
+    return services.allocation_request(
+        actor=actor, project=project, flavor=flavor, quantity=quantity, priority_class=priority_class,
+        starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
+    )
+
+
+def _timed_placing(policy: str) -> list[float]:
+    """Keep pushes in the outbox, make ``policy`` the one every booking chooses with, and time each
+    placement attempt an approval makes: the seconds add up in the one item returned."""
+    from allocations.admission import room
+    from allocations.booking import attempts
+    from allocations.booking import policy as booking_policy
+    from clusters import outbox
+    from placement import Policy, Workload, make_policy
+
     # Pushes stay queued in the outbox: the approval itself is measured, not manifest delivery.
     outbox.push_dispatch = lambda **kwargs: False
     if policy != "ours":
@@ -165,49 +231,7 @@ def run_stream(*, policy: str, nodes: int, requests: int, seed_value: int, lifet
             placing[0] += time.perf_counter() - began
 
     room.placement_attempt = timed_attempt  # type: ignore[attr-defined]
-    admin, member = User.objects.get(username="admin"), User.objects.get(username="member")
-    project, priority = Project.objects.get(slug="bench-p"), PriorityClass.objects.get(name="standard")
-    flavors = {flavor.name: flavor for flavor in Flavor.objects.all()}
-    rng = random.Random(seed_value)
-    names = list(STREAM)
-    weights = [STREAM[name][0] for name in names]
-    due: dict[int, list[int]] = {}  # step → allocations granted whose lifetime ends then
-    latencies: list[float] = []
-    refused = 0
-    refused_by: dict[str, int] = {}
-    samples: list[float] = []
-    for step in range(requests):
-        for victim in due.pop(step, []):
-            services.allocation_release(actor=admin, allocation_id=victim)
-        name = rng.choices(names, weights)[0]
-        quantity = rng.choice(STREAM[name][1])
-        ends = step + 1 + int(rng.expovariate(1 / lifetime))
-        now = timezone.now()
-        allocation = services.allocation_request(
-            actor=member, project=project, flavor=flavors[name], quantity=quantity, priority_class=priority,
-            starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
-        )
-        began = time.perf_counter()
-        try:
-            services.allocation_approve(actor=admin, allocation_id=allocation.pk)
-            due.setdefault(ends, []).append(allocation.pk)
-        except CapacityExceeded:
-            refused += 1
-            refused_by[name] = refused_by.get(name, 0) + 1
-        latencies.append(time.perf_counter() - began)
-        if step >= requests // 2:
-            samples.append(booked_milli() / (facts["gpus"] * 1000))
-    ordered = sorted(latencies)
-    return {
-        "policy": policy,
-        "granted": requests - refused,
-        "refused": refused,
-        "refused_by_flavor": dict(sorted(refused_by.items())),
-        "mean_allocation_pct": round(100 * statistics.fmean(samples), 2),
-        "approve_p50_ms": round(1000 * ordered[len(ordered) // 2], 1),
-        "approve_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 1),
-        "placing_share": round(placing[0] / sum(latencies), 3),
-    }
+    return placing
 
 
 def seed_contested(*, nodes: int, quota: int) -> None:
@@ -246,33 +270,18 @@ def run_contested(*, nodes: int, requests: int, seed_value: int, lifetime: float
     """The contested stream: each request from ``alpha`` or ``beta`` (in bursts, so one borrows while
     the other is quiet), approved through the real services; each approval is timed, and so is the
     decision inside it, and sorted by whether it reclaimed, was ordinary or was refused."""
-    import datetime
-
     from django.contrib.auth.models import User
-    from django.utils import timezone
 
     from allocations.catalogue.states import HOLDING_STATES
     from allocations.grants import services
     from allocations.models import Allocation, Flavor, PriorityClass
-    from clusters import outbox
     from kernel.errors import CapacityExceeded, QuotaExceeded
     from tenants.models import Project
 
     began_seed = time.perf_counter()
     seed_contested(nodes=nodes, quota=quota)
     seeded_s = time.perf_counter() - began_seed
-    vars(outbox)["push_dispatch"] = lambda **kwargs: False  # the approval is measured, not delivery
-    deciding = [0.0]
-    real_decide = vars(services)["admission_decide"]
-
-    def timed_decide(**kwargs: Any) -> Any:
-        began = time.perf_counter()
-        try:
-            return real_decide(**kwargs)
-        finally:
-            deciding[0] += time.perf_counter() - began
-
-    vars(services)["admission_decide"] = timed_decide  # what approval calls, timed
+    deciding = _timed_decisions()
     people = {slug: (User.objects.get(username=f"{slug}-member"), User.objects.get(username=f"{slug}-admin"),
                      Project.objects.get(slug=f"{slug}-p")) for slug in ("alpha", "beta")}
     priority = PriorityClass.objects.get(name="standard")
@@ -295,11 +304,8 @@ def run_contested(*, nodes: int, requests: int, seed_value: int, lifetime: float
         quantity = rng.choice(STREAM[name][1])
         ends = step + 1 + int(rng.expovariate(1 / lifetime))
         member, admin, project = people[current]
-        now = timezone.now()
-        allocation = services.allocation_request(
-            actor=member, project=project, flavor=flavors[name], quantity=quantity, priority_class=priority,
-            starts_at=now, ends_at=now + datetime.timedelta(days=7), justification="bench",
-        )
+        allocation = _request_for_a_week(actor=member, project=project, flavor=flavors[name], quantity=quantity,
+                                         priority_class=priority)
         deciding[0] = 0.0
         began = time.perf_counter()
         try:
@@ -313,14 +319,40 @@ def run_contested(*, nodes: int, requests: int, seed_value: int, lifetime: float
         elapsed = time.perf_counter() - began
         times[kind].append(elapsed)
         decide[kind].append(deciding[0])
-    result: dict[str, Any] = {"nodes": nodes, "requests": requests, "quota": quota, "seed_s": round(seeded_s, 1),
-                              "victims": victims}
+    return {"nodes": nodes, "requests": requests, "quota": quota, "seed_s": round(seeded_s, 1), "victims": victims,
+            **_by_kind(times, decide)}
+
+
+def _by_kind(times: dict[str, list[float]], decide: dict[str, list[float]]) -> dict[str, dict[str, float]]:
+    """Per kind of approval: how many, and the p50 and p99 of the approvals and of their decisions."""
+    result: dict[str, dict[str, float]] = {}
     for kind in times:
         p50, p99 = percentiles(times[kind])
         d50, d99 = percentiles(decide[kind])
         result[kind] = {"count": len(times[kind]), "approve_p50_ms": p50, "approve_p99_ms": p99,
                         "decide_p50_ms": d50, "decide_p99_ms": d99}
     return result
+
+
+def _timed_decisions() -> list[float]:
+    """Keep pushes in the outbox (the approval is measured, not delivery) and time the admission
+    decision each approval makes: its seconds add up in the one item returned (reset it per request)."""
+    from allocations.grants import services
+    from clusters import outbox
+
+    vars(outbox)["push_dispatch"] = lambda **kwargs: False
+    deciding = [0.0]
+    real_decide = vars(services)["admission_decide"]
+
+    def timed_decide(**kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return real_decide(**kwargs)
+        finally:
+            deciding[0] += time.perf_counter() - began
+
+    vars(services)["admission_decide"] = timed_decide  # what approval calls, timed
+    return deciding
 
 
 def contested_main(args: argparse.Namespace) -> None:

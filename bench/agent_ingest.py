@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +143,20 @@ def client_loop(
             return
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of reports: how many clients send them, the sequence number they start at and for
+    how long (0: each client's share of the work once)."""
+
+    clients: int
+    first_sequence: int
+    duration: float
+
+
 def run_phase(
-    port: int, work: list[tuple[str, str, bytes]], gpus: int, clients: int, first_sequence: int, duration: float,
-    watch: CpuWatch | None = None,
+    port: int, work: list[tuple[str, str, bytes]], gpus: int, phase: Phase, watch: CpuWatch | None = None,
 ) -> dict[str, Any]:
+    clients, first_sequence, duration = phase.clients, phase.first_sequence, phase.duration
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     processes = [
@@ -275,10 +286,10 @@ def main() -> int:
             f"gunicorn {options.workers} workers on PostgreSQL, {options.clients} clients, {len(work)} nodes × {gpus} GPUs,"
             f" {len(fill(work[0][2], 1, gpus))} bytes per report, steady phase {options.duration:.0f} s"
         )
-        first = run_phase(port, work, gpus, options.clients, 1, 0)
+        first = run_phase(port, work, gpus, Phase(options.clients, 1, 0))
         analyze(env["DATABASE_URL"])
         watch = CpuWatch(server.pid, env["DATABASE_URL"])
-        steady = run_phase(port, work, gpus, options.clients, 2, options.duration, watch)
+        steady = run_phase(port, work, gpus, Phase(options.clients, 2, options.duration), watch)
         watch.poll()
         cpu_web, cpu_database = watch.used("web"), watch.used("database")
         watch.close()

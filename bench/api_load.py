@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -110,12 +111,21 @@ def client_loop(
     results.put((latencies, created, errors))
 
 
+@dataclass(frozen=True)
+class Load:
+    """How hard a phase presses: how many clients, for how many seconds."""
+
+    clients: int
+    duration: float
+
+
 def run_phase(
-    kind: str, port: int, setup: dict[str, object], clients: int, duration: float, todo: list[int] | None = None,
+    kind: str, port: int, setup: dict[str, object], load: Load, todo: list[int] | None = None,
     portal: ServedPortal | None = None,
 ) -> dict[str, object]:
     """One phase; with ``portal``, also the server's CPU time it took (gunicorn workers and the
     PostgreSQL backends of the bench database), polled while it runs."""
+    clients, duration = load.clients, load.duration
     context = multiprocessing.get_context("fork")
     results = context.Queue()
     chunks = [(todo or [])[index::clients] for index in range(clients)]
@@ -195,13 +205,13 @@ def main() -> int:
               f"{options.duration:.0f} s per phase")
         # Warm up each kind of request, so that no phase pays a worker's first database and broker
         # connections or the placement engine's first build (once per process) in its figures.
-        run_phase("baseline", port, setup, 2, 2.0)
-        warm = run_phase("submit", port, setup, 2, 2.0)
-        run_phase("approve", port, setup, 2, 2.0, todo=list(warm["created"])[: 2 * options.workers])  # type: ignore[call-overload]
-        baseline = run_phase("baseline", port, setup, options.clients, options.duration, portal=portal)
-        submitted = run_phase("submit", port, setup, options.clients, options.duration, portal=portal)
+        run_phase("baseline", port, setup, Load(2, 2.0))
+        warm = run_phase("submit", port, setup, Load(2, 2.0))
+        run_phase("approve", port, setup, Load(2, 2.0), todo=list(warm["created"])[: 2 * options.workers])  # type: ignore[call-overload]
+        baseline = run_phase("baseline", port, setup, Load(options.clients, options.duration), portal=portal)
+        submitted = run_phase("submit", port, setup, Load(options.clients, options.duration), portal=portal)
         created = list(submitted["created"])  # type: ignore[call-overload]
-        approved = run_phase("approve", port, setup, options.clients, options.duration, todo=created, portal=portal)
+        approved = run_phase("approve", port, setup, Load(options.clients, options.duration), todo=created, portal=portal)
         lines = []
         rates, p99s = {}, {}
         for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):

@@ -38,8 +38,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:  # the models load once a child has set Django up
+    from django.contrib.auth.models import User
+
+    from allocations.models import Flavor
+    from clusters.models import Cluster, Node
+    from tenants.models import Project
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -79,53 +86,20 @@ def child_seed(url: str, nodes: int, fill: float, seed_value: int) -> dict[str, 
     django_setup(url)
     import datetime
 
-    from django.contrib.auth.models import User
     from django.core.management import call_command
     from django.utils import timezone
 
     from allocations.booking.state import placement_version_bump
-    from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, Reservation, SharingMode
-    from clusters.models import Cluster, Gpu, Node, NodeSharing
-    from tenants.models import Department, Membership, Project, Role
+    from allocations.models import Allocation, AllocationState, PriorityClass, Reservation
+    from clusters.models import Cluster, NodeSharing
 
     began = time.perf_counter()
     call_command("migrate", verbosity=0)
-    department = Department.objects.create(slug="bench", name="Bench")
-    admin, member = User.objects.create(username="admin"), User.objects.create(username="member")
-    Membership.objects.create(user=admin, department=department, role=Role.DEPARTMENT_ADMIN)
-    Membership.objects.create(user=member, department=department, role=Role.RESEARCHER)
-    project = Project.objects.create(slug="bench-p", name="Bench", department=department)
-    project.members.add(member)
-    Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(0), limit=Decimal(900_000))
-    common = {"cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768}
-    specs = [
-        ("a100", A100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
-        ("a100-1g", A100, SharingMode.MIG, "1g.10gb", None, "0.1429", "nvidia.com/mig-1g.10gb", 9856),
-        ("a100-3g", A100, SharingMode.MIG, "3g.40gb", None, "0.4286", "nvidia.com/mig-3g.40gb", 40192),
-        ("h100", H100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
-        ("h100-mps", H100, SharingMode.MPS, "", 4, "0.25", "nvidia.com/gpu.shared", 16384),
-    ]
-    flavors = {}
-    for name, model, mode, profile, replicas, equivalents, resource, memory in specs:
-        flavors[name] = Flavor.objects.create(
-            name=name, display_name=name, gpu_model=model, sharing_mode=mode, mig_profile=profile, replicas=replicas,
-            resource_name=resource, memory_mib=memory, compute_percent=100 if mode == SharingMode.EXCLUSIVE else 25,
-            gpu_equivalents=Decimal(equivalents), **common,
-        )
+    admin, member, project = _seed_department()
+    flavors = _seed_flavors()
     standard = PriorityClass.objects.create(name="standard", value=1000)
     cluster = Cluster.objects.create(name="bench")
-    rows = []
-    for index in range(nodes):
-        a100 = index % 2 == 0
-        sharing = NodeSharing.MIG if a100 else (NodeSharing.MPS if index % 4 == 3 else NodeSharing.EXCLUSIVE)
-        rows.append(Node(cluster=cluster, name=f"node-{index:04d}", cpu_millicores=128000, memory_mib=1048576,
-                         sharing=sharing, sharing_replicas=4 if sharing == NodeSharing.MPS else None))
-    created = Node.objects.bulk_create(rows)
-    Gpu.objects.bulk_create([
-        Gpu(node=node, index=i, model=A100 if node.sharing == NodeSharing.MIG else H100, memory_mib=81920,
-            mig_capable=node.sharing == NodeSharing.MIG)
-        for node in created for i in range(8)
-    ])
+    created = _seed_nodes(cluster, nodes)
     # Running grants on a share of the nodes: four whole GPUs each (not on the MPS nodes).
     rng = random.Random(seed_value)
     busy = [node for node in created if node.sharing != NodeSharing.MPS and rng.random() < fill]
@@ -144,6 +118,65 @@ def child_seed(url: str, nodes: int, fill: float, seed_value: int) -> dict[str, 
         for grant, node in zip(grants, busy, strict=True) for unit in range(4)
     ])
     return {"nodes": nodes, "busy_nodes": len(busy), "seed_s": round(time.perf_counter() - began, 1)}
+
+
+def _seed_department() -> tuple[User, User, Project]:
+    """The ``bench`` department with its admin, its researcher, their project and a large quota."""
+    from django.contrib.auth.models import User
+
+    from allocations.models import Quota
+    from tenants.models import Department, Membership, Project, Role
+
+    department = Department.objects.create(slug="bench", name="Bench")
+    admin, member = User.objects.create(username="admin"), User.objects.create(username="member")
+    Membership.objects.create(user=admin, department=department, role=Role.DEPARTMENT_ADMIN)
+    Membership.objects.create(user=member, department=department, role=Role.RESEARCHER)
+    project = Project.objects.create(slug="bench-p", name="Bench", department=department)
+    project.members.add(member)
+    Quota.objects.create(department=department, flavor=None, guaranteed=Decimal(0), limit=Decimal(900_000))
+    return admin, member, project
+
+
+def _seed_flavors() -> dict[str, Flavor]:
+    """Whole A100s and H100s, two MIG profiles of the A100 and an MPS share of the H100, by name."""
+    from allocations.models import Flavor, SharingMode
+
+    common = {"cpu_millicores_per_unit": 4000, "memory_mib_per_unit": 32768}
+    specs = [
+        ("a100", A100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
+        ("a100-1g", A100, SharingMode.MIG, "1g.10gb", None, "0.1429", "nvidia.com/mig-1g.10gb", 9856),
+        ("a100-3g", A100, SharingMode.MIG, "3g.40gb", None, "0.4286", "nvidia.com/mig-3g.40gb", 40192),
+        ("h100", H100, SharingMode.EXCLUSIVE, "", None, "1", "nvidia.com/gpu", 81920),
+        ("h100-mps", H100, SharingMode.MPS, "", 4, "0.25", "nvidia.com/gpu.shared", 16384),
+    ]
+    flavors = {}
+    for name, model, mode, profile, replicas, equivalents, resource, memory in specs:
+        flavors[name] = Flavor.objects.create(
+            name=name, display_name=name, gpu_model=model, sharing_mode=mode, mig_profile=profile, replicas=replicas,
+            resource_name=resource, memory_mib=memory, compute_percent=100 if mode == SharingMode.EXCLUSIVE else 25,
+            gpu_equivalents=Decimal(equivalents), **common,
+        )
+    return flavors
+
+
+def _seed_nodes(cluster: Cluster, nodes: int) -> list[Node]:
+    """``nodes`` nodes of eight GPUs: A100s in MIG mode on every other one, H100s on the rest (every
+    fourth node shared through MPS)."""
+    from clusters.models import Gpu, Node, NodeSharing
+
+    rows = []
+    for index in range(nodes):
+        a100 = index % 2 == 0
+        sharing = NodeSharing.MIG if a100 else (NodeSharing.MPS if index % 4 == 3 else NodeSharing.EXCLUSIVE)
+        rows.append(Node(cluster=cluster, name=f"node-{index:04d}", cpu_millicores=128000, memory_mib=1048576,
+                         sharing=sharing, sharing_replicas=4 if sharing == NodeSharing.MPS else None))
+    created = Node.objects.bulk_create(rows)
+    Gpu.objects.bulk_create([
+        Gpu(node=node, index=i, model=A100 if node.sharing == NodeSharing.MIG else H100, memory_mib=81920,
+            mig_capable=node.sharing == NodeSharing.MIG)
+        for node in created for i in range(8)
+    ])
+    return created
 
 
 @dataclass
@@ -270,7 +303,7 @@ def percentile(values: list[float], share: float) -> float:
     return 1000 * ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
-def main() -> None:
+def _arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="24,2500", help="node counts, comma-separated (smallest first)")
     parser.add_argument("--approvals", type=int, default=300, help="approvals timed per size and round")
@@ -282,7 +315,11 @@ def main() -> None:
     parser.add_argument("--feedback", type=int, default=200, help="feedback calls timed on the largest size (0: none)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = _arguments()
     if args.child:
         steps: dict[str, Callable[..., dict[str, Any]]] = {"seed": child_seed, "run": child_run,
                                                             "feedback": child_feedback}
@@ -305,42 +342,47 @@ def main() -> None:
             for name in names.values():
                 connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
                 connection.execute(f'CREATE DATABASE "{name}"')
-        for size in sizes:
-            print(f"seeded {json.dumps(run_child('seed', with_database(owner, names[size]), size, args.fill, args.seed))}",
-                  flush=True)
-        results: dict[int, list[float]] = {size: [] for size in sizes}
-        refused: dict[int, int] = dict.fromkeys(sizes, 0)
-        for round_number in range(args.rounds):
-            for size in sizes:
-                figures = run_child("run", with_database(owner, names[size]), args.approvals, args.seed + round_number,
-                                    args.lifetime, args.warmup)
-                results[size] += figures["latencies"]
-                refused[size] += figures["refused"]
-                print(f"round {round_number + 1}, {size} nodes: p50 {percentile(figures['latencies'], 0.5):.1f} ms",
-                      flush=True)
-        print(f"approvals through the services on PostgreSQL, {args.approvals} per size and round, {args.rounds} rounds, "
-              f"{args.fill:.0%} of nodes half booked before the stream")
-        for size in sizes:
-            values = results[size]
-            print(f"  {size:>5} nodes ({size * 8} GPUs): p50 {percentile(values, 0.5):7.1f} ms  "
-                  f"p99 {percentile(values, 0.99):7.1f} ms  mean {1000 * statistics.fmean(values):7.1f} ms  "
-                  f"refused for room {refused[size] / len(values):.1%}")
-        small, large = sizes[0], sizes[-1]
-        ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
-        print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
-        if args.feedback:
-            feedback = run_child("feedback", with_database(owner, names[large]), args.feedback, args.seed, args.warmup)
-            values = feedback["latencies"]
-            p99 = percentile(values, 0.99)
-            print(f"request form feedback (GET /allocations/new/feedback/, in process) on {large} nodes, {len(values)} "
-                  f"calls: p50 {percentile(values, 0.5):.1f} ms  p99 {p99:.1f} ms "
-                  f"(target p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
+        _measure(args, owner, sizes, names)
     finally:
         with psycopg.connect(owner, autocommit=True) as connection:
             for name in names.values():
                 connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if stop_services:
             subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
+
+
+def _measure(args: argparse.Namespace, owner: str, sizes: list[int], names: dict[int, str]) -> None:
+    """Seed each size's database, time the approval rounds and the feedback, and print the figures."""
+    for size in sizes:
+        print(f"seeded {json.dumps(run_child('seed', with_database(owner, names[size]), size, args.fill, args.seed))}",
+              flush=True)
+    results: dict[int, list[float]] = {size: [] for size in sizes}
+    refused: dict[int, int] = dict.fromkeys(sizes, 0)
+    for round_number in range(args.rounds):
+        for size in sizes:
+            figures = run_child("run", with_database(owner, names[size]), args.approvals, args.seed + round_number,
+                                args.lifetime, args.warmup)
+            results[size] += figures["latencies"]
+            refused[size] += figures["refused"]
+            print(f"round {round_number + 1}, {size} nodes: p50 {percentile(figures['latencies'], 0.5):.1f} ms",
+                  flush=True)
+    print(f"approvals through the services on PostgreSQL, {args.approvals} per size and round, {args.rounds} rounds, "
+          f"{args.fill:.0%} of nodes half booked before the stream")
+    for size in sizes:
+        values = results[size]
+        print(f"  {size:>5} nodes ({size * 8} GPUs): p50 {percentile(values, 0.5):7.1f} ms  "
+              f"p99 {percentile(values, 0.99):7.1f} ms  mean {1000 * statistics.fmean(values):7.1f} ms  "
+              f"refused for room {refused[size] / len(values):.1%}")
+    small, large = sizes[0], sizes[-1]
+    ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
+    print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
+    if args.feedback:
+        feedback = run_child("feedback", with_database(owner, names[large]), args.feedback, args.seed, args.warmup)
+        values = feedback["latencies"]
+        p99 = percentile(values, 0.99)
+        print(f"request form feedback (GET /allocations/new/feedback/, in process) on {large} nodes, {len(values)} "
+              f"calls: p50 {percentile(values, 0.5):.1f} ms  p99 {p99:.1f} ms "
+              f"(target p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from placement.policies import POLICY_NAMES  # noqa: E402
-from placement.simulation.mig_ratio import cpsat_ratios  # noqa: E402
+from placement.simulation.mig_ratio import InstanceDraw, cpsat_ratios  # noqa: E402
 from placement.simulation.replay import RunResult  # noqa: E402
 from placement.simulation.run import run_one  # noqa: E402
 from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
@@ -96,7 +96,7 @@ def print_grid(rows: list[dict[str, Any]], seeds: list[int], unit: str) -> None:
 
 
 def run_cpsat(nodes: Path, pods: Path, instances: int, seed: int, policies: tuple[str, ...], as_json: bool) -> int:
-    rows = cpsat_ratios(nodes, pods, instances, seed, policies)
+    rows = cpsat_ratios(nodes, pods, InstanceDraw(instances, seed), policies)
     ratios = {p: [r.online[p] / r.optimum for r in rows if r.optimum] for p in policies}
     if as_json:
         print(json.dumps({"instances": [r.__dict__ for r in rows],

@@ -310,81 +310,113 @@ def bundle_verify(lines: Iterable[bytes], *, keys: Sequence[TrustedKey]) -> Repo
         raise ExportInvalid("malformed", "the first line is not a version 1 bundle header")
     checkpoint, signer = checkpoint_check(str(header.get("checkpoint", "")), keys)
     scope = header.get("scope") or {}
-    tree, chain = _Tree(), _Chain()
-    report = Report(format="bundle", checkpoint=checkpoint, signed_by=signer, tree=tree)
-    global_scope = all(scope.get(name) is None for name in ("departments", "actors", "actions"))
-    first: tuple[_Event, bool] | None = None
-    last: tuple[_Event, bool] | None = None
-    hidden_after_revealed = False
-    ended: dict[str, Any] | None = None
-    suspect: _Event | None = None
+    walk = _BundleWalk(Report(format="bundle", checkpoint=checkpoint, signed_by=signer, tree=_Tree()),
+                       global_scope=all(scope.get(name) is None for name in ("departments", "actors", "actions")))
     for number, raw in enumerate(iterator, 2):
-        line = raw.rstrip(b"\r\n")
-        if ended is not None:
-            raise ExportInvalid("malformed", f"line {number} follows the end line")
-        context = quarantine = False
-        if line.startswith(META):
-            meta = _meta(line, number)
-            kind = meta.get("@")
-            if kind == "nodes":
-                for start, level, hash_ in _nodes(meta, number):
-                    if start != tree.size:
-                        raise ExportInvalid("missing", f"a proof node starts at leaf {start}, not {tree.size}", tree.size + 1)
-                    tree.append(level, hash_)
-                    hidden_after_revealed = first is not None
-                continue
-            if kind == "end":
-                ended = meta
-                continue
-            if kind == "departments":
-                continue
-            if kind not in ("context", "quarantine"):
-                raise ExportInvalid("malformed", f"line {number} is an unknown {kind!r} line")
-            record = meta.get("record")
-            if not isinstance(record, str) or not record.isascii():
-                raise ExportInvalid("malformed", f"line {number}'s record is not an ASCII string")
-            line, context, quarantine = record.encode("ascii"), kind == "context", kind == "quarantine"
-        event = _event(line, f"line {number}")
-        if suspect is not None:  # the event after one out of place tells a swap from a deletion
-            kind = "reordered" if event.seq == tree.size + 1 else "missing"
-            raise ExportInvalid(kind, f"it stands where event {tree.size + 1} belongs", suspect.seq)
-        if event.seq != tree.size + 1:
-            if event.seq < tree.size + 1:
-                raise ExportInvalid("duplicated", f"it stands where event {tree.size + 1} belongs", event.seq)
-            suspect = event
-            continue
-        chain.add(event)
-        tree.append(0, bytes.fromhex(event.hash))
-        if quarantine:  # revealed whatever the scope: outside the range, in its place
-            continue
-        if global_scope and hidden_after_revealed:
-            raise ExportInvalid("incomplete", "events of the range are hidden behind proof nodes", event.seq)
-        first = first or (event, context)
-        last = (event, context)
-        if not context:
-            report.events += 1
-            report.first_seq = report.first_seq or event.seq
-            report.last_seq = event.seq
-    if suspect is not None:
-        raise ExportInvalid("missing", f"it stands where event {tree.size + 1} belongs", suspect.seq)
-    if ended is None:
-        raise ExportInvalid("truncated", "the bundle has no end line: it was cut short")
-    if tree.size != checkpoint["size"]:
-        raise ExportInvalid("truncated", f"the bundle covers {tree.size} events, its checkpoint {checkpoint['size']}")
-    if tree.root() != checkpoint["root"]:
-        raise ExportInvalid("altered", "the events and proof nodes do not reproduce the checkpoint's signed root")
-    if last is not None and last[0].seq == checkpoint["size"] and last[0].hash != checkpoint["head"].hex():
-        raise ExportInvalid("altered", "the last event is not the checkpoint's head", last[0].seq)
-    if ended.get("events") != report.events:
-        raise ExportInvalid("malformed", f"the end line counts {ended.get('events')} events, the bundle has {report.events}")
-    if global_scope:
-        _completeness(scope, first, last, checkpoint["size"])
+        walk.read(number, raw.rstrip(b"\r\n"))
+    walk.check_end(checkpoint)
+    report = walk.report
+    if walk.global_scope:
+        _completeness(scope, walk.first, walk.last, checkpoint["size"])
         report.complete = True
         report.notes.append(f"complete: every event of the range ({_range(scope)}) is in the export")
     else:
         report.complete = None
         report.notes.append("events proved included; department/actor/action completeness: run python -m audit.verify")
     return report
+
+
+@dataclass
+class _BundleWalk:
+    """A bundle's lines after its header, read in order: the tree and chain they rebuild, the first
+    and last events revealed (each with whether it is context), and what a later line decides."""
+
+    report: Report
+    global_scope: bool
+    chain: _Chain = field(default_factory=_Chain)
+    first: tuple[_Event, bool] | None = None
+    last: tuple[_Event, bool] | None = None
+    hidden_after_revealed: bool = False
+    ended: dict[str, Any] | None = None
+    suspect: _Event | None = None  # out of place: the next event tells a swap from a deletion
+
+    @property
+    def tree(self) -> _Tree:
+        assert self.report.tree is not None
+        return self.report.tree
+
+    def read(self, number: int, line: bytes) -> None:
+        if self.ended is not None:
+            raise ExportInvalid("malformed", f"line {number} follows the end line")
+        context = quarantine = False
+        if line.startswith(META):
+            record = self._meta_line(_meta(line, number), number)
+            if record is None:
+                return
+            line, context, quarantine = record
+        self._event(_event(line, f"line {number}"), context=context, quarantine=quarantine)
+
+    def _meta_line(self, meta: dict[str, Any], number: int) -> tuple[bytes, bool, bool] | None:
+        """None for a nodes, end or departments line; a context or quarantine line's record and kind."""
+        kind = meta.get("@")
+        if kind == "nodes":
+            for start, level, hash_ in _nodes(meta, number):
+                if start != self.tree.size:
+                    raise ExportInvalid("missing", f"a proof node starts at leaf {start}, not {self.tree.size}",
+                                        self.tree.size + 1)
+                self.tree.append(level, hash_)
+                self.hidden_after_revealed = self.first is not None
+            return None
+        if kind == "end":
+            self.ended = meta
+            return None
+        if kind == "departments":
+            return None
+        if kind not in ("context", "quarantine"):
+            raise ExportInvalid("malformed", f"line {number} is an unknown {kind!r} line")
+        record = meta.get("record")
+        if not isinstance(record, str) or not record.isascii():
+            raise ExportInvalid("malformed", f"line {number}'s record is not an ASCII string")
+        return record.encode("ascii"), kind == "context", kind == "quarantine"
+
+    def _event(self, event: _Event, *, context: bool, quarantine: bool) -> None:
+        tree, report = self.tree, self.report
+        if self.suspect is not None:
+            kind = "reordered" if event.seq == tree.size + 1 else "missing"
+            raise ExportInvalid(kind, f"it stands where event {tree.size + 1} belongs", self.suspect.seq)
+        if event.seq != tree.size + 1:
+            if event.seq < tree.size + 1:
+                raise ExportInvalid("duplicated", f"it stands where event {tree.size + 1} belongs", event.seq)
+            self.suspect = event
+            return
+        self.chain.add(event)
+        tree.append(0, bytes.fromhex(event.hash))
+        if quarantine:  # revealed whatever the scope: outside the range, in its place
+            return
+        if self.global_scope and self.hidden_after_revealed:
+            raise ExportInvalid("incomplete", "events of the range are hidden behind proof nodes", event.seq)
+        self.first = self.first or (event, context)
+        self.last = (event, context)
+        if not context:
+            report.events += 1
+            report.first_seq = report.first_seq or event.seq
+            report.last_seq = event.seq
+
+    def check_end(self, checkpoint: dict[str, Any]) -> None:
+        """After the last line: nothing out of place, the end line, and the signed size, root and head."""
+        tree, last = self.tree, self.last
+        if self.suspect is not None:
+            raise ExportInvalid("missing", f"it stands where event {tree.size + 1} belongs", self.suspect.seq)
+        if self.ended is None:
+            raise ExportInvalid("truncated", "the bundle has no end line: it was cut short")
+        if tree.size != checkpoint["size"]:
+            raise ExportInvalid("truncated", f"the bundle covers {tree.size} events, its checkpoint {checkpoint['size']}")
+        if tree.root() != checkpoint["root"]:
+            raise ExportInvalid("altered", "the events and proof nodes do not reproduce the checkpoint's signed root")
+        if last is not None and last[0].seq == checkpoint["size"] and last[0].hash != checkpoint["head"].hex():
+            raise ExportInvalid("altered", "the last event is not the checkpoint's head", last[0].seq)
+        if (counted := self.ended.get("events")) != self.report.events:
+            raise ExportInvalid("malformed", f"the end line counts {counted} events, the bundle has {self.report.events}")
 
 
 def _range(scope: dict[str, Any]) -> str:

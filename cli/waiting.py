@@ -50,6 +50,14 @@ def describe(allocation: dict[str, Any]) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Timer:
+    """How a wait passes time and reads it (tests pass their own)."""
+
+    sleep: Callable[[float], None] = time.sleep
+    clock: Callable[[], float] = time.monotonic
+
+
 def allocation_wait(
     api: Api,
     allocation: dict[str, Any],
@@ -57,13 +65,13 @@ def allocation_wait(
     timeout: float,
     report: Callable[[str, dict[str, Any]], None],
     warn: Callable[[str], None] = lambda _message: None,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
+    timer: Timer = Timer(),
 ) -> Outcome:
     """Poll ``allocation`` until it settles or ``timeout`` seconds pass; ``report`` sees each new state.
 
     A portal that cannot be reached or answers 5xx is asked again (``warn`` hears why) until the
     timeout: a restart of the portal must not end a long wait. Any other refusal ends it."""
+    sleep, clock = timer.sleep, timer.clock
     deadline = clock() + timeout
     delay = FIRST_DELAY
     seen = str(allocation.get("state"))

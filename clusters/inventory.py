@@ -125,6 +125,26 @@ def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, G
     Node.objects.select_for_update().filter(pk=node.pk).values_list("pk").get()  # lock order: node, then its GPUs
     rows = list(Gpu.objects.select_for_update().filter(node=node).order_by("pk"))
     before = {row.pk: _gpu_facts(row) for row in rows}
+    matched = _match_observed(rows, gpus)
+    _reindex(rows, gpus, matched)
+    specs = {spec.uuid: spec for spec in gpus}
+    for uuid, row in matched.items():
+        _apply_observation(row, specs[uuid])
+    for row in rows:  # the database enforces (node, index); clean the fields only
+        if _gpu_facts(row) != before[row.pk]:
+            row.full_clean(validate_unique=False, validate_constraints=False)
+            row.save()
+    for spec in sorted(gpus, key=lambda spec: spec.index):
+        if spec.uuid not in matched:
+            matched[spec.uuid] = _add_observed(node, spec)
+            rows.append(matched[spec.uuid])
+    _audit_observation(node, rows, before)
+    return matched
+
+
+def _match_observed(rows: list[Gpu], gpus: list[ObservedGpuSpec]) -> dict[str, Gpu]:
+    """The row each observed GPU takes: the one with its UUID, else the one at its index when that
+    row has no UUID or one the node no longer reports; a GPU matching no free row is left out."""
     observed_uuids = {spec.uuid for spec in gpus}
     by_uuid = {row.uuid: row for row in rows if row.uuid}
     by_index = {row.index: row for row in rows}
@@ -139,7 +159,12 @@ def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, G
         if row is not None and row.pk not in taken:
             matched[spec.uuid] = row
             taken.add(row.pk)
+    return matched
 
+
+def _reindex(rows: list[Gpu], gpus: list[ObservedGpuSpec], matched: dict[str, Gpu]) -> None:
+    """Give each matched row its observed index and move an unreported row standing on a reported
+    index above the reported ones; moved rows are parked first so (node, index) stays unique."""
     targets: dict[int, int] = {matched[spec.uuid].pk: spec.index for spec in gpus if spec.uuid in matched}
     claimed = {spec.index for spec in gpus}
     free = max([*claimed, *(row.index for row in rows)], default=-1) + 1
@@ -156,22 +181,18 @@ def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, G
     for row in moving:
         row.index = targets[row.pk]
 
-    specs = {spec.uuid: spec for spec in gpus}
-    for uuid, row in matched.items():
-        _apply_observation(row, specs[uuid])
-    for row in rows:  # the database enforces (node, index); clean the fields only
-        if _gpu_facts(row) != before[row.pk]:
-            row.full_clean(validate_unique=False, validate_constraints=False)
-            row.save()
-    for spec in sorted(gpus, key=lambda spec: spec.index):
-        if spec.uuid not in matched:
-            row = Gpu(node=node, index=spec.index, model=spec.model or "unknown", memory_mib=spec.memory_mib or 0,
-                      mig_capable=bool(spec.mig_capable), uuid=spec.uuid)
-            row.full_clean(validate_unique=False, validate_constraints=False)
-            row.save()
-            matched[spec.uuid] = row
-            rows.append(row)
 
+def _add_observed(node: Node, spec: ObservedGpuSpec) -> Gpu:
+    """A new row for an observed GPU no row matched."""
+    row = Gpu(node=node, index=spec.index, model=spec.model or "unknown", memory_mib=spec.memory_mib or 0,
+              mig_capable=bool(spec.mig_capable), uuid=spec.uuid)
+    row.full_clean(validate_unique=False, validate_constraints=False)
+    row.save()
+    return row
+
+
+def _audit_observation(node: Node, rows: list[Gpu], before: dict[int, list[object]]) -> None:
+    """``node.updated`` with the GPUs before and after, when anything changed."""
     after = {row.pk: _gpu_facts(row) for row in rows}
     if after != before:
         ordered = sorted(rows, key=lambda row: row.index)
@@ -183,7 +204,6 @@ def node_gpus_observe(*, node: Node, gpus: list[ObservedGpuSpec]) -> dict[str, G
             after={"gpus": [after[row.pk] for row in ordered]},
             details={"source": "node agent"},
         )
-    return matched
 
 
 def _apply_observation(row: Gpu, spec: ObservedGpuSpec) -> None:

@@ -23,6 +23,7 @@ from django.contrib.auth.models import User
 from allocations.models import PriorityClass, Quota
 from allocations.models.windows import QuotaWindow, WindowKind, WindowState
 from allocations.windows.services import quota_window_approve, quota_window_create
+from allocations.windows.terms import WindowTerms
 from kernel.clock import clock_now
 
 BERLIN = "Europe/Berlin"
@@ -53,20 +54,23 @@ def demo_windows_seed(*, now: datetime.datetime | None = None) -> int:
     vision = Quota.objects.get(department__slug="vision", flavor__isnull=True)
     preemptible = PriorityClass.objects.get(name="gpu-preemptible")
     quota_window_create(
-        actor=admin, quota_id=nlp.pk, kind=WindowKind.RECURRING, begins_at=_today_at(20, BERLIN, moment),
-        rrule=NIGHTLY, timezone=BERLIN, duration_minutes=TWELVE_HOURS, limit_delta=Decimal(4),
+        actor=admin, quota_id=nlp.pk,
+        terms=WindowTerms(kind=WindowKind.RECURRING, begins_at=_today_at(20, BERLIN, moment), rrule=NIGHTLY,
+                          timezone=BERLIN, duration_minutes=TWELVE_HOURS, limit_delta=Decimal(4)),
         justification="Training runs at night: four more GPU-equivalents from 20:00 to 08:00 Berlin time.",
     )
     quota_window_create(
-        actor=admin, quota_id=nlp.pk, kind=WindowKind.RECURRING, begins_at=_today_at(8, BERLIN, moment),
-        rrule=BY_DAY, timezone=BERLIN, duration_minutes=TWELVE_HOURS, limit=Decimal(4),
-        priority_class_id=preemptible.pk,
+        actor=admin, quota_id=nlp.pk,
+        terms=WindowTerms(kind=WindowKind.RECURRING, begins_at=_today_at(8, BERLIN, moment), rrule=BY_DAY,
+                          timezone=BERLIN, duration_minutes=TWELVE_HOURS, limit=Decimal(4),
+                          priority_class_id=preemptible.pk),
         justification="By day, training (preemptible) leaves most of nlp's quota to evaluation: at most 4.",
     )
     begins = _next_monday(moment)
     last = quota_window_create(
-        actor=admin, quota_id=vision.pk, kind=WindowKind.TEMPORARY, begins_at=begins,
-        ends_at=begins + datetime.timedelta(days=3), limit_delta=Decimal(4),
+        actor=admin, quota_id=vision.pk,
+        terms=WindowTerms(kind=WindowKind.TEMPORARY, begins_at=begins, ends_at=begins + datetime.timedelta(days=3),
+                          limit_delta=Decimal(4)),
         justification="Vision festival: demo booths and live inference for three days.",
     )
     for window in QuotaWindow.objects.filter(pk__lte=last.pk, state=WindowState.PENDING).order_by("pk"):

@@ -272,11 +272,20 @@ def _grants(subtree: frozenset[int], start: datetime.datetime, end: datetime.dat
     )
 
 
-def _row(*, quota: Quota, specs: list[WindowSpec], in_use: Decimal, held: list[HeldGrant],
-         priority_class: PriorityClass | None, policies: dict[int, str], start: datetime.datetime,
-         end: datetime.datetime) -> CalendarRow:
+@dataclass(frozen=True)
+class _Holding:
+    """What holds in a row's scope: the units in use now and the grants over the calendar."""
+
+    in_use: Decimal
+    grants: list[HeldGrant]
+
+
+def _row(calendar: Calendar, *, quota: Quota, specs: list[WindowSpec], policies: dict[int, str], holding: _Holding,
+         priority_class: PriorityClass | None) -> CalendarRow:
+    """The row of ``quota`` (of ``priority_class``'s share, when given) over the calendar's days."""
+    start, end, in_use, held = calendar.start, calendar.end, holding.in_use, holding.grants
     class_id = priority_class.pk if priority_class is not None else None
-    steps = timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+    steps = timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, span=(start, end),
                      priority_class_id=class_id, budget=PAGE_BUDGET)
     label = quota_scope_name(quota.flavor)
     if priority_class is not None:
@@ -311,13 +320,13 @@ def department_calendar(
     for quota, usage in zip(quotas, quota_usages(quotas=quotas, at=now), strict=True):
         mine = specs.get(quota.pk, [])
         held = _held(grants, quota, subtree, None)
-        calendar.rows.append(_row(quota=quota, specs=mine, in_use=usage.in_use, held=held, priority_class=None,
-                                  policies=policies, start=now, end=end))
+        calendar.rows.append(_row(calendar, quota=quota, specs=mine, policies=policies,
+                                  holding=_Holding(usage.in_use, held), priority_class=None))
         for class_id in sorted({spec.priority_class_id for spec in mine if spec.priority_class_id is not None}):
             share = _held(grants, quota, subtree, class_id)
             in_use = sum((grant.amount for grant in share if grant.starts_at <= now < grant.until), ZERO)
-            calendar.rows.append(_row(quota=quota, specs=mine, in_use=in_use, held=share,
-                                      priority_class=classes.get(class_id), policies=policies, start=now, end=end))
+            calendar.rows.append(_row(calendar, quota=quota, specs=mine, policies=policies,
+                                      holding=_Holding(in_use, share), priority_class=classes.get(class_id)))
     return calendar
 
 

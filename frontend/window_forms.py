@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from allocations.models import PriorityClass, Quota
 from allocations.models.windows import ShrinkPolicy, WindowKind
 from allocations.quotas.wording import quota_scope_name
+from allocations.windows.terms import WindowTerms
 from frontend.forms import DATETIME_INPUT_FORMATS, DateTimeLocalInput, DescribedFieldsMixin, PriorityClassChoiceField
 from frontend.window_presets import (
     ADVANCED,
@@ -187,12 +188,12 @@ class WindowRequestForm(DescribedFieldsMixin, WindowTermsFields):
         """The keywords of ``quota_window_create`` (less ``actor``) from cleaned data."""
         data = self.cleaned_data
         priority_class = data.get("priority_class")
-        return {
-            "quota_id": data["quota"].pk, **self.terms(),
-            **{name: data.get(name) for name in self.NUMBER_NAMES},
-            "priority_class_id": priority_class.pk if priority_class is not None else None,
-            "shrink_policy": data["shrink_policy"], "justification": data["justification"],
-        }
+        terms = WindowTerms(
+            **self.terms(), **{name: data.get(name) for name in self.NUMBER_NAMES},
+            priority_class_id=priority_class.pk if priority_class is not None else None,
+            shrink_policy=data["shrink_policy"],
+        )
+        return {"quota_id": data["quota"].pk, "terms": terms, "justification": data["justification"]}
 
 
 class WindowDecisionForm(forms.Form):

@@ -38,7 +38,7 @@ from kube_testenv.launch import (
 )
 from kube_testenv.paths import KEEP_ENV, KubeBinaries, env_flag, find_binaries
 from kube_testenv.process import ManagedProcess, free_ports
-from kube_testenv.readiness import ClusterStartError, wait_healthy
+from kube_testenv.readiness import ClusterStartError, HealthEndpoint, wait_healthy
 from kube_testenv.waiting import WaitTimeout
 
 
@@ -223,7 +223,8 @@ class KubeTestCluster:
 
         etcd = self._spawn("etcd", etcd_args(files, etcd_port, peer_port))
         apiserver = self._spawn("kube-apiserver", apiserver_args(files, api_port, etcd_port, self.options))
-        wait_healthy(apiserver, api_port, "/readyz", files=files, client_cert=True, timeout=timeout, also=[etcd])
+        wait_healthy(apiserver, HealthEndpoint(api_port, "/readyz", client_cert=True), files=files, timeout=timeout,
+                     also=[etcd])
         self.timings["apiserver_ready"] = time.monotonic() - began
 
         waiting: list[tuple[ManagedProcess, int]] = []
@@ -234,7 +235,7 @@ class KubeTestCluster:
             sched = self._spawn("kube-scheduler", scheduler_args(files, sched_port, self.options))
             waiting.append((sched, sched_port))
         for process, port in waiting:
-            wait_healthy(process, port, "/healthz", files=files, client_cert=False, timeout=timeout)
+            wait_healthy(process, HealthEndpoint(port, "/healthz", client_cert=False), files=files, timeout=timeout)
         self.timings["components_healthy"] = time.monotonic() - began
         if self.options.controller_manager and "serviceaccount-controller" in self.options.controllers:
             # Proof the controller-manager is working, and what most tests need first.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import ssl
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from kube_testenv.datadir import ClusterFiles
 from kube_testenv.process import ManagedProcess
@@ -15,18 +16,27 @@ class ClusterStartError(RuntimeError):
     """A component exited or did not become healthy; the message has its log tail."""
 
 
+@dataclass(frozen=True)
+class HealthEndpoint:
+    """Where a component says it is healthy: ``https://127.0.0.1:<port><path>``, asked with the
+    admin's client certificate or without one."""
+
+    port: int
+    path: str
+    client_cert: bool
+
+
 def wait_healthy(
     process: ManagedProcess,
-    port: int,
-    path: str,
+    endpoint: HealthEndpoint,
     *,
     files: ClusterFiles,
-    client_cert: bool,
     timeout: float,
     also: Sequence[ManagedProcess] = (),
 ) -> None:
-    """Poll ``https://127.0.0.1:<port><path>`` until it answers 200; fail early, with the log
-    tail, when *process* or one of *also* exits, and with *process*'s log tail on a timeout."""
+    """Poll ``endpoint`` until it answers 200; fail early, with the log tail, when *process* or one
+    of *also* exits, and with *process*'s log tail on a timeout."""
+    port, path, client_cert = endpoint.port, endpoint.path, endpoint.client_cert
     context = ssl.create_default_context(cafile=str(files.ca))
     if client_cert:
         context.load_cert_chain(str(files.admin_cert), str(files.admin_key))

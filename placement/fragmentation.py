@@ -15,6 +15,8 @@ A placement touches few GPUs, so its effect is an update of these terms, not a r
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import mig_tables
@@ -128,48 +130,68 @@ class FragModel:
         GPUs"); multi-GPU MIG requests take the lowest-index GPUs with a legal start.
         """
         c = self.cluster
-        d = len(rows)
-        none = np.full(d, -1, dtype=np.int64)
+        none = np.full(len(rows), -1, dtype=np.int64)
         count, s, t, fits, a = self.terms(rows) if terms is None else terms
         cpu = c.cpu_free[rows]
         f0 = self.frag(count, s, t, cpu)
         cpu2 = cpu - request.cpu_milli
-        kind = request.kind
-        if kind is RequestKind.CPU_ONLY:
+        if request.kind is RequestKind.CPU_ONLY:
             return self.frag(count, s, t, cpu2) - f0, none, none
-        cand = c.gpu_candidates(request, rows)
-        model = c.gpu_model[rows]
-        if kind is RequestKind.SHARED:
-            free2 = c.gpu_free[rows] - request.gpu_milli
-            fits2 = self.fits_shared(model, free2)
-            a2 = np.maximum(free2, 0).astype(np.float64)
-            df = self._after_one(count[:, None], s[:, None], t[:, None], fits, a, fits2, a2, cpu2[:, None])
-            df = df - f0[:, None]
-            df = np.where(cand, df, INF)
-            slot = df.argmin(axis=1)
-            return df[np.arange(d), slot], slot, none
-        if kind is RequestKind.MIG and request.gpu_count == 1:
-            assert request.mig_profile is not None
-            after, start = mig_tables.transitions(request.mig_profile)
-            st = c.mig_state[rows]
-            nxt = after[st]  # [d, G, K]
-            legal = (nxt >= 0) & cand[..., None]
-            nxt_safe = np.where(nxt >= 0, nxt, mig_tables.NO_MIG)
-            fits2 = self.fits_mig(model[..., None], nxt_safe)  # [d, G, K, M]
-            a2 = self.mig_amount[nxt_safe]
-            df = self._after_one(count[:, None, None], s[:, None, None], t[:, None, None], fits[:, :, None],
-                                 a[..., None], fits2, a2, cpu2[:, None, None])
-            df = df - f0[:, None, None] + layout_tie_break()[nxt_safe]
-            df = np.where(legal, df, INF)
-            flat = df.reshape(d, -1).argmin(axis=1)
-            slot, k = np.divmod(flat, nxt.shape[2])
-            best = df.reshape(d, -1)[np.arange(d), flat]
-            return best, slot, start[st[np.arange(d), slot], k]
-        # whole GPUs (or k MIG instances): the lowest-index suitable GPUs
+        before = _Before(rows, (count, s, t), GpuSummary(fits, a), f0, cpu2, c.gpu_candidates(request, rows))
+        if request.kind is RequestKind.SHARED:
+            df, slot = self._delta_shared(before, request)
+            return df, slot, none
+        if request.kind is RequestKind.MIG and request.gpu_count == 1:
+            return self._delta_one_mig(before, request)
+        return self._delta_gpus(before, request), none, none
+
+    def _delta_shared(self, before: _Before, request: Request) -> tuple[FloatArray, IntArray]:
+        """dF and the best GPU slot for a shared-GPU request."""
+        c = self.cluster
+        count, s, t = before.node
+        free2 = c.gpu_free[before.rows] - request.gpu_milli
+        fits2 = self.fits_shared(c.gpu_model[before.rows], free2)
+        a2 = np.maximum(free2, 0).astype(np.float64)
+        df = self._after_one((count[:, None], s[:, None], t[:, None]), before.gpu, GpuSummary(fits2, a2),
+                             before.cpu2[:, None])
+        df = df - before.f0[:, None]
+        df = np.where(before.cand, df, INF)
+        slot: IntArray = df.argmin(axis=1)
+        return df[np.arange(len(before.rows)), slot], slot
+
+    def _delta_one_mig(self, before: _Before, request: Request) -> tuple[FloatArray, IntArray, IntArray]:
+        """dF, the best GPU slot and its MIG start for a single-GPU MIG request."""
+        assert request.mig_profile is not None
+        c = self.cluster
+        rows, d = before.rows, len(before.rows)
+        count, s, t = before.node
+        after, start = mig_tables.transitions(request.mig_profile)
+        st = c.mig_state[rows]
+        nxt = after[st]  # [d, G, K]
+        legal = (nxt >= 0) & before.cand[..., None]
+        nxt_safe = np.where(nxt >= 0, nxt, mig_tables.NO_MIG)
+        fits2 = self.fits_mig(c.gpu_model[rows][..., None], nxt_safe)  # [d, G, K, M]
+        a2 = self.mig_amount[nxt_safe]
+        df = self._after_one((count[:, None, None], s[:, None, None], t[:, None, None]),
+                             GpuSummary(before.gpu.fits[:, :, None], before.gpu.a[..., None]), GpuSummary(fits2, a2),
+                             before.cpu2[:, None, None])
+        df = df - before.f0[:, None, None] + layout_tie_break()[nxt_safe]
+        df = np.where(legal, df, INF)
+        flat = df.reshape(d, -1).argmin(axis=1)
+        slot, k = np.divmod(flat, nxt.shape[2])
+        best = df.reshape(d, -1)[np.arange(d), flat]
+        return best, slot, start[st[np.arange(d), slot], k]
+
+    def _delta_gpus(self, before: _Before, request: Request) -> FloatArray:
+        """dF for whole GPUs (or k MIG instances): the lowest-index suitable GPUs."""
+        c = self.cluster
+        rows = before.rows
+        count, s, t = before.node
+        fits, a = before.gpu.fits, before.gpu.a
         k = request.gpu_count
-        chosen = cand & (np.cumsum(cand, axis=1) <= k)
-        enough = cand.sum(axis=1) >= k
-        if kind is RequestKind.WHOLE:
+        chosen = before.cand & (np.cumsum(before.cand, axis=1) <= k)
+        enough = before.cand.sum(axis=1) >= k
+        if request.kind is RequestKind.WHOLE:
             fits2 = np.zeros_like(fits)
             a2 = np.zeros_like(a)
         else:
@@ -177,22 +199,44 @@ class FragModel:
             after, _start = mig_tables.transitions(request.mig_profile)
             nxt = after[c.mig_state[rows], 0]
             nxt = np.where(chosen & (nxt >= 0), nxt, c.mig_state[rows])
-            fits2 = self.fits_mig(model, nxt)
+            fits2 = self.fits_mig(c.gpu_model[rows], nxt)
             a2 = self.mig_amount[nxt]
         ch = chosen[..., None]
         count2 = count - (fits & ch).sum(axis=1) + (fits2 & ch).sum(axis=1)
         s2 = s - (a[..., None] * (~fits & ch)).sum(axis=1) + (a2[..., None] * (~fits2 & ch)).sum(axis=1)
         t2 = t - ((a - a2) * chosen).sum(axis=1)
-        df = np.where(enough, self.frag(count2, s2, t2, cpu2) - f0, INF)
-        return df, none, none
+        out: FloatArray = np.where(enough, self.frag(count2, s2, t2, before.cpu2) - before.f0, INF)
+        return out
 
-    def _after_one(self, count: FloatArray, s: FloatArray, t: FloatArray, fits: BoolArray, a: FloatArray,
-                   fits2: BoolArray, a2: FloatArray, cpu2: IntArray) -> FloatArray:
-        """F_n after one GPU changes from (fits, a) to (fits2, a2); arguments broadcast
-        (``count``, ``s``, ``fits``, ``fits2`` carry the class axis last)."""
-        count2 = count - fits + fits2
-        s2 = s - a[..., None] * ~fits + a2[..., None] * ~fits2
-        return self.frag(count2, s2, t - a + a2, cpu2)
+    def _after_one(self, node: tuple[FloatArray, FloatArray, FloatArray], gpu: GpuSummary, gpu2: GpuSummary,
+                   cpu2: IntArray) -> FloatArray:
+        """F_n after one GPU changes from ``gpu`` to ``gpu2``; ``node`` is (count, S, T) and the
+        arguments broadcast (``count``, ``S`` and the ``fits`` carry the class axis last)."""
+        count, s, t = node
+        count2 = count - gpu.fits + gpu2.fits
+        s2 = s - gpu.a[..., None] * ~gpu.fits + gpu2.a[..., None] * ~gpu2.fits
+        return self.frag(count2, s2, t - gpu.a + gpu2.a, cpu2)
+
+
+@dataclass(frozen=True)
+class GpuSummary:
+    """GPUs as F_n sees them: per class, can the GPU host it (``fits``), and its free amount ``a``."""
+
+    fits: BoolArray
+    a: FloatArray
+
+
+@dataclass(frozen=True)
+class _Before:
+    """The nodes ``rows`` before a hypothetical placement: their terms (count, S, T), their GPUs,
+    F_n, the CPU the request would leave free, and the GPUs that may take it (``cand``)."""
+
+    rows: IntArray
+    node: tuple[FloatArray, FloatArray, FloatArray]
+    gpu: GpuSummary
+    f0: FloatArray
+    cpu2: IntArray
+    cand: BoolArray
 
 
 class NodeTerms:

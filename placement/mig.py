@@ -128,17 +128,29 @@ class MigGeometry:
         )
 
 
-def _geometry(name: str, one: str, one_double: str, two: str, three: str, four: str, seven: str) -> MigGeometry:
+@dataclass(frozen=True)
+class _ProfileNames:
+    """What one geometry calls its profiles, from the smallest slice to the whole GPU."""
+
+    one: str
+    one_double: str  # one compute slice, two memory slices
+    two: str
+    three: str
+    four: str
+    seven: str
+
+
+def _geometry(name: str, names: _ProfileNames) -> MigGeometry:
     return MigGeometry(
         name,
         (
-            MigProfile(one, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
-            MigProfile(one + "+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, media_extensions=True),
-            MigProfile(one_double, 1, 2, (0, 2, 4, 6), 4),
-            MigProfile(two, 2, 2, (0, 2, 4), 3),
-            MigProfile(three, 3, 4, (0, 4), 2),
-            MigProfile(four, 4, 4, (0,), 1),
-            MigProfile(seven, 7, 8, (0,), 1),
+            MigProfile(names.one, 1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
+            MigProfile(names.one + "+me", 1, 1, (0, 1, 2, 3, 4, 5, 6), 1, media_extensions=True),
+            MigProfile(names.one_double, 1, 2, (0, 2, 4, 6), 4),
+            MigProfile(names.two, 2, 2, (0, 2, 4), 3),
+            MigProfile(names.three, 3, 4, (0, 4), 2),
+            MigProfile(names.four, 4, 4, (0,), 1),
+            MigProfile(names.seven, 7, 8, (0,), 1),
         ),
     )
 
@@ -146,10 +158,10 @@ def _geometry(name: str, one: str, one_double: str, two: str, three: str, four: 
 GEOMETRIES: dict[str, MigGeometry] = {
     g.name: g
     for g in (
-        _geometry("A100-40GB", "1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"),
-        _geometry("A100-80GB", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-        _geometry("H100-80GB", "1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"),
-        _geometry("H200", "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"),
+        _geometry("A100-40GB", _ProfileNames("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb")),
+        _geometry("A100-80GB", _ProfileNames("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+        _geometry("H100-80GB", _ProfileNames("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb")),
+        _geometry("H200", _ProfileNames("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb")),
     )
 }
 

@@ -247,6 +247,35 @@ def grants_at(
     return grants, info
 
 
+@dataclass(frozen=True)
+class _Placing:
+    """Where the units may go, as the caller of ``admission_decide`` gave it: the candidate
+    clusters, their kept placement states, the placement workload and a page's shared reads."""
+
+    clusters: list[Cluster]
+    states: dict[int, ClusterState] | None
+    workload: Workload | None
+    reads: SharedReads | None
+
+    def room(self, allocation: Allocation, promised: dict[int, int] | None = None) -> Room:
+        """The GPUs of the clusters for ``allocation``, with a fresh copy of the kept states;
+        ``promised``: the grants whose units a reclaim gives back to it."""
+        return Room(allocation=allocation, clusters=self.clusters, promised={} if promised is None else promised,
+                    states=dict(self.states or {}), workload=self.workload, reads=self.reads)
+
+
+@dataclass(frozen=True)
+class _Asking:
+    """A request the quota tree has limits for, as admission weighs it: the tree over its
+    interval, the words for people, what it asks of the algebra and where it may go."""
+
+    allocation: Allocation
+    tree: algebra.Tree
+    words: QuotaWords
+    ask: algebra.Ask
+    placing: _Placing
+
+
 def admission_decide(
     *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = (),
     states: dict[int, ClusterState] | None = None, workload: Workload | None = None, reads: SharedReads | None = None,
@@ -264,64 +293,86 @@ def admission_decide(
     start, end = allocation.starts_at, allocation.ends_at
     names = dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug"))
     amounts = grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents)
-    refusal: ApplicationError
     capped = project_cap_refusal(allocation=allocation, quantity=allocation.quantity, starts_at=start, ends_at=end)
     if capped is not None:  # the project's own cap (docs/quotas.md, "Project caps"): nothing is reclaimed for it
         return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=capped)
     lowest = view.tree(start, end)
     scopes = lowest.class_amounts(department_id, allocation.priority_class_id, amounts)
     if not any((department, scope) in lowest.limits for department in chain for scope in scopes):
-        refusal = QuotaExceeded(
-            no_quota_words(department=names[department_id], flavor=flavor.name),
-            details={"department": names[department_id], "flavor": flavor.name,
-                     "requested": str(allocation.quantity), "limit": "0"},
-        )
-        return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
+        return _no_quota(allocation, department=names[department_id])
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
     rows = department_rows(allocation=allocation, department_ids=tree_ids)
     tree = interval_tree(view, rows=rows, start=start, end=end)  # step by step where what holds or a limit changes
-    words = QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name)
-    ask = algebra.Ask(
-        department_id=department_id,
-        amounts=in_steps(tree, tree.class_amounts(department_id, allocation.priority_class_id, amounts), start, end),
-        priority=allocation.priority_class.value,
-        factor=allocation.priority_class.oversubscription_factor,
-        preempts_lower=allocation.priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+    asking = _Asking(
+        allocation=allocation, tree=tree, ask=_ask(allocation, tree, amounts),
+        words=QuotaWords(tree=tree, names=names, flavor=flavor, priority_class=allocation.priority_class.name),
+        placing=_Placing(clusters=clusters, states=states, workload=workload, reads=reads),
     )
     totals, promised_anywhere = department_totals(allocation=allocation, rows=rows, tree=tree)
-    quick = algebra.checks_from_totals(tree, totals, ask)
+    quick = algebra.checks_from_totals(tree, totals, asking.ask)
     if not promised_anywhere and all(check.fits for check in quick):
         # Most approvals: the quota has room. Only the GPUs are asked; grants are read only when
         # something has to be taken.
-        room = Room(allocation=allocation, clusters=clusters, states=dict(states or {}), workload=workload,
-                    reads=reads)
+        room = asking.placing.room(allocation)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
-            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=words.lines(quick), attempt=attempt)
-    grants, info, promised = overlapping_grants(allocation=allocation, department_ids=tree_ids, untakeable=untakeable,
-                                                tree=tree)
+            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=asking.words.lines(quick), attempt=attempt)
+    return _taking(asking, department_ids=tree_ids, untakeable=untakeable)
+
+
+def _no_quota(allocation: Allocation, *, department: str) -> Decision:
+    """The refusal of a request its department and the ones above have no quota for."""
+    flavor = allocation.flavor
+    refusal = QuotaExceeded(
+        no_quota_words(department=department, flavor=flavor.name),
+        details={"department": department, "flavor": flavor.name, "requested": str(allocation.quantity), "limit": "0"},
+    )
+    return Decision(plan=algebra.Plan(False, (), ()), checks=[], refusal=refusal)
+
+
+def _ask(allocation: Allocation, tree: algebra.Tree, amounts: dict[algebra.Scope, Decimal]) -> algebra.Ask:
+    """What the request asks of the algebra: its amounts in the tree's steps, and its priority."""
+    priority_class = allocation.priority_class
+    department_id = allocation.project.department_id
+    return algebra.Ask(
+        department_id=department_id,
+        amounts=in_steps(tree, tree.class_amounts(department_id, allocation.priority_class_id, amounts),
+                         allocation.starts_at, allocation.ends_at),
+        priority=priority_class.value,
+        factor=priority_class.oversubscription_factor,
+        preempts_lower=priority_class.preemption_policy == PreemptionPolicy.PREEMPT_LOWER_PRIORITY,
+    )
+
+
+def _taking(asking: _Asking, *, department_ids: Iterable[int], untakeable: Iterable[int]) -> Decision:
+    """The decision once grants are read: what the request would take, if anything frees enough
+    quota and GPUs for it, and where its units would go."""
+    allocation, tree, words, ask = asking.allocation, asking.tree, asking.words, asking.ask
+    grants, info, promised = overlapping_grants(allocation=allocation, department_ids=department_ids,
+                                                untakeable=untakeable, tree=tree)
     quota_only = victims.plan(tree, grants, ask)
     if not quota_only.admitted:  # nothing it may take frees enough quota: the GPUs need not be read
         return Decision(plan=quota_only, checks=words.lines(list(quota_only.checks)),
                         refusal=words.refusal(words.worst_failing(list(quota_only.checks))))
-    room = Room(allocation=allocation, clusters=clusters, promised=promised, states=dict(states or {}),
-                workload=workload, reads=reads)
+    room = asking.placing.room(allocation, promised)
     capacity = None
     if room.clusters and not room.fits(frozenset()):
         capacity = victims.room_facts(tree, grants, ask, local=room.on_clusters())
     plan = victims.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
     checks = words.lines(list(plan.checks))
+    refusal: ApplicationError
     if not plan.admitted:
         if plan.failing:
             refusal = words.refusal(words.worst_failing(list(plan.checks)))
         else:
-            refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(frozenset()))
+            refusal = placement_refusal(flavor=allocation.flavor, quantity=allocation.quantity,
+                                        attempts=room.attempts(frozenset()))
         return Decision(plan=plan, checks=checks, refusal=refusal)
     cut = frozenset((victim.allocation_id, victim.units) for victim in plan.victims)
     attempt = room.placed(cut)
     if attempt is None:  # the algebra was told the request fits: it cannot happen, but never book nothing
-        refusal = placement_refusal(flavor=flavor, quantity=allocation.quantity, attempts=room.attempts(cut))
+        refusal = placement_refusal(flavor=allocation.flavor, quantity=allocation.quantity, attempts=room.attempts(cut))
         return Decision(plan=plan, checks=checks, refusal=refusal)
     people = victim_infos(plan.victims, info, tree=tree)
     return Decision(plan=plan, checks=checks, victims=people, attempt=attempt)

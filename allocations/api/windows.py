@@ -27,6 +27,7 @@ from allocations.models import PriorityClass, Quota
 from allocations.models.windows import EdgeKind, QuotaWindow, ShrinkPolicy, WindowKind, WindowState
 from allocations.quotas.windows import PAGE_BUDGET, Effective
 from allocations.windows import services as window_services
+from allocations.windows.terms import WindowTerms
 from kernel.api.base import IdField, ScopedRelatedField, actor, filters, paginated, target, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
@@ -211,9 +212,13 @@ class QuotaWindowListApi(ApiView):
             raise NotAllowed("Only the department's admins and platform admins may ask for a quota window.")
         data = validated(WindowIn, request)
         priority_class: PriorityClass | None = data.pop("priority_class")
+        quota_id = data.pop("quota").pk
+        justification, emergency, reason = data.pop("justification"), data.pop("emergency"), data.pop("reason")
+        terms = WindowTerms(duration_minutes=data.pop("duration"),
+                            priority_class_id=priority_class.pk if priority_class else None, **data)
         window = window_services.quota_window_create(
-            actor=actor(request), quota_id=data.pop("quota").pk, duration_minutes=data.pop("duration"),
-            priority_class_id=priority_class.pk if priority_class else None, **data,
+            actor=actor(request), quota_id=quota_id, terms=terms, justification=justification, emergency=emergency,
+            reason=reason,
         )
         return Response(_window_out(window), status=status.HTTP_201_CREATED)
 

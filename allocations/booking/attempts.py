@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from allocations.booking.kept_views import kept_exclusion, kept_view
+from allocations.booking.kept_views import PictureTerms, kept_exclusion, kept_view
 from allocations.booking.minimums import minimums_refusal
 from allocations.booking.sharing import (
     exclusion_for,
@@ -132,8 +132,8 @@ class AttemptPictures:
     def view(self, *, extra: list[Reservation] | None = None, open_empty_gpus: bool | None = None) -> PlacementView:
         """The picture of the reservations and then ``extra`` (units not stored yet)."""
         if self.state is not None:
-            return kept_view(self.state, cluster=self.cluster, shape=self.shape, reservations=self.reservations,
-                             open_empty_gpus=open_empty_gpus, exclusion=self.exclusion, extra=extra)
+            terms = PictureTerms(self.shape, open_empty_gpus, self.exclusion)
+            return kept_view(self.state, cluster=self.cluster, terms=terms, reservations=self.reservations, extra=extra)
         return placement_view(cluster=self.cluster, shape=self.shape, nodes=self.nodes,
                               reservations=self.reservations + (extra or []), open_empty_gpus=open_empty_gpus,
                               exclusion=self.exclusion)  # fmt: skip

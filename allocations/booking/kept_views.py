@@ -85,19 +85,42 @@ def _base_view(state: ClusterState, *, cluster: Cluster, shape: UnitShape, carve
 
 def _forward(kept: KeptView, *, state: ClusterState, shape: UnitShape, carve: bool, nodes: frozenset[int]) -> KeptView | None:
     wanted = nodes | {row.pk for row in kept.rows.pinned}
-    view = _rebuilt(kept.view, rows=kept.rows, shape=shape, carve=carve, nodes=nodes,
-                    reservations=[row for node in wanted for row in state.by_node.get(node, ())],
-                    exclusion=Exclusion())
+    view = _rebuilt(kept.view, rows=kept.rows, terms=_Settled(shape, carve, Exclusion()), nodes=nodes,
+                    reservations=[row for node in wanted for row in state.by_node.get(node, ())])
     return None if view is None else KeptView(state.version, state.fingerprint, kept.rows, view)
 
 
+@dataclass(frozen=True)
+class PictureTerms:
+    """What a picture is of: the unit ``shape``, whether an empty GPU may be carved for it
+    (``open_empty_gpus``; None: only for a MIG shape) and what the tenant may not use."""
+
+    shape: UnitShape
+    open_empty_gpus: bool | None = None
+    exclusion: Exclusion | None = None
+
+    def settled(self) -> _Settled:
+        carve = self.shape.mig_profile is not None if self.open_empty_gpus is None else self.open_empty_gpus
+        return _Settled(self.shape, carve, self.exclusion if self.exclusion is not None else Exclusion())
+
+
+@dataclass(frozen=True)
+class _Settled:
+    """Picture terms with their defaults filled in: a carve decided, an exclusion (maybe empty)."""
+
+    shape: UnitShape
+    carve: bool
+    exclusion: Exclusion
+
+
 def _rebuilt(
-    base: PlacementView, *, rows: ViewRows, shape: UnitShape, carve: bool, nodes: set[int] | frozenset[int],
-    reservations: list[Reservation], exclusion: Exclusion,
+    base: PlacementView, *, rows: ViewRows, terms: _Settled, nodes: set[int] | frozenset[int],
+    reservations: list[Reservation],
 ) -> PlacementView | None:
     """``base`` with the offering ``nodes`` rebuilt from ``reservations`` (which must hold every row
-    on them and on the pinned nodes) under ``exclusion``; None when the engine cannot take a node
-    in place (rebuild it whole then)."""
+    on them and on the pinned nodes) under ``terms`` (settled); None when the engine cannot take a
+    node in place (rebuild it whole then)."""
+    shape, carve, exclusion = terms.shape, terms.carve, terms.exclusion
     usage = reservation_usage(reservations)
     engine = base.engine.copy() if base.engine is not None else None
     if engine is not None and nodes and not engine_nodes_replace(
@@ -113,18 +136,16 @@ def kept_view(
     state: ClusterState,
     *,
     cluster: Cluster,
-    shape: UnitShape,
+    terms: PictureTerms,
     reservations: list[Reservation],
-    open_empty_gpus: bool | None = None,
-    exclusion: Exclusion | None = None,
     extra: list[Reservation] | None = None,
 ) -> PlacementView:
     """What ``placement_view`` would build for these arguments (``nodes``: the state's;
-    reservations: ``reservations`` and then ``extra``, units not stored yet), from the kept picture:
-    only the nodes where the rows differ from the live ones, or that the tenant may not wholly use,
-    are rebuilt."""
-    excluded = exclusion if exclusion is not None else Exclusion()
-    carve = shape.mig_profile is not None if open_empty_gpus is None else open_empty_gpus
+    reservations: ``reservations`` and then ``extra``, units not stored yet; ``terms``: its shape,
+    ``open_empty_gpus`` and ``exclusion``), from the kept picture: only the nodes where the rows
+    differ from the live ones, or that the tenant may not wholly use, are rebuilt."""
+    settled = terms.settled()
+    shape, carve, excluded = settled.shape, settled.carve, settled.exclusion
     base = _base_view(state, cluster=cluster, shape=shape, carve=carve)
     pinned = {row.pk for row in base.rows.pinned}
     touched: set[int] = set(excluded.nodes) | {node for node, _ in excluded.gpus}
@@ -147,8 +168,7 @@ def kept_view(
         wanted = touched | pinned
         rows = [row for node in wanted for row in state.by_node.get(node, ()) if id(row) not in missing]
         rows += [row for row in extra if row.node_id in wanted]
-        rebuilt = _rebuilt(base.view, rows=base.rows, shape=shape, carve=carve, nodes=touched, reservations=rows,
-                           exclusion=excluded)
+        rebuilt = _rebuilt(base.view, rows=base.rows, terms=settled, nodes=touched, reservations=rows)
         if rebuilt is not None:
             rebuilt.cluster = cluster
             return rebuilt

@@ -25,7 +25,6 @@ from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor
 from clusters.models import Cluster, Gpu
 from kernel.reads import SharedReads
-from placement import Policy
 from tenants.models import Project
 
 
@@ -112,15 +111,15 @@ def _candidates(*, flavor: Flavor, cluster: Cluster | None) -> list[Cluster]:
     return list(candidate_clusters(flavor=flavor, cluster=cluster))
 
 
-def _cluster_fit(*, cluster: Cluster, flavor: Flavor, quantity: int, policy: Policy, free_limit: int,
-                 pending_adoption: int, state: ClusterState, tenant: Tenant | None, reads: SharedReads) -> ClusterFit:
+def _cluster_fit(ask: AttemptAsk, *, quantity: int, pending_adoption: int, state: ClusterState,
+                 reads: SharedReads) -> ClusterFit:
     # One attempt answers both questions: units are placed one by one, so its first ``quantity``
-    # bookings are the request's, and it goes on (up to the limit) to count what else is free. The
-    # cluster is seen through its kept placement state (allocations.booking.state).
+    # bookings are the request's, and it goes on (up to the limit, ``ask.quantity``) to count what
+    # else is free. The cluster is seen through its kept placement state (allocations.booking.state).
+    cluster, flavor, tenant = ask.cluster, ask.flavor, ask.tenant
     model = flavor.gpu_model
     exclusion = reads.once(("tenancy", cluster.pk, model, tenant.project_id if tenant else 0), _exclusion,
                            state, tenant, model)
-    ask = AttemptAsk(cluster, flavor, max(quantity, free_limit), policy, tenant)
     attempt = placement_attempt(ask, state=state, exclusion=exclusion)
     reads.once(dry_run_key(cluster=cluster, flavor=flavor, tenant=tenant), lambda: attempt)
     placed = min(len(attempt.bookings), quantity)
@@ -159,8 +158,9 @@ def placement_preview(
                          candidates, states)
     tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)
     return [
-        _cluster_fit(cluster=candidate, flavor=flavor, quantity=quantity, policy=placement_policy_for(flavor, workload),
-                     free_limit=free_limit, pending_adoption=waiting.get(candidate.pk, 0), state=states[candidate.pk],
-                     tenant=tenant, reads=reads)
+        _cluster_fit(AttemptAsk(candidate, flavor, max(quantity, free_limit), placement_policy_for(flavor, workload),
+                                tenant),
+                     quantity=quantity, pending_adoption=waiting.get(candidate.pk, 0), state=states[candidate.pk],
+                     reads=reads)
         for candidate in candidates
     ]

@@ -79,7 +79,7 @@ def _cap(
     ``[start, end)``: a hard cap, which the class's oversubscription factor does not raise (None: no
     window of the class sets the limit then, and the share is the department's limit)."""
     own = {spec.id for spec in found if spec.priority_class_id == priority_class_id}
-    steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=found, start=start, end=end,
+    steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=found, span=(start, end),
                              priority_class_id=priority_class_id)
     return min((step.effective.limit for step in steps if step.effective.limit_by in own), default=None)
 

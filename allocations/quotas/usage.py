@@ -188,7 +188,7 @@ def quota_span(
 ) -> QuotaSpan:
     """``quota`` over ``span`` from grant rows (``held_rows``) and its windows (no query)."""
     start, end = span
-    steps = windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+    steps = windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, span=span,
                              priority_class_id=priority_class_id)
     held = _held(rows, subtree=subtree, flavor_id=quota.flavor_id, priority_class_id=priority_class_id)
     found = timed.segments(held=held, steps=steps, start=start, end=end)

@@ -108,18 +108,31 @@ def _whole_day(body: str, hour: int, minute: int, second: int, length: int) -> t
     return tuple(_day_spans(dense[1], length)) if dense is not None else ()
 
 
+@dataclass(frozen=True)
+class _LocalRule:
+    """A recurring window in its zone's wall time: the compiled rule, its first start, its UNTIL
+    and its ``ends_at`` (``stop``) as wall times, the zone and each occurrence's duration."""
+
+    compiled: _Compiled
+    dtstart: datetime.datetime
+    until: datetime.datetime | None
+    stop: datetime.datetime | None
+    tz: ZoneInfo
+    duration: datetime.timedelta
+
+
 def _dense_expand(
-    dense: tuple[str, tuple[int, ...]], compiled: _Compiled, dtstart: datetime.datetime,
-    until: datetime.datetime | None, *, tz: ZoneInfo, duration: datetime.timedelta, stop: datetime.datetime | None,
-    low: datetime.datetime, high: datetime.datetime, walk: _Walk,
+    dense: tuple[str, tuple[int, ...]], local: _LocalRule, *, low: datetime.datetime, high: datetime.datetime,
+    walk: _Walk,
 ) -> list[tuple[datetime.datetime, datetime.datetime]]:
     """The spans (UTC, not merged across days) of a dense rule's occurrences that start from the day
-    before ``low`` to ``high`` (local wall times; ``stop``: ``ends_at`` as one), walking its days: each
-    day's occurrences merged once (a day where the rule starts or stops, at its start, UNTIL or
-    ``ends_at``, cut to the starts it keeps)."""
+    before ``low`` to ``high`` (local wall times), walking its days: each day's occurrences merged
+    once (a day where the rule starts or stops, at its start, UNTIL or ``ends_at``, cut to the
+    starts it keeps)."""
+    compiled, dtstart, stop, tz = local.compiled, local.dtstart, local.stop, local.tz
     days_body, times = dense
-    until = until if until is not None else _local_until(days_body)
-    length = int(duration.total_seconds())
+    until = local.until if local.until is not None else _local_until(days_body)
+    length = int(local.duration.total_seconds())
     low = low - datetime.timedelta(days=1)
     midnight = dtstart.replace(hour=0, minute=0, second=0)
     whole = _whole_day(compiled.body, dtstart.hour, dtstart.minute, dtstart.second, length)

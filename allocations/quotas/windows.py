@@ -61,7 +61,7 @@ from allocations.quotas.rrules import (
 )
 from allocations.quotas.rrules import _forward as _forward  # here, where the bench swaps it
 from allocations.quotas.rrules import parse_rrule as parse_rrule  # read from here too
-from allocations.quotas.walking import _dense_day, _dense_expand, _Spent, _Walk
+from allocations.quotas.walking import _dense_day, _dense_expand, _LocalRule, _Spent, _Walk
 
 ZERO = Decimal(0)
 UTC = datetime.UTC
@@ -188,8 +188,8 @@ def _expand(
     dense = _dense_day(compiled.body, dtstart.hour, dtstart.minute, dtstart.second)
     try:
         if dense is not None:
-            found = _dense_expand(dense, compiled, dtstart, until, tz=tz, duration=spec.duration, low=floor,
-                                  high=local_to, stop=_local(stop, tz) if stop is not None else None, walk=walk)
+            local = _LocalRule(compiled, dtstart, until, _local(stop, tz) if stop is not None else None, tz, spec.duration)
+            found = _dense_expand(dense, local, low=floor, high=local_to, walk=walk)
             return [(b, f) for b, f in _merged(found) if b < end and f > start], None
         latest = _latest_before(compiled, dtstart, until, floor, cut, walk) if floor < cut else None
         local_from = max(floor, latest - LOOKBACK) if latest is not None else cut
@@ -283,12 +283,12 @@ def _covers(spans: list[tuple[datetime.datetime, datetime.datetime]], begins: li
 
 
 def timeline(
-    *, guaranteed: Decimal, limit: Decimal, windows: Iterable[WindowSpec], start: datetime.datetime,
-    end: datetime.datetime, priority_class_id: int | None = None, budget: int = BUDGET,
+    *, guaranteed: Decimal, limit: Decimal, windows: Iterable[WindowSpec],
+    span: tuple[datetime.datetime, datetime.datetime], priority_class_id: int | None = None, budget: int = BUDGET,
 ) -> list[Step]:
-    """The step function of the effective numbers over ``[start, end)``: consecutive steps with
-    different numbers or different windows in force."""
-    start, end = _aware(start), _aware(end)
+    """The step function of the effective numbers over ``span``, ``[start, end)``: consecutive
+    steps with different numbers or different windows in force."""
+    start, end = _aware(span[0]), _aware(span[1])
     specs = _applicable(windows, priority_class_id)
     spans = {spec.id: occurrences(spec, start, end, budget=budget) for spec in specs}
     begins = {wid: [begin for begin, _ in found] for wid, found in spans.items()}
@@ -335,7 +335,7 @@ def lowest(
 ) -> Effective:
     """The least guarantee and the least limit in force at any moment of ``[start, end)``: what a
     request over that interval must fit (a request that crosses a shrink must fit the shrunk quota)."""
-    steps = timeline(guaranteed=guaranteed, limit=limit, windows=windows, start=start, end=end,
+    steps = timeline(guaranteed=guaranteed, limit=limit, windows=windows, span=(start, end),
                      priority_class_id=priority_class_id)
     least_g = min(steps, key=lambda step: step.effective.guaranteed).effective
     least_l = min(steps, key=lambda step: step.effective.limit).effective

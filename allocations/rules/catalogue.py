@@ -205,6 +205,18 @@ def quota_check(
     lending limit within the guarantee, whole units for a flavor, its children's guarantees within
     its limit, and its guarantee with its siblings' within its parent's limit. ``lock`` row-locks the
     department chain first (in a transaction): it stays locked until the change commits."""
+    _check_numbers(flavor=flavor, guaranteed=guaranteed, limit=limit, lending_limit=lending_limit)
+    chain, parents = department_chain(department_id=department_id, lock=lock)
+    flavor_id = flavor.pk if flavor is not None else None
+    _check_children(department_id=department_id, flavor_id=flavor_id, parents=parents, guaranteed=guaranteed,
+                    limit=limit)
+    _check_siblings(department_id=department_id, flavor_id=flavor_id, chain=chain, parents=parents,
+                    guaranteed=guaranteed)
+
+
+def _check_numbers(*, flavor: Flavor | None, guaranteed: Decimal, limit: Decimal, lending_limit: Decimal | None) -> None:
+    """The quota's own numbers: the guarantee within the limit, the lending limit within the
+    guarantee, whole units for a flavor."""
     if guaranteed > limit:
         raise _refuse("guaranteed", f"The guarantee {plain(guaranteed)} is above the limit {plain(limit)}.",
                       guaranteed=guaranteed, limit=limit)
@@ -219,8 +231,11 @@ def quota_check(
         for name, value in (("guaranteed", guaranteed), ("limit", limit), ("lending_limit", lending_limit)):
             if value is not None and value != value.to_integral_value():
                 raise FieldError(name, "A flavor quota counts whole units.")
-    chain, parents = department_chain(department_id=department_id, lock=lock)
-    flavor_id = flavor.pk if flavor is not None else None
+
+
+def _check_children(*, department_id: int, flavor_id: int | None, parents: dict[int, int | None],
+                    guaranteed: Decimal, limit: Decimal) -> None:
+    """The children's guarantees within the department's guarantee (when guarantees nest) or limit."""
     children = _guarantees([child for child, parent in parents.items() if parent == department_id], flavor_id)
     promised = sum(children.values(), Decimal(0))
     nested = _backed(department_id=department_id, flavor_id=flavor_id, parents=parents)
@@ -235,6 +250,12 @@ def quota_check(
             **{field: room}, children_guaranteed=promised,
             children={slug: plain(value) for slug, value in children.items()},
         )
+
+
+def _check_siblings(*, department_id: int, flavor_id: int | None, chain: list[Department],
+                    parents: dict[int, int | None], guaranteed: Decimal) -> None:
+    """The guarantee with its siblings' within the parent's guarantee (when guarantees nest) or
+    limit, when the parent has a quota in this scope."""
     parent_id = parents.get(department_id)
     above = Quota.objects.filter(_scope(flavor_id), department_id=parent_id).first() if parent_id else None
     if above is None or parent_id is None:

@@ -22,6 +22,7 @@ and lists read each window with a page's budget (``windows.PAGE_BUDGET``).
 from __future__ import annotations
 
 import datetime
+from dataclasses import replace
 from decimal import Decimal
 from functools import lru_cache
 from typing import Any
@@ -41,6 +42,7 @@ from allocations.quotas.rrule_bounds import rrule_density_check, rrule_length_ch
 from allocations.quotas.window_reading import approved_window_specs, window_spec
 from allocations.rules.catalogue import cluster_objects_enqueue
 from allocations.rules.changes import rule_change_needs_second, rule_emergency_record, rule_proposal_notify
+from allocations.windows.terms import WindowTerms
 from audit import actions
 from audit.services import audit_record
 from kernel.clock import clock_now
@@ -126,8 +128,8 @@ def rrule_check(text: str, *, zone: str, begins_at: datetime.datetime) -> None:
     rrule_density_check(text, zone=zone, begins_at=begins_at)
 
 
-def _check_times(*, kind: str, begins_at: datetime.datetime, ends_at: datetime.datetime | None,
-                 rrule: str, zone: str, duration_minutes: int | None, now: datetime.datetime) -> None:
+def _check_times(terms: WindowTerms, *, now: datetime.datetime) -> None:
+    begins_at, ends_at = terms.begins_at, terms.ends_at
     for name, value in (("begins_at", begins_at), ("ends_at", ends_at)):
         if value is not None and (not isinstance(value, datetime.datetime) or django_timezone.is_naive(value)):
             raise FieldError(name, "A date and time with its offset (ISO 8601) is expected.")
@@ -137,14 +139,20 @@ def _check_times(*, kind: str, begins_at: datetime.datetime, ends_at: datetime.d
         raise FieldError("ends_at", "The end must be after begins_at.")
     if ends_at is not None and ends_at <= now:
         raise FieldError("ends_at", "The end must be in the future.")
-    if kind == WindowKind.TEMPORARY:
-        extra: dict[str, object] = {"rrule": rrule, "timezone": zone, "duration": duration_minutes}
+    if terms.kind == WindowKind.TEMPORARY:
+        extra: dict[str, object] = {"rrule": terms.rrule, "timezone": terms.timezone, "duration": terms.duration_minutes}
         for field, given in extra.items():
             if given:
                 raise FieldError(field, "Only a recurring window has one.")
         if ends_at is None:
             raise FieldError("ends_at", "A temporary window needs its end.")
         return
+    _check_recurrence(terms)
+
+
+def _check_recurrence(terms: WindowTerms) -> None:
+    """A recurring window's time zone, duration and rule."""
+    zone, duration_minutes, rrule = terms.timezone, terms.duration_minutes, terms.rrule
     if not zone:
         raise FieldError("timezone", "A recurring window needs its IANA time zone, e.g. Asia/Shanghai.")
     if len(zone) > 64 or zone not in time_zones():
@@ -157,7 +165,7 @@ def _check_times(*, kind: str, begins_at: datetime.datetime, ends_at: datetime.d
         raise FieldError("rrule", "A recurring window needs its RRULE, e.g. FREQ=DAILY;BYHOUR=20;BYMINUTE=0.")
     if len(rrule) > 500:
         raise FieldError("rrule", "At most 500 characters.")
-    rrule_check(rrule, zone=zone, begins_at=begins_at)
+    rrule_check(rrule, zone=zone, begins_at=terms.begins_at)
 
 
 def _check_values(*, quota: Quota, values: dict[str, Decimal | None]) -> None:
@@ -209,67 +217,76 @@ def window_next_edges(window: QuotaWindow, now: datetime.datetime, count: int = 
 
 @transaction.atomic
 def quota_window_create(
-    *, actor: User, quota_id: int, kind: str, begins_at: datetime.datetime, ends_at: datetime.datetime | None = None,
-    rrule: str = "", timezone: str = "", duration_minutes: int | None = None,
-    guaranteed_delta: Decimal | None = None, limit_delta: Decimal | None = None,
-    guaranteed: Decimal | None = None, limit: Decimal | None = None, priority_class_id: int | None = None,
-    shrink_policy: str = ShrinkPolicy.WAIT, justification: str = "", emergency: bool = False, reason: str = "",
+    *, actor: User, quota_id: int, terms: WindowTerms, justification: str = "", emergency: bool = False,
+    reason: str = "",
 ) -> QuotaWindow:
-    """Ask for a window on a quota (an admin of its department or of one above: ``pending``, for a
-    platform admin to decide). A platform admin's own window waits for another platform admin too
-    while four-eyes holds (``allocations.rules.changes.rule_change_needs_second``), unless it is an
-    emergency with its ``reason``: then it is in force at once (``approved``, audited as an
-    emergency); with four-eyes off, a platform admin's window is in force at once. 400 naming the
-    field on bad terms."""
+    """Ask for a window on a quota with its ``terms`` (an admin of its department or of one above:
+    ``pending``, for a platform admin to decide). A platform admin's own window waits for another
+    platform admin too while four-eyes holds (``allocations.rules.changes.rule_change_needs_second``),
+    unless it is an emergency with its ``reason``: then it is in force at once (``approved``, audited
+    as an emergency); with four-eyes off, a platform admin's window is in force at once. 400 naming
+    the field on bad terms."""
     quota = Quota.objects.select_related("flavor").filter(pk=quota_id).first()
     access = access_for(actor)
     if quota is None or not access.can_read_department(quota.department_id):
         raise FieldError("quota", "No such quota within your reach.")
     if not access.can_administer_department(quota.department_id):
         raise NotAllowed("Only the department's admins and platform admins may ask for a quota window.")
-    if kind not in WindowKind.values:
-        raise FieldError("kind", f"One of {', '.join(WindowKind.values)}.")
-    if shrink_policy not in ShrinkPolicy.values:
-        raise FieldError("shrink_policy", f"One of {', '.join(ShrinkPolicy.values)}.")
-    if len(justification) > TEXT_LIMIT:
-        raise FieldError("justification", f"At most {TEXT_LIMIT} characters.")
     now = clock_now()
-    if kind == WindowKind.RECURRING and isinstance(begins_at, datetime.datetime):
-        begins_at = begins_at.replace(second=0, microsecond=0)  # occurrences start on whole minutes
-    _check_times(kind=kind, begins_at=begins_at, ends_at=ends_at, rrule=rrule, zone=timezone,
-                 duration_minutes=duration_minutes, now=now)
-    values = {"guaranteed_delta": guaranteed_delta, "limit_delta": limit_delta, "guaranteed": guaranteed, "limit": limit}
-    _check_values(quota=quota, values=values)
+    terms = _checked(terms, quota=quota, justification=justification, now=now)
     priority_class = None
-    if priority_class_id is not None:
-        priority_class = PriorityClass.objects.filter(pk=priority_class_id).first()
+    if terms.priority_class_id is not None:
+        priority_class = PriorityClass.objects.filter(pk=terms.priority_class_id).first()
         if priority_class is None:
             raise FieldError("priority_class", "No such priority class.")
-    second = rule_change_needs_second(emergency=emergency, reason=reason)
-    direct = access.is_platform_admin and not second
+    direct = access.is_platform_admin and not rule_change_needs_second(emergency=emergency, reason=reason)
     window = QuotaWindow(
-        quota=quota, priority_class=priority_class, kind=kind, begins_at=begins_at, ends_at=ends_at,
-        rrule=rrule.strip() if kind == WindowKind.RECURRING else "", timezone=timezone, duration_minutes=duration_minutes,
-        shrink_policy=shrink_policy, justification=justification, requested_by=actor,
-        state=WindowState.APPROVED if direct else WindowState.PENDING,
-        decided_by=actor if direct else None, decided_at=now if direct else None, **values,
+        quota=quota, priority_class=priority_class, kind=terms.kind, begins_at=terms.begins_at, ends_at=terms.ends_at,
+        rrule=terms.rrule.strip() if terms.kind == WindowKind.RECURRING else "", timezone=terms.timezone,
+        duration_minutes=terms.duration_minutes, shrink_policy=terms.shrink_policy, justification=justification,
+        requested_by=actor, state=WindowState.APPROVED if direct else WindowState.PENDING,
+        decided_by=actor if direct else None, decided_at=now if direct else None, **terms.values(),
     )
     window.full_clean()
     window.save()
-    if not direct:
+    if direct:
+        _approved_at_once(actor=actor, window=window, now=now, emergency=emergency, reason=reason)
+    else:
         rule_proposal_notify(actor=actor, what=f"quota_window:{window.pk}", department_id=quota.department_id,
                              payload={"quota_window": window.pk, "quota": quota.pk})
         audit_record(actor=actor, action=actions.QUOTA_WINDOW_REQUESTED, target=window,
                      department_id=quota.department_id, after=snapshot(window))
-        return window
+    return window
+
+
+def _checked(terms: WindowTerms, *, quota: Quota, justification: str, now: datetime.datetime) -> WindowTerms:
+    """The terms checked (a 400 naming the field otherwise), a recurring window's start on its
+    whole minute (occurrences start on whole minutes)."""
+    if terms.kind not in WindowKind.values:
+        raise FieldError("kind", f"One of {', '.join(WindowKind.values)}.")
+    if terms.shrink_policy not in ShrinkPolicy.values:
+        raise FieldError("shrink_policy", f"One of {', '.join(ShrinkPolicy.values)}.")
+    if len(justification) > TEXT_LIMIT:
+        raise FieldError("justification", f"At most {TEXT_LIMIT} characters.")
+    if terms.kind == WindowKind.RECURRING and isinstance(terms.begins_at, datetime.datetime):
+        terms = replace(terms, begins_at=terms.begins_at.replace(second=0, microsecond=0))
+    _check_times(terms, now=now)
+    _check_values(quota=quota, values=terms.values())
+    return terms
+
+
+def _approved_at_once(*, actor: User, window: QuotaWindow, now: datetime.datetime, emergency: bool,
+                      reason: str) -> None:
+    """Push a window in force at its creation and audit it (an emergency as one, while four-eyes
+    holds)."""
+    department_id = window.quota.department_id
     details = _pushed(window, now=now)
     urgent = {"emergency": True, "reason": reason} if emergency and settings.GPUPORTAL_FOUR_EYES else {}
-    audit_record(actor=actor, action=actions.QUOTA_WINDOW_APPROVED, target=window, department_id=quota.department_id,
+    audit_record(actor=actor, action=actions.QUOTA_WINDOW_APPROVED, target=window, department_id=department_id,
                  after=snapshot(window), details={"direct": True, **urgent, **details})
     if urgent:
         rule_emergency_record(actor=actor, target=window, what=f"quota_window:{window.pk}", reason=reason,
-                              department_id=quota.department_id, details={"quota_window": window.pk, "quota": quota.pk})
-    return window
+                              department_id=department_id, details={"quota_window": window.pk, "quota": window.quota.pk})
 
 
 def _pushed(window: QuotaWindow, *, now: datetime.datetime) -> dict[str, Any]:
@@ -405,5 +422,5 @@ def quota_timeline(
 ) -> list[windows.Step]:
     """The step function of the quota's numbers over ``[start, end)``."""
     specs = approved_window_specs(quota_ids=[quota.pk]).get(quota.pk, [])
-    return windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, start=start, end=end,
+    return windows.timeline(guaranteed=quota.guaranteed, limit=quota.limit, windows=specs, span=(start, end),
                             priority_class_id=priority_class_id)

@@ -23,7 +23,7 @@ from cli.docs import reference_markdown
 from cli.exits import CliError, Exit
 from cli.times import parse_time
 from cli.tree import root
-from cli.waiting import allocation_wait
+from cli.waiting import Timer, allocation_wait
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,7 +138,7 @@ def test_wait_backs_off_and_reports_each_state_once() -> None:
     seen: list[str] = []
     api = FakeApi(["pending", "pending", "pending", "approved", "provisioning", "active"])
     outcome = allocation_wait(api, {"id": 7, "state": "pending"}, timeout=600,  # type: ignore[arg-type]
-                              report=lambda state, _: seen.append(state), sleep=sleeps.append, clock=lambda: 0.0)
+                              report=lambda state, _: seen.append(state), timer=Timer(sleeps.append, lambda: 0.0))
     assert outcome.code == Exit.OK and seen == ["pending", "approved", "provisioning", "active"]
     assert sleeps[:3] == [1.0, 1.5, 2.25]  # growing while nothing changes
     assert sleeps[4] == 1.0  # back to 1 s after a change
@@ -165,8 +165,8 @@ def test_wait_asks_again_when_the_portal_is_unreachable_and_stops_on_a_refusal()
     api = FlakyApi()
     with pytest.raises(CliError) as refused:
         allocation_wait(api, {"id": 7, "state": "pending"}, timeout=600,  # type: ignore[arg-type]
-                        report=lambda state, _: seen.append(state), warn=warnings.append, sleep=lambda _: None,
-                        clock=lambda: 0.0)
+                        report=lambda state, _: seen.append(state), warn=warnings.append,
+                        timer=Timer(lambda _: None, lambda: 0.0))
     assert refused.value.code == Exit.NOT_FOUND
     assert warnings == ["cannot reach the portal; asking again"] * 2
     assert seen == ["pending", "approved"] and api.calls == 4
@@ -181,7 +181,7 @@ def test_wait_times_out_without_sleeping_past_the_deadline() -> None:
         now[0] += seconds
 
     outcome = allocation_wait(FakeApi(["pending"]), {"id": 7, "state": "pending"}, timeout=5,  # type: ignore[arg-type]
-                              report=lambda *_: None, sleep=sleep, clock=lambda: now[0])
+                              report=lambda *_: None, timer=Timer(sleep, lambda: now[0]))
     assert outcome.code == Exit.TIMEOUT and sum(sleeps) == pytest.approx(5)
 
 

@@ -22,6 +22,7 @@ from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange, Flavor, Quota, QuotaWindow, RuleChange, RuleChangeKind
 from allocations.rules import changes as rule_changes
 from allocations.windows import services as window_services
+from allocations.windows.terms import WindowTerms
 from audit.checkpoints import checkpoint_publish
 from audit.integrity.keys import signing_key_generate
 from audit.models import AuditCheckpoint
@@ -99,8 +100,9 @@ def window_ask(world: World, *, persona: str, quota: Quota) -> QuotaWindow:
     """A pending temporary window that raises ``quota``'s limit by 2 units from tomorrow, for a day."""
     start = timezone.now() + datetime.timedelta(days=1)
     return window_services.quota_window_create(
-        actor=world.users[persona], quota_id=quota.pk, kind="temporary", begins_at=start,
-        ends_at=start + datetime.timedelta(days=1), limit_delta=Decimal(2), justification="role matrix",
+        actor=world.users[persona], quota_id=quota.pk, justification="role matrix",
+        terms=WindowTerms(kind="temporary", begins_at=start, ends_at=start + datetime.timedelta(days=1),
+                          limit_delta=Decimal(2)),
     )
 
 

@@ -17,6 +17,7 @@ from allocations.grants import services
 from allocations.models import Quota, RuleChangeKind
 from allocations.rules.changes import rule_change_propose
 from allocations.windows.services import quota_window_create
+from allocations.windows.terms import WindowTerms
 from clusters.models import Cluster, ClusterPush, Gpu, Node, PushState
 from telemetry.models import NodeReportState, ObservedGpu
 from tests.conftest import World
@@ -94,8 +95,9 @@ def test_it_counts_the_decisions_waiting_and_links_to_the_queue(world: World, lo
     pending(world, persona="vision_member", project="seg", flavor="h100")
     quota = Quota.objects.get(department=world.nlp, flavor=None)
     begins = timezone.now() + datetime.timedelta(days=1)
-    quota_window_create(actor=world.users["nlp_admin"], quota_id=quota.pk, kind="temporary", begins_at=begins,
-                        ends_at=begins + datetime.timedelta(hours=4), limit_delta=Decimal(2), justification="x")
+    terms = WindowTerms(kind="temporary", begins_at=begins, ends_at=begins + datetime.timedelta(hours=4),
+                        limit_delta=Decimal(2))
+    quota_window_create(actor=world.users["nlp_admin"], quota_id=quota.pk, terms=terms, justification="x")
     rule_change_propose(actor=world.users["platform"], kind=RuleChangeKind.QUOTA_UPDATE, quota_id=quota.pk,
                         fields={"limit": Decimal(12)})
     html = login("platform").get("/platform/").content.decode()

@@ -19,6 +19,7 @@ from allocations.models import Allocation, PriorityClass, Quota
 from allocations.models.windows import QuotaWindow, WindowState
 from allocations.quotas.windows import Effective, Step
 from allocations.windows.services import quota_window_approve, quota_window_create
+from allocations.windows.terms import WindowTerms
 from frontend.quota_calendar import LEFT, chart, department_calendar, grants_over
 from tenants.models import Membership, Role
 from tests.conftest import World
@@ -46,8 +47,8 @@ def window(world: World, *, persona: str = "platform", begins_in: datetime.timed
     """A window asked for by ``persona``; a platform admin's is approved by a second one (four-eyes)."""
     begins = timezone.now() + begins_in
     created = quota_window_create(
-        actor=world.users[persona], quota_id=values.pop("quota", gpu_quota(world)).pk, kind="temporary",
-        begins_at=begins, ends_at=begins + datetime.timedelta(hours=hours), justification="calendar tests", **values,
+        actor=world.users[persona], quota_id=values.pop("quota", gpu_quota(world)).pk, justification="calendar tests",
+        terms=WindowTerms(kind="temporary", begins_at=begins, ends_at=begins + datetime.timedelta(hours=hours), **values),
     )
     if persona != "platform" or created.state != WindowState.PENDING:
         return created

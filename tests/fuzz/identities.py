@@ -116,14 +116,16 @@ def _window_seed() -> None:
 
     from allocations.models import Quota, QuotaWindow
     from allocations.windows.services import quota_window_create
+    from allocations.windows.terms import WindowTerms
 
     if QuotaWindow.objects.filter(state="pending").exists():
         return
     start = timezone.now() + datetime.timedelta(days=1)
     quota = Quota.objects.get(department__slug="nlp", flavor__isnull=True)
     quota_window_create(
-        actor=User.objects.get(username="bob"), quota_id=quota.pk, kind="temporary", begins_at=start,
-        ends_at=start + datetime.timedelta(days=2), limit_delta=Decimal(1), justification="fuzz step seed",
+        actor=User.objects.get(username="bob"), quota_id=quota.pk, justification="fuzz step seed",
+        terms=WindowTerms(kind="temporary", begins_at=start, ends_at=start + datetime.timedelta(days=2),
+                          limit_delta=Decimal(1)),
     )
 
 

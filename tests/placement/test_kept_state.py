@@ -84,8 +84,8 @@ def compare(world: World, state: kept.ClusterState, rng: random.Random) -> None:
         for carve in ((True, False) if flavor.mig_profile else (None,)):
             for rows, apart in ((live, Exclusion()), (subset, exclusion)):
                 mine = [by_pk.get(row.pk, row) for row in rows]  # the kept rows where it has them
-                derived = kept_views.kept_view(state, cluster=cluster, shape=shape, reservations=mine,
-                                         open_empty_gpus=carve, exclusion=apart)
+                derived = kept_views.kept_view(state, cluster=cluster, reservations=mine,
+                                               terms=kept_views.PictureTerms(shape, carve, apart))
                 scratch = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows,
                                          open_empty_gpus=carve, exclusion=apart)
                 assert picture(derived) == picture(scratch), (flavor.name, carve, bool(apart))

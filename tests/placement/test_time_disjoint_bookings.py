@@ -171,7 +171,7 @@ def test_a_renewal_that_makes_two_bookings_meet_is_seen_by_the_kept_pictures() -
     def kept_and_fresh() -> tuple[dict[str, object], dict[str, object]]:
         cluster = Cluster.objects.get(pk=world.cluster.pk)
         state = cluster_state(cluster=cluster)
-        kept = kept_views.kept_view(state, cluster=cluster, shape=shape,
+        kept = kept_views.kept_view(state, cluster=cluster, terms=kept_views.PictureTerms(shape),
                                     reservations=state.rows_of_model(world.mig.gpu_model))
         return picture(kept), picture(placement_view(cluster=cluster, shape=shape))
 

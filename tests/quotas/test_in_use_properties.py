@@ -43,7 +43,7 @@ def test_segments_say_what_holds_and_what_is_in_force_at_every_minute(
     held: list[in_use.Held], cuts: list[tuple[int, int, int]]
 ) -> None:
     found = specs(cuts)
-    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(10), windows=found, start=at(0), end=at(SPAN))
+    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(10), windows=found, span=(at(0), at(SPAN)))
     segments = in_use.segments(held=held, steps=steps, start=at(0), end=at(SPAN))
     assert segments[0].start == at(0) and segments[-1].end == at(SPAN)
     for before, after in zip(segments, segments[1:], strict=False):
@@ -60,7 +60,7 @@ def test_segments_say_what_holds_and_what_is_in_force_at_every_minute(
 
 def test_two_grants_that_never_overlap_peak_at_the_larger() -> None:
     held = [in_use.Held(at(0), at(20), Decimal(6)), in_use.Held(at(20), at(40), Decimal(5))]
-    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(8), windows=[], start=at(0), end=at(SPAN))
+    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(8), windows=[], span=(at(0), at(SPAN)))
     segments = in_use.segments(held=held, steps=steps, start=at(0), end=at(SPAN))
     assert [(s.start, s.end, s.in_use) for s in segments] == [
         (at(0), at(20), Decimal(6)), (at(20), at(40), Decimal(5)), (at(40), at(SPAN), Decimal(0))]

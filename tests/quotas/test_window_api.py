@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from allocations.models import Quota, QuotaWindow
 from allocations.windows import services as window_services
+from allocations.windows.terms import WindowTerms
 from audit.models import AuditEvent
 from clusters.models import ClusterPush
 from kernel.errors import FieldError, NotAllowed, TransitionNotAllowed
@@ -318,14 +319,16 @@ def test_the_service_refuses_what_the_api_would(world: World) -> None:
     now = timezone.now()
     with pytest.raises(FieldError) as caught:
         window_services.quota_window_create(
-            actor=world.users["nlp_admin"], quota_id=total(world).pk, kind="recurring", begins_at=now,
-            rrule="FREQ=DAILY", timezone="UTC", duration_minutes=0, limit_delta=Decimal(1),
+            actor=world.users["nlp_admin"], quota_id=total(world).pk,
+            terms=WindowTerms(kind="recurring", begins_at=now, rrule="FREQ=DAILY", timezone="UTC", duration_minutes=0,
+                              limit_delta=Decimal(1)),
         )
     assert list(caught.value.fields) == ["duration"]
     with pytest.raises(NotAllowed):
         window_services.quota_window_create(
-            actor=world.users["nlp_member"], quota_id=total(world).pk, kind="temporary", begins_at=now,
-            ends_at=now + datetime.timedelta(hours=1), limit_delta=Decimal(1),
+            actor=world.users["nlp_member"], quota_id=total(world).pk,
+            terms=WindowTerms(kind="temporary", begins_at=now, ends_at=now + datetime.timedelta(hours=1),
+                              limit_delta=Decimal(1)),
         )
 
 
@@ -402,8 +405,9 @@ def test_racing_decisions_on_one_window_leave_exactly_one(world: World) -> None:
     other = world.persona_add("platform2", role=Role.PLATFORM_ADMIN, department=world.acme)
     start = timezone.now() + datetime.timedelta(hours=1)
     window = window_services.quota_window_create(
-        actor=world.users["nlp_admin"], quota_id=total(world).pk, kind="temporary", begins_at=start,
-        ends_at=start + datetime.timedelta(hours=2), limit_delta=Decimal(1),
+        actor=world.users["nlp_admin"], quota_id=total(world).pk,
+        terms=WindowTerms(kind="temporary", begins_at=start, ends_at=start + datetime.timedelta(hours=2),
+                          limit_delta=Decimal(1)),
     )
 
     def job(call: Callable[[], QuotaWindow]) -> Callable[[], str]:

@@ -169,8 +169,8 @@ def test_an_evaluation_never_walks_more_than_its_budget() -> None:
                               timezone="Europe/Berlin", duration=datetime.timedelta(minutes=1), limit_delta=Decimal(1))
     began = time.perf_counter()
     assert windows.in_force(spec, now, budget=windows.PAGE_BUDGET)
-    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(4), windows=[spec], start=now,
-                             end=now + datetime.timedelta(days=7), budget=windows.PAGE_BUDGET)
+    steps = windows.timeline(guaranteed=Decimal(0), limit=Decimal(4), windows=[spec],
+                             span=(now, now + datetime.timedelta(days=7)), budget=windows.PAGE_BUDGET)
     assert windows.next_edges(spec, now, count=3, within=datetime.timedelta(days=1830)) == []
     assert time.perf_counter() - began < STORED_FAST
     # A rule that dense, a minute or more long, is in force throughout: the budget's answer is its own.

@@ -142,7 +142,7 @@ def test_occurrences_that_overlap_or_touch_make_one_span_with_one_begin_and_one_
         (at(2026, 5, 1, 20), "begin"), (at(2026, 5, 5, 2), "end")]
     touching = nightly("UTC", hours=24, begins=at(2026, 5, 1, 20), limit_delta=D(1))
     assert edges([touching], at(2026, 5, 2), at(2026, 5, 9)) == []
-    assert len(timeline(guaranteed=D(1), limit=D(2), windows=[touching], start=at(2026, 5, 2), end=at(2026, 5, 9))) == 1
+    assert len(timeline(guaranteed=D(1), limit=D(2), windows=[touching], span=(at(2026, 5, 2), at(2026, 5, 9)))) == 1
 
 
 def test_an_edge_at_the_start_of_a_range_is_seen_once_by_consecutive_ranges() -> None:
@@ -205,7 +205,7 @@ def test_naive_times_are_refused_even_without_windows() -> None:
     window = nightly("UTC")
     calls: list[Callable[[], object]] = [
         lambda: effective(guaranteed=D(1), limit=D(2), windows=[], at=NAIVE),
-        lambda: timeline(guaranteed=D(1), limit=D(2), windows=[], start=NAIVE, end=at(2026, 7, 2)),
+        lambda: timeline(guaranteed=D(1), limit=D(2), windows=[], span=(NAIVE, at(2026, 7, 2))),
         lambda: lowest(guaranteed=D(1), limit=D(2), windows=[window], start=at(2026, 7, 1), end=NAIVE),
         lambda: edges([window], NAIVE, at(2026, 7, 2)),
         lambda: in_force(window, NAIVE),

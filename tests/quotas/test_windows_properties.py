@@ -212,7 +212,7 @@ def test_effective_at_any_instant_is_the_brute_force_evaluation(scenario: Scenar
 def test_timeline_holds_minute_by_minute_and_lowest_is_its_least(scenario: Scenario) -> None:
     common: dict[str, Any] = {"guaranteed": scenario.guaranteed, "limit": scenario.limit, "windows": scenario.specs,
               "priority_class_id": scenario.priority_class_id}
-    steps = timeline(start=scenario.start, end=scenario.end, **common)
+    steps = timeline(span=(scenario.start, scenario.end), **common)
     assert steps[0].start == scenario.start and steps[-1].end == scenario.end
     assert all(a.end == b.start and a.start < a.end for a, b in pairwise(steps))
     assert all(a.effective != b.effective for a, b in pairwise(steps))

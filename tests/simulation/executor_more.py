@@ -20,6 +20,7 @@ from allocations.models import Allocation, PriorityClass, Quota, QuotaWindow
 from allocations.rules import catalogue as catalog
 from allocations.tasks import allocations_timeline_task
 from allocations.windows import services as window_services
+from allocations.windows.terms import WindowTerms
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import ClusterPush, Gpu, Node, NodeSharing
 from clusters.outbox import pushes_due
@@ -87,10 +88,12 @@ def window_create(ctx: Context, n: tuple[float, ...]) -> str:
         zone = "Europe/Berlin" if n[3] < 0.5 else "UTC"
         times = {"kind": "recurring", "begins_at": now, "rrule": f"FREQ=DAILY;BYHOUR={hour};BYMINUTE=0",
                  "timezone": zone, "duration_minutes": 30 + int(n[2] * 11.5 * 60)}
+    urgent: dict[str, Any] = {}
     if direct and n[1] < 0.25:  # four-eyes holds: a platform admin's window is in force at once only as an emergency
-        values.update(emergency=True, reason="simulated emergency")
+        urgent = {"emergency": True, "reason": "simulated emergency"}
     return attempt(ctx, "quota_window_create", lambda: window_services.quota_window_create(
-        actor=actor, quota_id=quota_id, shrink_policy=policy, justification="simulated window", **times, **values))
+        actor=actor, quota_id=quota_id, terms=WindowTerms(shrink_policy=policy, **times, **values),
+        justification="simulated window", **urgent))
 
 
 def window_decide(ctx: Context, n: tuple[float, ...]) -> str:
