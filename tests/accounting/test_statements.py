@@ -113,9 +113,12 @@ def test_a_correction_is_a_line_of_its_own_and_the_charges_stay(world: World, oc
 
 def test_rate_cards_of_a_flavor_never_overlap_and_are_for_platform_admins(world: World, october: None) -> None:
     platform = world.users["platform"]
-    with pytest.raises(Conflict, match="already has rate card"):
+    with pytest.raises(Conflict, match=r"already has rate card #\d+ from 2026-10-25 00:00 UTC: end it first"):
         rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
                          valid_from=datetime.datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
+    with pytest.raises(Conflict, match=r"#\d+ from 2026-10-01 00:00 to 2026-10-25 00:00 UTC: end it first"):
+        rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
+                         valid_from=datetime.datetime(2026, 9, 1, tzinfo=UTC), valid_to=datetime.datetime(2026, 10, 10, tzinfo=UTC))  # fmt: skip
     with pytest.raises(NotAllowed):
         rate_card_create(actor=world.users["nlp_admin"], flavor_id=world.mig.pk, price_per_gpu_hour=Decimal(1),
                          currency="EUR", valid_from=START)  # fmt: skip
@@ -123,6 +126,8 @@ def test_rate_cards_of_a_flavor_never_overlap_and_are_for_platform_admins(world:
         rate_card_create(actor=platform, flavor_id=world.mig.pk, price_per_gpu_hour=Decimal(1), currency="eur", valid_from=START)
     open_ended = RateCard.objects.get(flavor=world.a100, valid_to__isnull=True)
     rate_card_end(actor=platform, rate_card_id=open_ended.pk, valid_to=datetime.datetime(2026, 12, 1, tzinfo=UTC))
+    with pytest.raises(FieldError, match=r"^The card already ends at 2026-12-01 00:00 UTC\.$"):
+        rate_card_end(actor=platform, rate_card_id=open_ended.pk, valid_to=datetime.datetime(2026, 12, 5, tzinfo=UTC))
     rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
                      valid_from=datetime.datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
     assert AuditEvent.objects.filter(action="rate_card.created").count() == 4
