@@ -49,6 +49,7 @@ few queries for the quota tree and the grants overlapping the request, three per
 cluster, and four for the segments of its quota lines), which shares no reads with the others, so
 the queue's cost stays bounded however long it is. Every other request links to its page, which
 says what approval would do."""
+_DONE = {"approve": "approved", "reject": "rejected"}  # a decision, as a message says it was done
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,11 @@ def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:
             else:
                 allocation_reject(actor=user, allocation_id=allocation_id, comment=comment)
         except ApplicationError as error:
-            messages.error(request, f"#{allocation_id} not {decision}d: {error.message}")
+            messages.error(request, f"#{allocation_id} not {_DONE[decision]}: {error.message}")
         else:
             done.append(f"#{allocation_id}")
     if done:
-        messages.success(request, f"{decision.capitalize()}d {', '.join(done)}.")
+        messages.success(request, f"{_DONE[decision].capitalize()} {', '.join(done)}.")
 
 
 @require_http_methods(["GET", "POST"])

@@ -22,6 +22,9 @@ def test_it_shows_the_timeline_and_sync_status(world: World, login: Login) -> No
                  "pushing to test-cluster", "by nlp_admin"):
         assert text in html, text
     assert html.index("was requested") < html.index("was approved")
+    assert "1 unit (1 GPU-equivalent)" in html  # never "1 unit (1 GPU-equivalents)"
+    two = login("nlp_member").get(f"/allocations/{pending(world, quantity=2).pk}/").content.decode()
+    assert "2 units (2 GPU-equivalents)" in two
 
 
 def test_it_shows_the_gpus_the_units_are_booked_on_until_released(world: World, login: Login) -> None:
