@@ -23,7 +23,7 @@ User = AbstractBaseUser | AnonymousUser
 _CURRENCY = re.compile(r"[A-Z]{3}")
 
 
-def _validity_words(valid_from: datetime.datetime, valid_to: datetime.datetime | None) -> str:
+def rate_card_validity_words(valid_from: datetime.datetime, valid_to: datetime.datetime | None) -> str:
     """``from 2026-01-01 00:00 UTC`` (open-ended) or ``from 2026-01-01 00:00 to 2026-02-01 00:00 UTC``."""
     return f"from {span_utc(valid_from, valid_to)}" if valid_to is not None else f"from {minute_utc(valid_from)}"
 
@@ -47,7 +47,7 @@ def _refuse_overlap(*, flavor: Flavor, valid_from: datetime.datetime, valid_to: 
     if clash is not None:
         raise Conflict(
             f"Flavor {flavor.name} already has rate card #{clash.pk} "
-            f"{_validity_words(clash.valid_from, clash.valid_to)}: end it first.",
+            f"{rate_card_validity_words(clash.valid_from, clash.valid_to)}: end it first.",
             fields={"valid_from": [f"overlaps rate card #{clash.pk}"]},
         )
 

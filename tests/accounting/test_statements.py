@@ -5,7 +5,7 @@ of their own; rate cards never overlap; who reads what."""
 from __future__ import annotations
 
 import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -151,7 +151,14 @@ def test_statements_are_read_by_the_departments_admins_and_auditors_and_download
     csv = world.client("auditor").get(f"/api/v1/statements/{nlp.pk}/lines.csv")
     assert csv.status_code == 200 and csv["X-Statement-SHA256"] == nlp.sha256
     rows = csv.content.decode().splitlines()
-    assert rows[0].startswith("number,kind,project") and rows[1].startswith("1,charge,nlp-llm,a100,") and len(rows) == 3
+    assert rows[0] == "number,kind,project,flavor,rate_card,rate_card_id,basis,gpu_hours,rate,amount,reason"
+    cards = RateCard.objects.filter(flavor=world.a100).order_by("valid_from")
+    # each card named by its validity (its id in a column of its own), hours to 4 places, and a total row
+    assert rows[1].startswith(f"1,charge,nlp-llm,a100,from 2026-10-01 00:00 to 2026-10-25 00:00 UTC,{cards[0].pk},granted,")
+    assert rows[2].startswith(f"2,charge,nlp-llm,a100,from 2026-10-25 00:00 UTC,{cards[1].pk},granted,")
+    assert [len(row.split(",")[7].split(".")[1]) for row in rows[1:]] == [4, 4, 4]
+    hours = sum(line.gpu_hours for line in nlp.lines.all()).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    assert rows[-1] == f",total,,,,,,{hours},,1588.00," and len(rows) == 4
     assert world.client("platform").get("/api/v1/statements/", {"period": "2026-13"}).status_code == 400
 
     draft = world.client("nlp_admin").get("/api/v1/statements/preview/", {"department": str(world.nlp.pk), "period": "2026-10"})
@@ -175,7 +182,10 @@ def test_a_corrections_reason_cannot_run_as_a_formula_in_the_csv(world: World, o
     statement_correct(actor=world.users["platform"], statement_id=nlp.pk, project_id=world.llm.pk, flavor_id=world.a100.pk,
                       gpu_hours=Decimal(0), amount=Decimal("-1.00"), reason='=HYPERLINK("http://x")')  # fmt: skip
     rows = world.client("platform").get(f"/api/v1/statements/{nlp.pk}/lines.csv").content.decode().splitlines()
-    assert rows[-1].startswith("3,correction,nlp-llm,a100,,granted,") and ",-1.00,\"'=HYPERLINK(" in rows[-1]
+    correction, total, balance = rows[-3:]
+    assert correction.startswith("3,correction,nlp-llm,a100,,,granted,") and ",-1.00,\"'=HYPERLINK(" in correction
+    assert total.startswith(",total,") and total.endswith(",1588.00,")
+    assert balance.startswith(",balance,") and balance.endswith(",1587.00,")  # the total and the corrections
 
 
 def test_the_sums_in_sql_are_the_hours_summed_one_by_one(world: World, october: None) -> None:
