@@ -157,7 +157,7 @@ def test_statements_are_read_by_the_departments_admins_and_auditors_and_download
     assert rows[1].startswith(f"1,charge,nlp-llm,a100,from 2026-10-01 00:00 to 2026-10-25 00:00 UTC,{cards[0].pk},granted,")
     assert rows[2].startswith(f"2,charge,nlp-llm,a100,from 2026-10-25 00:00 UTC,{cards[1].pk},granted,")
     assert [len(row.split(",")[7].split(".")[1]) for row in rows[1:]] == [4, 4, 4]
-    hours = sum(line.gpu_hours for line in nlp.lines.all()).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    hours = sum((line.gpu_hours for line in nlp.lines.all()), Decimal(0)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
     assert rows[-1] == f",total,,,,,,{hours},,1588.00," and len(rows) == 4
     assert world.client("platform").get("/api/v1/statements/", {"period": "2026-13"}).status_code == 400
 
