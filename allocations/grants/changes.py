@@ -54,6 +54,7 @@ from kernel.errors import (
 from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from kernel.times import minute_utc, time_readable
 from kernel.transactions import retry_on_deadlock
+from kernel.words import counted
 from tenants.access import access_for, department_chain
 
 # Grants whose terms may change: holding, and not on their way out.
@@ -218,7 +219,7 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
     if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= QUANTITY_MAX:
         raise FieldError("quantity", f"Must be a whole number from 1 to {QUANTITY_MAX}.")
     if quantity == allocation.quantity:
-        raise FieldError("quantity", f"The allocation already has {quantity} units.")
+        raise FieldError("quantity", f"The allocation already has {counted(quantity, 'unit')}.")
     _check_justification(justification)
     _require_no_reclaim(allocation)
     if quantity > allocation.quantity:
@@ -296,7 +297,7 @@ def _apply_raise(*, actor: User, allocation: Allocation, change: AllocationChang
     assert change.quantity is not None  # a resize (the model's check constraint)
     if change.quantity <= allocation.quantity:
         raise Conflict(
-            f"Allocation #{allocation.pk} already has {allocation.quantity} units: the change adds none.",
+            f"Allocation #{allocation.pk} already has {counted(allocation.quantity, 'unit')}: the change adds none.",
             details={"quantity": allocation.quantity},
         )
     if cluster is None:
