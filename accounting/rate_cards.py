@@ -16,10 +16,16 @@ from allocations.models import Flavor
 from audit import actions
 from audit.services import audit_record
 from kernel.errors import Conflict, FieldError
+from kernel.times import minute_utc, span_utc
 from tenants.access import require_platform_admin
 
 User = AbstractBaseUser | AnonymousUser
 _CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def rate_card_validity_words(valid_from: datetime.datetime, valid_to: datetime.datetime | None) -> str:
+    """``from 2026-01-01 00:00 UTC`` (open-ended) or ``from 2026-01-01 00:00 to 2026-02-01 00:00 UTC``."""
+    return f"from {span_utc(valid_from, valid_to)}" if valid_to is not None else f"from {minute_utc(valid_from)}"
 
 
 def _state(card: RateCard) -> dict[str, object]:
@@ -40,8 +46,8 @@ def _refuse_overlap(*, flavor: Flavor, valid_from: datetime.datetime, valid_to: 
     clash = overlapping.order_by("valid_from").first()
     if clash is not None:
         raise Conflict(
-            f"Flavor {flavor.name} already has rate card #{clash.pk} from {clash.valid_from.isoformat()}"
-            f"{' to ' + clash.valid_to.isoformat() if clash.valid_to else ''}: end it first.",
+            f"Flavor {flavor.name} already has rate card #{clash.pk} "
+            f"{rate_card_validity_words(clash.valid_from, clash.valid_to)}: end it first.",
             fields={"valid_from": [f"overlaps rate card #{clash.pk}"]},
         )
 
@@ -82,7 +88,7 @@ def rate_card_end(*, actor: User, rate_card_id: int, valid_to: datetime.datetime
         if valid_to <= card.valid_from:
             raise FieldError("valid_to", "Must be after the card's valid_from.")
         if card.valid_to is not None and valid_to >= card.valid_to:
-            raise FieldError("valid_to", f"The card already ends at {card.valid_to.isoformat()}.")
+            raise FieldError("valid_to", f"The card already ends at {minute_utc(card.valid_to)}.")
         before = _state(card)
         card.valid_to = valid_to
         card.save(update_fields=["valid_to"])

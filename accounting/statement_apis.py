@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +15,7 @@ from rest_framework.response import Response
 from accounting import rate_cards, statement_reads, statements
 from accounting.charges import month_bounds
 from accounting.models import Basis, LineKind, RateCard, Statement, StatementLine
-from audit.export import csv_cell
+from accounting.statement_csv import statement_csv
 from kernel.api.base import IdField, actor, filters, paginated, validated
 from kernel.api.openapi import errors
 from kernel.api.pagination import Pagination
@@ -162,23 +160,12 @@ class StatementDetailApi(ApiView):
         return Response(StatementDetailOut(statement).data)
 
 
-CSV_COLUMNS = ["number", "kind", "project", "flavor", "rate_card", "basis", "gpu_hours", "rate", "amount", "reason"]
-
-
 class StatementLinesCsvApi(ApiView):
     @extend_schema(responses={(200, "text/csv"): OpenApiResponse(OpenApiTypes.STR), **errors(401, 403, 404)})
     def get(self, request: Request, statement_id: int) -> HttpResponse:
         statement = statement_reads.statement_get(user=request.user, statement_id=statement_id)
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\r\n")
-        writer.writerow(CSV_COLUMNS)
-        for line in statement.lines.all():  # prefetched in order, with their projects and flavors
-            text = [csv_cell(value) for value in (line.kind, line.project.slug, line.flavor.name, line.basis, line.reason)]
-            kind, project, flavor, basis, reason = text  # free text defused; numbers written as numbers
-            writer.writerow([line.number, kind, project, flavor, line.rate_card_id or "", basis, line.gpu_hours, line.rate,
-                             line.amount, reason])  # fmt: skip
         name = f"statement-{statement.department.slug}-{statements.month_of(statement.period_start)}-{statement.currency}.csv"
-        response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
+        response = HttpResponse(statement_csv(statement), content_type="text/csv; charset=utf-8")
         response["Content-Disposition"] = f'attachment; filename="{name}"'
         response["X-Statement-SHA256"] = statement.sha256
         return response

@@ -48,7 +48,7 @@ def statement_list(
 
 def statement_get(*, user: User, statement_id: int) -> Statement:
     access = access_for(user)
-    lines = Prefetch("lines", queryset=StatementLine.objects.select_related("project", "flavor").order_by("number"))
+    lines = Prefetch("lines", queryset=StatementLine.objects.select_related("project", "flavor", "rate_card").order_by("number"))
     statement = Statement.objects.select_related("department").prefetch_related(lines).filter(pk=statement_id).first()
     if statement is None or not access.can_read_department(statement.department_id):
         raise Http404("No such statement.")

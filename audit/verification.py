@@ -33,6 +33,7 @@ from audit.models import AuditCheckpoint, AuditQuarantine, AuditQuarantinedEvent
 from audit.recovery import quarantine_rows
 from audit.services import audit_time_format
 from kernel.clock import clock_now
+from kernel.words import counted
 
 CHUNK = 5000
 COLUMNS = (
@@ -53,7 +54,7 @@ class LiveReport:
 
     def summary(self) -> str:
         lines = [
-            f"OK: {self.events} events, {self.checkpoints} checkpoints in the database and "
+            f"OK: {counted(self.events, 'event')}, {counted(self.checkpoints, 'checkpoint')} in the database and "
             f"{self.folder_checkpoints} in the external folder verified"
         ]
         lines.extend(f"QUARANTINE: {line}" for line in self.quarantines)
@@ -114,7 +115,8 @@ def _cross_check(database: ChainSummary, folder: ChainSummary, report: LiveRepor
             raise VerificationFailure("split-view", f"checkpoint #{number} differs between the database and the folder")
     missing = database.count - folder.count
     if missing > 0:
-        report.warnings.append(f"{missing} checkpoints are not in the external folder yet (the next publish writes them)")
+        report.warnings.append(f"{counted(missing, 'checkpoint')} {'is' if missing == 1 else 'are'} not in the external folder "
+                               "yet (the next publish writes them)")
 
 
 def _checkpoint_facts(summary: ChainSummary, size: int, *, database: bool) -> dict[Range, bytes]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from clusters.dcgm import GENERATIONS
 from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, SCOPE_CLUSTER, SCOPE_LABEL
+from kernel.words import counted
 
 RULE_NAME = "gpuportal-alerts"
 GROUP_ALERTS = "gpuportal.alerts"
@@ -182,10 +183,10 @@ def _operations_alerts(t: AlertThresholds) -> list[dict[str, Any]]:
 def _duration_words(seconds: int) -> str:
     if seconds % 3600 == 0:
         hours = seconds // 3600
-        return f"{hours} hour" + ("s" if hours != 1 else "")
+        return counted(hours, "hour")
     if seconds % 60 == 0:
         minutes = seconds // 60
-        return f"{minutes} minute" + ("s" if minutes != 1 else "")
+        return counted(minutes, "minute")
     return f"{seconds} seconds"
 
 

@@ -1,7 +1,8 @@
 """Demo grants for ``manage.py seed_demo``: today's state of the demo organisation, written once,
 through the services (four-eyes: a researcher requests, the department's admin decides), only
-while the database holds no allocation at all. ``demo.history`` writes the released, rejected and
-withdrawn requests first.
+while the database holds no allocation at all. Each was asked for and approved when its story
+says (a grant on the cluster as its week of readings in ``demo.usage`` begins), its steps played in
+one time order with ``demo.history``'s released, rejected and withdrawn requests (``demo.play``).
 
 Today: ``vision`` borrows: it holds 9.9 GPU-equivalents against a guarantee of 8 (whole H100s,
 HAMi vGPU shares of an H100 and, newest, three MIG 3g.40gb slices: 1.5, beyond the guarantee).
@@ -23,7 +24,9 @@ from django.contrib.auth.models import User
 
 from allocations.grants.services import allocation_approve, allocation_request
 from allocations.models import Allocation, Flavor, PriorityClass
-from demo.history import demo_history_seed
+from demo.history import DEMO_HISTORY, demo_history_steps
+from demo.play import DAY, HOUR, Step, allocation_rows_date, steps_play
+from demo.usage import demo_usage_start
 from kernel.clock import clock_now
 from tenants.models import Project
 
@@ -56,23 +59,51 @@ DEMO_GRANTS: list[Grant] = [
 ]
 
 
-def demo_grants_seed(*, now: datetime.datetime | None = None) -> int:
-    """Create the demo's history and grants unless any allocation exists; returns how many were created."""
-    if Allocation.objects.exists():
-        return 0
-    created = demo_history_seed(now=now)
-    standard = PriorityClass.objects.get(name="gpu-standard")
-    moment = now or clock_now()
-    for grant in DEMO_GRANTS:
-        starts_at = moment + datetime.timedelta(days=grant.starts_in_days) if grant.starts_in_days else None
+def _moments(grant: Grant, now: datetime.datetime) -> tuple[datetime.datetime, datetime.datetime | None]:
+    """When the grant was asked for and when it starts (``None``: when it is approved). A grant on
+    the cluster was asked for an hour before its week of readings (``demo.usage``'s profile) and
+    approved as it began; the scheduled one was asked for yesterday; the pending ones an hour ago."""
+    if grant.starts_in_days:
+        return now - DAY, now + grant.starts_in_days * DAY
+    if grant.decider is None:
+        return now - HOUR, None
+    starts = demo_usage_start(grant.justification, now)
+    return starts - HOUR, starts
+
+
+def _grant_steps(grant: Grant, now: datetime.datetime, standard: PriorityClass) -> list[Step]:
+    asked, starts_at = _moments(grant, now)
+    on_cluster = starts_at is not None and starts_at <= now
+    decided = starts_at if on_cluster and starts_at is not None else asked + HOUR  # approved as it begins, or an hour on
+    made: list[int] = []
+
+    def request() -> None:
         allocation = allocation_request(
             actor=User.objects.get(username=grant.requester), project=Project.objects.get(slug=grant.project),
             flavor=Flavor.objects.get(name=grant.flavor), quantity=grant.quantity, priority_class=standard,
-            starts_at=starts_at, ends_at=(starts_at or moment) + datetime.timedelta(days=grant.days),
-            justification=grant.justification,
+            starts_at=starts_at, ends_at=(starts_at or asked) + grant.days * DAY, justification=grant.justification,
         )  # fmt: skip
-        created += 1
-        if grant.decider is not None:
-            allocation_approve(actor=User.objects.get(username=grant.decider), allocation_id=allocation.pk,
-                               comment="Approved for the demo")
-    return created
+        made.append(allocation.pk)
+        allocation_rows_date(allocation.pk, asked, created=True)
+
+    def approve() -> None:
+        assert grant.decider is not None
+        allocation_approve(actor=User.objects.get(username=grant.decider), allocation_id=made[0],
+                           comment="Approved for the demo")  # fmt: skip
+        allocation_rows_date(made[0], decided)
+
+    return [Step(asked, request)] + ([Step(decided, approve)] if grant.decider is not None else [])
+
+
+def demo_grants_seed(*, now: datetime.datetime | None = None) -> int:
+    """Create the demo's history and grants unless any allocation exists, each step at the moment
+    it stands for (``demo.play``); returns how many were created."""
+    if Allocation.objects.exists():
+        return 0
+    moment = now or clock_now()
+    standard = PriorityClass.objects.get(name="gpu-standard")
+    steps = demo_history_steps(now=moment)
+    for grant in DEMO_GRANTS:
+        steps += _grant_steps(grant, moment, standard)
+    steps_play(steps)
+    return len(DEMO_HISTORY) + len(DEMO_GRANTS)

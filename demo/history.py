@@ -3,10 +3,9 @@ was withdrawn, so that ``make run`` opens allocation lists, the audit log, usage
 with a history behind today's grants (``demo.grants``).
 
 Each is made through the services, as people would (a researcher requests, the department's
-admin decides, the researcher releases), and then dated back to when its story happened: its
-period, decision and bookings move into the past (the audit events keep the time they were
-written, as for ``demo.usage``'s week). They are made first, so that their approvals find quota
-and capacity free; released, they hold nothing today.
+admin decides two hours later, the researcher releases), each step at the moment it stands for
+(``demo.play``: the audit events and the timelines carry those moments). Released, they hold
+nothing today.
 """
 
 from __future__ import annotations
@@ -15,14 +14,13 @@ import datetime
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
-from django.db import transaction
 
 from allocations.grants.services import allocation_approve, allocation_reject, allocation_release, allocation_request
-from allocations.models import Allocation, Flavor, PriorityClass, Reservation
-from kernel.clock import clock_now
+from allocations.models import Flavor, PriorityClass
+from demo.play import DAY, Step, allocation_rows_date
 from tenants.models import Project
 
-DAY = datetime.timedelta(days=1)
+DECISION_DELAY = datetime.timedelta(hours=2)
 
 
 @dataclass(frozen=True)
@@ -54,37 +52,43 @@ DEMO_HISTORY: list[Past] = [
 ]
 
 
-def _date_back(allocation: Allocation, past: Past, now: datetime.datetime) -> None:
+def _past_steps(past: Past, now: datetime.datetime, standard: PriorityClass) -> list[Step]:
+    """Requested ``started_days_ago``; decided two hours later; released ``ended_days_ago`` (a
+    rejection or a withdrawal ends the story when it is made)."""
     began = now - past.started_days_ago * DAY
-    ended = now - past.ended_days_ago * DAY
-    decided = began + datetime.timedelta(hours=2) if past.outcome != "cancelled" else None
-    Allocation.objects.filter(pk=allocation.pk).update(
-        created_at=began, starts_at=began, ends_at=began + past.planned_days * DAY,
-        original_ends_at=began + past.planned_days * DAY if past.outcome == "released" else None,
-        decided_at=min(decided, ended) if decided is not None else None, updated_at=ended,
-    )  # fmt: skip
-    Reservation.objects.filter(allocation=allocation).update(created_at=began, released_at=ended)
+    decided = began + DECISION_DELAY
+    ended = max(now - past.ended_days_ago * DAY, decided)
+    requester = User.objects.get(username=past.requester)
+    decider = User.objects.get(username=past.decider)
+    made: list[int] = []
 
-
-def demo_history_seed(*, now: datetime.datetime | None = None) -> int:
-    """Create the past grants (the caller checks that no allocation exists); returns how many."""
-    moment = now or clock_now()
-    standard = PriorityClass.objects.get(name="gpu-standard")
-    for past in DEMO_HISTORY:
-        requester = User.objects.get(username=past.requester)
-        decider = User.objects.get(username=past.decider)
+    def request() -> None:
         allocation = allocation_request(
             actor=requester, project=Project.objects.get(slug=past.project), flavor=Flavor.objects.get(name=past.flavor),
-            quantity=past.quantity, priority_class=standard, starts_at=None, ends_at=moment + past.planned_days * DAY,
+            quantity=past.quantity, priority_class=standard, starts_at=None, ends_at=began + past.planned_days * DAY,
             justification=past.justification,
         )  # fmt: skip
+        made.append(allocation.pk)
+        allocation_rows_date(allocation.pk, began, created=True)
+
+    def decide() -> None:
         if past.outcome == "released":
-            allocation_approve(actor=decider, allocation_id=allocation.pk, comment="Approved")
-            allocation_release(actor=requester, allocation_id=allocation.pk, comment=past.comment)
+            allocation_approve(actor=decider, allocation_id=made[0], comment="Approved")
         elif past.outcome == "rejected":
-            allocation_reject(actor=decider, allocation_id=allocation.pk, comment=past.comment)
+            allocation_reject(actor=decider, allocation_id=made[0], comment=past.comment)
         else:
-            allocation_release(actor=requester, allocation_id=allocation.pk)  # a pending request is withdrawn
-        with transaction.atomic():
-            _date_back(allocation, past, moment)
-    return len(DEMO_HISTORY)
+            allocation_release(actor=requester, allocation_id=made[0])  # a pending request is withdrawn
+        allocation_rows_date(made[0], decided)
+
+    def release() -> None:
+        allocation_release(actor=requester, allocation_id=made[0], comment=past.comment)
+        allocation_rows_date(made[0], ended)
+
+    steps = [Step(began, request), Step(decided, decide)]
+    return steps + [Step(ended, release)] if past.outcome == "released" else steps
+
+
+def demo_history_steps(*, now: datetime.datetime) -> list[Step]:
+    """The steps of the past grants' stories (``demo.play.steps_play`` runs them in time order)."""
+    standard = PriorityClass.objects.get(name="gpu-standard")
+    return [step for past in DEMO_HISTORY for step in _past_steps(past, now, standard)]

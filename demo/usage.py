@@ -9,11 +9,12 @@ noise from a seeded generator, so every run writes the same numbers. One node's 
 two hours on the third day (an agent restart): those buckets are unknown, not idle. The notebook
 has sat idle for the last three and a half hours (``demo.idle`` finds it).
 
-Released grants (``demo.history``, already dated back) get rows from their start to their release.
-The grants on the cluster are dated back to their profile's start (their period, approval time and reservations)
-so that what was allocated over the week comes from the grants, as the charts compute it; their
-audit events keep the time they were written. Written once: nothing happens when any demo grant
-already has a utilisation row (the utilisation tick's rows included).
+Released grants (``demo.history``) get rows from their start to their release. The grants on the
+cluster began at their profile's start (``demo_usage_start``: ``demo.grants`` approves them then),
+so that what was allocated over the week comes from the grants, as the charts compute it; a grant
+that began later is dated back to it (its period, approval time and reservations). Written once:
+nothing happens when any demo grant already has a utilisation row (the utilisation tick's rows
+included).
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ DEMO_CLUSTER = "demo"
 def _floor(moment: datetime.datetime) -> datetime.datetime:
     epoch = int(moment.timestamp())
     return datetime.datetime.fromtimestamp(epoch - epoch % int(BUCKET.total_seconds()), tz=datetime.UTC)
+
+
+def demo_usage_start(justification: str, now: datetime.datetime) -> datetime.datetime:
+    """When the grant of this justification begins its week of readings (its profile's start,
+    on a bucket's edge): ``demo.grants`` starts it then."""
+    profile = PROFILES.get(justification, DEFAULT)
+    return _floor(_floor(now) - datetime.timedelta(days=profile.started_days_ago))
 
 
 def _activity(profile: Profile, *, progress: float, hour: int, rng: random.Random) -> float:
@@ -126,7 +134,7 @@ def demo_usage_seed(*, now: datetime.datetime | None = None) -> int:
                 released = [row.released_at for row in grant.reservations.all() if row.released_at is not None]
                 until = _floor(max(released)) if released else end
             else:
-                since = _floor(end - datetime.timedelta(days=profile.started_days_ago))
+                since = demo_usage_start(grant.justification, end)
                 _date_back(grant, since)
             on_outage_node = grant.reservations.filter(node_id=outage_node).exists()
             life = max((until - since).total_seconds(), 1.0)

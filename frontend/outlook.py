@@ -26,6 +26,7 @@ from allocations.models import Allocation, AllocationState, Flavor, PriorityClas
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.reads import SharedReads
+from kernel.words import counted
 from tenants.access import access_for
 from tenants.models import Department, Project
 
@@ -68,7 +69,7 @@ class ReclaimLine:
         """How long it keeps running: a grant that has not started, or a preemptible one, goes at once."""
         if self.notice_minutes <= 0 or self.state == AllocationState.SCHEDULED:
             return "reclaimed at once"
-        return f"runs {self.notice_minutes} more minute{'s' if self.notice_minutes != 1 else ''}"
+        return f"runs {counted(self.notice_minutes, 'more minute')}"
 
     @property
     def label(self) -> str:
@@ -98,7 +99,7 @@ class AdmissionOutlook:
             return "Approval would reclaim nothing: it fits within the quotas and on the GPUs."
         count = len(self.reclaim)
         whose = " from other departments" if all(line.other_department for line in self.reclaim) else ""
-        return f"Approval would reclaim {count} grant{'s' if count != 1 else ''}{whose}"
+        return f"Approval would reclaim {counted(count, 'grant')}{whose}"
 
     @property
     def starts_label(self) -> str:

@@ -37,6 +37,7 @@ from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec,
 from allocations.quotas.wording import quota_scope_name
 from kernel.numbers import plain
 from kernel.times import WEEKDAY
+from kernel.words import counted
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department
 
@@ -184,7 +185,7 @@ def chart(*, steps: Sequence[Step], in_use: Decimal, start: datetime.datetime, e
     lows = [s for s in steps if s.effective.limit < steps[0].effective.limit]
     description = (
         f"{label}: limit {_fmt(steps[0].effective.limit)} and guarantee {_fmt(steps[0].effective.guaranteed)} now, "
-        f"{_fmt(in_use)} in use; {len(steps)} step{'s' if len(steps) != 1 else ''} over the next "
+        f"{_fmt(in_use)} in use; {counted(len(steps), 'step')} over the next "
         f"{round(span / 86400)} days, the limit from {_fmt(min(s.effective.limit for s in steps))} to "
         f"{_fmt(max(s.effective.limit for s in steps))}" + (f", lowered {len(lows)} times" if lows else "") + "."
     )

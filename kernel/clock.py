@@ -3,7 +3,8 @@
 In production it is the system clock (``django.utils.timezone.now``). Tests and the simulator
 (``tests/simulation``) set it: :func:`clock_set` freezes it at an instant, :func:`clock_advance`
 moves a frozen clock forward (or shifts a running one), :func:`clock_reset` gives the system
-clock back. The setting is process-wide, not per thread, on purpose: the simulator's concurrent
+clock back, and :func:`clock_at` freezes it for a block and then gives back whatever it was (the
+demo seed plays its past through it). The setting is process-wide, not per thread, on purpose: the simulator's concurrent
 actors act in one virtual second on several threads, and all of them must read the same time.
 
 Nothing outside this module calls ``timezone.now()``, ``datetime.now()`` or ``date.today()``
@@ -16,6 +17,8 @@ from __future__ import annotations
 
 import datetime
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.utils import timezone
 
@@ -62,3 +65,20 @@ def clock_reset() -> None:
     with _LOCK:
         _frozen = None
         _offset = datetime.timedelta(0)
+
+
+@contextmanager
+def clock_at(at: datetime.datetime) -> Iterator[datetime.datetime]:
+    """Freeze the clock at ``at`` (timezone-aware) for the block, then give back the clock as it
+    was: frozen where it was frozen, shifted as it was shifted, or the system's."""
+    if timezone.is_naive(at):
+        raise ValueError("clock_at needs a timezone-aware datetime")
+    global _frozen, _offset
+    with _LOCK:
+        before = (_frozen, _offset)
+        _frozen = at
+    try:
+        yield at
+    finally:
+        with _LOCK:
+            _frozen, _offset = before

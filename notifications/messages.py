@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel.times import time_readable
+from kernel.words import counted
 from notifications import events
 
 
@@ -51,8 +52,7 @@ def describe(event: str, payload: dict[str, Any]) -> Message:
         return Message(f"Your grant {_grant(p)} is reclaimed",
                        [str(p.get("reason", "")), f"Its workloads keep running until {time_readable(p.get('deadline'))}."], path)
     if event == events.EXPIRING.code:
-        days = p.get("days")
-        return Message(f"Your grant {_grant(p)} ends in {days} day{'s' if days != 1 else ''}",
+        return Message(f"Your grant {_grant(p)} ends in {counted(int(p.get('days') or 0), 'day')}",
                        [f"It ends at {time_readable(p.get('ends_at'))}. Renew it from its page if you still need it."], path)
     if event == events.EXPIRED.code:
         return Message(f"Your {'request' if p.get('was') == 'pending' else 'grant'} {_grant(p)} expired",
@@ -71,6 +71,6 @@ def describe(event: str, payload: dict[str, Any]) -> Message:
                        path or f"/platform/clusters/{p.get('cluster_id')}/")
     if event == events.DIGEST.code:
         items = p.get("items", [])
-        return Message(f"Your GPU Portal digest: {len(items)} notification{'s' if len(items) != 1 else ''}",
+        return Message(f"Your GPU Portal digest: {counted(len(items), 'notification')}",
                        [f"{item['title']}" for item in items], "/")
     return Message(event, [])

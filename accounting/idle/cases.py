@@ -31,6 +31,7 @@ from audit import actions
 from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
+from kernel.words import counted
 from tenants.access import access_for
 
 MIN_EXEMPTION = datetime.timedelta(minutes=5)
@@ -90,7 +91,7 @@ def idle_case_keep(*, actor: User, case_id: int, reason: str, now: datetime.date
         if ladder.keeps_left(kept_at=kept_at, now=now,
                              max_keeps=int(policy.max_keeps)) == 0:  # fmt: skip
             done = (f"idle policy {policy.name!r} allows no keeps" if not policy.max_keeps else
-                    f"grant #{case.allocation_id} was kept {policy.max_keeps} times in the last 7 days, as often as "
+                    f"grant #{case.allocation_id} was kept {counted(int(policy.max_keeps), 'time')} in the last 7 days, as often as "
                     f"its idle policy {policy.name!r} allows")  # fmt: skip
             raise KeepsExhausted(
                 f"Not kept: {done}; ask a department admin for an exemption, or release it.",

@@ -29,6 +29,7 @@ from audit import actions
 from audit.actions import AuditAction
 from audit.services import audit_record
 from kernel.clock import clock_now
+from kernel.times import minute_utc
 from kernel.transactions import retry_on_deadlock
 from notifications.events import IDLE_WARNING
 
@@ -157,7 +158,7 @@ def case_move(
         return True
     assert move is ladder.Move.ACT
     reason = (f"Reclaimed after idle case #{case.pk}: {result.why}; warned at "
-              f"{case.warned_at.isoformat() if case.warned_at else '?'} under idle policy {watch.policy.name!r}.")  # fmt: skip
+              f"{minute_utc(case.warned_at) if case.warned_at else '?'} under idle policy {watch.policy.name!r}.")  # fmt: skip
     events = allocation_reclaim_idle(row=row, now=now, reason=reason, case_id=case.pk)
     case.state, case.closed_at, case.reason = IdleState.RECLAIMED, now, reason
     case.save()

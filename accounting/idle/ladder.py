@@ -26,6 +26,8 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
+from kernel.times import minute_utc
+
 BUCKET = datetime.timedelta(minutes=5)
 BUCKET_MINUTES = 5
 FRESH_BUCKETS = 2
@@ -172,7 +174,7 @@ def _step(
             return Step(Move.OPEN, found.idle_since, found.idle_minutes, why=f"idle for {found.idle_minutes} known minutes")
         return Step(Move.NONE, None, found.idle_minutes)
     if found.busy_at is not None and found.busy_at >= case.idle_since:
-        return Step(Move.CLEAR, case.idle_since, found.idle_minutes, why=f"busy again at {found.busy_at.isoformat()}")
+        return Step(Move.CLEAR, case.idle_since, found.idle_minutes, why=f"busy again at {minute_utc(found.busy_at)}")
     idle_minutes = found.idle_minutes if found.idle_since is not None else 0
     if case.state == "observing":
         if fresh and idle_minutes >= rules.window_minutes:

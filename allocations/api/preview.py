@@ -24,6 +24,7 @@ from kernel.api.openapi import errors
 from kernel.api.views import ApiView
 from kernel.clock import clock_now
 from kernel.errors import NotAllowed, TransitionNotAllowed
+from kernel.words import counted
 
 
 class ClusterFitOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -211,7 +212,7 @@ def request_preview(*, allocation: Allocation) -> dict[str, Any]:
     if refusal is not None:
         summary = f"As things stand, approval would be refused: {refusal.message}"
     elif victims:
-        summary = f"Approval would reclaim {len(victims)} grant{'s' if len(victims) != 1 else ''}."
+        summary = f"Approval would reclaim {counted(len(victims), 'grant')}."
     else:
         summary = "Approval would reclaim nothing: it fits within the quotas and on the GPUs."
     return {

@@ -52,8 +52,9 @@ from kernel.errors import (
     TransitionNotAllowed,
 )
 from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
-from kernel.times import time_readable
+from kernel.times import minute_utc, time_readable
 from kernel.transactions import retry_on_deadlock
+from kernel.words import counted
 from tenants.access import access_for, department_chain
 
 # Grants whose terms may change: holding, and not on their way out.
@@ -81,7 +82,7 @@ def _require_no_reclaim(allocation: Allocation) -> None:
         deadline = allocation.reclaim_deadline.isoformat() if allocation.reclaim_deadline else "its deadline"
         raise TransitionNotAllowed(
             f"Allocation #{allocation.pk} gives back {allocation.reclaim_units} of its {allocation.quantity} units "
-            f"at {deadline} (reclaimed for request #{allocation.reclaimed_for_id}); it takes no change until then.",
+            f"at {time_readable(deadline)} (reclaimed for request #{allocation.reclaimed_for_id}); it takes no change until then.",
             details={"state": allocation.state, "reclaim_units": allocation.reclaim_units, "reclaim_deadline": deadline},
         )
 
@@ -109,7 +110,7 @@ def self_renew_until(allocation: Allocation) -> datetime.datetime:
 
 def _check_new_end(*, allocation: Allocation, ends_at: datetime.datetime) -> None:
     if ends_at <= allocation.ends_at:
-        raise FieldError("ends_at", f"The new end must be after the current end ({allocation.ends_at.isoformat()}).")
+        raise FieldError("ends_at", f"The new end must be after the current end ({minute_utc(allocation.ends_at)}).")
     longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
     if ends_at - max(clock_now(), allocation.starts_at) > longest:
         raise FieldError("ends_at", f"An allocation may run at most {settings.GPUPORTAL_MAX_ALLOCATION_DAYS} days ahead.")
@@ -218,7 +219,7 @@ def allocation_resize(*, actor: User, allocation_id: int, quantity: int, justifi
     if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= QUANTITY_MAX:
         raise FieldError("quantity", f"Must be a whole number from 1 to {QUANTITY_MAX}.")
     if quantity == allocation.quantity:
-        raise FieldError("quantity", f"The allocation already has {quantity} units.")
+        raise FieldError("quantity", f"The allocation already has {counted(quantity, 'unit')}.")
     _check_justification(justification)
     _require_no_reclaim(allocation)
     if quantity > allocation.quantity:
@@ -245,7 +246,7 @@ def _require_not_ended(allocation: Allocation) -> None:
     overlook the grant's own units."""
     if allocation.ends_at <= clock_now():
         raise TransitionNotAllowed(
-            f"Allocation #{allocation.pk} ended at {time_readable(allocation.ends_at.isoformat())}: no units can be added to it.",
+            f"Allocation #{allocation.pk} ended at {minute_utc(allocation.ends_at)}: no units can be added to it.",
             details={"ends_at": allocation.ends_at.isoformat()},
         )
 
@@ -281,7 +282,7 @@ def _apply_renewal(*, allocation: Allocation, change: AllocationChange) -> dict[
     assert change.ends_at is not None  # a renewal (the model's check constraint)
     if change.ends_at <= allocation.ends_at:
         raise Conflict(
-            f"Allocation #{allocation.pk} already ends {allocation.ends_at.isoformat()}, not before the change's end.",
+            f"Allocation #{allocation.pk} already ends {minute_utc(allocation.ends_at)}, not before the change's end.",
             details={"ends_at": allocation.ends_at.isoformat()},
         )
     refusal = extending.renewal_refusal(allocation=allocation, ends_at=change.ends_at)
@@ -296,7 +297,7 @@ def _apply_raise(*, actor: User, allocation: Allocation, change: AllocationChang
     assert change.quantity is not None  # a resize (the model's check constraint)
     if change.quantity <= allocation.quantity:
         raise Conflict(
-            f"Allocation #{allocation.pk} already has {allocation.quantity} units: the change adds none.",
+            f"Allocation #{allocation.pk} already has {counted(allocation.quantity, 'unit')}: the change adds none.",
             details={"quantity": allocation.quantity},
         )
     if cluster is None:

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from kernel.limits import TEXT_LIMIT
+from kernel.times import minute_utc
 
 
 class WindowKind(models.TextChoices):
@@ -117,4 +118,4 @@ class QuotaWindowEdge(models.Model):
                                 name="quota_window_edge_pending")]
 
     def __str__(self) -> str:
-        return f"{self.kind} of window #{self.window_id} at {self.at.isoformat()}"
+        return f"{self.kind} of window #{self.window_id} at {minute_utc(self.at)}"

@@ -123,7 +123,10 @@ class QuotaWords:
     def refusal(self, check: algebra.Check) -> QuotaExceeded:
         details = self.details(check)
         what = scope_words(check.scope, flavor=self.flavor.name, priority_class=self.priority_class)
-        when = f" from {details['from']} until {details['until']}" if "from" in details else ""
+        when = ""  # the details keep the step's bounds in ISO, for programs; the sentence is for people
+        if "from" in details:
+            bounds = (datetime.datetime.fromisoformat(str(details[key])) for key in ("from", "until"))
+            when = f" from {span_utc(*bounds)}"
         by = f" (set by quota window #{details['limit_by']})" if "limit_by" in details else ""
         return QuotaExceeded(
             str(_Exceeded(cap="Quota", what=what, where=f"department {details['department']}",

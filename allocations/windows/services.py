@@ -49,6 +49,7 @@ from kernel.clock import clock_now
 from kernel.errors import Conflict, FieldError, FourEyes, NotAllowed, TransitionNotAllowed
 from kernel.limits import TEXT_LIMIT
 from kernel.numbers import plain
+from kernel.times import minute_utc
 from kernel.transactions import retry_on_deadlock
 from tenants.access import access_for
 
@@ -331,7 +332,7 @@ def quota_window_approve(*, actor: User, window_id: int, comment: str = "") -> Q
     _require_state(window, WindowState.PENDING)
     now = clock_now()
     if window.ends_at is not None and window.ends_at <= now:
-        raise Conflict(f"Quota window #{window.pk} ended at {window.ends_at.isoformat()}; there is nothing to approve.",
+        raise Conflict(f"Quota window #{window.pk} ended at {minute_utc(window.ends_at)}; there is nothing to approve.",
                        details={"ends_at": window.ends_at.isoformat()})
     _decide(window, actor=actor, state=WindowState.APPROVED, comment=comment, now=now)
     details = _pushed(window, now=now)

@@ -101,7 +101,7 @@ class AppliedEdge:
         """One line for people: which quota, which window, the numbers before → after."""
         what = "ends (cancelled)" if self.cancelled else ("begins" if self.kind == "begin" else "ends")
         text = (
-            f"{self.at.isoformat()} window #{self.window_id} {what}: quota #{self.quota_id} ({self.department}, "
+            f"{minute_utc(self.at)} window #{self.window_id} {what}: quota #{self.quota_id} ({self.department}, "
             f"{self.scope}) guaranteed {self.before['guaranteed']} → {self.after['guaranteed']}, "
             f"limit {self.before['limit']} → {self.after['limit']}"
         )

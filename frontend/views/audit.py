@@ -38,6 +38,7 @@ from frontend.audit_links import target_links
 from frontend.forms import AuditFilterForm, action_family
 from frontend.http import portal_user
 from kernel.clock import clock_now
+from kernel.words import counted
 from tenants.models import Department
 
 PAGE_SIZE = 50
@@ -210,5 +211,5 @@ def audit_checkpoint(request: HttpRequest) -> HttpResponse:
     except (AuditIntegrityError, ImproperlyConfigured) as error:
         messages.error(request, f"No checkpoint published: {error}")
     else:
-        messages.success(request, f"Checkpoint #{checkpoint.number} signed over {checkpoint.size} events.")
+        messages.success(request, f"Checkpoint #{checkpoint.number} signed over {counted(checkpoint.size, 'event')}.")
     return redirect("audit-log")

@@ -27,6 +27,7 @@ from frontend.views.allocations import detail_context
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
 from kernel.times import minute_utc
+from kernel.words import counted
 
 
 def _told(request: HttpRequest, outcome: ChangeOutcome, applied: str) -> None:
@@ -78,8 +79,7 @@ def allocation_resize_view(request: HttpRequest, allocation_id: int) -> HttpResp
             form_add_service_error(form, error)
         else:
             resized = outcome.allocation
-            _told(request, outcome, f"Allocation #{resized.pk} now has {resized.quantity} unit"
-                                    f"{'s' if resized.quantity != 1 else ''}.")
+            _told(request, outcome, f"Allocation #{resized.pk} now has {counted(resized.quantity, 'unit')}.")
             return redirect("allocation-detail", allocation_id=allocation.pk)
     return _shown_again(request, user, allocation, resize_form=form)
 

@@ -28,6 +28,7 @@ from frontend.selectors import cluster_health_list, quota_bars
 from frontend.utilisation import gpu_map_busy
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
+from kernel.words import counted
 from tenants.access import access_for
 
 RECENT = 10
@@ -94,7 +95,7 @@ def cluster_defrag(request: HttpRequest, cluster_id: int) -> HttpResponse:
         messages.error(request, error.message)
     else:
         if plan.moves:
-            messages.success(request, f"Moved {len(plan.moves)} unit(s): {plan.after.describe()}.")
+            messages.success(request, f"Moved {counted(len(plan.moves), 'unit')}: {plan.after.describe()}.")
         else:
             messages.info(request, "Nothing to move: the layout is already as compact as the plan can make it.")
     return redirect("cluster-detail", cluster_id=cluster.pk)

@@ -26,6 +26,7 @@ from frontend.forms import DescribedFieldsMixin
 from frontend.http import form_add_service_error, portal_user
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
+from kernel.words import counted
 from tenants.access_tokens import (
     NAME_MAX_LENGTH,
     IssuedToken,
@@ -46,7 +47,7 @@ EXPIRY_CHOICES_DAYS = (7, 30, 90, 180, 365)
 def expiry_choices() -> list[tuple[str, str]]:
     """The offered lifetimes, within the maximum, the default and the maximum always among them."""
     days = sorted({d for d in EXPIRY_CHOICES_DAYS if d <= token_max_days()} | {token_default_days(), token_max_days()})
-    return [(str(d), f"{d} days") for d in days]
+    return [(str(d), counted(d, "day")) for d in days]
 
 
 class TokenCreateForm(DescribedFieldsMixin, forms.Form):

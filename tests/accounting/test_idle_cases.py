@@ -175,6 +175,7 @@ def test_owners_keep_a_limited_number_of_times_and_the_keep_holds_the_grant_off(
     with pytest.raises(ApplicationError) as exhausted:
         idle_case_keep(actor=world.users["nlp_member"], case_id=second.pk, reason="again", now=after)
     assert exhausted.value.code == "keeps_exhausted"
+    assert f"grant #{held.pk} was kept 1 time in the last 7 days" in exhausted.value.message  # never "1 times"
 
 
 @pytest.mark.django_db

@@ -6,6 +6,7 @@ warning at least the grace earlier, keeps limited to ``max_keeps`` in any 7 days
 from __future__ import annotations
 
 import datetime
+import re
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
@@ -82,6 +83,7 @@ def test_a_busy_bucket_since_the_case_opened_clears_it() -> None:
     step = ladder.step(case=case, buckets=buckets(readings), rules=RULES, now=last_of(readings) + FIVE,
                        last_bucket=last_of(readings))
     assert step.move is Move.CLEAR
+    assert re.fullmatch(r"busy again at \d{4}-\d\d-\d\d \d\d:\d\d UTC", step.why)  # the case's reason, for people
 
 
 def test_the_action_comes_once_the_grace_has_known_idle_minutes_after_the_warning() -> None:

@@ -5,7 +5,7 @@ of their own; rate cards never overlap; who reads what."""
 from __future__ import annotations
 
 import datetime
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 import pytest
 
@@ -113,9 +113,12 @@ def test_a_correction_is_a_line_of_its_own_and_the_charges_stay(world: World, oc
 
 def test_rate_cards_of_a_flavor_never_overlap_and_are_for_platform_admins(world: World, october: None) -> None:
     platform = world.users["platform"]
-    with pytest.raises(Conflict, match="already has rate card"):
+    with pytest.raises(Conflict, match=r"already has rate card #\d+ from 2026-10-25 00:00 UTC: end it first"):
         rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
                          valid_from=datetime.datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
+    with pytest.raises(Conflict, match=r"#\d+ from 2026-10-01 00:00 to 2026-10-25 00:00 UTC: end it first"):
+        rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
+                         valid_from=datetime.datetime(2026, 9, 1, tzinfo=UTC), valid_to=datetime.datetime(2026, 10, 10, tzinfo=UTC))  # fmt: skip
     with pytest.raises(NotAllowed):
         rate_card_create(actor=world.users["nlp_admin"], flavor_id=world.mig.pk, price_per_gpu_hour=Decimal(1),
                          currency="EUR", valid_from=START)  # fmt: skip
@@ -123,6 +126,8 @@ def test_rate_cards_of_a_flavor_never_overlap_and_are_for_platform_admins(world:
         rate_card_create(actor=platform, flavor_id=world.mig.pk, price_per_gpu_hour=Decimal(1), currency="eur", valid_from=START)
     open_ended = RateCard.objects.get(flavor=world.a100, valid_to__isnull=True)
     rate_card_end(actor=platform, rate_card_id=open_ended.pk, valid_to=datetime.datetime(2026, 12, 1, tzinfo=UTC))
+    with pytest.raises(FieldError, match=r"^The card already ends at 2026-12-01 00:00 UTC\.$"):
+        rate_card_end(actor=platform, rate_card_id=open_ended.pk, valid_to=datetime.datetime(2026, 12, 5, tzinfo=UTC))
     rate_card_create(actor=platform, flavor_id=world.a100.pk, price_per_gpu_hour=Decimal(1), currency="EUR",
                      valid_from=datetime.datetime(2026, 12, 1, tzinfo=UTC))  # fmt: skip
     assert AuditEvent.objects.filter(action="rate_card.created").count() == 4
@@ -146,7 +151,14 @@ def test_statements_are_read_by_the_departments_admins_and_auditors_and_download
     csv = world.client("auditor").get(f"/api/v1/statements/{nlp.pk}/lines.csv")
     assert csv.status_code == 200 and csv["X-Statement-SHA256"] == nlp.sha256
     rows = csv.content.decode().splitlines()
-    assert rows[0].startswith("number,kind,project") and rows[1].startswith("1,charge,nlp-llm,a100,") and len(rows) == 3
+    assert rows[0] == "number,kind,project,flavor,rate_card,rate_card_id,basis,gpu_hours,rate,amount,reason"
+    cards = RateCard.objects.filter(flavor=world.a100).order_by("valid_from")
+    # each card named by its validity (its id in a column of its own), hours to 4 places, and a total row
+    assert rows[1].startswith(f"1,charge,nlp-llm,a100,from 2026-10-01 00:00 to 2026-10-25 00:00 UTC,{cards[0].pk},granted,")
+    assert rows[2].startswith(f"2,charge,nlp-llm,a100,from 2026-10-25 00:00 UTC,{cards[1].pk},granted,")
+    assert [len(row.split(",")[7].split(".")[1]) for row in rows[1:]] == [4, 4, 4]
+    hours = sum((line.gpu_hours for line in nlp.lines.all()), Decimal(0)).quantize(Decimal("0.0001"), rounding=ROUND_HALF_UP)
+    assert rows[-1] == f",total,,,,,,{hours},,1588.00," and len(rows) == 4
     assert world.client("platform").get("/api/v1/statements/", {"period": "2026-13"}).status_code == 400
 
     draft = world.client("nlp_admin").get("/api/v1/statements/preview/", {"department": str(world.nlp.pk), "period": "2026-10"})
@@ -170,7 +182,10 @@ def test_a_corrections_reason_cannot_run_as_a_formula_in_the_csv(world: World, o
     statement_correct(actor=world.users["platform"], statement_id=nlp.pk, project_id=world.llm.pk, flavor_id=world.a100.pk,
                       gpu_hours=Decimal(0), amount=Decimal("-1.00"), reason='=HYPERLINK("http://x")')  # fmt: skip
     rows = world.client("platform").get(f"/api/v1/statements/{nlp.pk}/lines.csv").content.decode().splitlines()
-    assert rows[-1].startswith("3,correction,nlp-llm,a100,,granted,") and ",-1.00,\"'=HYPERLINK(" in rows[-1]
+    correction, total, balance = rows[-3:]
+    assert correction.startswith("3,correction,nlp-llm,a100,,,granted,") and ",-1.00,\"'=HYPERLINK(" in correction
+    assert total.startswith(",total,") and total.endswith(",1588.00,")
+    assert balance.startswith(",balance,") and balance.endswith(",1587.00,")  # the total and the corrections
 
 
 def test_the_sums_in_sql_are_the_hours_summed_one_by_one(world: World, october: None) -> None:

@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 
 from allocations.api.preview import admission_preview
@@ -155,3 +156,36 @@ def test_the_demo_goes_on_reading_its_gpus_so_the_map_has_a_busy_value_later() -
     assert BY_NAME["demo-usage-continue"].task == "demo.tasks.demo_usage_continue_task"
     assert BY_NAME["demo-usage-continue"].wanted(lambda name: name == "GPUPORTAL_DEMO_READINGS")
     assert not BY_NAME["demo-usage-continue"].wanted(lambda name: False)  # off unless make run asks for it
+
+
+
+def _stands_for(event: AuditEvent, allocation: Allocation) -> datetime.datetime | None:
+    """The moment an allocation's event stands for, by the allocation's own fields."""
+    if event.action == "allocation.requested":
+        return allocation.created_at
+    if event.action in ("allocation.approved", "allocation.rejected"):
+        return allocation.decided_at
+    if event.action == "allocation.released":
+        return max(row.released_at for row in allocation.reservations.all() if row.released_at is not None)
+    return None
+
+
+def test_the_seeded_events_come_in_the_order_and_at_the_moments_they_stand_for() -> None:
+    """The seed made its stories at the seeding's moment, the past ones first, and dated their rows
+    back afterwards: the audit log, which cannot be dated back, told them out of order and every
+    timeline said all happened when the demo was seeded. The seed now plays each step at its moment
+    (demo.play), so the log tells the stories in the order they happened and, where the portal's
+    clock stamps the log (SQLite: ``make run``'s default), at those moments. PostgreSQL stamps it
+    with the database's own clock (docs/audit.md), which no seed moves."""
+    call_command("seed_demo")
+    allocations = {str(allocation.pk): allocation for allocation in Allocation.objects.prefetch_related("reservations")}
+    told = [(event, moment) for event in AuditEvent.objects.filter(target_type="allocations.allocation").order_by("seq")
+            if (moment := _stands_for(event, allocations[event.target_id])) is not None]  # fmt: skip
+    assert len(told) == 14 + 11 + 3  # 14 requests, 11 decisions (2 requests wait, 1 was withdrawn), 3 releases
+    assert [moment for _, moment in told] == sorted(moment for _, moment in told)
+    training = Allocation.objects.get(justification="Segmentation model training")
+    assert training.decided_at is not None
+    assert datetime.timedelta(days=6) < clock_now() - training.decided_at < datetime.timedelta(days=8)
+    if connection.vendor == "sqlite":
+        assert all(abs(event.occurred_at - moment) < datetime.timedelta(seconds=1) for event, moment in told), told
+        assert f"{training.decided_at:%Y-%m-%d %H:%M}" in page("dave", f"/allocations/{training.pk}/")

@@ -22,6 +22,9 @@ def test_it_shows_the_timeline_and_sync_status(world: World, login: Login) -> No
                  "pushing to test-cluster", "by nlp_admin"):
         assert text in html, text
     assert html.index("was requested") < html.index("was approved")
+    assert "1 unit (1 GPU-equivalent)" in html  # never "1 unit (1 GPU-equivalents)"
+    two = login("nlp_member").get(f"/allocations/{pending(world, quantity=2).pk}/").content.decode()
+    assert "2 units (2 GPU-equivalents)" in two
 
 
 def test_it_shows_the_gpus_the_units_are_booked_on_until_released(world: World, login: Login) -> None:
@@ -67,7 +70,7 @@ def test_it_renews_and_refuses_an_earlier_end(world: World, login: Login) -> Non
     assert allocation.ends_at == later
     response = client.post(f"/allocations/{allocation.pk}/renew/", {"ends_at": "2001-01-01T00:00"})
     assert response.status_code == 400
-    assert "The new end must be after the current end" in response.content.decode()
+    assert f"The new end must be after the current end ({later:%Y-%m-%d %H:%M} UTC)." in response.content.decode()
 
 
 def test_it_hides_changes_from_readers_without_the_right(world: World, login: Login) -> None:

@@ -51,7 +51,9 @@ def test_it_rejects_only_with_a_comment(world: World, login: Login) -> None:
     response = client.post("/approvals/", {"selected": [allocation.pk], "decision": "reject", "comment": " "})
     assert response.status_code == 400
     assert "A rejection needs a comment" in response.content.decode()
-    client.post("/approvals/", {"selected": [allocation.pk], "decision": "reject", "comment": "use MIG slices"})
+    response = client.post("/approvals/", {"selected": [allocation.pk], "decision": "reject", "comment": "use MIG slices"},
+                           follow=True)
+    assert f"Rejected #{allocation.pk}." in response.content.decode()  # never "Rejectd"
     allocation.refresh_from_db()
     assert allocation.state == AllocationState.REJECTED and allocation.decision_comment == "use MIG slices"
 

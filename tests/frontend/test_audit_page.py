@@ -96,6 +96,9 @@ def test_it_shows_the_outcome_of_a_verification(world: World, login: Login, monk
     monkeypatch.setattr("frontend.views.audit.audit_log_verify", lambda: LiveReport(events=7, checkpoints=2))
     html = client.post("/audit/verify/", follow=True).content.decode()
     assert "Verification passed: OK: 7 events, 2 checkpoints" in html and "✓ Passed" in html
+    monkeypatch.setattr("frontend.views.audit.audit_log_verify", lambda: LiveReport(events=1, checkpoints=1))
+    html = client.post("/audit/verify/", follow=True).content.decode()
+    assert "Verification passed: OK: 1 event, 1 checkpoint in the database" in html  # never "1 checkpoints"
 
     def broken() -> LiveReport:
         raise VerificationFailure("altered", "the stored hash does not match", seq=3)

@@ -25,7 +25,7 @@ def test_a_platform_admin_sees_the_plan_and_applies_it(world: World, login: Logi
     assert f"#{future.pk} unit 0 (a100-1g): a100-0 gpu1@0 → a100-0 gpu0@" in html
 
     response = client.post(f"/platform/clusters/{world.cluster.pk}/defrag/", follow=True)
-    assert "Moved 3 unit(s): 1 of 24 GPUs partly used" in response.content.decode()
+    assert "Moved 3 units: 1 of 24 GPUs partly used" in response.content.decode()
     assert {gpus for _, gpus, _ in live_places(future)} == {(0,)}
     event = AuditEvent.objects.get(action="allocation.moved")
     assert event.actor_username == "platform"

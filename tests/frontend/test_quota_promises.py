@@ -380,7 +380,7 @@ def test_a_larger_quantity_waits_a_rejection_needs_a_comment_and_fewer_units_app
     assert f"Allocation #{allocation.pk} now has 1 unit." in response.content.decode()
     response = client.post(f"/allocations/{allocation.pk}/resize/", {"quantity": 1})
     assert response.status_code == 400
-    assert re.search(r'id="id_resize_quantity_error"[^>]*><p>The allocation already has 1 units.</p>',
+    assert re.search(r'id="id_resize_quantity_error"[^>]*><p>The allocation already has 1 unit.</p>',
                      response.content.decode())
 
 

@@ -183,3 +183,12 @@ def test_messages_show_times_as_people_read_them_and_payloads_keep_the_exact_tim
     assert "From 2026-12-02 15:55 UTC to 2026-12-16 15:55 UTC." in message.lines
     assert payload["starts_at"] == "2026-12-02T15:55:30.588661+00:00"
     assert when(None) == "None" and when("soon") == "soon"
+
+
+def test_messages_count_in_the_singular_and_the_plural() -> None:
+    from notifications.messages import describe
+
+    grant = {"allocation": 16, "quantity": 1, "flavor": "a100-80gb", "project": "nlp-llm", "ends_at": "2026-12-16T15:55:00+00:00"}
+    assert describe("allocation.expiring", {**grant, "days": 1}).title.endswith("ends in 1 day")
+    assert describe("allocation.expiring", {**grant, "days": 3}).title.endswith("ends in 3 days")
+    assert describe("digest", {"items": [{"title": "one"}]}).title == "Your GPU Portal digest: 1 notification"

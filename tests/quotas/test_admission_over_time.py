@@ -65,6 +65,8 @@ def test_a_request_across_two_grants_that_never_overlap_is_admitted_when_its_wor
     details = refusal.value.details
     assert (details["department"], details["flavor"], details["in_use"], details["limit"]) == ("vision", "h100", "8", "8")
     assert (details["from"], details["until"]) == ((now + DAY).isoformat(), (now + 2 * DAY).isoformat())
+    # the sentence writes the binding day as people read times; the details keep ISO for programs
+    assert f"from {now + DAY:%Y-%m-%d %H:%M} to {now + 2 * DAY:%Y-%m-%d %H:%M} UTC;" in str(refusal.value)
     after = approve(world, asked(world, quantity=1, start=now + 2 * DAY, end=now + 3 * DAY))  # the day after alone
     assert after.state == AllocationState.SCHEDULED
 

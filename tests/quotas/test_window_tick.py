@@ -170,6 +170,7 @@ def test_a_window_cancelled_in_force_ends_when_it_is_cancelled(world: World) -> 
     assert (edge.at, edge.kind, edge.cancelled, edge.before["limit"], edge.after["limit"]) == (
         cancelled_at, "end", True, "14", "10")
     assert "ends (cancelled)" in edge.line()
+    assert edge.line().startswith(f"{cancelled_at:%Y-%m-%d %H:%M} UTC window #{festival.pk} ")  # for people, not ISO
     assert quota_windows_tick(now=now + 12 * MINUTE).applied == []
     assert quota_windows_tick(now=now + DAY + MINUTE).applied == []  # its planned end never comes
 

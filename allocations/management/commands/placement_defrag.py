@@ -7,16 +7,13 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from allocations.booking.defrag import DefragPlan, defrag_apply, defrag_plan
 from clusters.models import Cluster
-
-
-def _count(number: int, noun: str) -> str:
-    return f"{number} {noun}" + ("" if number == 1 else "s")
+from kernel.words import counted
 
 
 def describe(plan: DefragPlan, *, applied: bool) -> list[str]:
     lines = [
-        f"cluster {plan.cluster.name}: {_count(plan.movable_units, 'movable unit')} of "
-        f"{_count(plan.movable_allocations, 'allocation')} not started yet",
+        f"cluster {plan.cluster.name}: {counted(plan.movable_units, 'movable unit')} of "
+        f"{counted(plan.movable_allocations, 'allocation')} not started yet",
         f"  fragmentation before: {plan.before.describe()}",
     ]
     if plan.moves:
