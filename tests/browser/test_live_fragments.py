@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, Route, ViewportSize, expect
 
+from frontend.views.approvals import OUTLOOK_ROWS
 from tests.browser.conftest import Portal
+from tests.frontend.conftest import pending
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -131,3 +133,31 @@ def test_a_failed_feedback_says_so_and_retry_works(portal: Portal, viewport: Vie
     expect(feedback.get_by_role("alert")).to_have_count(0)
     portal.shot("feedback-retried")
 
+
+def test_approval_rows_beyond_the_first_load_their_decision_with_loading_and_retry(portal: Portal) -> None:
+    page, world = portal.page, portal.world
+    page.set_viewport_size({"width": 390, "height": 844})
+    requests = [pending(world) for _ in range(OUTLOOK_ROWS + 1)]
+    lazy = requests[-1]
+    route = re.compile(rf"/approvals/{lazy.pk}/decision/")
+    page.route(route, lambda answer: answer.fulfill(status=503, content_type="text/html", body="busy"))
+    portal.login("nlp_admin")
+    portal.nav("Approvals")
+    cell = page.locator(f"#queue-quota-{lazy.pk}")
+    cell.scroll_into_view_if_needed()
+    expect(cell.get_by_role("alert")).to_contain_text(f"Request #{lazy.pk} could not be checked: the portal answered 503")
+    portal.shot("approvals-row-error")
+
+    page.unroute(route)
+    held = held_routes(page, route)
+    cell.get_by_role("button", name="Retry").click()
+    expect(cell).to_have_attribute("aria-busy", "true")
+    wait_for(page, held)
+    expect(cell.get_by_role("status")).to_contain_text("Checking quota and what approval would do…")
+    held[0].continue_()
+    page.unroute(route)
+    expect(cell).to_contain_text("✓ nlp · a100 units: 0 + 1 of 8")
+    expect(page.locator(f"#queue-outlook-{lazy.pk}")).to_contain_text("Approval would reclaim nothing")
+    expect(cell).not_to_have_attribute("aria-busy", "true")
+    portal.shot("approvals-row-loaded")
+    assert not [error for error in portal.console_errors if "Content Security Policy" in error]
