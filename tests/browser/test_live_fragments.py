@@ -161,3 +161,15 @@ def test_approval_rows_beyond_the_first_load_their_decision_with_loading_and_ret
     expect(cell).not_to_have_attribute("aria-busy", "true")
     portal.shot("approvals-row-loaded")
     assert not [error for error in portal.console_errors if "Content Security Policy" in error]
+
+
+def test_a_form_answered_400_shows_its_field_errors_not_a_failure(portal: Portal) -> None:
+    """A form's 400 carries its fields' errors: swapped in like any answer (HTMX alone drops it)."""
+    page = portal.page
+    portal.login("nlp_member")
+    page.get_by_role("link", name="API tokens").click()
+    page.get_by_role("button", name="Create token").click()
+    panel = page.locator("#token-create")
+    expect(panel).to_contain_text("No token was created: please correct the fields marked below.")
+    expect(page.locator("[data-live-status]")).to_have_count(0)
+    expect(panel).not_to_have_attribute("aria-busy", "true")

@@ -145,9 +145,11 @@ document.addEventListener("DOMContentLoaded", function () {
     sent.timer = setTimeout(function () { showLoading(sent); }, LOADING_DELAY_MS);
   });
   // A form answered 400 carries its fields' errors: shown like any answer, not as a failure.
+  // (The event fires on the target; the form that sent the request is the request's element.)
   document.body.addEventListener("htmx:beforeSwap", function (event) {
     var detail = event.detail;
-    if (detail.xhr.status === 400 && detail.elt && detail.elt.tagName === "FORM") {
+    var sender = detail.requestConfig ? detail.requestConfig.elt : null;
+    if (detail.xhr.status === 400 && sender && sender.tagName === "FORM") {
       detail.shouldSwap = true;
       detail.isError = false;
     }
