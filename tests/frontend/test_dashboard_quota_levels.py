@@ -107,7 +107,4 @@ def test_a_team_sees_each_department_above_it(world: World, login: Login) -> Non
     html = login("speech_member").get("/").content.decode()
     assert "What limits a request in nlp-speech" in html
     assert "nlp (above nlp-speech)" in text_of(html) and "acme (above nlp-speech)" in text_of(html)
-
-
-def test_a_person_without_a_role_sees_no_levels(world: World, login: Login) -> None:
-    assert "What limits a request" not in login("nobody").get("/").content.decode()
+    assert "What limits a request" not in login("nobody").get("/").content.decode()  # no role: no department
