@@ -110,6 +110,24 @@ def quota_lines(admission: Admission) -> list[QuotaLine]:
     ]
 
 
+def _quota_refusal(admission: Admission, lines: list[QuotaLine]) -> str:
+    """Why the decision refused the request before any quota line (no quota, a project's cap)."""
+    found = admission.decision.refusal
+    return found.message if found is not None and not lines else ""
+
+
+def decision_feedback(admission: Admission) -> RequestFeedback:
+    """The quota part of a request's feedback, from its decision alone: no dry run, for a page that
+    shows where the request fits already (a row of the approvals queue read on its own)."""
+    allocation = admission.allocation
+    lines = quota_lines(admission)
+    return RequestFeedback(
+        flavor=allocation.flavor, quantity=allocation.quantity,
+        gpu_equivalents=allocation.flavor.gpu_equivalents_for(allocation.quantity), quota=lines,
+        quota_refusal=_quota_refusal(admission, lines), reclaims=bool(admission.decision.victims), admission=admission,
+    )
+
+
 def _cluster_lines(
     *, flavor: Flavor, quantity: int, cluster: Cluster | None, reads: SharedReads, project: Project | None
 ) -> list[ClusterLine]:
@@ -146,8 +164,7 @@ def request_feedback(
     refusal = ""
     if admission is not None:
         lines = quota_lines(admission)
-        found = admission.decision.refusal
-        refusal = found.message if found is not None and not lines else ""
+        refusal = _quota_refusal(admission, lines)
     return RequestFeedback(
         flavor=flavor,
         quantity=quantity,

@@ -39,6 +39,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("changes/<int:change_id>/cancel/", changes.change_cancel, name="change-cancel"),
     path("changes/<int:change_id>/decide/", changes.change_decide, name="change-decide"),
     path("approvals/", approvals.approvals, name="approvals"),
+    path("approvals/<int:allocation_id>/decision/", approvals.approval_decision, name="approval-decision"),
     path("usage/", approvals.department_usage, name="department-usage"),
     path("utilisation/", utilisation.utilisation, name="utilisation"),
     path("idle/", idle.idle_cases, name="idle-cases"),

@@ -18,6 +18,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from accounting.idle.selectors import idle_case_list
 from accounting.idle_models import OPEN_STATES
+from allocations.admission.headroom import quota_chains
 from allocations.booking.reservations import reservations_where
 from allocations.catalogue.selectors import allocation_get, allocation_may_change, pending_changes
 from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
@@ -67,11 +68,14 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     access = access_for(user)
     deciding = bool(access.administered) or access.is_platform_admin
     page = Paginator(dashboard_allocations(user=user), DASHBOARD_PAGE_SIZE).get_page(request.GET.get("page"))
+    departments = membership_department_ids(user=user)
     context = {
         "title": "Dashboard",
         "access": access,
         "page": page,
-        "bars": quota_bars(user=user, department_ids=membership_department_ids(user=user)),
+        "bars": quota_bars(user=user, department_ids=departments),
+        # Every level that binds a request: the department's quotas and each ancestor's, as admission counts them.
+        "chains": quota_chains(department_ids=sorted(departments)) if access.has_any_role else [],
         "pending_count": pending_for_decision(user=user).count() if deciding else 0,
         "changes_count": pending_changes_for_decision(user=user).count() if deciding else 0,
         "idle_count": idle_open_count(user=user) if access.has_any_role else 0,

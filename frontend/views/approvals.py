@@ -10,7 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods
 
@@ -20,7 +20,7 @@ from allocations.models import Allocation, AllocationChange
 from allocations.models.windows import WindowState
 from allocations.windows.services import quota_window_list
 from frontend.accounting import department_accounting
-from frontend.feedback import RequestFeedback, request_feedback
+from frontend.feedback import RequestFeedback, decision_feedback, request_feedback
 from frontend.forms import DecisionForm
 from frontend.http import portal_user
 from frontend.outlook import AdmissionOutlook, admission_read, outlook_of
@@ -48,8 +48,9 @@ admin decides first (the queue's order: the department least served for its fair
 the oldest): each is a full admission read (``allocations.admission.planning.admission_decide``: a
 few queries for the quota tree and the grants overlapping the request, three per candidate
 cluster, and four for the segments of its quota lines), which shares no reads with the others, so
-the queue's cost stays bounded however long it is. Every other request links to its page, which
-says what approval would do."""
+the queue's cost stays bounded however long it is. Every other request reads the same decision
+when its row comes into view (``approval_decision``, one HTMX request per row), and links to its
+page, which says it too, for a browser without scripts."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,24 @@ def _queue(user: User, standings: dict[int, FairShareStanding]) -> list[QueueRow
              fair_share=standings.get(allocation.project.department_id))
         for index, allocation in enumerate(pending_for_decision(user=user, factors=factors)[:QUEUE_LIMIT])
     ]
+
+
+@require_GET
+@login_required
+def approval_decision(request: HttpRequest, allocation_id: int) -> HttpResponse:
+    """One request of the queue beyond its first ``OUTLOOK_ROWS``: the quota lines and the outlook
+    of the decision approval would make on it now, read as for the first rows (``admission_read``,
+    ``outlook_of``), loaded when its row comes into view. Only a request in the viewer's own queue:
+    any other (another department's, one decided already, anyone's who decides none) answers 404,
+    as if it did not exist."""
+    user = portal_user(request)
+    allocation = pending_for_decision(user=user).filter(pk=allocation_id).first()
+    if allocation is None:
+        raise Http404("No such request waits for your decision.")
+    admission = admission_read(allocation=allocation)
+    context = {"allocation": allocation, "feedback": decision_feedback(admission),
+               "outlook": outlook_of(user=user, admission=admission)}
+    return render(request, "frontend/_queue_decision.html", context)
 
 
 def _decide(request: HttpRequest, user: User, form: DecisionForm) -> None:

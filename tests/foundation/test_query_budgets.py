@@ -26,7 +26,7 @@ from django.utils import timezone
 
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
 from allocations.grants import changes, services
-from allocations.models import Allocation, Flavor, PriorityClass, ProjectQuota, Quota, SharingMode
+from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, ProjectQuota, Quota, SharingMode
 from allocations.quotas.usage import department_usage, quota_usages
 from audit.models import AuditEvent
 from clusters.inventory import GpuSpec, node_upsert
@@ -204,6 +204,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
     cluster = world.cluster.pk
     requested = {"action": "allocation.requested"}
     event = AuditEvent.objects.filter(action="allocation.requested", target_id=str(detail.pk)).values_list("seq", flat=True).get()
+    queued = Allocation.objects.filter(state=AllocationState.PENDING, project=world.llm).order_by("pk").values_list(
+        "pk", flat=True).first()
     return {
         "login": get("login", None),
         "dashboard": get("home", "nlp_member"),
@@ -216,6 +218,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "allocation detail": get("allocation-detail", "nlp_member", allocation_id=detail.pk),
         "allocation detail (nlp_admin, usage guide as viewer)": get("allocation-detail", "nlp_admin", allocation_id=detail.pk),
         "approvals": get("approvals", "nlp_admin"),
+        # A row beyond the queue's first: the same decision, read alone when the row comes into view.
+        "approvals row decision": get("approval-decision", "nlp_admin", allocation_id=queued),
         "department usage": get("department-usage", "nlp_admin"),
         "department usage (platform)": get("department-usage", "platform"),
         "clusters": get("clusters", "platform"),

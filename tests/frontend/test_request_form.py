@@ -106,6 +106,22 @@ def test_it_gives_live_feedback_on_quota_and_fit(world: World, login: Login) -> 
     assert "<html" not in html  # a fragment
 
 
+@pytest.mark.parametrize(("quantity", "verdict"), [
+    (2, "This request fits today."),
+    (9, "As things stand, approval would be refused."),
+])
+def test_the_feedback_says_its_verdict_first(world: World, login: Login, quantity: int, verdict: str) -> None:
+    """The verdict comes right under the panel's title, before the sharing explainer and the
+    numbers: on a phone those run a screen long."""
+    params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": quantity,
+              "priority_class": world.standard.pk, "duration_days": 7}
+    html = login("nlp_member").get("/allocations/new/feedback/", params).content.decode()
+    order = [html.index(marker) for marker in ('id="feedback-title"', 'id="feedback-verdict"', 'id="feedback-sharing"',
+                                               'id="feedback-gpu-eq"', 'id="feedback-outlook"')]
+    assert order == sorted(order)
+    assert verdict in text_of(html.split('id="feedback-verdict"', 1)[1].split("</p>", 1)[0])
+
+
 def test_it_names_the_node_and_gpus_the_engine_would_choose(world: World, login: Login) -> None:
     params = {"project": world.llm.pk, "flavor": world.a100.pk, "quantity": 3, "priority_class": world.standard.pk}
     where = where_line(login("nlp_member").get("/allocations/new/feedback/", params).content.decode())

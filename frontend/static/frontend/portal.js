@@ -95,6 +95,103 @@ document.addEventListener("DOMContentLoaded", function () {
     windowForm.addEventListener("input", showPreset);
     showPreset();
   }
+  // Live fragments (every hx-get and hx-post of the portal): while a request runs its target is
+  // aria-busy; when no answer has come after LOADING_DELAY_MS a spinner says so (a quick answer
+  // shows none, so nothing flickers); a request that fails (an error status, no answer, a timeout)
+  // leaves a message with a Retry button that sends it again with the fields as they are now. The
+  // message goes into the target, or next to the element that sent the request when that element
+  // is inside the target (a form that replaces its own section). Words: data-live-loading and
+  // data-live-error on the target or the sender.
+  var LOADING_DELAY_MS = 300;
+  var requests = new WeakMap();  // xhr -> what it was sent for
+  var words = function (sent, name, fallback) {
+    var from = sent.target.closest("[" + name + "]") || sent.elt.closest("[" + name + "]");
+    return from ? from.getAttribute(name) : fallback;
+  };
+  var holderOf = function (elt, target) {
+    return (target === elt || target.contains(elt)) ? elt : target;
+  };
+  var clearStatus = function (holder) {
+    holder.querySelectorAll(":scope > [data-live-status]").forEach(function (old) { old.remove(); });
+  };
+  var putStatus = function (holder, node) {
+    clearStatus(holder);
+    if (holder.tagName === "FORM") { holder.appendChild(node); } else { holder.insertBefore(node, holder.firstChild); }
+  };
+  var showLoading = function (sent) {
+    var status = document.createElement("div");
+    status.className = "live-status live-loading";
+    status.setAttribute("data-live-status", "loading");
+    status.setAttribute("role", "status");
+    var spinner = document.createElement("span");
+    spinner.className = "spinner";
+    spinner.setAttribute("aria-hidden", "true");
+    var text = document.createElement("span");
+    text.textContent = words(sent, "data-live-loading", "Loading…");
+    status.append(spinner, text);
+    putStatus(sent.holder, status);
+    sent.target.classList.add("live-waiting");
+  };
+  var retry = function (sent) {
+    if (!document.body.contains(sent.elt) || !document.body.contains(sent.target)) { window.location.reload(); return; }
+    // A failure again ends in the same message; the promise's rejection has nothing more to say.
+    htmx.ajax(sent.verb, sent.path, { source: sent.elt, target: sent.target }).then(null, function () {});
+  };
+  var showError = function (sent, why) {
+    var status = document.createElement("div");
+    status.className = "live-status live-error";
+    status.setAttribute("data-live-status", "error");
+    status.setAttribute("role", "alert");
+    var text = document.createElement("span");
+    text.textContent = words(sent, "data-live-error", "This part of the page could not be loaded") + ": " + why + ".";
+    var button = document.createElement("button");
+    button.type = "button";
+    button.className = "secondary";
+    button.textContent = "Retry";
+    button.addEventListener("click", function () { retry(sent); });
+    status.append(text, button);
+    putStatus(sent.holder, status);
+    // What the target still shows answers an earlier question: dimmed, unless it holds the sender.
+    if (sent.holder === sent.target) { sent.target.classList.add("live-stale"); }
+  };
+  var settle = function (sent) {
+    clearTimeout(sent.timer);
+    sent.target.removeAttribute("aria-busy");
+    sent.target.classList.remove("live-waiting");
+    if (sent.holder.isConnected) {
+      sent.holder.querySelectorAll(':scope > [data-live-status="loading"]').forEach(function (old) { old.remove(); });
+    }
+  };
+  document.body.addEventListener("htmx:beforeRequest", function (event) {
+    var detail = event.detail;
+    var target = detail.target;
+    if (!target || !target.closest) { return; }
+    var elt = detail.elt;
+    var sent = { elt: elt, target: target, holder: holderOf(elt, target), verb: detail.requestConfig.verb,
+                 path: detail.requestConfig.path };
+    requests.set(detail.xhr, sent);
+    clearStatus(sent.holder);
+    target.classList.remove("live-stale");
+    target.setAttribute("aria-busy", "true");
+    sent.timer = setTimeout(function () { showLoading(sent); }, LOADING_DELAY_MS);
+  });
+  // A 400 carries a form's field errors: base.html's htmx-config swaps it as an answer, not a failure.
+  document.body.addEventListener("htmx:afterRequest", function (event) {
+    var sent = requests.get(event.detail.xhr);
+    if (!sent) { return; }
+    settle(sent);
+    if (event.detail.failed) {
+      showError(sent, "the portal answered " + event.detail.xhr.status + (event.detail.xhr.statusText ? " " + event.detail.xhr.statusText : ""));
+    }
+  });
+  var unanswered = function (why) {
+    return function (event) {
+      var sent = requests.get(event.detail.xhr);
+      if (sent) { settle(sent); showError(sent, why); }
+    };
+  };
+  document.body.addEventListener("htmx:sendError", unanswered("the portal could not be reached"));
+  document.body.addEventListener("htmx:timeout", unanswered("the portal took too long to answer"));
   // After a refused submit, put the keyboard on the first field that needs correcting.
   if (document.querySelector(".form-errors[role=alert]")) {
     var invalid = document.querySelector('main [aria-invalid="true"]');
