@@ -189,7 +189,8 @@ class WindowRequestForm(DescribedFieldsMixin, WindowTermsFields):
         data = self.cleaned_data
         priority_class = data.get("priority_class")
         terms = WindowTerms(
-            **self.terms(), **{name: data.get(name) for name in self.NUMBER_NAMES},
+            **self.terms(), guaranteed_delta=data.get("guaranteed_delta"), limit_delta=data.get("limit_delta"),
+            guaranteed=data.get("guaranteed"), limit=data.get("limit"),
             priority_class_id=priority_class.pk if priority_class is not None else None,
             shrink_policy=data["shrink_policy"],
         )
