@@ -35,8 +35,9 @@ from allocations.quotas.usage import quota_usages
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import PAGE_BUDGET, Effective, Step, WindowSpec, timeline
 from allocations.quotas.wording import quota_scope_name
+from frontend.charts import point
 from kernel.numbers import plain
-from kernel.times import WEEKDAY
+from kernel.times import WEEKDAY, span_utc
 from kernel.words import counted
 from tenants.access import department_parent_map, department_subtree_ids
 from tenants.models import Department
@@ -96,6 +97,7 @@ class Chart:
     plot_top: int
     plot_bottom: int
     description: str
+    step_points: str = ""  # each step's values as a focusable point (frontend.charts.point), escaped there
 
     @property
     def plot_width(self) -> int:
@@ -189,11 +191,28 @@ def chart(*, steps: Sequence[Step], in_use: Decimal, start: datetime.datetime, e
         f"{round(span / 86400)} days, the limit from {_fmt(min(s.effective.limit for s in steps))} to "
         f"{_fmt(max(s.effective.limit for s in steps))}" + (f", lowered {len(lows)} times" if lows else "") + "."
     )
+    step_points = "".join(
+        point(label=step_label(step, in_use), x=float(x(step.start)), width=float(x(step.end)) - float(x(step.start)),
+              y=TOP, height=PLOT_HEIGHT, first=index == 0)
+        for index, step in enumerate(steps)
+    )  # fmt: skip
     return Chart(
         width=width, height=TOP + PLOT_HEIGHT + BOTTOM, limit_points=points("limit"),
         guaranteed_points=points("guaranteed"), use_y=y(in_use), days=tuple(days), ticks=ticks,
         plot_left=LEFT, plot_right=right, plot_top=TOP, plot_bottom=TOP + PLOT_HEIGHT, description=description,
+        step_points=step_points,
     )
+
+
+def step_label(step: Step, in_use: Decimal) -> str:
+    """One step of the chart in words, as its point tells it on hover and focus: when, the limit and
+    the guarantee then, which quota window sets each, and what is in use now."""
+    def by(window_id: int | None) -> str:
+        return f" (quota window #{window_id})" if window_id is not None else ""
+
+    effective = step.effective
+    return (f"{span_utc(step.start, step.end)}: limit {_fmt(effective.limit)}{by(effective.limit_by)}, "
+            f"guarantee {_fmt(effective.guaranteed)}{by(effective.guaranteed_by)}; {_fmt(in_use)} in use now")
 
 
 def _amount(grant: Allocation, quota: Quota) -> Decimal:

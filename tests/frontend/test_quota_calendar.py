@@ -116,6 +116,25 @@ def test_the_chart_steps_up_for_a_raise_and_back_and_lists_the_coming_shrink(wor
     assert "begins" in windows and "ends" in windows and "asked by platform" in windows
 
 
+def test_each_step_of_the_chart_tells_its_values_on_hover_and_focus(world: World, login: Login) -> None:
+    """The calendar's chart is read like the utilisation charts: a point per step, its values as a
+    tooltip and as its accessible name, one point in the tab order, a readout under the chart."""
+    raised = window(world, begins_in=datetime.timedelta(days=2), hours=24, limit_delta=Decimal(4))
+    html = login("nlp_member").get(f"/calendar/{world.nlp.pk}/").content.decode()
+    figure = re.search(rf'<figure class="calendar" id="calendar-{gpu_quota(world).pk}">.*?</figure>', html, re.S)
+    assert figure is not None
+    svg = re.search(r'<svg class="calendar-chart"[^>]*>', figure.group(0))
+    assert svg is not None and 'role="group"' in svg.group(0)
+    readout = re.search(r'data-chart-readout="([^"]+)"', svg.group(0))
+    assert readout is not None and f'id="{readout.group(1)}"' in figure.group(0)
+    points = re.findall(r'<rect class="chart-point"[^>]*tabindex="(-?\d)"[^>]*aria-label="([^"]+)"', figure.group(0))
+    assert [tab for tab, _label in points] == ["0", "-1", "-1"]  # three steps, one tab stop
+    labels = [unescape(label) for _tab, label in points]
+    assert labels[1].endswith(f"limit 14 (quota window #{raised.pk}), guarantee 0; 0 in use now")
+    assert " to " in labels[1] and "UTC: limit" in labels[1]
+    assert "limit 10, guarantee 0" in labels[0] and "quota window" not in labels[0]
+
+
 def test_a_shrink_within_30_minutes_names_the_grants_over_the_new_value(world: World, login: Login) -> None:
     oldest = grant(world, 1, world.standard)
     newer = grant(world, 2, world.standard)
