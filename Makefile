@@ -13,13 +13,14 @@ include tools/kube-testenv.mk
 include tools/nvcheck.mk
 include tools/helm.mk
 
-.PHONY: help venv venv-run lock run test test-fast lint browser prometheus ldap clean
+.PHONY: help venv venv-run lock run test test-fast lint browser prometheus ldap clean screenshots
 
 help:
 	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
 	@echo "make test       the whole suite (PostgreSQL, Redis, kube-apiserver, Chromium)"
 	@echo "make test-fast  the suite on SQLite, skipping what needs the services"
 	@echo "make lint       ruff, mypy --strict and the migrations check"
+	@echo "make screenshots  the README's screenshots (docs/screenshots/), desktop and phone, from the browser tests"
 	@echo "make simulate   the simulator: SEEDS=1-200 STEPS=1000 [JOBS=2 MINUTES=120 MUTATION=name|all] (docs/simulation.md)"
 	@echo "make deploy-check  the Helm charts: lint, render, schema, server dry run, push as the target ServiceAccount"
 	@echo "make lock       recompile requirements.lock and requirements-dev.lock after a pyproject.toml change"
@@ -63,6 +64,11 @@ ldap:
 		if [ "$$(id -u)" -ne 0 ]; then echo "OpenLDAP is missing: apt-get install slapd ldap-utils libldap2-dev libsasl2-dev (as root)"; exit 1; fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 			slapd ldap-utils libldap2-dev libsasl2-dev; }
+
+## screenshots: the README's images, taken by tests/browser/test_screenshots.py (skipped unless
+## GPUPORTAL_SCREENSHOTS names a folder), on SQLite like make test-fast.
+screenshots: venv browser
+	GPUPORTAL_DEBUG=true GPUPORTAL_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest tests/browser/test_screenshots.py -q -p no:cacheprovider
 
 lint: venv
 	$(BIN)/ruff check .

@@ -107,11 +107,21 @@ class Portal:
         expect(self.page.get_by_role("heading", name="Dashboard", level=1)).to_be_visible()
 
     def logout(self) -> None:
+        self.open_menu()
         self.page.get_by_role("button", name=re.compile(r"^Log out")).click()
         expect(self.page.get_by_role("heading", name="Log in")).to_be_visible()
 
     def nav(self, label: str) -> None:
+        self.open_menu()
         self.page.get_by_role("navigation", name="Main").get_by_role("link", name=label, exact=True).click()
+
+    def open_menu(self) -> None:
+        """On a phone's width the navigation is folded under its Menu button: open it. The page's
+        script folds it on DOMContentLoaded: wait for that before looking."""
+        self.page.wait_for_load_state("load")
+        menu = self.page.get_by_role("button", name="Menu", exact=True)
+        if menu.is_visible() and menu.get_attribute("aria-expanded") == "false":
+            menu.click()
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ def test_it_lists_and_filters_events(world: World, login: Login) -> None:
     client = login("auditor")
     html = client.get("/audit/", {"action": "allocation.requested"}).content.decode()
     assert f"allocations.allocation {allocation.pk}" in html
-    assert "<td>nlp</td>" in html and "<td>vision</td>" in html
+    assert '<td data-label="Department">nlp</td>' in html and '<td data-label="Department">vision</td>' in html
     assert "node.updated" not in html.split("<tbody>", 1)[1]
 
 
@@ -52,7 +52,7 @@ def test_it_shows_a_department_admin_only_their_departments(world: World, login:
     pending(world, persona="vision_member", project="seg", flavor="h100")
     html = login("nlp_admin").get("/audit/").content.decode()
     table = html.split("<tbody>", 1)[1]
-    assert "<td>nlp</td>" in table and "<td>vision</td>" not in table
+    assert '<td data-label="Department">nlp</td>' in table and '<td data-label="Department">vision</td>' not in table
     assert login("nlp_admin").get("/audit/", {"department": world.vision.pk}).status_code == 400
 
 

@@ -48,7 +48,10 @@ def test_the_table_renders_the_tree_with_its_numbers(world: World, login: Login)
     now = timezone.now()
     FairShare.objects.create(department=world.nlp, shares=3, usage=12.5, as_of=now)
     FairShare.objects.create(department=world.vision, usage=2.5, as_of=now)
-    html = login("platform").get("/fair-share/").content.decode()
+    labelled = login("platform").get("/fair-share/").content.decode()
+    # On a phone each row is a card and each cell shows its column's name (portal.css, table.cards).
+    assert '<td data-label="Level fair share (S / U)">0.720</td>' in labelled
+    html = re.sub(r' data-label="[^"]*"', "", labelled)
     assert rows_of(html) == [f"{world.acme.pk}", f"own-{world.acme.pk}", f"{world.nlp.pk}", f"own-{world.nlp.pk}",
                              f"{world.speech.pk}", f"{world.vision.pk}"]  # fmt: skip
     assert re.search(r"<title>Fair share · GPU Portal</title>", html) and html.count("<h1") == 1

@@ -48,7 +48,7 @@ def test_it_shows_cluster_sync_health(world: World, login: Login) -> None:
     assert "health-error" in rows["broken"] and "connection refused" in rows["broken"]
     assert "1 pending" in rows["broken"] and "1 failed" in rows["broken"] and "up to date" in rows["test-cluster"]
     assert "never synced" in rows["fresh"]
-    assert "<td>3</td><td>24</td>" in rows["test-cluster"]  # nodes, GPUs
+    assert '<td data-label="Nodes">3</td><td data-label="GPUs">24</td>' in rows["test-cluster"]  # nodes, GPUs
 
 
 def booked(allocation: Allocation) -> dict[tuple[str, int], list[Reservation]]:

@@ -111,7 +111,7 @@ def test_the_chart_steps_up_for_a_raise_and_back_and_lists_the_coming_shrink(wor
     text = text_of(figure.group(0))
     assert "now: limit 10, guaranteed 0" in text
     assert "limit 14 → 10" in text and f"#{raised.pk} (wait)" in text
-    windows = text_of(part(html, r'<table class="queue" id="windows">.*?</table>'))
+    windows = text_of(part(html, r'<table class="queue cards" id="windows">.*?</table>'))
     assert f"#{raised.pk} GPU-equivalents" in windows and "limit +4" in windows and "Approved" in windows
     assert "begins" in windows and "ends" in windows and "asked by platform" in windows
 

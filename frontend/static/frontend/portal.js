@@ -1,6 +1,24 @@
 // Progressive enhancement only: every page works without this file.
 "use strict";
 document.addEventListener("DOMContentLoaded", function () {
+  // The main menu on a narrow screen (_nav.html): folded under its Menu button, which opens and
+  // closes it; Escape closes it and puts the keyboard back on the button. The stylesheet shows the
+  // button on narrow screens only; without this script the menu simply stays open.
+  document.querySelectorAll("button[data-menu-toggle]").forEach(function (toggle) {
+    var nav = toggle.closest("nav");
+    var panel = document.getElementById(toggle.getAttribute("aria-controls"));
+    if (!nav || !panel) { return; }
+    var setOpen = function (open) { toggle.setAttribute("aria-expanded", open ? "true" : "false"); };
+    var isOpen = function () { return toggle.getAttribute("aria-expanded") === "true"; };
+    setOpen(false);
+    toggle.hidden = false;
+    toggle.addEventListener("click", function () { setOpen(!isOpen()); });
+    nav.addEventListener("keydown", function (event) {
+      if (event.key !== "Escape" || !isOpen() || toggle.offsetParent === null) { return; }
+      setOpen(false);
+      toggle.focus();
+    });
+  });
   // "Select all" checkboxes: shown only when scripts run; they tick every box of the named group.
   document.querySelectorAll("input[data-select-all]").forEach(function (all) {
     var name = all.getAttribute("data-select-all");

@@ -1,0 +1,259 @@
+"""Every page of every role at a desktop's and a phone's width: nothing wider than the screen.
+
+One crawl per role (one sign-in each, one browser for all): the pages its navigation reaches and
+the pages those link to, one level deep (one page per kind of address: one allocation's page, one
+department's). Each page is measured at 1366 × 900 and at 390 × 844: the document never scrolls
+sideways, and no element reaches past the screen's right edge unless a scroll box holds it (a wide
+table may scroll inside its box; it may not widen the page). On a phone the approvals queue shows
+the columns an admin decides by (justification, quota impact, fit, what approval would do, and the
+box that selects the request) without scrolling sideways, and the dashboard's State column whole.
+The navigation folds under a Menu button that the keyboard opens and closes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from decimal import Decimal
+from urllib.parse import urlsplit
+
+import pytest
+from django.utils import timezone
+from playwright.sync_api import Page, ViewportSize, expect
+from pytest_django.live_server_helper import LiveServer
+
+from allocations.grants import changes, services
+from allocations.models import Quota, RuleChangeKind
+from allocations.rules.changes import rule_change_propose
+from allocations.windows.services import quota_window_create
+from allocations.windows.terms import WindowTerms
+from tests.browser.conftest import Portal
+from tests.conftest import World
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DESKTOP = ViewportSize(width=1366, height=900)
+PHONE = ViewportSize(width=390, height=844)
+ROLES = ("nlp_member", "nlp_admin", "auditor", "platform")
+# Addresses that are no page to lay out: downloads, the API and its docs, Django's admin, signing out.
+NOT_PAGES = re.compile(r"^/(api|admin|static|oidc|logout|audit/export|notifications/unsubscribe)(/|$)")
+JUSTIFICATION = ("Fine-tuning a seven-billion-parameter model for the speech team's paper deadline; the "
+                 "evaluation runs every night and needs the whole node to itself")
+
+# What reaches past the right edge of the screen, outside any box that clips or scrolls it. A box
+# clips what its containing blocks lead back to it: an absolutely positioned element skips the
+# static boxes between it and its positioned ancestor, which is how a visually hidden label inside
+# a scroll box can still widen the page.
+OVERFLOWING = """() => {
+  const width = window.innerWidth;
+  const style = (el) => getComputedStyle(el);
+  const clips = (el) => ["auto", "scroll", "hidden", "clip"].includes(style(el).overflowX);
+  const containingBlock = (el) => {
+    const position = style(el).position;
+    if (position === "fixed") { return null; }
+    let up = el.parentElement;
+    if (position === "absolute") {
+      while (up && style(up).position === "static" && style(up).transform === "none") { up = up.parentElement; }
+    }
+    return up;
+  };
+  const held = (el) => {
+    for (let box = containingBlock(el); box && box !== document.body; box = containingBlock(box)) {
+      if (clips(box)) { return true; }
+    }
+    return false;
+  };
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") +
+    (el.classList.length ? "." + Array.from(el.classList).join(".") : "");
+  const found = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    const box = el.getBoundingClientRect();
+    if ((box.width || box.height) && box.right > width + 0.5 && !held(el)) {
+      found.push(name(el) + " to " + Math.round(box.right) + " px: " + (el.textContent || "").trim().slice(0, 40));
+    }
+  }
+  return {scrollWidth: document.documentElement.scrollWidth, width: width, found: found.slice(0, 5)};
+}"""
+
+# Whether the cells of the named columns show whole: inside the screen and inside the box that
+# scrolls them, if any.
+COLUMNS_SHOWN = """([caption, headers]) => {
+  const table = Array.from(document.querySelectorAll("table")).find((t) => t.caption && t.caption.textContent.trim() === caption);
+  if (!table) { return ["no table " + caption]; }
+  const names = Array.from(table.tHead.rows[0].cells).map((cell) => cell.textContent.trim());
+  const missing = [];
+  const inside = (box, outer) => box.left >= outer.left - 0.5 && box.right <= outer.right + 0.5;
+  for (const row of table.tBodies[0].rows) {
+    for (const header of headers) {
+      const cell = row.cells[header === "" ? 0 : names.indexOf(header)];
+      const box = cell ? cell.getBoundingClientRect() : null;
+      const scroller = cell ? cell.closest(".table-scroll") : null;
+      const screen = {left: 0, right: window.innerWidth};
+      if (!box || !box.width || !inside(box, screen) || (scroller && !inside(box, scroller.getBoundingClientRect()))) {
+        missing.push((header || "selection") + " of row " + row.rowIndex);
+      }
+    }
+  }
+  return missing;
+}"""
+
+
+def seed(world: World) -> None:
+    """Something in every queue and list: a pending request, a grant with a pending resize, a quota
+    window and a rule change waiting for a decision."""
+    start = timezone.now()
+
+    def request(quantity: int, justification: str) -> int:
+        return services.allocation_request(
+            actor=world.users["nlp_member"], project=world.llm, flavor=world.a100, quantity=quantity,
+            priority_class=world.standard, starts_at=start, ends_at=start + datetime.timedelta(days=14),
+            justification=justification,
+        ).pk
+
+    granted = services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=request(1, "evaluation"))
+    changes.allocation_resize(actor=world.users["nlp_member"], allocation_id=granted.pk, quantity=2,
+                              justification="the evaluation grew")
+    request(2, JUSTIFICATION)
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    begins = start + datetime.timedelta(days=1)
+    quota_window_create(
+        actor=world.users["nlp_admin"], quota_id=quota.pk, justification="conference deadline",
+        terms=WindowTerms(kind="temporary", begins_at=begins, ends_at=begins + datetime.timedelta(days=2),
+                          limit_delta=Decimal(4)),
+    )
+    rule_change_propose(actor=world.users["platform"], kind=RuleChangeKind.QUOTA_UPDATE, quota_id=quota.pk,
+                        fields={"limit": Decimal(12)})
+
+
+def pages_of(page: Page, selector: str) -> list[str]:
+    """The portal's pages linked from ``selector`` on this page, one per kind of address."""
+    hrefs: list[str] = page.eval_on_selector_all(
+        selector, "links => links.filter((a) => !a.hasAttribute('download')).map((a) => a.href)")
+    here = urlsplit(page.url).netloc
+    found: dict[str, str] = {}
+    for href in hrefs:
+        parts = urlsplit(href)
+        if parts.netloc != here or parts.query or NOT_PAGES.match(parts.path):
+            continue
+        found.setdefault(re.sub(r"\d+", "N", parts.path), parts.path)
+    return list(found.values())
+
+
+def measure(page: Page, path: str, problems: list[str]) -> None:
+    for size in (DESKTOP, PHONE):
+        page.set_viewport_size(size)
+        result = page.evaluate(OVERFLOWING)
+        where = f"{path} at {size['width']} px"
+        if result["scrollWidth"] > result["width"]:
+            problems.append(f"{where}: the document is {result['scrollWidth']} px wide")
+        problems.extend(f"{where}: {found}" for found in result["found"])
+    page.set_viewport_size(DESKTOP)
+
+
+def crawl(portal: Portal, persona: str, problems: list[str]) -> int:
+    page = portal.page
+    portal.login(persona)
+    seen: set[str] = set()
+    first = pages_of(page, "nav[aria-label='Main'] a[href]")
+    queue = ["/", *first]
+    for depth in (0, 1):
+        deeper: list[str] = []
+        for path in queue:
+            kind = re.sub(r"\d+", "N", path)
+            if kind in seen:
+                continue
+            seen.add(kind)
+            response = page.goto(path)
+            assert response is not None and response.ok, f"{persona}: {path} answered {response and response.status}"
+            page.wait_for_load_state("networkidle")
+            measure(page, f"{persona} {path}", problems)
+            if depth == 0:
+                deeper.extend(pages_of(page, "main a[href]"))
+        queue = deeper
+    portal.logout()
+    return len(seen)
+
+
+def test_no_page_of_any_role_is_wider_than_the_screen(portal: Portal) -> None:
+    seed(portal.world)
+    problems: list[str] = []
+    counts = {persona: crawl(portal, persona, problems) for persona in ROLES}
+    assert not problems, "\n".join(problems)
+    # Every role reaches its pages and some beyond them (a guard against a crawl that finds nothing).
+    assert counts["nlp_member"] >= 8 and counts["platform"] >= 20, counts
+
+
+def test_on_a_phone_the_deciding_columns_and_the_state_show_whole(portal: Portal) -> None:
+    page = portal.page
+    seed(portal.world)
+    page.set_viewport_size(PHONE)
+    portal.login("nlp_admin")
+    page.goto("/approvals/")
+    expect(page.get_by_role("heading", name="Approvals", level=1)).to_be_visible()
+    deciding = ["", "Justification", "Quota impact", "Fit", "On approval"]
+    assert page.evaluate(COLUMNS_SHOWN, ["Requests waiting for a decision", deciding]) == []
+    assert page.evaluate(COLUMNS_SHOWN, ["Changes waiting for a decision", ["Justification", "Decision"]]) == []
+    expect(page.get_by_label(re.compile(r"^Select request #\d+$"))).to_be_in_viewport()
+    portal.shot("approvals-phone")
+    portal.logout()
+    portal.login("nlp_member")
+    assert page.evaluate(COLUMNS_SHOWN, ["Allocations you requested or that belong to your projects",
+                                         ["#", "State", "Expires (UTC)", "Cluster sync"]]) == []
+    portal.shot("dashboard-phone")
+
+
+def test_on_a_phone_the_menu_folds_and_the_keyboard_opens_it(portal: Portal) -> None:
+    page = portal.page
+    page.set_viewport_size(PHONE)
+    portal.login("platform")
+    menu = page.get_by_role("button", name="Menu", exact=True)
+    approvals = page.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals", exact=True)
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(approvals).to_be_hidden()
+    topbar_height = page.locator(".topbar").bounding_box()
+    assert topbar_height is not None and topbar_height["height"] < 64  # one row, not four to six
+    page.keyboard.press("Tab")  # the skip link
+    page.keyboard.press("Tab")  # the brand
+    page.keyboard.press("Tab")
+    expect(menu).to_be_focused()
+    outline = menu.evaluate("b => { const s = getComputedStyle(b); return [s.outlineStyle, s.outlineWidth]; }")
+    assert outline[0] != "none" and outline[1] != "0px"  # the focus shows
+    page.keyboard.press("Enter")
+    expect(menu).to_have_attribute("aria-expanded", "true")
+    expect(approvals).to_be_visible()
+    portal.shot("menu-open")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("navigation", name="Main").get_by_role("link", name="Dashboard")).to_be_focused()
+    page.keyboard.press("Escape")
+    expect(menu).to_have_attribute("aria-expanded", "false")
+    expect(menu).to_be_focused()
+    expect(approvals).to_be_hidden()
+    menu.click()
+    approvals.click()
+    expect(page.get_by_role("heading", name="Approvals", level=1)).to_be_visible()
+    expect(page.get_by_role("button", name="Menu", exact=True)).to_have_attribute("aria-expanded", "false")
+    # At a desktop's width there is no button: the links show.
+    page.set_viewport_size(DESKTOP)
+    expect(menu).to_be_hidden()
+    expect(approvals).to_be_visible()
+
+
+def test_without_scripts_the_phone_menu_stays_open_in_one_row(portal: Portal, live_server: LiveServer) -> None:
+    browser = portal.page.context.browser
+    assert browser is not None
+    quiet = browser.new_context(base_url=live_server.url, viewport=PHONE, java_script_enabled=False)
+    try:
+        page = quiet.new_page()
+        page.goto("/login/")
+        page.get_by_label("Username").fill("platform")
+        page.get_by_label("Password").fill("pw-platform")
+        page.get_by_role("button", name="Log in").click()
+        expect(page.get_by_role("heading", name="Dashboard", level=1)).to_be_visible()
+        nav = page.get_by_role("navigation", name="Main")
+        expect(page.get_by_role("button", name="Menu", exact=True)).to_be_hidden()
+        expect(nav.get_by_role("link", name="Dashboard", exact=True)).to_be_visible()
+        box = nav.locator("ul").bounding_box()
+        assert box is not None and box["height"] < 56  # one row of links that scrolls sideways
+        assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
+    finally:
+        quiet.close()
