@@ -48,6 +48,8 @@ R, D, P = "researcher", "department-admin", "platform-admin"
 OPERATIONS: dict[str, Binding] = {
     # Allocations: the researcher asks, the department admin decides (never their own: four-eyes).
     "v1_allocations_create": Binding(R, body="allocation"),
+    # What approving a request would do, before it is submitted: the same body, nothing written.
+    "v1_allocations_preview_create": Binding(R, body="allocation"),
     "v1_allocations_approve_create": Binding(D, {"allocation_id": "allocation_pending"}),
     "v1_allocations_reject_create": Binding(D, {"allocation_id": "allocation_pending"}, body="reject"),
     "v1_allocations_release_create": Binding(R, {"allocation_id": "allocation_granted"}),

@@ -17,6 +17,7 @@ from allocations.grants import changes
 from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas import algebra
 from kernel.errors import QuotaExceeded
+from kernel.times import minute_utc
 from tests.conftest import World
 from tests.quotas.windowing import DAY, HOUR, approve, ask, granted, quota, window
 
@@ -65,7 +66,7 @@ def test_a_raise_in_force_lets_in_what_the_base_refuses_but_not_past_its_end(wor
     details = refusal.value.details
     assert (details["limit"], details["in_use"], details["requested"]) == ("4", "0", "6")
     assert details["from"] == end and "limit_by" not in details  # the base, after it
-    assert f"from {end}" in refusal.value.message
+    assert f"from {minute_utc(now + DAY).removesuffix(' UTC')} to " in refusal.value.message  # for people
 
     inside = approve(world, ask(world, quantity=6, length=12 * HOUR))
     assert inside.state == AllocationState.APPROVED
