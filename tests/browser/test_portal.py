@@ -308,7 +308,7 @@ def test_a_department_admin_asks_for_a_window_a_platform_admin_approves_the_cale
     page.get_by_role("navigation", name="Departments").get_by_role("link", name="nlp", exact=True).click()
     expect(figure).to_contain_text("now: limit 14, guaranteed 0")
     expect(figure).to_contain_text(f"windows in force: #{window_id}")
-    expect(figure.get_by_role("group")).to_have_accessible_name(re.compile(r"^GPU-equivalents: limit 14 and guarantee 0 now"))
+    expect(figure.locator("svg.calendar-chart")).to_have_accessible_name(re.compile(r"^GPU-equivalents: limit 14 and guarantee 0 now"))
     raised = figure.locator(".chart-point").first  # the step in force now, in the tab order
     expect(raised).to_have_accessible_name(re.compile(rf"limit 14 \(quota window #{window_id}\), guarantee 0"))
     expect(page.locator(f"#window-{window_id}")).to_contain_text("Approved")
