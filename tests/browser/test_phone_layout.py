@@ -1,4 +1,5 @@
-"""Every page of every role at a desktop's and a phone's width: nothing wider than the screen.
+"""Every page of every role at a desktop's and a phone's width: nothing wider than the screen, and
+no text under WCAG's contrast ratio.
 
 One crawl per role (one sign-in each, one browser for all): the pages its navigation reaches and
 the pages those link to, one level deep (one page per kind of address: one allocation's page, one
@@ -75,6 +76,50 @@ OVERFLOWING = """() => {
   return {scrollWidth: document.documentElement.scrollWidth, width: width, found: found.slice(0, 5)};
 }"""
 
+# Text whose contrast with what is behind it is under WCAG 2.2's AA ratio (1.4.3): 4.5:1, or 3:1
+# for large text (24 px, or 18.66 px bold). What is behind a text is the first box up from it with a
+# background colour that is not transparent (the page's white at the top); text that is not shown,
+# disabled controls and SVG (whose labels are drawn with fill) are left out.
+LOW_CONTRAST = """() => {
+  const parse = (value) => {
+    const m = value.match(/rgba?\\(([^)]+)\\)/);
+    if (!m) { return null; }
+    const parts = m[1].split(",").map((v) => parseFloat(v));
+    return {r: parts[0], g: parts[1], b: parts[2], a: parts.length > 3 ? parts[3] : 1};
+  };
+  const luminance = (c) => {
+    const lin = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+    return 0.2126 * lin(c.r) + 0.7152 * lin(c.g) + 0.0722 * lin(c.b);
+  };
+  const behind = (el) => {
+    for (let up = el; up; up = up.parentElement) {
+      const bg = parse(getComputedStyle(up).backgroundColor);
+      if (bg && bg.a > 0.5) { return bg; }
+    }
+    return {r: 255, g: 255, b: 255, a: 1};
+  };
+  const found = [];
+  for (const el of document.body.querySelectorAll("*")) {
+    if (el.closest("svg") || el.disabled || el.closest("[hidden], [aria-hidden='true']")) { continue; }
+    const own = Array.from(el.childNodes).some((n) => n.nodeType === 3 && n.textContent.trim());
+    const box = el.getBoundingClientRect();
+    const style = getComputedStyle(el);
+    if (!own || !box.width || !box.height || style.visibility !== "visible" || parseFloat(style.opacity) < 0.1) { continue; }
+    if (style.clip === "rect(0px, 0px, 0px, 0px)" || style.clipPath === "inset(50%)" || box.width <= 1) { continue; }
+    const fg = parse(style.color);
+    if (!fg) { continue; }
+    const [hi, lo] = [luminance(fg), luminance(behind(el))].sort((a, b) => b - a);
+    const ratio = (hi + 0.05) / (lo + 0.05);
+    const size = parseFloat(style.fontSize);
+    const large = size >= 24 || (size >= 18.66 && parseInt(style.fontWeight, 10) >= 700);
+    if (ratio < (large ? 3 : 4.5)) {
+      found.push(el.tagName.toLowerCase() + (el.className && typeof el.className === "string" ? "." + el.className.split(" ").join(".") : "") +
+                 " " + ratio.toFixed(2) + ":1: " + el.textContent.trim().slice(0, 30));
+    }
+  }
+  return found.slice(0, 5);
+}"""
+
 # Whether the cells of the named columns show whole: inside the screen and inside the box that
 # scrolls them, if any.
 COLUMNS_SHOWN = """([caption, headers]) => {
@@ -147,6 +192,7 @@ def measure(page: Page, path: str, problems: list[str]) -> None:
         if result["scrollWidth"] > result["width"]:
             problems.append(f"{where}: the document is {result['scrollWidth']} px wide")
         problems.extend(f"{where}: {found}" for found in result["found"])
+        problems.extend(f"{where}: low contrast {found}" for found in page.evaluate(LOW_CONTRAST))
     page.set_viewport_size(DESKTOP)
 
 
@@ -257,3 +303,13 @@ def test_without_scripts_the_phone_menu_stays_open_in_one_row(portal: Portal, li
         assert page.evaluate("document.documentElement.scrollWidth") <= PHONE["width"]
     finally:
         quiet.close()
+
+
+def test_the_contrast_check_finds_pale_text_and_passes_the_portals_muted_grey(portal: Portal) -> None:
+    page = portal.page
+    page.set_content(
+        '<body style="background:#fff"><p id="pale" style="color:#aaa">Pale words</p>'
+        '<p style="color:#57606a">Muted words</p><h1 style="color:#949494;font-size:32px">Large grey</h1>'
+        '<div style="background:#0b5cad"><span style="color:#fff">On blue</span></div></body>'
+    )
+    assert [found.split(" ")[0] for found in page.evaluate(LOW_CONTRAST)] == ["p"]  # only the pale one: 2.32:1
