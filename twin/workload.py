@@ -179,8 +179,9 @@ def _shape(raw: _Line, flavors: Mapping[str, Shape] | None) -> Shape:
 def _relative(parsed: list[tuple[Job, set[str]]], source: str) -> list[Job]:
     """ISO moments made seconds from the first of them; a workload mixing both is refused."""
     iso = [job for job, fields in parsed if "submit_at" in fields]
-    if iso and len(iso) != len(parsed):
-        line = next(job.line for job, fields in parsed if "submit_at" not in fields)
+    if iso and len(iso) != len(parsed):  # name the first line written unlike the first one
+        first = "submit_at" in parsed[0][1]
+        line = next(job.line for job, fields in parsed if ("submit_at" in fields) != first)
         raise TwinInputError(source, line, "submit_at", "seconds and ISO 8601 moments are mixed in one workload")
     origin = min((job.submit_at for job in iso), default=0.0)
     out = []

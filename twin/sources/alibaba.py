@@ -23,7 +23,8 @@ import zlib
 from pathlib import Path
 
 from twin.errors import TwinInputError
-from twin.sources.catalogue import DEPARTMENTS, department_of, flavor_for, zipf_weights
+from twin.policy import Policy
+from twin.sources.catalogue import DEPARTMENTS, department_of, flavor_for, policy_for, zipf_weights
 from twin.sources.generator import busy_draw
 from twin.workload import Job, Shape
 
@@ -74,3 +75,9 @@ def trace_read(text: str, *, source: str = "trace") -> list[Job]:
 
 def trace_load(path: Path) -> list[Job]:
     return trace_read(path.read_text(), source=path.name)
+
+
+def trace_policy(installed: int) -> Policy:
+    """Each department guaranteed its share of the trace's tasks (its Zipf weight) of the installed
+    GPUs, limited to the whole cluster."""
+    return policy_for(DEPARTMENTS, zipf_weights(len(DEPARTMENTS), TRACE_SKEW), installed)
