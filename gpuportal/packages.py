@@ -18,6 +18,7 @@ LAYERS: tuple[str, ...] = (
     "clusters",
     "placement",
     "allocations",
+    "twin",
     "delivery",
     "telemetry",
     "accounting",
@@ -37,7 +38,10 @@ NEVER_DEPLOYED: tuple[str, ...] = ("kube_testenv",)
 SHIPPED: tuple[str, ...] = tuple(package for package in PACKAGES if package not in NEVER_DEPLOYED)
 
 # The Django apps a layer installs, where that is not the layer itself: kernel only its
-# Idempotency-Key store, the placement engine (no Django) and gpuportal (configuration only) none.
-_DJANGO_APPS: dict[str, tuple[str, ...]] = {"placement": (), "kernel": ("kernel.idempotency",), "gpuportal": ()}
+# Idempotency-Key store, the placement engine and the policy twin (no Django) and gpuportal
+# (configuration only) none.
+_DJANGO_APPS: dict[str, tuple[str, ...]] = {
+    "placement": (), "twin": (), "kernel": ("kernel.idempotency",), "gpuportal": (),
+}
 # The portal's Django apps, in the import order (the settings install them after Django's own).
 PORTAL_APPS: tuple[str, ...] = tuple(app for layer in LAYERS for app in _DJANGO_APPS.get(layer, (layer,)))

@@ -90,6 +90,7 @@ class View:
         self.holdings = _Holdings(tree, self.grants)
         self._subtrees: dict[int, set[int]] = {}
         self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
+        self._kept: dict[tuple[int, Scope], Decimal] = {}  # idle_kept: the grants never change in a view
 
     def subtree(self, department_id: int) -> set[int]:
         if department_id not in self._subtrees:
@@ -104,8 +105,11 @@ class View:
 
     def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
         """What the department's teams keep of their guarantees and do not lend, beyond their use."""
-        used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
-        return self.holdings.inner(department_id, scope, {}) - used
+        key = (department_id, scope)
+        if key not in self._kept:
+            used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
+            self._kept[key] = self.holdings.inner(department_id, scope, {}) - used
+        return self._kept[key]
 
     def guarantee_line(self, department_id: int, scope: Scope) -> Decimal:
         limit = self.tree.limits.get((department_id, scope))

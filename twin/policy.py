@@ -1,0 +1,193 @@
+"""The policy file (YAML): departments with their quotas, priority classes and a catalogue of
+flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU is 1, a share of
+500 thousandths is 0.5), as the portal's ``None`` scope counts them.
+
+    departments:
+      - {name: nlp, guarantee: 120, limit: 400}
+    priority_classes:
+      - {name: gpu-standard, value: 10000, preemption: PreemptLowerPriority, oversubscription_factor: 1,
+         notice_minutes: 15, preemptible: false}
+    flavors:
+      - {name: a100-half, num_gpu: 1, gpu_milli: 500, gpu_model: A100}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+
+from twin.errors import TwinInputError
+from twin.workload import GPU_MILLI, Job, Shape
+
+PREEMPTION = ("PreemptLowerPriority", "Never")
+
+
+@dataclass(frozen=True)
+class Department:
+    name: str
+    guarantee: Decimal
+    limit: Decimal
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preempts_lower: bool = False
+    factor: Decimal = Decimal(1)
+    notice_s: float = 900.0  # 0 when preemptible, as the portal's ``PriorityClass.notice``
+
+
+@dataclass(frozen=True)
+class Policy:
+    departments: tuple[Department, ...]
+    classes: Mapping[str, PriorityClass]
+    flavors: Mapping[str, Shape] = field(default_factory=dict)
+
+    def department(self, name: str) -> Department:
+        return next(d for d in self.departments if d.name == name)
+
+    @property
+    def guaranteed(self) -> Decimal:
+        return sum((d.guarantee for d in self.departments), Decimal(0))
+
+    @property
+    def reclaim_notice_s(self) -> float:
+        """The longest notice a reclaimed grant gets: a request within its guarantee that waits
+        longer than this waited for more than a reclaim (a guarantee violation)."""
+        return max((c.notice_s for c in self.classes.values()), default=0.0)
+
+    def check_jobs(self, jobs: list[Job], source: str = "workload") -> None:
+        """Every request names a known department and priority class (else an error naming its line)."""
+        names = {d.name for d in self.departments}
+        for job in jobs:
+            if job.department not in names:
+                raise TwinInputError(source, job.line, "department", f"no department {job.department!r} in the policy")
+            if job.priority_class not in self.classes:
+                raise TwinInputError(source, job.line, "priority_class",
+                                     f"no priority class {job.priority_class!r} in the policy")
+
+
+class _Entry:
+    def __init__(self, source: str, where: str, data: Any) -> None:
+        if not isinstance(data, dict):
+            raise TwinInputError(source, where, "(entry)", "must be a mapping")
+        self.source, self.where, self.data = source, where, data
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        raise TwinInputError(self.source, self.where, key, message)
+
+    def text(self, key: str, default: str | None = None) -> str:
+        value = self.data.get(key, default)
+        if not isinstance(value, str) or not value.strip():
+            self.fail(key, "required, a non-empty text")
+        return str(value).strip()
+
+    def decimal(self, key: str, default: Decimal | None = None, low: Decimal = Decimal(0)) -> Decimal:
+        value = self.data.get(key)
+        if value is None and default is not None:
+            return default
+        try:
+            number = Decimal(str(value)) if not isinstance(value, bool) and value is not None else None
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite() or number < low:
+            self.fail(key, f"must be a number at least {low}, not {value!r}")
+        return number
+
+    def integer(self, key: str, default: int | None = None, low: int = 0, high: int = 10**9) -> int:
+        value = self.data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            self.fail(key, f"must be a whole number from {low} to {high}, not {value!r}")
+        return int(value)
+
+
+def _department(entry: _Entry) -> Department:
+    guarantee = entry.decimal("guarantee")
+    limit = entry.decimal("limit", default=guarantee)
+    if limit < guarantee:
+        entry.fail("limit", f"must be at least the guarantee ({guarantee}), not {limit}")
+    return Department(entry.text("name"), guarantee, limit)
+
+
+def _priority_class(entry: _Entry) -> PriorityClass:
+    preemption = entry.text("preemption", "PreemptLowerPriority")
+    if preemption not in PREEMPTION:
+        entry.fail("preemption", f"must be one of {', '.join(PREEMPTION)}, not {preemption!r}")
+    preemptible = entry.data.get("preemptible", False)
+    if not isinstance(preemptible, bool):
+        entry.fail("preemptible", "must be true or false")
+    notice = entry.integer("notice_minutes", 15, high=10080)
+    return PriorityClass(entry.text("name"), entry.integer("value", low=-2147483648, high=1_000_000_000),
+                         preemption == "PreemptLowerPriority", entry.decimal("oversubscription_factor", Decimal(1), Decimal(1)),
+                         0.0 if preemptible else 60.0 * notice)
+
+
+def _flavor(entry: _Entry) -> tuple[str, Shape]:
+    count = entry.integer("num_gpu", 1, low=1, high=64)
+    milli = entry.integer("gpu_milli", GPU_MILLI, low=1, high=GPU_MILLI)
+    if count > 1 and milli != GPU_MILLI:
+        entry.fail("gpu_milli", "a share below a whole GPU is only possible with num_gpu 1")
+    model = entry.data.get("gpu_model")
+    models = frozenset(m.strip() for m in str(model).split("|") if m.strip()) if model else frozenset()
+    return entry.text("name"), Shape(count, milli, models)
+
+
+def _section(source: str, data: dict[str, Any], key: str, *, required: bool) -> list[_Entry]:
+    items = data.get(key, [] if not required else None)
+    if not isinstance(items, list) or (required and not items):
+        raise TwinInputError(source, key, "(section)", "required, a non-empty list" if required else "must be a list")
+    return [_Entry(source, f"{key}[{index}]", item) for index, item in enumerate(items)]
+
+
+def _unique(source: str, key: str, names: list[str]) -> None:
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise TwinInputError(source, f"{key}[{index}]", "name", f"{name!r} is given twice")
+
+
+def policy_read(text: str, *, source: str = "policy") -> Policy:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise TwinInputError(source, mark.line + 1 if mark else 0, "(yaml)", str(error).splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise TwinInputError(source, 1, "(document)", "must be a mapping with departments and priority_classes")
+    unknown = sorted(set(data) - {"departments", "priority_classes", "flavors"})
+    if unknown:
+        raise TwinInputError(source, unknown[0], "(section)", "unknown section")
+    departments = [_department(entry) for entry in _section(source, data, "departments", required=True)]
+    classes = [_priority_class(entry) for entry in _section(source, data, "priority_classes", required=True)]
+    flavors = [_flavor(entry) for entry in _section(source, data, "flavors", required=False)]
+    _unique(source, "departments", [d.name for d in departments])
+    _unique(source, "priority_classes", [c.name for c in classes])
+    _unique(source, "flavors", [name for name, _ in flavors])
+    return Policy(tuple(departments), {c.name: c for c in classes}, dict(flavors))
+
+
+def policy_load(path: Path) -> Policy:
+    return policy_read(path.read_text(), source=path.name)
+
+
+def policy_write(policy: Policy) -> str:
+    """The policy as YAML that :func:`policy_read` reads back."""
+    data: dict[str, Any] = {
+        "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit)}
+                        for d in policy.departments],
+        "priority_classes": [
+            {"name": c.name, "value": c.value, "preemption": PREEMPTION[0] if c.preempts_lower else PREEMPTION[1],
+             "oversubscription_factor": float(c.factor), "notice_minutes": int(c.notice_s // 60),
+             "preemptible": c.notice_s == 0}
+            for c in policy.classes.values()
+        ],
+        "flavors": [{"name": name, "num_gpu": s.num_gpu, "gpu_milli": s.gpu_milli,
+                     **({"gpu_model": "|".join(sorted(s.models))} if s.models else {})}
+                    for name, s in policy.flavors.items()],
+    }
+    return yaml.safe_dump(data, sort_keys=False)

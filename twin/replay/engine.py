@@ -1,0 +1,266 @@
+"""The replay in virtual time: arrivals, ends and reclaim notices on one event queue.
+
+A request arrives at its ``eligible_at`` and waits in the queue until its policy starts it
+(``modes.admit``). Its run ends ``runtime_s`` later, releasing its units. Waiting requests are
+tried again whenever GPUs or quota free (an end, a reclaim's notice running out), in order:
+priority first (except for ``pool``), then submission, and a request that cannot start does not
+hold back those behind it (backfill). Identical requests (department, class, shape, quantity)
+wait in one FIFO bucket: once its head cannot start in a pass, neither can the rest, so a pass
+costs the number of buckets, not the length of the queue.
+
+A reclaim marks its victims' units as leaving; at the end of each victim's notice (its priority
+class's) those units are released, their run is lost (the request is queued again to run from the
+start), and once every victim of a reclaim has left, the request it was made for is tried first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from placement import Node
+from twin.policy import Policy
+from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
+from twin.replay.state import Holding, Pools, partition, workload_of
+from twin.replay.world import World
+from twin.workload import Job
+
+END, LEAVE, ARRIVE = 0, 1, 2  # at one instant: what frees first, then what arrives
+
+
+@dataclass
+class JobRecord:
+    job: Job
+    department: int
+    in_guarantee: bool = False
+    first_start: float | None = None
+    finish: float | None = None
+    restarts: int = 0
+
+
+@dataclass(frozen=True)
+class Run:
+    """A unit-set of a grant held from ``start`` to ``end``: ``held`` GPU-equivalents booked,
+    ``native`` those its request asks; ``lost``: ended by a reclaim."""
+
+    record: int
+    department: int
+    start: float
+    end: float
+    held: float
+    native: float
+    busy: float
+    lost: bool = False
+
+
+@dataclass
+class Outcome:
+    policy: str
+    records: list[JobRecord]
+    runs: list[Run]
+    horizon: float
+    stop: float
+    installed: int
+    reclaims: int = 0
+    events: int = 0
+    wall_s: float = 0.0
+    departments: tuple[str, ...] = ()
+    guarantees: tuple[float, ...] = ()
+    notice_s: float = 0.0
+
+
+@dataclass(order=True)
+class _Entry:
+    key: tuple[float, ...]
+    record: int = field(compare=False)
+    job: Job = field(compare=False)
+
+
+@dataclass
+class _Promise:
+    entry: _Entry
+    left: int  # victims still running out their notice
+    start: Start | None  # its units, booked where the victims' units were
+
+
+class Replay:
+    def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
+                 horizon: float | None = None, drain_s: float = 86400.0) -> None:
+        self.mode = MODES[mode]
+        policy.check_jobs(list(jobs))
+        workload = workload_of(jobs, whole=self.mode.whole)
+        groups = partition(nodes, [float(d.guarantee) for d in policy.departments]) if self.mode.partitioned else [
+            list(nodes)]
+        if not all(groups):
+            empty = policy.departments[[bool(g) for g in groups].index(False)].name
+            raise ValueError(f"static partitioning gives department {empty!r} no node: raise its guarantee")
+        self.world = World(policy, Pools.build(groups, workload), nodes)
+        self.jobs = list(jobs)
+        self.horizon = horizon if horizon is not None else max((j.eligible_at for j in jobs), default=0.0)
+        self.stop = self.horizon + drain_s
+        self.records = [JobRecord(job, self.world.department(job)) for job in self.jobs]
+        self.runs: list[Run] = []
+        self.events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, payload)
+        self.buckets: dict[tuple[object, ...], list[_Entry]] = {}
+        self.promises: dict[int, _Promise] = {}
+        self.reclaims = 0
+        self._seq = 0
+        self.now = 0.0
+        self.reclaim_depth = 16
+
+    def _push(self, time: float, kind: int, payload: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (time, kind, self._seq, payload))
+
+    def _key(self, job: Job) -> tuple[float, ...]:
+        priority = -self.world.priority_class(job).value if self.mode.by_priority else 0
+        return (priority, job.eligible_at, job.line)
+
+    def _enqueue(self, record: int, job: Job) -> None:
+        self.world.waiting[self.world.department(job)] += job.milli / 1000
+        heapq.heappush(self.buckets.setdefault(_bucket(job), []), _Entry(self._key(job), record, job))
+
+    def run(self) -> Outcome:
+        for index, job in enumerate(self.jobs):
+            self._push(job.eligible_at, ARRIVE, index)
+        count, began = 0, time.perf_counter()
+        while self.events and self.events[0][0] <= self.stop:
+            self.now = self.events[0][0]
+            freed, fresh = False, set()
+            while self.events and self.events[0][0] == self.now:
+                _, kind, _, payload = heapq.heappop(self.events)
+                count += 1
+                if kind == ARRIVE:
+                    fresh.add(self._arrive(payload))
+                else:
+                    freed = True
+                    self._end(payload) if kind == END else self._leave(payload)
+            self._pass(None if freed else fresh)
+        self._close()
+        wall = time.perf_counter() - began
+        world = self.world
+        return Outcome(self.mode.name, self.records, self.runs, self.horizon, self.stop, world.installed,
+                       self.reclaims, count, departments=tuple(d.name for d in world.policy.departments),
+                       guarantees=tuple(float(d.guarantee) for d in world.policy.departments),
+                       notice_s=world.policy.reclaim_notice_s, wall_s=wall)
+
+    def _arrive(self, index: int) -> tuple[object, ...] | None:
+        record = self.records[index]
+        record.in_guarantee = self.world.in_guarantee(record.job)
+        bucket = _bucket(record.job)
+        was_empty = not self.buckets.get(bucket)
+        self._enqueue(index, record.job)
+        return bucket if was_empty else None
+
+    def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
+        heads = [(entries[0].key, key) for key, entries in self.buckets.items()
+                 if entries and (only is None or key in only)]
+        heapq.heapify(heads)
+        memo = PassMemo()
+        while heads:
+            _, key = heapq.heappop(heads)
+            entries = self.buckets[key]
+            if not self._try(entries[0], memo):
+                continue
+            heapq.heappop(entries)
+            if entries:
+                heapq.heappush(heads, (entries[0].key, key))
+
+    def _try(self, entry: _Entry, memo: PassMemo) -> bool:
+        outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
+        if outcome is None:
+            return False
+        if isinstance(outcome, Start):
+            self._start(entry, outcome)
+        else:
+            self._reclaim(entry, outcome)
+        return True
+
+    def _start(self, entry: _Entry, start: Start) -> None:
+        self.world.waiting[self.world.department(entry.job)] -= entry.job.milli / 1000
+        holding = self.world.start(entry.job, start.units, per_unit=start.per_unit, pool=start.pool)
+        holding.start, holding.record = self.now, entry.record
+        record = self.records[entry.record]
+        if record.first_start is None:
+            record.first_start = self.now
+        self._push(self.now + entry.job.runtime_s, END, holding.gid)
+
+    def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
+        """Mark the victims' units leaving (they leave the GPUs now), book the request there, and
+        start it once the last victim's notice ends."""
+        self.reclaims += 1
+        promise_id = self._seq + 1
+        leaving = [(self.world.mark_leaving(victim), victim.units) for victim in reclaim.victims]
+        units = self.world.pools.place_all(reclaim.pool, reclaim.request, entry.job.quantity)
+        start = Start(units, reclaim.per_unit, reclaim.pool) if units is not None else None
+        self.promises[promise_id] = _Promise(entry, len(leaving), start)
+        for holding, count in leaving:
+            notice = self.world.priority_class(holding.job).notice_s
+            self._seq += 1
+            heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, _pack(promise_id, holding.gid, count)))
+
+    def _end(self, gid: int) -> None:
+        holding = self.world.holdings.get(gid)
+        if holding is None:
+            return  # reclaimed whole before its run ended
+        self._record_run(holding, len(holding.units), lost=False)
+        self.records[holding.record].finish = self.now
+        self.world.give_back(holding, len(holding.units))
+
+    def _leave(self, packed: int) -> None:
+        promise_id, gid, units = _unpack(packed)
+        holding = self.world.holdings.get(gid)
+        if holding is not None and holding.leaving:
+            units = min(units, holding.leaving)
+            self._record_run(holding, units, lost=True)
+            self.world.give_back(holding, units)
+            record = self.records[holding.record]
+            record.restarts += 1
+            self._enqueue(holding.record, replace(holding.job, quantity=units))
+        promise = self.promises[promise_id]
+        promise.left -= 1
+        if promise.left == 0:
+            del self.promises[promise_id]
+            if promise.start is not None:
+                self._start(promise.entry, promise.start)
+            else:  # the victims' room did not take it after all (not expected): it waits again
+                heapq.heappush(self.buckets.setdefault(_bucket(promise.entry.job), []), promise.entry)
+
+    def _record_run(self, holding: Holding, units: int, *, lost: bool) -> None:
+        job = holding.job
+        self.runs.append(Run(holding.record, holding.department, holding.start, self.now,
+                             float(holding.per_unit) * units, units * job.shape.milli / 1000, job.busy, lost))
+
+    def _close(self) -> None:
+        """What still holds at the end holds until then (not lost)."""
+        self.now = self.stop
+        for holding in list(self.world.holdings.values()):
+            self._record_run(holding, len(holding.units), lost=False)
+
+
+def _bucket(job: Job) -> tuple[object, ...]:
+    return (job.department, job.priority_class, job.shape, job.quantity)
+
+
+_UNITS = 1 << 20
+_GRANTS = 1 << 40
+
+
+def _pack(promise: int, gid: int, units: int) -> int:
+    return (promise * _GRANTS + gid) * _UNITS + units
+
+
+def _unpack(packed: int) -> tuple[int, int, int]:
+    rest, units = divmod(packed, _UNITS)
+    promise, gid = divmod(rest, _GRANTS)
+    return promise, gid, units
+
+
+def replay(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *, horizon: float | None = None,
+           drain_s: float = 86400.0) -> Outcome:
+    return Replay(jobs, nodes, policy, mode, horizon=horizon, drain_s=drain_s).run()
+
+
+__all__ = ["JobRecord", "Outcome", "Replay", "Run", "replay"]

@@ -1,0 +1,140 @@
+"""The four policies, each a way to decide whether a waiting request starts now (docs/twin.md):
+
+* ``static``: static exclusive partitioning, the seeds' "before": each department owns whole nodes
+  in proportion to its guarantee (``state.partition``), a share of a GPU takes the whole GPU, and
+  nothing is borrowed: a request starts when its department's own GPUs have room.
+* ``pool``: one shared pool, first come first served, no quotas: a request starts when the GPUs
+  have room (waiting requests in submission order, whatever their priority).
+* ``borrow``: the portal's quota checks (``algebra.checks_from_totals``: a department may borrow
+  up to its limit what others leave idle), but nothing is ever reclaimed.
+* ``full``: the portal's policy: the same checks, and when they or the GPUs refuse, the victim
+  choice of ``allocations.quotas.victims.plan`` (borrowed grants reclaimed for a request within
+  its guarantee, grants beyond a limit, lower priorities for a class that preempts), the GPUs asked
+  through the same capacity callback as the portal's admission (``room_facts`` for room).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from allocations.quotas import algebra, victims
+from placement import Placement, Request
+from twin.replay.state import unit_request
+from twin.replay.world import World
+from twin.workload import Job
+
+POLICIES = ("static", "pool", "borrow", "full")
+PER_MILLI = Decimal("0.001")
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    whole: bool = False  # a share books the whole GPU
+    quotas: bool = False
+    reclaims: bool = False
+    by_priority: bool = True  # waiting requests ordered by priority first (else by submission only)
+    partitioned: bool = False
+
+
+MODES = {
+    "static": Mode("static", whole=True, partitioned=True),
+    "pool": Mode("pool", by_priority=False),
+    "borrow": Mode("borrow", quotas=True),
+    "full": Mode("full", quotas=True, reclaims=True),
+}
+
+
+@dataclass(frozen=True)
+class Start:
+    units: list[Placement]
+    per_unit: Decimal
+    pool: int
+
+
+@dataclass(frozen=True)
+class Reclaim:
+    victims: tuple[algebra.Victim, ...]
+    request: Request
+    per_unit: Decimal
+    pool: int
+
+
+@dataclass
+class PassMemo:
+    """What failed in this pass of the queue, which nothing in the same pass can make fit again
+    (within a pass grants only start, and a reclaim frees nothing before its notice ends)."""
+
+    placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
+    reclaim: dict[tuple[int, int, Request], int] = field(default_factory=dict)
+    reclaim_tries: int = 0
+
+
+def per_unit(mode: Mode, job: Job) -> Decimal:
+    shape = job.shape
+    return Decimal(shape.num_gpu) if mode.whole else Decimal(shape.milli) * PER_MILLI
+
+
+def _place(world: World, job: Job, pool: int, request: Request, memo: PassMemo) -> list[Placement] | None:
+    refused = memo.placement.get((pool, request))
+    if refused is not None and job.quantity >= refused:
+        return None
+    units = world.pools.place_all(pool, request, job.quantity)
+    if units is None:
+        memo.placement[(pool, request)] = min(job.quantity, refused or job.quantity)
+    return units
+
+
+def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int) -> Start | Reclaim | None:
+    """Start ``job`` now, have grants reclaimed for it, or let it wait (None)."""
+    pool = world.department(job) - 1 if mode.partitioned else 0
+    if pool >= len(world.pools.clusters):
+        return None  # its department owns no GPUs
+    request = unit_request(job.shape, whole=mode.whole)
+    unit = per_unit(mode, job)
+    ask = world.ask(job, unit * job.quantity) if mode.quotas else None
+    quota_ok = ask is None or world.quota_fits(ask)
+    if quota_ok:
+        units = _place(world, job, pool, request, memo)
+        if units is not None:
+            return Start(units, unit, pool)
+    if not mode.reclaims or ask is None:
+        return None
+    key = (world.department(job), world.priority_class(job).value, request)
+    refused = memo.reclaim.get(key)
+    if (refused is not None and job.quantity >= refused) or memo.reclaim_tries >= reclaim_depth:
+        return None
+    if not world.may_take(ask):
+        return None
+    memo.reclaim_tries += 1
+    chosen = _victims(world, ask, pool, request, job.quantity, quota_ok=quota_ok)
+    if chosen is None:
+        memo.reclaim[key] = min(job.quantity, refused or job.quantity)
+        return None
+    return Reclaim(chosen, request, unit, pool)
+
+
+def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+             quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
+    """The portal's victim choice for the request, or None if nothing it may take lets it in."""
+    grants = world.grants()
+    if not quota_ok and not victims.plan(world.tree, grants, ask).admitted:
+        return None  # nothing it may take frees enough quota: the GPUs need not be asked
+
+    view = world.cut_view(pool)
+
+    def fits(cut: victims.Cut) -> bool:
+        return view.fits(request, quantity, cut)
+
+    try:
+        room = None
+        if not fits(frozenset()):
+            local = {h.gid for h in world.holdings.values() if h.pool == pool}
+            room = victims.room_facts(world.tree, grants, ask, local=local)
+        plan = victims.plan(world.tree, grants, ask, capacity_fits=fits, capacity_candidates=room)
+    finally:
+        view.restore()
+    if not plan.admitted or not plan.victims:
+        return None
+    return plan.victims

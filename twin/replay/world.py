@@ -1,0 +1,198 @@
+"""What a replay holds at one instant, and the portal's pure rules asked about it.
+
+The quota tree is built as ``allocations.admission.planning`` builds it, from memory instead of
+the database: an organisation (id 0) whose quota is the installed GPU-equivalents, and one child
+per department (ids 1..n) with its guarantee and limit, all in the GPU-equivalents scope
+(``None``). Grants are ``algebra.Grant`` with the units a reclaim already takes as ``leaving``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import Decimal
+
+from allocations.quotas import algebra, victims
+from placement import Node, Placement, Request
+from twin.policy import Policy, PriorityClass
+from twin.replay.state import Holding, Pools
+from twin.workload import Job
+
+ROOT = 0
+ZERO = Decimal(0)
+
+
+def quota_tree(policy: Policy, installed: Decimal) -> algebra.Tree:
+    parents: dict[int, int | None] = {ROOT: None}
+    limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {(ROOT, None): algebra.Limit(ROOT, None, installed, installed)}
+    for index, department in enumerate(policy.departments, start=1):
+        parents[index] = ROOT
+        limits[(index, None)] = algebra.Limit(index, None, department.guarantee, department.limit)
+    return algebra.Tree(parents=parents, limits=limits)
+
+
+class World:
+    """The pools, the grants holding them, and what each department holds."""
+
+    def __init__(self, policy: Policy, pools: Pools, nodes: Sequence[Node]) -> None:
+        self.policy, self.pools = policy, pools
+        self.installed = sum(len(node.gpus) for node in nodes)
+        self.tree = quota_tree(policy, Decimal(self.installed))
+        self.index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
+        self.holdings: dict[int, Holding] = {}
+        self.held: dict[tuple[int, algebra.Scope], Decimal] = {(k, None): ZERO for k in self.index.values()}
+        self.native = dict.fromkeys(self.index.values(), 0.0)  # GPU-equivalents the requests themselves ask
+        self.waiting = dict.fromkeys(self.index.values(), 0.0)  # the same, of the requests waiting
+        self.classes_held: dict[tuple[int, int], int] = {}  # (department, priority) → grants not leaving
+        self._next = 1
+        self._version = 0
+        self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+
+    def department(self, job: Job) -> int:
+        return self.index[job.department]
+
+    def priority_class(self, job: Job) -> PriorityClass:
+        return self.policy.classes[job.priority_class]
+
+    def in_guarantee(self, job: Job) -> bool:
+        """Whether the request keeps its department within its guarantee: its own GPU-equivalents,
+        with what the department's requests hold and what those waiting ask (whatever a policy
+        books for them), at most the guarantee."""
+        department = self.department(job)
+        guarantee = float(self.policy.departments[department - 1].guarantee)
+        return self.native[department] + self.waiting[department] + job.milli / 1000 <= guarantee + 1e-9
+
+    def ask(self, job: Job, amount: Decimal) -> algebra.Ask:
+        cls = self.priority_class(job)
+        return algebra.Ask(department_id=self.department(job), amounts={None: amount}, priority=cls.value,
+                           factor=cls.factor, preempts_lower=cls.preempts_lower)
+
+    def quota_fits(self, ask: algebra.Ask) -> bool:
+        return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+
+    # ----------------------------------------------------------------- grants
+    def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
+        holding = Holding(self._next, job, self.department(job), self.priority_class(job).value, per_unit, units, pool,
+                          0.0)
+        self._next += 1
+        self.holdings[holding.gid] = holding
+        self._count(holding, len(units), +1)
+        self._takeable(holding, +1)
+        return holding
+
+    def _count(self, holding: Holding, units: int, sign: int) -> None:
+        self._version += 1
+        self.held[(holding.department, None)] += sign * holding.per_unit * units
+        self.native[holding.department] += sign * units * holding.job.shape.milli / 1000
+
+    def _takeable(self, holding: Holding, sign: int) -> None:
+        key = (holding.department, holding.priority)
+        self.classes_held[key] = self.classes_held.get(key, 0) + sign
+
+    def may_take(self, ask: algebra.Ask) -> bool:
+        """Whether the victim choice could find anything for ``ask`` (a cheap necessary condition
+        of its facts): a department beyond its limit, a lower priority to preempt in its own
+        department, or, for a request within its guarantee, another department beyond its own."""
+        limits = self.tree.limits
+        if any(held > limits[key].limit for key, held in self.held.items()):
+            return True
+        department = ask.department_id
+        if ask.preempts_lower and any(count > 0 and d == department and priority < ask.priority
+                                      for (d, priority), count in self.classes_held.items()):
+            return True
+        own = limits[(department, None)]
+        if self.held[(department, None)] + ask.amounts[None] > own.guaranteed:
+            return False
+        return any(held > limits[key].guaranteed for key, held in self.held.items() if key[0] != department)
+
+    def give_back(self, holding: Holding, units: int) -> list[Placement]:
+        """End the last ``units`` units of a grant (all: the grant ends); returns them. Units on
+        their way out left the GPUs when their reclaim was decided (``mark_leaving``): only the
+        others are released here."""
+        was_leaving = holding.leaving > 0
+        gone = holding.units[len(holding.units) - units:]
+        self.pools.release(holding.pool, gone[: len(gone) - min(units, holding.leaving)])
+        del holding.units[len(holding.units) - units:]
+        holding.leaving = max(0, holding.leaving - units)
+        self._count(holding, units, -1)
+        if not holding.units:
+            del self.holdings[holding.gid]
+            if not was_leaving:
+                self._takeable(holding, -1)
+        elif was_leaving and not holding.leaving:
+            self._takeable(holding, +1)
+        return gone
+
+    def grants(self) -> list[algebra.Grant]:
+        """The grants as the algebra sees them (kept until a grant starts, leaves or ends)."""
+        if self._grants[0] != self._version:
+            self._grants = (self._version, [
+                algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
+                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
+                              leaving=h.leaving)
+                for h in self.holdings.values()
+            ])
+        return self._grants[1]
+
+    def cut_view(self, pool: int) -> CutView:
+        return CutView(self, pool)
+
+    def mark_leaving(self, victim: algebra.Victim) -> Holding:
+        """The victim's units go to the end of its list (the last ones leave first), marked leaving,
+        and leave the GPUs at once: the request they are reclaimed for is booked there now (as the
+        portal promises a reclaim's room to its beneficiary), though they run out their notice and
+        count for quota and for the metrics until it ends."""
+        holding = self.holdings[victim.allocation_id]
+        end = len(holding.units) - holding.leaving
+        moving = holding.units[end - victim.units:end]
+        del holding.units[end - victim.units:end]
+        holding.units.extend(moving)
+        self.pools.release(holding.pool, moving)
+        if not holding.leaving:
+            self._takeable(holding, -1)
+        holding.leaving += victim.units
+        self._version += 1
+        return holding
+
+
+class CutView:
+    """The pool as it would be without some grants' units, for the victim choice's capacity
+    callback: the units of the cut asked last stay released, so that the next cut (the plan adds,
+    drops or trims one victim at a time) costs only its difference. ``restore`` puts every unit
+    back; nothing else may book on the pool in between."""
+
+    def __init__(self, world: World, pool: int) -> None:
+        self.world, self.pool = world, pool
+        self.released: dict[int, list[Placement]] = {}
+        self.last: victims.Cut = frozenset()
+
+    def _put_back(self, gid: int) -> None:
+        self.world.pools.apply(self.pool, self.released.pop(gid))
+
+    def _take(self, gid: int, units: int) -> None:
+        holding = self.world.holdings[gid]
+        end = len(holding.units) - holding.leaving
+        gone = holding.units[end - units:end]
+        self.world.pools.release(self.pool, gone)
+        self.released[gid] = gone
+
+    def fits(self, request: Request, quantity: int, cut: victims.Cut) -> bool:
+        """Whether ``quantity`` units of ``request`` fit once the units of ``cut`` (grant id, units:
+        the last ones before those already leaving) are gone."""
+        for gid, _ in self.last - cut:
+            if gid in self.released:
+                self._put_back(gid)
+        for gid, units in cut - self.last:
+            if self.world.holdings[gid].pool == self.pool:
+                self._take(gid, units)
+        self.last = cut
+        if quantity == 1:  # one unit fits where the engine finds a feasible node: no need to choose one
+            return bool(self.world.pools.clusters[self.pool].feasible(request).any())
+        placed = self.world.pools.place_all(self.pool, request, quantity)
+        if placed is not None:
+            self.world.pools.release(self.pool, placed)
+        return placed is not None
+
+    def restore(self) -> None:
+        for gid in list(self.released):
+            self._put_back(gid)
+        self.last = frozenset()
