@@ -42,8 +42,10 @@ def test_the_trace_maps_qos_shares_and_times() -> None:
             "openb-pod-0001,6000,12288,1,460,,BE,Pending,50,4000,\n"
             "openb-pod-0002,6000,12288,0,0,,BE,Running,60,4000,60\n"
             "openb-pod-0003,6000,12288,2,1000,V100M16|V100M32,Guaranteed,Running,70,4000,70\n")
-    jobs = trace_read(text)
+    jobs = trace_read(text, window_days=None)
     assert [(j.priority_class, j.flavor, j.runtime_s, j.requested_s) for j in jobs] == [
         ("gpu-standard", "gpu-1", 7100.0, 7200.0), ("gpu-preemptible", "share-500", 3950.0, 3600.0 * 2),
         ("gpu-production", None, 3930.0, 3600.0 * 2)]
     assert jobs[2].shape.models == frozenset({"V100M16", "V100M32"}) and jobs[1].shape.gpu_milli == 500
+    window = trace_read(text, window_days=60 / 86400)  # from 10: the minute before the last creation (70)
+    assert [(j.submit_at, j.runtime_s) for j in window] == [(0.0, 7100.0), (40.0, 3950.0), (60.0, 3930.0)]

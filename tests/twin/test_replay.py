@@ -114,3 +114,16 @@ def test_the_full_policy_never_takes_a_grant_within_its_departments_guarantee() 
     for run in lost:  # with no notice a victim leaves the moment it is chosen: its department was beyond its guarantee
         held = sum(r.held for r in outcome.runs if r.department == run.department and r.start < run.end <= r.end)
         assert held > float(rules.departments[run.department - 1].guarantee)
+
+
+def test_the_sustainable_load_is_bracketed_then_bisected() -> None:
+    from twin.replay.load import compressed, sustainable_load
+
+    assert [job.submit_at for job in compressed(tiny(), 2.0)] == [0.0, 0.0, 5.0]
+    search = sustainable_load(tiny(), NODES, RULES, "full", steps=1, target_s=60.0)
+    assert search.multiplier == 64.0  # a reclaim's notice (60 s) is all it ever waits
+    # Without reclaim job 3 (arriving at 10 / m) waits for job 2 to end at 100: 60 s at m = 1/4, 80 s at 1/2,
+    # 71.7 s at the bisection's 2 ** -1.5.
+    pool = sustainable_load(tiny(), NODES, RULES, "pool", steps=1, target_s=60.0)
+    assert pool.multiplier == 0.25
+    assert [m for m, _ in pool.tried] == [1.0, 0.5, 0.25, 2 ** -1.5]

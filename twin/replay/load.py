@@ -38,8 +38,8 @@ def holds(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str,
 
 def sustainable_load(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
                      steps: int = 5, target_s: float = TARGET_S) -> LoadSearch:
-    """Bracket by doubling or halving from 1 (at most 6 times), then ``steps`` bisections (in the
-    logarithm of the multiplier)."""
+    """Bracket by doubling or halving from 1 (up to 64 or down to 1/64), then ``steps`` bisections
+    in the logarithm of the multiplier. A policy that holds at 64 is reported at 64 (at least)."""
     tried: list[tuple[float, float]] = []
 
     def ok(multiplier: float) -> bool:
@@ -47,17 +47,16 @@ def sustainable_load(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy,
         tried.append((multiplier, p99))
         return p99 <= target_s
 
-    low, high = 0.0, 0.0
-    if ok(1.0):
-        low, high = 1.0, 2.0
-        while ok(high) and high < 64:
-            low, high = high, high * 2
-    else:
-        high, low = 1.0, 0.5
-        while not ok(low):
-            if low <= 1 / 64:
-                return LoadSearch(mode, 0.0, tuple(tried))  # not even at 1/64 of the arrival rate
-            high, low = low, low / 2
+    going_up = ok(1.0)
+    low, high = (1.0, 2.0) if going_up else (0.5, 1.0)
+    while going_up and ok(high):
+        if high >= 64:
+            return LoadSearch(mode, high, tuple(tried))
+        low, high = high, high * 2
+    while not going_up and not ok(low):
+        if low <= 1 / 64:
+            return LoadSearch(mode, 0.0, tuple(tried))  # not even at 1/64 of the arrival rate
+        low, high = low / 2, low
     for _ in range(steps):
         middle = (low * high) ** 0.5
         if ok(middle):

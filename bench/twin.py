@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""The policy twin's benchmark (docs/twin.md): the four policies on the same demand, on the
+shared Alibaba trace and on a generated month, a table each, then one line per target of issue 32
+with MET / NOT MET / NOT MEASURED.
+
+Run from the repository root::
+
+    .venv/bin/python bench/twin.py                 # 30 days x 50,000 requests on 1,000 nodes
+    .venv/bin/python bench/twin.py --quick         # 14 days x 3,000 requests on 150 nodes
+    .venv/bin/python bench/twin.py --no-trace --policies static,full --load-steps 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+from placement import Node  # noqa: E402
+from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
+from twin.clusters import installed_gpus, nodes_load  # noqa: E402
+from twin.policy import Policy  # noqa: E402
+from twin.replay.engine import replay  # noqa: E402
+from twin.replay.load import LoadSearch, sustainable_load  # noqa: E402
+from twin.replay.metrics import Metrics, measure  # noqa: E402
+from twin.replay.modes import POLICIES  # noqa: E402
+from twin.sources.alibaba import trace_load, trace_policy  # noqa: E402
+from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate  # noqa: E402
+from twin.workload import Job  # noqa: E402
+
+SPEED_TARGET_S = 300.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A source of demand, rebuilt in each worker process (deterministic)."""
+
+    name: str
+    nodes: int
+    spec: GeneratorSpec | None = None  # None: the Alibaba trace
+
+    def build(self) -> tuple[list[Job], list[Node], Policy]:
+        every = [node for node in nodes_load(node_list_path(REPO_ROOT)) if node.gpus]
+        nodes = spread(every, self.nodes)
+        if self.spec is None:
+            return trace_load(pod_list_path("default", REPO_ROOT)), nodes, trace_policy(installed_gpus(nodes))
+        spec = replace(self.spec, installed_gpus=installed_gpus(nodes))
+        return workload_generate(spec), nodes, generated_policy(spec)
+
+
+def spread(nodes: list[Node], count: int) -> list[Node]:
+    """``count`` nodes taken evenly through the list (the trace's mix of models and sizes kept)."""
+    if count >= len(nodes):
+        return nodes
+    return [nodes[index * len(nodes) // count] for index in range(count)]
+
+
+def _run(task: tuple[Scenario, str]) -> Metrics:
+    scenario, policy = task
+    jobs, nodes, rules = scenario.build()
+    return measure(replay(jobs, nodes, rules, policy))
+
+
+def _load(task: tuple[Scenario, str, int]) -> LoadSearch:
+    scenario, policy, steps = task
+    jobs, nodes, rules = scenario.build()
+    return sustainable_load(jobs, nodes, rules, policy, steps=steps)
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f}"
+
+
+def table(title: str, rows: list[Metrics]) -> None:
+    print(f"\n{title}")
+    print(f"{'policy':8} {'alloc%':>7} {'busy%':>6} {'work GPU-h':>11} {'wait p50/p95/p99 min':>22} "
+          f"{'in-guar p99':>11} {'viol%':>6} {'reclaimed':>9} {'lost GPU-h':>10} {'Jain':>5} {'wall s':>7}")
+    for m in rows:
+        t = m.total
+        waits = f"{_minutes(t.waits.p50)}/{_minutes(t.waits.p95)}/{_minutes(t.waits.p99)}"
+        print(f"{m.policy:8} {100 * t.allocation:7.1f} {100 * t.busy:6.1f} {t.work_gpu_h:11.0f} {waits:>22} "
+              f"{_minutes(m.waits_in_guarantee.p99):>11} {100 * m.violation_ratio:6.2f} {t.reclaims:9d} "
+              f"{t.lost_gpu_h:10.0f} {m.jain:5.2f} {m.wall_s:7.1f}")
+
+
+def departments(m: Metrics) -> None:
+    print(f"\n  per department ({m.policy}): alloc% busy% work GPU-h  wait p50/p95/p99 min  viol GPU-h  reclaimed")
+    for d in m.departments:
+        w = d.waits
+        print(f"  {d.name:10} {100 * d.allocation:6.1f} {100 * d.busy:5.1f} {d.work_gpu_h:10.0f}  "
+              f"{_minutes(w.p50):>6}/{_minutes(w.p95)}/{_minutes(w.p99):<8} {d.violations_gpu_h:10.0f} {d.reclaims:9d}")
+    print(f"  waits by class ({m.policy}): " + "; ".join(
+        f"{name} p50/p95/p99 {_minutes(w.p50)}/{_minutes(w.p95)}/{_minutes(w.p99)} min (n={w.count})"
+        for name, w in m.waits_by_class.items()))
+
+
+def verdict(met: bool | None) -> str:
+    return "NOT MEASURED" if met is None else ("MET" if met else "NOT MET")
+
+
+def targets(month: dict[str, Metrics], loads: dict[str, LoadSearch], *, full_scale: bool) -> None:
+    full, static = month.get("full"), month.get("static")
+    print("\nTargets (issue 32, on the generated month):")
+    speed = full.wall_s if full is not None else None
+    scale = "" if full_scale else " (this run is smaller than 30 days x 50,000 requests on 1,000 nodes)"
+    print(f"  replay 30 days x 50,000 requests on 1,000 nodes <= 5 min on 2 cores: "
+          f"{verdict(speed <= SPEED_TARGET_S if speed is not None and full_scale else None)}"
+          f" (full policy: {speed or 0:.0f} s{scale})")
+    if static is not None:
+        print(f"  workload: static partitioning allocates <= 50 %: {verdict(static.total.allocation <= 0.5)}"
+              f" ({100 * static.total.allocation:.1f} %)")
+    alloc = full.total.allocation if full is not None else None
+    print(f"  full policy >= 85 % time-weighted allocation: {verdict(alloc >= 0.85 if alloc is not None else None)}"
+          f" ({100 * (alloc or 0):.1f} %)")
+    if "full" in loads and "static" in loads and loads["static"].multiplier > 0:
+        ratio = loads["full"].multiplier / loads["static"].multiplier
+        print(f"  sustainable load >= 2.7x static partitioning's: {verdict(ratio >= 2.7)} ({ratio:.2f}x: "
+              f"{loads['full'].multiplier:.2f} vs {loads['static'].multiplier:.2f})")
+    else:
+        print("  sustainable load >= 2.7x static partitioning's: NOT MEASURED")
+    viol = full.violation_ratio if full is not None else None
+    print(f"  guarantee violations <= 0.1 % of guaranteed GPU-hours: {verdict(viol <= 0.001 if viol is not None else None)}"
+          f" ({100 * (viol or 0):.3f} %)")
+    print("  worst finish-time fairness <= 1.5: NOT MEASURED (finish-time fairness is not built yet)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="14 days x 3,000 requests on 150 nodes; the load search smaller")
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--requests", type=int, default=50_000)
+    ap.add_argument("--days", type=float, default=30.0)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--policies", default=",".join(POLICIES))
+    ap.add_argument("--no-trace", action="store_true", help="skip the Alibaba trace")
+    ap.add_argument("--load-steps", type=int, default=3, help="bisection steps of the sustainable load (0: skip it)")
+    ap.add_argument("--load-scale", type=float, default=0.1,
+                    help="the load search's month: this fraction of the nodes and requests (each probe is a replay)")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.nodes, args.requests, args.days = 150, 3000, 14.0
+    policies = [p for p in args.policies.split(",") if p]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown:
+        ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    spec = GeneratorSpec(seed=args.seed, days=args.days, requests=args.requests)
+    month = Scenario("month", args.nodes, spec)
+    small = Scenario("load", max(20, round(args.nodes * args.load_scale)),
+                     replace(spec, requests=max(500, round(args.requests * args.load_scale))))
+    began = time.perf_counter()
+    tasks = [(month, p) for p in policies] + ([] if args.no_trace else [(Scenario("trace", 10_000), p) for p in policies])
+    load_tasks = [(small, p, args.load_steps) for p in ("static", "full") if p in policies and args.load_steps > 0]
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        done = list(pool.map(_run, tasks))
+        loads = {search.policy: search for search in pool.map(_load, load_tasks)}
+    by_month = {m.policy: m for m, (scenario, _) in zip(done, tasks, strict=True) if scenario.name == "month"}
+    jobs, nodes, _ = month.build()
+    table(f"Generated month: {len(jobs):,} requests over {args.days:g} days on {len(nodes):,} nodes "
+          f"({installed_gpus(nodes):,} GPUs), 8 departments, seed {args.seed}", list(by_month.values()))
+    for m in by_month.values():
+        if m.policy in ("static", "full"):
+            departments(m)
+    if not args.no_trace:
+        trace_jobs, trace_nodes, _ = Scenario("trace", 10_000).build()
+        table(f"Alibaba trace v2023 (default list): {len(trace_jobs):,} GPU tasks on {len(trace_nodes):,} nodes "
+              f"({installed_gpus(trace_nodes):,} GPUs)", [m for m, (s, _) in zip(done, tasks, strict=True) if s.name == "trace"])
+    for search in loads.values():
+        tried = ", ".join(f"{m:.2f}x: {p99 / 60:.1f} min" for m, p99 in search.tried)
+        print(f"\nsustainable load ({search.policy}, {small.nodes} nodes, {small.spec.requests if small.spec else 0} "
+              f"requests): {search.multiplier:.2f}x  (in-guarantee p99 wait at {tried})")
+    targets(by_month, loads, full_scale=args.nodes >= 1000 and args.requests >= 50_000 and args.days >= 30)
+    print(f"\ntotal wall time {time.perf_counter() - began:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
