@@ -21,6 +21,7 @@ from typing import Any
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.models import Allocation, Flavor
 from allocations.quotas.usage import checks_with_segments
+from allocations.quotas.wording import counted_words
 from clusters.models import Cluster
 from frontend.outlook import Admission, admission_read
 from kernel.reads import SharedReads
@@ -85,8 +86,7 @@ class RequestFeedback:
 
 
 def _what(check: dict[str, Any]) -> str:
-    what = f"{check['flavor']} units" if check["flavor"] is not None else "GPU-equivalents"
-    return f"{check['priority_class']}'s share of {what}" if "priority_class" in check else what
+    return counted_words(check["flavor"], check.get("priority_class"))
 
 
 def quota_lines(admission: Admission) -> list[QuotaLine]:

@@ -25,13 +25,20 @@ def quota_scope_name(flavor: Flavor | None) -> str:
     return flavor.name if flavor is not None else "GPU-equivalents"
 
 
+def counted_words(flavor: str | None, priority_class: str | None = None) -> str:
+    """``a100 units`` (a flavor's name), ``GPU-equivalents`` (None), or, for a priority class's share,
+    ``gpu-preemptible's share of a100 units``."""
+    what = f"{flavor} units" if flavor is not None else "GPU-equivalents"
+    return f"{priority_class}'s share of {what}" if priority_class is not None else what
+
+
 def scope_words(scope: algebra.Scope, *, flavor: str, priority_class: str) -> str:
-    """``a100 units``, ``GPU-equivalents``, or ``gpu-preemptible's share of a100 units`` (a step
-    of time reads as the scope it counts)."""
+    """What ``scope`` counts, in words (``counted_words``; a step of time reads as the scope it
+    counts)."""
     if isinstance(scope, tuple):
         inner = scope_words(scope[2], flavor=flavor, priority_class=priority_class)
         return f"{priority_class}'s share of {inner}" if scope[0] == "class" else inner
-    return f"{flavor} units" if scope is not None else "GPU-equivalents"
+    return counted_words(flavor if scope is not None else None)
 
 
 @dataclass(frozen=True)
