@@ -87,6 +87,21 @@ class GpuReport(TypedDict):
     errors: list[CallError]
 
 
+PodDeviceSharing = Literal["exclusive", "mig", "mps", "time-sliced", "hami"]
+
+
+class PodDevice(TypedDict):
+    """One device a container holds, from the kubelet's PodResources API."""
+
+    namespace: str
+    pod: str
+    pod_uid: str | None  # from the NVML processes' cgroups; PodResources does not carry it
+    container: str
+    resource: str  # e.g. nvidia.com/gpu, nvidia.com/mig-3g.40gb
+    device_id: str  # GPU UUID, MIG device UUID, or a replica ID (GPU UUID::N)
+    sharing: PodDeviceSharing
+
+
 class AgentReport(TypedDict):
     schema_version: Literal[1]
     agent_version: str
@@ -100,6 +115,9 @@ class AgentReport(TypedDict):
     cuda_driver_version: str | None
     gpus: list[GpuReport]
     errors: list[CallError]
+    pod_devices: NotRequired[list[PodDevice]]  # absent when PodResources is not read
+    pod_resources_error: NotRequired[str | None]
+    clock_offset_seconds: NotRequired[float | None]
 
 
 def load_schema() -> dict[str, Any]:
