@@ -47,7 +47,7 @@ def _phase_history(api: client.ApiClient, namespace: str, name: str, until: str,
 
     def probe() -> bool:
         try:
-            phase = core.read_namespaced_pod(name, namespace).status.phase
+            phase: str = core.read_namespaced_pod(name, namespace).status.phase
         except ApiException as exc:
             if exc.status != 404:
                 raise
