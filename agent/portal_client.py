@@ -90,7 +90,6 @@ class PortalClient:
         ca_bundle: Path | None = None,
         timeout_seconds: float = 10.0,
         allow_plain_http: bool = False,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         scheme = urllib.parse.urlsplit(portal_url).scheme
         if scheme != "https" and not (scheme == "http" and allow_plain_http):
@@ -98,7 +97,8 @@ class PortalClient:
         self.url = report_url(portal_url, node_name)
         self.token_file = token_file
         self.timeout_seconds = timeout_seconds
-        self._wall_clock = wall_clock
+        #: The clock whose offset is measured (a test replaces it).
+        self.wall_clock: Callable[[], float] = time.time
         #: This machine's clock minus the portal's, from the last response's Date header (None before).
         self.clock_offset_seconds: float | None = None
         tls = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
@@ -120,7 +120,7 @@ class PortalClient:
                 "User-Agent": f"{AGENT_NAME}/{AGENT_VERSION}",
             },
         )
-        sent_at = self._wall_clock()
+        sent_at = self.wall_clock()
         try:
             with self._opener.open(request, timeout=self.timeout_seconds) as response:
                 response.read()
@@ -140,7 +140,7 @@ class PortalClient:
         Date has whole seconds (RFC 9110), so the portal's clock read somewhere in [Date, Date + 1):
         its middle is used, and the figure is good to about half a second plus half the round trip.
         """
-        offset = clock_offset(date_header, sent_at, self._wall_clock())
+        offset = clock_offset(date_header, sent_at, self.wall_clock())
         if offset is not None:
             self.clock_offset_seconds = offset
 

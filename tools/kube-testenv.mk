@@ -25,7 +25,7 @@ KUBE_TESTENV_STAMP := $(KUBE_TESTENV_BIN)/.stamp-$(KUBE_TESTENV_VERSION)-etcd-$(
 KWOK_BIN           := $(KUBE_TESTENV_ROOT)/.cache/kwok/$(KWOK_VERSION)/bin
 KWOK_STAMP         := $(KWOK_BIN)/.stamp-$(KWOK_VERSION)
 
-# Lower priority so a cold build (6-15 min on 2 cores) does not starve others.
+# Lower priority so a cold build (6-15 min on 2 cores, plus about 3 min for kwok) does not starve others.
 KUBE_TESTENV_NICE ?= nice -n 10
 KUBE_TESTENV_GO   ?= go
 

@@ -39,13 +39,9 @@ def test_no_unreadable_or_unbelievable_date_gives_no_offset() -> None:
 
 
 def _client(portal: PortalStub, token_file: Path, ahead: float) -> PortalClient:
-    return PortalClient(
-        portal_url=portal.url,
-        node_name=NODE_NAME,
-        token_file=token_file,
-        allow_plain_http=True,
-        wall_clock=lambda: time.time() + ahead,
-    )
+    client = PortalClient(portal_url=portal.url, node_name=NODE_NAME, token_file=token_file, allow_plain_http=True)
+    client.wall_clock = lambda: time.time() + ahead
+    return client
 
 
 def test_each_answer_of_the_portal_updates_the_offset_rejections_included(
