@@ -228,3 +228,55 @@ def test_an_unknown_replica_sharing_is_a_usage_error(value: str) -> None:
     with pytest.raises(SystemExit) as exited:
         parse_config(["--dry-run", "--replica-sharing", value], {})
     assert exited.value.code == 2
+
+
+def test_the_fake_kubelet_serves_the_real_service_list_and_allocatable(kubelet: FakeKubelet) -> None:
+    """Called through the generated client stub, as any PodResources client (dcgm-exporter, the agent)."""
+    from agent.podresources import api_pb2, api_pb2_grpc
+
+    kubelet.state.allocatable = {"nvidia.com/gpu": [H200[0], H200[1]]}
+    kubelet.hold("nlp", "train", "main", "nvidia.com/gpu", H200[1])
+    with grpc.insecure_channel(f"unix://{kubelet.socket}") as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        listed = stub.List(api_pb2.ListPodResourcesRequest(), timeout=5)
+        allocatable = stub.GetAllocatableResources(api_pb2.AllocatableResourcesRequest(), timeout=5)
+
+    [pod] = listed.pod_resources
+    assert (pod.namespace, pod.name, [c.name for c in pod.containers]) == ("nlp", "train", ["main"])
+    assert [(d.resource_name, list(d.device_ids)) for d in pod.containers[0].devices] == [("nvidia.com/gpu", [H200[1]])]
+    assert [(d.resource_name, list(d.device_ids)) for d in allocatable.devices] == [
+        ("nvidia.com/gpu", [H200[0], H200[1]])
+    ]
+
+
+def test_a_kubelet_that_stopped_is_reported_like_a_missing_socket(
+    replay_node: ReplayNode, kubelet: FakeKubelet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, proc_root = replay_node("h100-80gb-no-mig")
+    kubelet.stop()
+
+    report = _dry_run(proc_root, capsys, "--pod-resources-socket", str(kubelet.socket))
+
+    assert "pod_devices" not in report
+    assert report["pod_resources_error"] == f"PodResources socket {kubelet.socket} does not exist"
+
+
+def test_a_socket_nobody_listens_on_is_an_unavailable_error(
+    replay_node: ReplayNode, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import socket as sockets
+
+    _, proc_root = replay_node("h100-80gb-no-mig")
+    directory = Path(tempfile.mkdtemp(prefix="kubelet-"))
+    path = directory / "kubelet.sock"
+    stale = sockets.socket(sockets.AF_UNIX)
+    stale.bind(str(path))  # a socket file left by a kubelet that died: nothing accepts on it
+    stale.close()
+    try:
+        report = _dry_run(proc_root, capsys, "--pod-resources-socket", str(path), "--pod-resources-timeout", "1")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+    assert "pod_devices" not in report
+    assert report["pod_resources_error"].startswith("PodResources List failed: UNAVAILABLE: ")
+    assert "Connection refused" in report["pod_resources_error"]
