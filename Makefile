@@ -13,7 +13,7 @@ include tools/kube-testenv.mk
 include tools/nvcheck.mk
 include tools/helm.mk
 
-.PHONY: help venv venv-run lock run test test-fast lint browser prometheus ldap clean screenshots
+.PHONY: help venv venv-run lock podresources-stubs run test test-fast lint browser prometheus ldap clean screenshots
 
 help:
 	@echo "make run        serve the portal on http://127.0.0.1:$(PORT) with demo data"
@@ -35,6 +35,11 @@ venv: ldap
 
 venv-run:
 	@$(VENV_ENV) scripts/venv.sh runtime
+
+## podresources-stubs: regenerate agent/podresources/ (the kubelet's PodResources v1 gRPC stubs) from
+## upstream's api.proto at the pinned Kubernetes version (scripts/podresources_stubs.py; Go fetches it).
+podresources-stubs: venv
+	$(BIN)/python scripts/podresources_stubs.py
 
 ## lock: recompile both locks after a change to pyproject.toml (the dev lock first; the runtime
 ## lock takes its pins from it, so both hold the same versions) for every supported Python.

@@ -19,6 +19,7 @@ from agent.collector import ReportContext, collect_report
 from agent.config import AgentConfig, parse_config
 from agent.nvml_calls import NvmlUnavailable, nvml_session
 from agent.outbox import Outbox, PortalOutbox, PrintingOutbox
+from agent.pod_resources import add_pod_devices
 from agent.portal_client import Outcome, PortalClient, TokenUnavailable, read_token
 from agent.report import AgentReport
 from agent.runner import run_loop
@@ -43,21 +44,21 @@ def run(argv: Sequence[str], environ: Mapping[str, str]) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        outbox = _outbox(config)
+        outbox, client = _outbox(config)
     except (TokenUnavailable, ValueError, OSError) as exc:
         _say(str(exc))
         return EXIT_CONFIG
     try:
         with nvml_session():
-            return _run_with_nvml(config, outbox)
+            return _run_with_nvml(config, outbox, client)
     except NvmlUnavailable as exc:
         _say(str(exc))
         return EXIT_NVML_UNAVAILABLE
 
 
-def _outbox(config: AgentConfig) -> Outbox:
+def _outbox(config: AgentConfig) -> tuple[Outbox, PortalClient | None]:
     if config.dry_run:
-        return PrintingOutbox(pretty=config.once)
+        return PrintingOutbox(pretty=config.once), None
     assert config.portal_url is not None  # parse_config requires it without --dry-run
     read_token(config.token_file)  # fail at start-up, not at the first send
     client = PortalClient(
@@ -69,10 +70,10 @@ def _outbox(config: AgentConfig) -> Outbox:
         allow_plain_http=config.allow_plain_http,
     )
     backoff = Backoff(initial=config.backoff_initial_seconds, maximum=config.backoff_max_seconds)
-    return PortalOutbox(client, backoff)
+    return PortalOutbox(client, backoff), client
 
 
-def _run_with_nvml(config: AgentConfig, outbox: Outbox) -> int:
+def _run_with_nvml(config: AgentConfig, outbox: Outbox, client: PortalClient | None) -> int:
     started_at = datetime.now(UTC)
 
     def collect(sequence: int) -> AgentReport:
@@ -83,7 +84,11 @@ def _run_with_nvml(config: AgentConfig, outbox: Outbox) -> int:
             interval_seconds=config.interval_seconds,
             proc_root=config.proc_root,
         )
-        return collect_report(context, now=datetime.now(UTC))
+        report = collect_report(context, now=datetime.now(UTC))
+        add_pod_devices(report, config.pod_resources)
+        if client is not None:  # measured from the portal's Date header; null until the first answer
+            report["clock_offset_seconds"] = client.clock_offset_seconds
+        return report
 
     if config.once:
         outbox.submit(collect(0))

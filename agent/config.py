@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from agent import AGENT_NAME, AGENT_VERSION
+from agent.pod_resources import DEFAULT_SOCKET, PodResourcesSettings
 
 ENV_PREFIX = "GPUPORTAL_AGENT_"
 DEFAULT_TOKEN_FILE = "/var/run/secrets/gpuportal/node-token/token"  # noqa: S105 (a path, not a secret)
@@ -33,6 +34,10 @@ ENV_SETTINGS = (
     "proc_root",
     "allow_plain_http",
     "log_level",
+    "pod_resources_socket",
+    "pod_resources_timeout",
+    "replica_sharing",
+    "hami_resources",
 )
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _TRUE = {"1", "true", "yes", "on"}
@@ -56,6 +61,7 @@ class AgentConfig:
     dry_run: bool
     allow_plain_http: bool
     log_level: str
+    pod_resources: PodResourcesSettings = PodResourcesSettings()
 
 
 def env_name(setting: str) -> str:
@@ -78,6 +84,10 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> AgentConfig
         proc_root=env.get("proc_root", Path, Path("/proc")),
         allow_plain_http=env.get_bool("allow_plain_http"),
         log_level=env.get("log_level", str, "INFO"),
+        pod_resources_socket=env.get("pod_resources_socket", Path, None),
+        pod_resources_timeout=env.get("pod_resources_timeout", float, 5.0),
+        replica_sharing=env.get("replica_sharing", str, "time-sliced"),
+        hami_resources=env.get("hami_resources", str, ""),
     )
     args = parser.parse_args(list(argv))
     _check_ranges(parser, args)
@@ -102,6 +112,12 @@ def parse_config(argv: Sequence[str], environ: Mapping[str, str]) -> AgentConfig
         dry_run=args.dry_run,
         allow_plain_http=args.allow_plain_http,
         log_level=args.log_level.upper(),
+        pod_resources=PodResourcesSettings(
+            socket=args.pod_resources_socket,
+            timeout_seconds=args.pod_resources_timeout,
+            replica_sharing=args.replica_sharing,
+            hami_resources=frozenset(name.strip() for name in args.hami_resources.split(",") if name.strip()),
+        ),
     )
 
 
@@ -125,6 +141,17 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--backoff-initial", type=float, help="first retry delay in seconds (default 2)")
     parser.add_argument("--backoff-max", type=float, help="longest retry delay in seconds (default 300)")
     parser.add_argument("--proc-root", type=Path, help="the host's /proc, to map processes to pods (default /proc)")
+    parser.add_argument(
+        "--pod-resources-socket",
+        type=Path,
+        help=f"the kubelet's PodResources socket, read each interval (default {DEFAULT_SOCKET} when it exists)",
+    )
+    parser.add_argument("--pod-resources-timeout", type=float, help="seconds to wait for PodResources (default 5)")
+    parser.add_argument(
+        "--replica-sharing",
+        help="what a GPU replica (<uuid>::<n>) is on this node: time-sliced (default) or mps",
+    )
+    parser.add_argument("--hami-resources", help="comma-separated resource names HAMi serves on this node")
     parser.add_argument("--once", action="store_true", help="collect and send one report, then exit")
     parser.add_argument("--dry-run", action="store_true", help="print reports as JSON on stdout instead of sending")
     parser.add_argument(
@@ -144,6 +171,10 @@ def _check_ranges(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("--http-timeout must be positive")
     if not 0 < args.backoff_initial <= args.backoff_max:
         parser.error("--backoff-initial must be positive and at most --backoff-max")
+    if args.pod_resources_timeout <= 0:
+        parser.error("--pod-resources-timeout must be positive")
+    if args.replica_sharing not in {"time-sliced", "mps"}:
+        parser.error("--replica-sharing must be time-sliced or mps")
     if args.log_level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
         parser.error(f"{env_name('log_level')} must be DEBUG, INFO, WARNING or ERROR")
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import email.utils
 import enum
 import http.client
+import logging
 import ssl
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -18,6 +22,10 @@ REPORT_PATH = "/api/v1/nodes/{node_name}/report"
 # Worth retrying: the portal is down, overloaded or restarting; anything else will fail again.
 RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 _MAX_DETAIL = 300
+# report_schema.json's bounds for clock_offset_seconds: a Date further off is not believed.
+MAX_CLOCK_OFFSET_SECONDS = 86400
+
+logger = logging.getLogger(__name__)
 
 
 class Outcome(enum.Enum):
@@ -89,6 +97,10 @@ class PortalClient:
         self.url = report_url(portal_url, node_name)
         self.token_file = token_file
         self.timeout_seconds = timeout_seconds
+        #: The clock whose offset is measured (a test replaces it).
+        self.wall_clock: Callable[[], float] = time.time
+        #: This machine's clock minus the portal's, from the last response's Date header (None before).
+        self.clock_offset_seconds: float | None = None
         tls = ssl.create_default_context(cafile=str(ca_bundle) if ca_bundle else None)
         self._opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=tls), _RefuseRedirects())
 
@@ -108,16 +120,47 @@ class PortalClient:
                 "User-Agent": f"{AGENT_NAME}/{AGENT_VERSION}",
             },
         )
+        sent_at = self.wall_clock()
         try:
             with self._opener.open(request, timeout=self.timeout_seconds) as response:
                 response.read()
+                self._measure_clock(response.headers.get("Date"), sent_at)
                 return DeliveryResult(Outcome.DELIVERED, f"HTTP {response.status}", status=response.status)
         except urllib.error.HTTPError as exc:
+            self._measure_clock(exc.headers.get("Date") if exc.headers else None, sent_at)
             return _classify_http_error(exc)
         except urllib.error.URLError as exc:
             return DeliveryResult(Outcome.RETRY, f"portal unreachable: {exc.reason}")
         except (OSError, http.client.HTTPException, ValueError) as exc:  # timeouts, resets, TLS, bad responses
             return DeliveryResult(Outcome.RETRY, f"portal unreachable: {type(exc).__name__}: {exc}")
+
+    def _measure_clock(self, date_header: str | None, sent_at: float) -> None:
+        """Offset from the response's Date: the portal's time is taken at the middle of the request.
+
+        Date has whole seconds (RFC 9110), so the portal's clock read somewhere in [Date, Date + 1):
+        its middle is used, and the figure is good to about half a second plus half the round trip.
+        """
+        offset = clock_offset(date_header, sent_at, self.wall_clock())
+        if offset is not None:
+            self.clock_offset_seconds = offset
+
+
+def clock_offset(date_header: str | None, sent_at: float, received_at: float) -> float | None:
+    """Local clock minus the portal's, in seconds (3 decimals), or None without a usable Date."""
+    if not date_header:
+        return None
+    try:
+        portal = email.utils.parsedate_to_datetime(date_header)
+    except (TypeError, ValueError):
+        logger.warning("the portal sent an unreadable Date header: %r", date_header[:60])
+        return None
+    if portal.tzinfo is None:  # "-0000" in the header: UTC by RFC 5322
+        return None
+    offset = (sent_at + received_at) / 2 - (portal.timestamp() + 0.5)
+    if abs(offset) > MAX_CLOCK_OFFSET_SECONDS:
+        logger.warning("the portal's Date header is %.0f s away from this clock; not reported", offset)
+        return None
+    return round(offset, 3)
 
 
 def _classify_http_error(exc: urllib.error.HTTPError) -> DeliveryResult:

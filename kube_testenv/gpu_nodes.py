@@ -11,6 +11,10 @@ There is no kubelet, so this module plays the kubelet's API-facing part:
   stopping the containers), so namespaces holding such pods can finish
   deleting. Pods are never run: they stay bound and Pending.
 
+With ``kwok=True`` the nodes carry kwok's annotation and the kwok controller
+(:mod:`kube_testenv.kwok`) runs their pods (Running, Succeeded, deleted) and
+confirms deletions; this module then only keeps the nodes Ready.
+
 Label and resource formats follow NVIDIA's device plugin and GFD
 (see the project's reference ``gpu-sharing-formats.md``).
 """
@@ -30,6 +34,7 @@ from typing import Any, Literal, Self
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from kube_testenv.kwok import KWOK_NODE_ANNOTATION
 from kube_testenv.paths import KUBE_VERSION
 from kube_testenv.waiting import wait_for
 
@@ -271,8 +276,10 @@ class FakeGPUNodes:
         heartbeat_interval: float = 10.0,
         reap_interval: float = 0.5,
         ready_timeout: float = 30.0,
+        kwok: bool = False,
     ) -> None:
         self._api_factory = api_factory
+        self.kwok = kwok
         self._api = api_factory()
         self._heartbeat_interval = heartbeat_interval
         self._reap_interval = reap_interval
@@ -306,8 +313,9 @@ class FakeGPUNodes:
         """
         core = client.CoreV1Api(self._api)
         now = _now()
+        annotations = dict([KWOK_NODE_ANNOTATION]) if self.kwok else None
         body = client.V1Node(
-            metadata=client.V1ObjectMeta(name=spec.name, labels=spec.node_labels()),
+            metadata=client.V1ObjectMeta(name=spec.name, labels=spec.node_labels(), annotations=annotations),
         )
         node = core.create_node(body)
         core.patch_node_status(spec.name, _initial_status(spec, now))
@@ -399,7 +407,8 @@ class FakeGPUNodes:
                     next_beat = time.monotonic() + self._heartbeat_interval
                 for name in self.names:
                     try:
-                        self._force_delete_pods(name, only_terminating=True, api=api)
+                        if not self.kwok:  # kwok's pod-delete stage confirms deletions on its nodes
+                            self._force_delete_pods(name, only_terminating=True, api=api)
                         if beat:
                             self._heartbeat(name, api)
                     except Exception:  # keep beating for the others

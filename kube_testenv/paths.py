@@ -10,16 +10,21 @@ from pathlib import Path
 KUBE_VERSION = "v1.36.3"
 #: etcd version built by tools/etcd.
 ETCD_VERSION = "v3.6.8"
+#: kwok version built by tools/kwok (runs the fake GPU nodes' pods).
+KWOK_VERSION = "v0.8.0"
 
 #: Env var naming a directory with etcd, kube-apiserver, ... (overrides the default).
 BIN_ENV = "GPUPORTAL_KUBE_BIN"
 #: Env var that turns "binaries missing" from a skip into a failure (set by make test).
 REQUIRE_ENV = "GPUPORTAL_REQUIRE_KUBE"
+#: Env var naming the kwok controller binary (overrides the default).
+KWOK_BIN_ENV = "GPUPORTAL_KWOK_BIN"
 #: Env var that keeps the cluster's data directory (certs, logs) after it stops.
 KEEP_ENV = "GPUPORTAL_KUBE_KEEP"
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BIN_DIR = REPO_ROOT / ".cache" / "kube-testenv" / KUBE_VERSION / "bin"
+DEFAULT_KWOK_BIN = REPO_ROOT / ".cache" / "kwok" / KWOK_VERSION / "bin" / "kwok"
 
 COMPONENTS = (
     "etcd",
@@ -94,3 +99,16 @@ def find_binaries(directory: Path | None = None) -> KubeBinaries:
 def env_flag(name: str) -> bool:
     """True when env var *name* is set to a truthy value (1, true, yes, on)."""
     return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def find_kwok() -> Path:
+    """The kwok controller named by $GPUPORTAL_KWOK_BIN, else the make target's output; or raise."""
+    configured = os.environ.get(KWOK_BIN_ENV, "").strip()
+    path = Path(configured).expanduser().resolve() if configured else DEFAULT_KWOK_BIN
+    if not os.access(path, os.X_OK):
+        source = f"${KWOK_BIN_ENV}" if configured else "default"
+        raise BinariesMissing(
+            f"kwok controller missing at {path} ({source}). Build it with `make kube-testenv` "
+            f"(kwok {KWOK_VERSION}; cold build about 3 min on 2 cores) or point ${KWOK_BIN_ENV} at it."
+        )
+    return path

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from kube_testenv.cluster import KubeTestCluster
     from kube_testenv.gpu_nodes import FakeGPUNodes
+    from kube_testenv.kwok import KwokController
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -93,6 +94,31 @@ def fake_gpu_nodes(kube_cluster: KubeTestCluster) -> Iterator[FakeGPUNodes]:
         yield nodes
 
 
+@pytest.fixture(scope="session")
+def kwok_controller(kube_cluster: KubeTestCluster) -> Iterator[KwokController]:
+    """The kwok controller for the session cluster: it runs pods bound to kwok-annotated nodes."""
+    from kube_testenv.kwok import KwokController
+    from kube_testenv.paths import find_kwok
+
+    try:
+        binary = find_kwok()
+    except BinariesMissing as exc:
+        if env_flag(REQUIRE_ENV):
+            pytest.fail(f"{exc} (${REQUIRE_ENV} is set, so this is an error)", pytrace=False)
+        pytest.skip(str(exc))
+    with KwokController(kube_cluster.kubeconfig, binary=binary) as controller:
+        yield controller
+
+
+@pytest.fixture
+def kwok_gpu_nodes(kube_cluster: KubeTestCluster, kwok_controller: KwokController) -> Iterator[FakeGPUNodes]:
+    """Like ``fake_gpu_nodes``, but kwok runs the pods bound to them (Running, Succeeded, deleted)."""
+    from kube_testenv.gpu_nodes import FakeGPUNodes
+
+    with FakeGPUNodes(kube_cluster.api_client, kwok=True) as nodes:
+        yield nodes
+
+
 def unique_name(prefix: str) -> str:
     """A DNS-1123 name unlikely to clash within the shared session cluster."""
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
@@ -103,5 +129,7 @@ __all__: list[str] = [
     "kube_api_client",
     "kube_cluster",
     "kube_namespace",
+    "kwok_controller",
+    "kwok_gpu_nodes",
     "unique_name",
 ]

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kube_testenv.gpu_nodes import GPU
+from kube_testenv.kwok import REMOVE_AFTER_ANNOTATION, RUN_FOR_ANNOTATION
 
 #: Never pulled (there is no kubelet); any valid image reference would do.
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10.1"
@@ -42,6 +43,19 @@ def gpu_pod(
         "metadata": {"name": name, "labels": dict(labels or {})},
         "spec": spec,
     }
+
+
+def with_lifetime(pod: dict[str, Any], *, run_for: str, remove_after: str | None = None) -> dict[str, Any]:
+    """*pod* annotated for kwok: it runs for *run_for*, then succeeds; deleted *remove_after* later.
+
+    Durations are Go's (``"2s"``, ``"500ms"``). Without these annotations a pod on a kwok node runs
+    until deleted.
+    """
+    annotations = pod["metadata"].setdefault("annotations", {})
+    annotations[RUN_FOR_ANNOTATION] = run_for
+    if remove_after is not None:
+        annotations[REMOVE_AFTER_ANNOTATION] = remove_after
+    return pod
 
 
 def gpu_quota(name: str, hard: Mapping[str, str | int], scopes: list[str] | None = None) -> dict[str, Any]:

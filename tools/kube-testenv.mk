@@ -8,9 +8,13 @@
 # the git-ignored .cache/kube-testenv/<version>/bin/. A stamp file named after
 # the pinned versions makes the target a no-op once the binaries exist; Go's
 # own build and module caches make a rebuild after a go.mod/go.sum change fast.
+# The kwok controller (tools/kwok), which runs the fake GPU nodes' pods, is built
+# the same way into .cache/kwok/<version>/bin/ with its own stamp.
 
 KUBE_TESTENV_VERSION      := v1.36.3
 KUBE_TESTENV_ETCD_VERSION := v3.6.8
+# A bump also changes KWOK_VERSION in kube_testenv/paths.py.
+KWOK_VERSION              := v0.8.0
 
 # Paths are derived from this file's location so the fragment works from any
 # including Makefile and never embeds a machine-specific path.
@@ -18,8 +22,10 @@ KUBE_TESTENV_TOOLS := $(patsubst %/,%,$(dir $(abspath $(lastword $(MAKEFILE_LIST
 KUBE_TESTENV_ROOT  := $(patsubst %/,%,$(dir $(KUBE_TESTENV_TOOLS)))
 KUBE_TESTENV_BIN   := $(KUBE_TESTENV_ROOT)/.cache/kube-testenv/$(KUBE_TESTENV_VERSION)/bin
 KUBE_TESTENV_STAMP := $(KUBE_TESTENV_BIN)/.stamp-$(KUBE_TESTENV_VERSION)-etcd-$(KUBE_TESTENV_ETCD_VERSION)
+KWOK_BIN           := $(KUBE_TESTENV_ROOT)/.cache/kwok/$(KWOK_VERSION)/bin
+KWOK_STAMP         := $(KWOK_BIN)/.stamp-$(KWOK_VERSION)
 
-# Lower priority so a cold build (6-15 min on 2 cores) does not starve others.
+# Lower priority so a cold build (6-15 min on 2 cores, plus about 3 min for kwok) does not starve others.
 KUBE_TESTENV_NICE ?= nice -n 10
 KUBE_TESTENV_GO   ?= go
 
@@ -39,10 +45,24 @@ KUBE_TESTENV_LDFLAGS := -s -w $(foreach pkg,k8s.io/component-base/version k8s.io
 
 KUBE_TESTENV_KUBE_CMDS := kube-apiserver kube-controller-manager kube-scheduler kubectl
 
-.PHONY: kube-testenv kube-testenv-clean
+.PHONY: kube-testenv kube-testenv-clean kwok
 
-## kube-testenv: build the test control-plane binaries unless already built.
-kube-testenv: $(KUBE_TESTENV_STAMP)
+## kube-testenv: build the test control-plane binaries (and kwok) unless already built.
+kube-testenv: $(KUBE_TESTENV_STAMP) $(KWOK_STAMP)
+
+## kwok: build only the kwok controller unless already built.
+kwok: $(KWOK_STAMP)
+
+# kwok stamps its version into sigs.k8s.io/kwok/pkg/consts as its release script does.
+$(KWOK_STAMP): $(KUBE_TESTENV_TOOLS)/kwok/go.mod $(KUBE_TESTENV_TOOLS)/kwok/go.sum
+	@mkdir -p $(KWOK_BIN)
+	@rm -f $(KWOK_BIN)/.stamp-*
+	@echo "kube-testenv: building kwok $(KWOK_VERSION) into $(KWOK_BIN) (cold: about 2 min on 2 idle cores)"
+	cd $(KUBE_TESTENV_TOOLS)/kwok && $(KUBE_TESTENV_GOENV) $(KUBE_TESTENV_GOBUILD) \
+		-ldflags '-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$(KWOK_VERSION)' \
+		-o $(KWOK_BIN)/kwok sigs.k8s.io/kwok/cmd/kwok
+	$(KWOK_BIN)/kwok --version | grep -q '$(KWOK_VERSION)'
+	@echo "kwok=$(KWOK_VERSION)" > $@
 
 $(KUBE_TESTENV_STAMP): $(KUBE_TESTENV_TOOLS)/kubetest/go.mod $(KUBE_TESTENV_TOOLS)/kubetest/go.sum \
 		$(KUBE_TESTENV_TOOLS)/etcd/go.mod $(KUBE_TESTENV_TOOLS)/etcd/go.sum
@@ -61,4 +81,4 @@ $(KUBE_TESTENV_STAMP): $(KUBE_TESTENV_TOOLS)/kubetest/go.mod $(KUBE_TESTENV_TOOL
 
 ## kube-testenv-clean: remove the built binaries (Go caches are kept).
 kube-testenv-clean:
-	rm -rf $(KUBE_TESTENV_ROOT)/.cache/kube-testenv
+	rm -rf $(KUBE_TESTENV_ROOT)/.cache/kube-testenv $(KUBE_TESTENV_ROOT)/.cache/kwok

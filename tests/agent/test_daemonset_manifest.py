@@ -55,6 +55,8 @@ def test_the_agent_accepts_the_manifests_settings() -> None:
     assert config.proc_root == Path("/host/proc")
     assert not config.allow_plain_http and not config.dry_run and not config.once
     assert config.interval_seconds == 30
+    assert config.pod_resources.socket == Path("/var/lib/kubelet/pod-resources/kubelet.sock")
+    assert config.pod_resources.replica_sharing == "time-sliced"
     known = {env_name(setting) for setting in ENV_SETTINGS}
     assert {name for name in environment if name.startswith(ENV_PREFIX)} <= known
 
@@ -68,10 +70,10 @@ def test_the_token_comes_from_the_secret_mounted_read_only() -> None:
     assert _environment("n")["GPUPORTAL_AGENT_TOKEN_FILE"].startswith(mount["mountPath"] + "/")
 
 
-def test_host_access_is_the_hosts_proc_read_only_and_nothing_else() -> None:
+def test_host_access_is_the_hosts_proc_and_the_pod_resources_socket_read_only_and_nothing_else() -> None:
     pod = _pod()
     host_paths = [v for v in pod["volumes"] if "hostPath" in v]
-    assert [v["hostPath"]["path"] for v in host_paths] == ["/proc"]
+    assert [v["hostPath"]["path"] for v in host_paths] == ["/proc", "/var/lib/kubelet/pod-resources"]
     mounts = {m["name"]: m for m in _container()["volumeMounts"]}
     assert all(mounts[v["name"]]["readOnly"] is True for v in host_paths)
     for flag in ("hostPID", "hostNetwork", "hostIPC"):

@@ -259,3 +259,26 @@ def test_the_portal_starts_with_the_configuration_the_chart_gives_it(tmp_path: P
     result = subprocess.run([sys.executable, "manage.py", "check", "--deploy", "--fail-level", "ERROR"], cwd=ROOT,
                             env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_agent_reads_pod_resources_from_the_kubelets_socket_directory_read_only() -> None:
+    production = PORTAL / "ci" / "production-values.yaml"
+    agent = find(render(PORTAL, values=[production]), "DaemonSet")["spec"]["template"]["spec"]
+    [container] = agent["containers"]
+    [volume] = [v for v in agent["volumes"] if v["name"] == "pod-resources"]
+    assert volume["hostPath"] == {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"}
+    [mount] = [m for m in container["volumeMounts"] if m["name"] == "pod-resources"]
+    assert mount == {"name": "pod-resources", "mountPath": "/var/lib/kubelet/pod-resources", "readOnly": True}
+    env = env_of(container)
+    assert env["GPUPORTAL_AGENT_POD_RESOURCES_SOCKET"] == "/var/lib/kubelet/pod-resources/kubelet.sock"
+    assert env["GPUPORTAL_AGENT_REPLICA_SHARING"] == "time-sliced" and "GPUPORTAL_AGENT_HAMI_RESOURCES" not in env
+
+    sets = ["agent.podResources.replicaSharing=mps", "agent.podResources.hamiResources={nvidia.com/gpu,hami.io/x}"]
+    [shared] = find(render(PORTAL, values=[production], sets=sets), "DaemonSet")["spec"]["template"]["spec"]["containers"]
+    assert env_of(shared)["GPUPORTAL_AGENT_REPLICA_SHARING"] == "mps"
+    assert env_of(shared)["GPUPORTAL_AGENT_HAMI_RESOURCES"] == "nvidia.com/gpu,hami.io/x"
+
+    off = find(render(PORTAL, values=[production], sets=["agent.podResources.enabled=false"]), "DaemonSet")
+    spec = off["spec"]["template"]["spec"]
+    assert [v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v] == ["/proc"]
+    assert "GPUPORTAL_AGENT_POD_RESOURCES_SOCKET" not in env_of(spec["containers"][0])
