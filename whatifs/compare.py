@@ -24,8 +24,12 @@ FIGURES = ("allocation_pct", "busy_pct", "work_gpu_h", "wait_p50_min", "wait_p95
 
 @dataclass(frozen=True)
 class Demand:
+    """The requests and the nodes; ``horizon``: the seconds measured (a history's window; None:
+    to the last arrival, as the twin measures a file)."""
+
     jobs: Sequence[Job]
     nodes: Sequence[Node]
+    horizon: float | None = None
 
 
 def _figures(share: Share) -> dict[str, float]:
@@ -82,9 +86,9 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
     """Replay ``demand`` under both policies; the result as stored with the what-if."""
     report = progress or (lambda _: None)
     report(10)
-    before, before_departments = _side(replay(demand.jobs, demand.nodes, current, POLICY))
+    before, before_departments = _side(replay(demand.jobs, demand.nodes, current, POLICY, horizon=demand.horizon))
     report(55)
-    after, after_departments = _side(replay(demand.jobs, demand.nodes, proposed, POLICY))
+    after, after_departments = _side(replay(demand.jobs, demand.nodes, proposed, POLICY, horizon=demand.horizon))
     report(95)
     departments = [
         {"department": name, "current": before_departments[name], "proposed": after_departments[name],
@@ -93,6 +97,10 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
         if before_departments[name]["requests"] or after_departments[name]["requests"]
         or before_departments[name]["allocation_pct"] or after_departments[name]["allocation_pct"]
     ]
+    shown = {row["department"] for row in departments}
+    for side in (before, after):
+        side["series"] = {name: values for name, values in side["series"].items() if name in shown}
+        side["waits"] = {name: values for name, values in side["waits"].items() if name in shown}
     return {
         "policy": POLICY, "requests": len(demand.jobs), "installed_gpus": sum(len(node.gpus) for node in demand.nodes),
         "figures": list(FIGURES), "departments": departments,

@@ -206,6 +206,7 @@ def _compare(what_if: WhatIf) -> dict[str, Any]:
     def progress(percent: int) -> None:
         WhatIf.objects.filter(pk=what_if.pk, state=WhatIfState.RUNNING).update(progress=percent)
 
-    result = comparison_run(Demand(jobs, nodes), current, proposed, progress=progress)
+    horizon = 86400.0 * what_if.history_days if what_if.source == WorkloadSource.HISTORY and what_if.history_days else None
+    result = comparison_run(Demand(jobs, nodes, horizon), current, proposed, progress=progress)
     result["not_replayed"] = proposal.not_replayed
     return result
