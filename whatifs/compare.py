@@ -46,20 +46,22 @@ def _difference(current: dict[str, float], proposed: dict[str, float]) -> dict[s
     return {key: round(proposed[key] - current[key], 3) for key in FIGURES}
 
 
-def allocation_series(outcome: Outcome, points: int = SERIES_POINTS) -> dict[str, list[float]]:
-    """GPU-equivalents each department held, averaged over each of ``points`` equal steps of the
-    measured window."""
+def allocation_series(outcome: Outcome, points: int = SERIES_POINTS) -> dict[str, dict[str, list[float]]]:
+    """Per department, the GPU-equivalents it held (``held``) and the part of them busy (``busy``),
+    averaged over each of ``points`` equal steps of the measured window."""
     horizon = outcome.horizon or 1.0
     step = horizon / points
     held = [[0.0] * points for _ in outcome.departments]
+    busy = [[0.0] * points for _ in outcome.departments]
     for run in outcome.runs:
         begin, end = max(run.start, 0.0), min(run.end, horizon)
-        first = int(begin // step)
-        for index in range(first, min(points, int(end // step) + 1)):
+        for index in range(int(begin // step), min(points, int(end // step) + 1)):
             overlap = min(end, (index + 1) * step) - max(begin, index * step)
             if overlap > 0:
                 held[run.department - 1][index] += run.held * overlap / step
-    return {name: [round(value, 3) for value in row] for name, row in zip(outcome.departments, held, strict=True)}
+                busy[run.department - 1][index] += run.native * run.busy * overlap / step
+    return {name: {"held": [round(v, 3) for v in held[i]], "busy": [round(v, 3) for v in busy[i]]}
+            for i, name in enumerate(outcome.departments)}
 
 
 def wait_histogram(outcome: Outcome) -> dict[str, list[int]]:
@@ -90,6 +92,7 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
     report(55)
     after, after_departments = _side(replay(demand.jobs, demand.nodes, proposed, POLICY, horizon=demand.horizon))
     report(95)
+    horizon = demand.horizon if demand.horizon is not None else max((job.eligible_at for job in demand.jobs), default=0.0)
     departments = [
         {"department": name, "current": before_departments[name], "proposed": after_departments[name],
          "difference": _difference(before_departments[name], after_departments[name])}
@@ -107,4 +110,5 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
         "total": {"current": before["total"], "proposed": after["total"],
                   "difference": _difference(before.pop("total"), after.pop("total"))},
         "current": before, "proposed": after, "wait_bins_min": list(WAIT_BINS_MIN),
+        "horizon_s": horizon, "series_step_s": horizon / SERIES_POINTS,
     }
