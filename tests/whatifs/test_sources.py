@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import datetime
+import io
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from allocations.models import AllocationState, Quota
 from telemetry.models import AllocationUsage
 from tests.conftest import World
-from tests.whatifs.history import HOUR, asked, ran
+from tests.whatifs.history import HOUR, asked, over_nlp_limit, ran
+from twin.clusters import nodes_load
+from twin.policy import policy_load
+from twin.workload import workload_load
 from whatifs.sources import DEFAULT_BUSY, history_workload, inventory_nodes, live_policy
 
 pytestmark = pytest.mark.django_db
@@ -57,3 +63,13 @@ def test_the_live_policy_counts_gpu_equivalents_and_the_inventory_its_gpus(world
     assert policy.flavors["a100-1g"].gpu_milli == 143 and policy.flavors["a100"].gpu_milli == 1000
     nodes = inventory_nodes()
     assert sum(len(node.gpus) for node in nodes) == 24 and all(node.name.startswith("test-cluster/") for node in nodes)
+
+
+def test_twin_export_writes_files_the_twin_reads_back(world: World, tmp_path: Path) -> None:
+    over_nlp_limit(world)
+    call_command("twin_export", "--days", "7", "--out", str(tmp_path), stdout=io.StringIO())
+    policy = policy_load(tmp_path / "policy.yaml")
+    jobs = workload_load(tmp_path / "workload.jsonl", flavors=policy.flavors)
+    policy.check_jobs(jobs)
+    assert [(job.department, job.quantity) for job in jobs] == [("nlp", 6), ("vision", 2), ("nlp", 6)]
+    assert sum(len(node.gpus) for node in nodes_load(tmp_path / "cluster.csv")) == 24
