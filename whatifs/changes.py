@@ -83,7 +83,7 @@ class _Change:
             return None
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise self.fail(key, f"must be a whole number from {low} to {high}, not {value!r}")
-        return value
+        return int(value)
 
     def text(self, key: str) -> str | None:
         value = self.data.get(key)

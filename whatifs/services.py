@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from django.contrib.auth.base_user import AbstractBaseUser
-from django.contrib.auth.models import AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import OperationalError, transaction
 from django.http import Http404
 
@@ -19,6 +19,7 @@ from audit.services import audit_record
 from kernel.clock import clock_now
 from kernel.errors import FieldError, NotAllowed
 from kernel.task_handover import task_hand_over
+from kernel.times import minute_utc
 from tenants.access import access_for, department_parent_map, department_subtree_ids
 from tenants.models import Department, Membership, Role
 from twin.errors import TwinInputError
@@ -71,6 +72,8 @@ def what_if_scope(*, user: AbstractBaseUser | AnonymousUser, department_id: int 
 
 
 def _administered_roots(user: AbstractBaseUser | AnonymousUser) -> list[int]:
+    if user.pk is None:
+        return []
     return list(Membership.objects.filter(user_id=user.pk, role=Role.DEPARTMENT_ADMIN)
                 .order_by("department_id").values_list("department_id", flat=True))
 
@@ -104,7 +107,7 @@ def _source(history_days: int | None, workload: str | None, workload_format: str
         _workload_check(workload, workload_format)
 
 
-def what_if_create(*, actor: AbstractBaseUser, changes: Any, department_id: int | None = None,
+def what_if_create(*, actor: User, changes: Any, department_id: int | None = None,
                    history_days: int | None = None, workload: str | None = None, workload_format: str = "jsonl",
                    title: str = "") -> WhatIf:
     """Ask for a what-if: checked now (a 400 naming the field), run by a worker after commit."""
@@ -143,7 +146,7 @@ def _demand(what_if: WhatIf) -> list[Job]:
         until = what_if.history_until or clock_now()
         jobs = history_workload(days=float(what_if.history_days or 1), now=until)
         if not jobs:
-            raise TwinInputError("history", 0, "history_days", f"no request in the {what_if.history_days} days before {until:%Y-%m-%d}")
+            raise TwinInputError("history", 0, "history_days", f"no request in the {what_if.history_days} days before {minute_utc(until)}")
         return jobs
     return jobs_read(what_if.workload, source="workload", fmt=what_if.workload_format, flavors=flavor_shapes())
 

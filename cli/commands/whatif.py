@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
@@ -18,6 +19,7 @@ from cli.exits import CliError, Exit
 from cli.output import Column, dump, emit_list, table
 from cli.resolve import completer, resolve_id
 
+F = TypeVar("F", bound=Callable[..., Any])
 FIRST_DELAY, GROWTH, MAX_DELAY = 0.5, 1.5, 5.0
 SETTLED = ("done", "failed")
 QUOTA_FLAGS = {
@@ -109,7 +111,7 @@ def emit_result(what_if: dict[str, Any], fmt: str) -> None:
         click.echo(f"not replayed (no windows or idle policies in the replay yet): {', '.join(result['not_replayed'])}")
 
 
-def _changes(options: dict[str, tuple[str, ...]], changes: str | None) -> list[dict[str, Any]]:
+def _changes(options: dict[str, Any], changes: str | None) -> list[dict[str, Any]]:
     listed = [_quota_change(flag, text) for flag in QUOTA_FLAGS for text in options.get(flag, ())]
     if changes:
         path = Path(changes)
@@ -124,7 +126,7 @@ def _changes(options: dict[str, tuple[str, ...]], changes: str | None) -> list[d
     return listed
 
 
-def _quota_option(flag: str, help_text: str) -> Any:
+def _quota_option(flag: str, help_text: str) -> Callable[[F], F]:
     return click.option(f"--{flag.replace('_', '-')}", flag, multiple=True, metavar="DEPT[/FLAVOR]=N", help=help_text)
 
 
@@ -147,8 +149,7 @@ def _quota_option(flag: str, help_text: str) -> Any:
 @click.option("--timeout", type=float, default=600.0, show_default=True, help="Seconds to wait for the result.")
 @output_option
 @click.pass_context
-def what_if(ctx: click.Context, changes: str | None, history: str, workload: Path | None, department: str | None,
-            title: str, no_wait: bool, timeout: float, **quota_flags: tuple[str, ...]) -> None:
+def what_if(ctx: click.Context, /, **options: Any) -> None:
     """Replay demand under proposed quotas or priority classes; print current against proposed.
 
     \b
@@ -159,21 +160,29 @@ def what_if(ctx: click.Context, changes: str | None, history: str, workload: Pat
     if ctx.invoked_subcommand is not None:
         return
     api = state().api()
-    body: dict[str, Any] = {"changes": _changes(quota_flags, changes), "title": title}
-    if workload is not None:
-        body.update(workload=workload.read_text(), workload_format="csv" if workload.suffix.lower() == ".csv" else "jsonl")
-    else:
-        body["history_days"] = _days(history)
-    if department:
-        body["department"] = resolve_id(api, "department", department)
-    _, created = api.post("what-ifs/", body)
-    if no_wait:
-        click.echo(created["id"] if state().output == "table" else dump(created, state().output))
+    done = _ask(api, options)
+    if done is None:
         return
-    done = what_if_wait(api, created, timeout=timeout, quiet=state().output != "table")
     emit_result(done, state().output)
     if done.get("state") == "failed":
         raise CliError(f"what-if #{done['id']} failed: {done.get('error')}", Exit.ERROR)
+
+
+def _ask(api: Api, options: dict[str, Any]) -> dict[str, Any] | None:
+    """Ask for the what-if the options describe; wait for it unless ``--no-wait`` (then None)."""
+    body: dict[str, Any] = {"changes": _changes(options, options["changes"]), "title": options["title"]}
+    workload: Path | None = options["workload"]
+    if workload is not None:
+        body.update(workload=workload.read_text(), workload_format="csv" if workload.suffix.lower() == ".csv" else "jsonl")
+    else:
+        body["history_days"] = _days(options["history"])
+    if options["department"]:
+        body["department"] = resolve_id(api, "department", options["department"])
+    _, created = api.post("what-ifs/", body)
+    if options["no_wait"]:
+        click.echo(created["id"] if state().output == "table" else dump(created, state().output))
+        return None
+    return what_if_wait(api, created, timeout=options["timeout"], quiet=state().output != "table")
 
 
 @what_if.command("show")

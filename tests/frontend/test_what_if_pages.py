@@ -59,6 +59,6 @@ def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: 
     calendar = client.get(f"/calendar/{world.nlp.pk}/").content.decode()
     assert 'id="window-what-if"' in calendar and 'formaction="/what-ifs/"' in calendar
     quota = Quota.objects.get(department=world.nlp, flavor=None)
-    prefilled = client.get("/what-ifs/", {"window_quota": quota.pk, "window_limit_delta": "4"}).content.decode()
+    prefilled = client.get("/what-ifs/", {"window_quota": str(quota.pk), "window_limit_delta": "4"}).content.decode()
     assert f'<option value="{quota.pk}" selected>' in prefilled
     assert 'name="history_days" value="30"' in prefilled and 'name="limit_delta" value="4"' in prefilled
