@@ -38,6 +38,7 @@ class WhatIfOut(serializers.ModelSerializer[WhatIf]):
         return reverse("api-what-if", args=[obj.pk])
 
 
+@extend_schema_serializer(component_name="WhatIfSummary")
 class WhatIfListOut(WhatIfOut):
     class Meta(WhatIfOut.Meta):
         fields = [name for name in WhatIfOut.Meta.fields if name != "result"]
