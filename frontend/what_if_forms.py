@@ -49,6 +49,8 @@ class WhatIfForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.fields["department"].queryset = departments  # type: ignore[attr-defined]
         self.fields["department"].required = not platform
+        if not platform:
+            self.fields["department"].empty_label = None  # type: ignore[attr-defined]  # theirs, the first preselected
         self.fields["quota"].queryset = quotas  # type: ignore[attr-defined]
         if platform:
             self.fields["priority_class"].queryset = PriorityClass.objects.order_by("-value")  # type: ignore[attr-defined]
