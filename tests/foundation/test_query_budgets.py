@@ -250,6 +250,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "department page (platform)": get("department", "platform", department_id=world.nlp.pk),
         "departments (platform)": get("departments", "platform"),
         "notification preferences": get("notification-preferences", "nlp_member"),
+        "what-ifs": get("what-ifs", "platform"),
+        "what-ifs (nlp_admin)": get("what-ifs", "nlp_admin"),
     }
 
 
