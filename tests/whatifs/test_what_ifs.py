@@ -8,14 +8,17 @@ from typing import Any
 
 import pytest
 from django.http import Http404
+from django.utils import timezone
 
 from audit.models import AuditEvent
 from kernel.errors import FieldError, NotAllowed
 from tests.conftest import World
 from tests.whatifs.history import over_nlp_limit
+from whatifs.compare import Demand, comparison_run
 from whatifs.models import WhatIf, WhatIfState
 from whatifs.selectors import what_if_get, what_if_list
 from whatifs.services import what_if_create, what_if_run
+from whatifs.sources import history_workload, inventory_nodes, live_policy
 
 pytestmark = pytest.mark.django_db
 
@@ -161,3 +164,28 @@ def test_the_api_answers_202_with_a_location_and_then_the_comparison(world: Worl
     assert world.client("vision_admin").get(location).status_code == 404
     assert world.client("nlp_member").post("/api/v1/what-ifs/", {"changes": RAISE_NLP, "history_days": 7},
                                            format="json").status_code == 403
+
+
+def test_an_uploaded_workload_is_replayed_and_unreplayed_kinds_are_named(world: World) -> None:
+    lines = [{"submit_at": 60 * index, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 6,
+              "runtime_s": 7200, "requested_s": 7200, "priority_class": "gpu-standard", "busy": 0.5} for index in range(2)]
+    window = {"kind": "window", "department": "nlp", "limit_delta": 4, "begins_at": "2026-03-01T00:00:00Z",
+              "ends_at": "2026-03-03T00:00:00Z"}
+    idle = {"kind": "idle_policy", "threshold": 0.1, "window_minutes": 60, "action": "warn", "department": "nlp"}
+    made = ask(world, "nlp_admin", [*RAISE_NLP, window, idle], history_days=None,
+               workload="\n".join(json.dumps(line) for line in lines))
+    run = what_if_run(what_if_id=made.pk)
+    assert run is not None and run.state == WhatIfState.DONE, run.error if run else None
+    assert run.result["not_replayed"] == ["changes[1]", "changes[2]"]
+    nlp = _nlp(run.result)
+    assert nlp["current"]["wait_p99_min"] == pytest.approx(119, abs=1)  # the second waits for the first's 2 h
+    assert nlp["proposed"]["wait_p99_min"] == 0
+
+
+def test_progress_is_reported_while_the_two_replays_run(world: World) -> None:
+    over_nlp_limit(world)
+    seen: list[int] = []
+    policy = live_policy()
+    comparison_run(Demand(history_workload(days=7, now=timezone.now()), inventory_nodes()), policy, policy,
+                   progress=seen.append)
+    assert seen == sorted(seen) and seen[0] > 0 and seen[-1] < 100 and len(seen) == 3
