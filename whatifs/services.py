@@ -4,6 +4,7 @@ transaction). docs/twin.md, "What-if"."""
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import logging
 import time
@@ -40,6 +41,7 @@ from whatifs.sources import (
 log = logging.getLogger(__name__)
 
 RUN_TASK = "whatifs.tasks.what_if_run_task"
+ABANDONED_AFTER_S = 900  # longer than any task may run (CELERY_TASK_TIME_LIMIT)
 WORKLOAD_MAX_CHARS = 20_000_000
 FORMATS = ("jsonl", "csv")
 
@@ -155,12 +157,22 @@ def _proposal(what_if: WhatIf) -> Proposal:
     return proposal_validate(changes=what_if.changes, quotas=quota_rows(), classes=class_rows(), scope=Scope(True, frozenset()))
 
 
+def _may_move(what_if: WhatIf, to: str) -> bool:
+    """Queued → running, running → done or failed; and a run abandoned (its worker killed past the
+    task's time limit, the task delivered again) → running again."""
+    if to != WhatIfState.RUNNING:
+        return what_if.state == WhatIfState.RUNNING
+    if what_if.state == WhatIfState.QUEUED:
+        return True
+    abandoned = clock_now() - datetime.timedelta(seconds=ABANDONED_AFTER_S)
+    return what_if.state == WhatIfState.RUNNING and what_if.started_at is not None and what_if.started_at < abandoned
+
+
 def _move(what_if_id: int, *, to: str, action: Any, details: dict[str, Any], **values: Any) -> WhatIf | None:
     """One audited state change (from queued to running, from running to done or failed)."""
     with transaction.atomic():
         what_if = WhatIf.objects.select_for_update().filter(pk=what_if_id).first()
-        expected = WhatIfState.QUEUED if to == WhatIfState.RUNNING else WhatIfState.RUNNING
-        if what_if is None or what_if.state != expected:
+        if what_if is None or not _may_move(what_if, to):
             return None
         before = what_if.state
         what_if.state = to

@@ -3,6 +3,7 @@ computes on a small history, its audit events, and the API over HTTP."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from typing import Any
 
@@ -189,3 +190,13 @@ def test_progress_is_reported_while_the_two_replays_run(world: World) -> None:
     comparison_run(Demand(history_workload(days=7, now=timezone.now()), inventory_nodes()), policy, policy,
                    progress=seen.append)
     assert seen == sorted(seen) and seen[0] > 0 and seen[-1] < 100 and len(seen) == 3
+
+
+def test_a_run_abandoned_by_a_killed_worker_runs_again_when_its_task_comes_back(world: World) -> None:
+    over_nlp_limit(world)
+    made = ask(world, "platform")
+    WhatIf.objects.filter(pk=made.pk).update(state=WhatIfState.RUNNING, started_at=timezone.now())
+    assert what_if_run(what_if_id=made.pk) is None  # running elsewhere
+    WhatIf.objects.filter(pk=made.pk).update(started_at=timezone.now() - datetime.timedelta(hours=1))
+    again = what_if_run(what_if_id=made.pk)
+    assert again is not None and again.state == WhatIfState.DONE
