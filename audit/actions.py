@@ -195,3 +195,9 @@ WEBHOOK_CREATED = register(900, "webhook.created", "A notification webhook was a
 WEBHOOK_UPDATED = register(901, "webhook.updated", "A notification webhook was changed")
 WEBHOOK_DELETED = register(902, "webhook.deleted", "A notification webhook was removed")
 NOTIFICATION_PREFERENCES_SET = register(910, "notification.preferences_set", "A user changed their notification preferences")
+
+# What-ifs: proposed changes of the rules replayed by the policy twin (docs/twin.md, "What-if").
+WHAT_IF_REQUESTED = register(1000, "what_if.requested", "A what-if (proposed changes of the rules, replayed on a workload) was asked for")
+WHAT_IF_STARTED = register(1001, "what_if.started", "A what-if's replay began")
+WHAT_IF_FINISHED = register(1002, "what_if.finished", "A what-if's replay finished: current against proposed, per department")
+WHAT_IF_FAILED = register(1003, "what_if.failed", "A what-if's replay failed")

@@ -8,6 +8,7 @@ Run from the repository root::
     .venv/bin/python bench/twin.py                 # 30 days x 50,000 requests on 1,000 nodes
     .venv/bin/python bench/twin.py --quick         # 14 days x 3,000 requests on 150 nodes
     .venv/bin/python bench/twin.py --no-trace --policies static,full --load-steps 0
+    DATABASE_URL=... .venv/bin/python bench/twin.py --from-history 30d   # the portal's own month
 """
 
 from __future__ import annotations
@@ -131,6 +132,36 @@ def targets(month: dict[str, Metrics], loads: dict[str, LoadSearch], *, full_sca
     print("  worst finish-time fairness <= 1.5: NOT MEASURED (finish-time fairness is not built yet)")
 
 
+def from_history(days_text: str, policies: list[str]) -> int:
+    """The four policies on the portal's own history, inventory and policy (``whatifs.sources``;
+    the database of DATABASE_URL, through Django's settings)."""
+    import os
+
+    if not os.environ.get("DATABASE_URL"):
+        print("--from-history reads the portal's database: set DATABASE_URL", file=sys.stderr)
+        return 2
+    days = float(days_text.rstrip("d"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "gpuportal.settings")
+    import django
+
+    django.setup()
+    from kernel.clock import clock_now
+    from whatifs.sources import history_workload, inventory_nodes, live_policy
+
+    jobs, nodes, rules = history_workload(days=days, now=clock_now()), inventory_nodes(), live_policy()
+    if not jobs or not nodes:
+        print(f"nothing to replay: {len(jobs)} requests in the last {days:g} days, {len(nodes)} nodes", file=sys.stderr)
+        return 1
+    partitionable = all(d.guarantee > 0 for d in rules.departments)
+    if "static" in policies and not partitionable:
+        print("static partitioning left out: a department without a guarantee would own no node")
+    rows = [measure(replay(jobs, nodes, rules, policy, horizon=86400.0 * days))
+            for policy in policies if policy != "static" or partitionable]
+    table(f"The portal's history: {len(jobs):,} requests of the last {days:g} days on {len(nodes):,} nodes "
+          f"({installed_gpus(nodes):,} GPUs)", rows)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="14 days x 3,000 requests on 150 nodes; the load search smaller")
@@ -144,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-scale", type=float, default=0.1,
                     help="the load search's month: this fraction of the nodes and requests (each probe is a replay)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--from-history", metavar="DAYS", default=None,
+                    help="replay the portal's own last DAYS (e.g. 30d) instead (needs DATABASE_URL)")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.requests, args.days = 150, 3000, 14.0
@@ -151,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
+    if args.from_history:
+        return from_history(args.from_history, policies)
     spec = GeneratorSpec(seed=args.seed, days=args.days, requests=args.requests)
     month = Scenario("month", args.nodes, spec)
     small = Scenario("load", max(20, round(args.nodes * args.load_scale)),

@@ -24,7 +24,7 @@ from django.contrib.auth.models import User
 
 from allocations.grants.services import allocation_approve, allocation_request
 from allocations.models import Allocation, Flavor, PriorityClass
-from demo.history import DEMO_HISTORY, demo_history_steps
+from demo.history import DEMO_HISTORY, DEMO_TURNED_AWAY, demo_history_steps
 from demo.play import DAY, HOUR, Step, allocation_rows_date, steps_play
 from demo.usage import demo_usage_start
 from kernel.clock import clock_now
@@ -106,4 +106,4 @@ def demo_grants_seed(*, now: datetime.datetime | None = None) -> int:
     for grant in DEMO_GRANTS:
         steps += _grant_steps(grant, moment, standard)
     steps_play(steps)
-    return len(DEMO_HISTORY) + len(DEMO_GRANTS)
+    return len(DEMO_HISTORY) + len(DEMO_TURNED_AWAY) + len(DEMO_GRANTS)

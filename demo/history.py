@@ -52,6 +52,21 @@ DEMO_HISTORY: list[Past] = [
 ]
 
 
+# Last week's demand beyond nlp's limit, turned away: bob rejected three requests for 12 more GPUs
+# while nlp's grants held most of its limit of 12 GPU-equivalents. The what-if "raise nlp's limit
+# by 4 for last week" (docs/twin.md, "What-if") replays them: under the current limit the third
+# waits for the first two to end; 4 more let it start at once.
+OVER_LIMIT = "Over nlp's limit of 12 GPU-equivalents this week; ask again once the fine-tuning runs end"
+DEMO_TURNED_AWAY: list[Past] = [
+    Past("alice", "bob", "nlp-llm", "a100-80gb", 4, "Ablations of the tokenizer change", "rejected", 5.5, 5.5,
+         planned_days=3, comment=OVER_LIMIT),
+    Past("alice", "bob", "nlp-llm", "a100-80gb", 4, "Long-context evaluation", "rejected", 5, 5, planned_days=2,
+         comment=OVER_LIMIT),
+    Past("alice", "bob", "nlp-speech", "h100-80gb", 4, "Speech model pretraining, stage 2", "rejected", 4.5, 4.5,
+         planned_days=2, comment=OVER_LIMIT),
+]
+
+
 def _past_steps(past: Past, now: datetime.datetime, standard: PriorityClass) -> list[Step]:
     """Requested ``started_days_ago``; decided two hours later; released ``ended_days_ago`` (a
     rejection or a withdrawal ends the story when it is made)."""
@@ -91,4 +106,4 @@ def _past_steps(past: Past, now: datetime.datetime, standard: PriorityClass) -> 
 def demo_history_steps(*, now: datetime.datetime) -> list[Step]:
     """The steps of the past grants' stories (``demo.play.steps_play`` runs them in time order)."""
     standard = PriorityClass.objects.get(name="gpu-standard")
-    return [step for past in DEMO_HISTORY for step in _past_steps(past, now, standard)]
+    return [step for past in DEMO_HISTORY + DEMO_TURNED_AWAY for step in _past_steps(past, now, standard)]

@@ -33,6 +33,7 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
         items.append(NavItem("Usage", "department-usage", ("department-usage",)))
         items.append(NavItem("Departments" if access.is_platform_admin else "Department", "departments",
                              ("departments", "department")))
+        items.append(NavItem("What-ifs", "what-ifs", ("what-ifs", "what-if")))
     if access.has_any_role:
         items.append(NavItem("Utilisation", "utilisation", ("utilisation",)))
         items.append(NavItem("Idle grants", "idle-cases", ("idle-cases", "idle-case-keep", "idle-case-exempt", "idle-case-release")))

@@ -17,6 +17,7 @@ from frontend.views import (
     rule_changes,
     tokens,
     utilisation,
+    what_ifs,
     windows,
 )
 from tenants.oidc.views import OidcCallbackView, OidcLoginView
@@ -47,6 +48,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("idle/<int:case_id>/exempt/", idle.idle_case_act, {"action": "exempt"}, name="idle-case-exempt"),
     path("idle/<int:case_id>/release/", idle.idle_case_act, {"action": "release"}, name="idle-case-release"),
     path("fair-share/", fair_share.fair_share, name="fair-share"),
+    path("what-ifs/", what_ifs.what_ifs, name="what-ifs"),
+    path("what-ifs/<int:what_if_id>/", what_ifs.what_if, name="what-if"),
     path("calendar/", windows.quota_calendar_index, name="quota-calendar-index"),
     path("calendar/<int:department_id>/", windows.quota_calendar, name="quota-calendar"),
     path("calendar/<int:department_id>/windows/", windows.quota_window_new, name="quota-window-new"),

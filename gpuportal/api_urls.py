@@ -13,4 +13,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/", include("compliance.urls")),
     path("", include("telemetry.urls")),
     path("", include("accounting.urls")),
+    path("", include("whatifs.urls")),
 ]

@@ -22,6 +22,7 @@ LAYERS: tuple[str, ...] = (
     "delivery",
     "telemetry",
     "accounting",
+    "whatifs",
     "observability",
     "compliance",
     "frontend",

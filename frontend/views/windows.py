@@ -104,6 +104,7 @@ def _page(request: HttpRequest, user: User, department: Department, *, form: Win
         "calendar": department_calendar(user=user, department=department, now=now),
         "windows": window_rows(user, windows, now),
         "may_ask": may_ask,
+        "can_what_if": may_ask,  # the form's "what would this have done last month" (a what-if of its quota)
         "direct": access.is_platform_admin and not rule_change_needs_second(),  # four-eyes: another admin approves
         "form": (form or _form(department, user)) if may_ask else None,
     }

@@ -30,6 +30,7 @@ from allocations.windows.services import quota_window_create
 from allocations.windows.terms import WindowTerms
 from tests.browser.conftest import Portal
 from tests.conftest import World
+from whatifs.services import what_if_create, what_if_run
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -145,7 +146,7 @@ COLUMNS_SHOWN = """([caption, headers]) => {
 
 def seed(world: World) -> None:
     """Something in every queue and list: a pending request, a grant with a pending resize, a quota
-    window and a rule change waiting for a decision."""
+    window, a rule change waiting for a decision and a what-if's result."""
     start = timezone.now()
 
     def request(quantity: int, justification: str) -> int:
@@ -168,6 +169,9 @@ def seed(world: World) -> None:
     )
     rule_change_propose(actor=world.users["platform"], kind=RuleChangeKind.QUOTA_UPDATE, quota_id=quota.pk,
                         fields={"limit": Decimal(12)})
+    asked = what_if_create(actor=world.users["nlp_admin"], changes=[{"kind": "quota", "department": "nlp", "limit_delta": 4}],
+                           history_days=7, title="raise nlp's limit by 4")
+    what_if_run(what_if_id=asked.pk)  # its result page, with tables and charts per department
 
 
 def pages_of(page: Page, selector: str) -> list[str]:

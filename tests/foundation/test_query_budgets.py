@@ -47,6 +47,7 @@ from tests.foundation.conftest_matrix import (  # noqa: F401 (fixtures)
     request,
     scene_fixture,
 )
+from whatifs.services import what_if_create
 
 N = 2
 PAGE = {"page_size": 500}
@@ -118,6 +119,9 @@ def grow(scene: Scene, count: int, grown: Grown) -> None:
             issued = access_token_create(actor=world.users[persona], name=f"grown {tag}", scope="read")
             if tag % 2:
                 access_token_revoke(actor=world.users[persona], token_id=issued.token.pk)
+        for persona in ("nlp_admin", "platform"):
+            what_if_create(actor=world.users[persona], changes=[{"kind": "quota", "department": "nlp", "limit_delta": tag}],
+                           history_days=7, title=f"grown {tag}")
         GpuSample.objects.create(gpu=scene.observed, tier=SampleTier.FIVE_MINUTES,
                                  at=timezone.now() - datetime.timedelta(minutes=10 + tag), gpu_percent=50.0)
 
@@ -171,6 +175,8 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "idle policies": get("api-idle-policies"),
         "idle cases": get("api-idle-cases"),
         "idle cases (nlp_member)": get("api-idle-cases", "nlp_member"),
+        "what-ifs": get("api-what-ifs"),
+        "what-ifs (nlp_admin)": get("api-what-ifs", "nlp_admin"),
         "access tokens": get("api-access-tokens"),
         "department members": get("api-department-members", "nlp_member", department_id=world.nlp.pk),
         "project members": get("api-project-members", "nlp_member", project_id=world.llm.pk),
@@ -244,6 +250,8 @@ def portal_calls(scene: Scene, detail: Allocation) -> dict[str, Callable[[], Any
         "department page (platform)": get("department", "platform", department_id=world.nlp.pk),
         "departments (platform)": get("departments", "platform"),
         "notification preferences": get("notification-preferences", "nlp_member"),
+        "what-ifs": get("what-ifs", "platform"),
+        "what-ifs (nlp_admin)": get("what-ifs", "nlp_admin"),
     }
 
 

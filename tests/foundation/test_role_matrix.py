@@ -31,6 +31,8 @@ from tenants.access_tokens import access_token_create, access_token_issue
 from tenants.models import PersonalAccessToken
 from tests.conftest import World
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
+from whatifs.models import WhatIf
+from whatifs.services import what_if_create
 
 PERSONAS = ["nlp_member", "nlp_admin", "speech_member", "vision_member", "vision_admin", "auditor", "platform", "nobody", None]
 API_PREFIX = "api/v1/"
@@ -106,6 +108,9 @@ UNMAP_GROUP = codes(       403,      403,     403,     403,     403,    403,    
 ADMIN_ADDS_IN_NLP = codes( 403,      201,     404,     404,     404,    403,     201,   404,  401)
 ADMIN_REMOVES_IN_NLP = codes(403,    204,     404,     404,     404,    403,     204,   404,  401)
 ADMIN_SETS_IN_NLP = codes( 403,      200,     404,     404,     404,    403,     200,   404,  401)
+# what-ifs: a department's admins (and platform admins) ask for and read its what-ifs
+WHAT_IF_IN_NLP = codes(    403,      202,     404,     404,     404,    403,     202,   404,  401)
+WHAT_IF_READ_NLP = codes(  404,      200,     404,     404,     404,    404,     200,   404,  401)
 QUERY_REQUIRED = codes(    400,      400,     400,     400,     400,    400,     400,   400,  401)
 # nlp's webhooks: its admins (and platform admins) manage them, its auditors read them
 WEBHOOKS_READ = codes(     403,      200,     404,     404,     404,    200,     200,   404,  401)
@@ -120,6 +125,14 @@ contexts: [{name: c, context: {cluster: k, user: u}}]
 clusters: [{name: k, cluster: {server: "https://k8s.example:6443"}}]
 users: [{name: u, user: {token: abc}}]
 """
+
+
+def what_if(scene: Scene) -> dict[str, Any]:
+    """nlp's what-if, asked for by its admin (made once per test, outside the rolled-back requests)."""
+    made = WhatIf.objects.filter(department=scene.world.nlp).first() or what_if_create(
+        actor=scene.world.users["nlp_admin"], changes=[{"kind": "quota", "department": "nlp", "limit_delta": 2}],
+        history_days=7)
+    return {"what_if_id": made.pk}
 
 
 def webhook(scene: Scene) -> dict[str, Any]:
@@ -363,6 +376,12 @@ ROWS = [
     Row("api-idle-case-exempt", "post", DECIDE, kwargs=lambda s: {"case_id": s.idle_case.pk},
         body=lambda s, p: {"until": (timezone.now() + datetime.timedelta(days=2)).isoformat(), "reason": "serving"}),
     Row("api-idle-case-release", "post", RELEASE, kwargs=lambda s: {"case_id": s.idle_case.pk}, body=lambda s, p: {}),
+    # what-ifs (docs/twin.md): nlp's, asked for by nlp_admin
+    Row("api-what-ifs", "get", ANY_ROLE),
+    Row("api-what-ifs", "post", WHAT_IF_IN_NLP, body=lambda s, p: {
+        "department": s.world.nlp.pk, "history_days": 7, "changes": [{"kind": "quota", "department": "nlp", "limit_delta": 4}],
+    }),
+    Row("api-what-if", "get", WHAT_IF_READ_NLP, kwargs=what_if),
     # the inventory
     Row("api-clusters", "get", SIGNED_IN),
     Row("api-clusters", "post", PLATFORM_CREATES, body=lambda s, p: {"name": "second-cluster"}),

@@ -12,17 +12,18 @@ from tests.frontend.conftest import Login
 pytestmark = pytest.mark.django_db
 
 LINKS = ["Dashboard", "Overview", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log",
-         "Django admin"]
+         "What-ifs", "Django admin"]
 EXPECTED = {
     "nlp_member": {"Dashboard", "Request GPUs", "Idle grants"},
     "speech_member": {"Dashboard", "Request GPUs", "Idle grants"},
-    "nlp_admin": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Audit log"},
+    "nlp_admin": {"Dashboard", "Request GPUs", "Approvals", "Usage", "Idle grants", "Audit log", "What-ifs"},
     "auditor": {"Dashboard", "Idle grants", "Audit log"},
-    "platform": {"Dashboard", "Overview", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log"},
+    "platform": {"Dashboard", "Overview", "Request GPUs", "Approvals", "Usage", "Idle grants", "Clusters", "Catalogue", "Audit log",
+                 "What-ifs"},
     "nobody": set(),
 }
 PAGES = {"Overview": "/platform/", "Request GPUs": "/allocations/new/", "Approvals": "/approvals/", "Usage": "/usage/", "Idle grants": "/idle/",
-         "Clusters": "/platform/clusters/", "Catalogue": "/platform/catalogue/", "Audit log": "/audit/"}
+         "Clusters": "/platform/clusters/", "Catalogue": "/platform/catalogue/", "Audit log": "/audit/", "What-ifs": "/what-ifs/"}
 
 
 def nav_labels(html: str) -> set[str]:

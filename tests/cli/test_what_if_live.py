@@ -1,0 +1,38 @@
+"""``gpuportal what-if`` against a live portal: a limit raised over the last days, the table per
+department, ``-o json``, and the API's refusals as exit codes."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.conftest import Cli, Portal
+from tests.whatifs.history import over_nlp_limit
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_raising_nlps_limit_prints_the_difference_per_department(portal: Portal, cli: Cli) -> None:
+    over_nlp_limit(portal.world)
+    cli.login(portal, "nlp_admin")
+    result = cli("what-if", "--raise-limit", "nlp=4", "--history", "7d", "--title", "raise nlp")
+    assert result.exit_code == 0, result.stderr
+    assert "done, 100 %" in result.stderr  # its progress, on standard error
+    rows = [line.split() for line in result.stdout.splitlines()]
+    p99 = next(row for row in rows if row[:2] == ["nlp", "wait_p99_min"])
+    assert float(p99[2]) > float(p99[3]) and float(p99[4]) < 0  # current, proposed, difference
+    assert any(row[:2] == ["vision", "wait_p99_min"] and float(row[4]) == 0 for row in rows)
+    listed = json.loads(cli("what-if", "list", "-o", "json").stdout)
+    assert [item["title"] for item in listed] == ["raise nlp"]
+    shown = json.loads(cli("what-if", "show", str(listed[0]["id"]), "-o", "json").stdout)
+    assert shown["state"] == "done" and shown["result"]["departments"][0]["department"] == "nlp"
+
+
+def test_a_change_outside_the_admins_departments_is_refused_naming_the_field(portal: Portal, cli: Cli) -> None:
+    cli.login(portal, "nlp_admin")
+    refused = cli("what-if", "--raise-limit", "vision=4")
+    assert refused.exit_code == 1 and "changes[0].department" in refused.stderr
+    cli.login(portal, "nlp_member")
+    assert cli("what-if", "--raise-limit", "nlp=4").exit_code == 3  # 403: members do not ask
+    assert cli("what-if", "--raise-limit", "nlp").exit_code == 2  # no amount: a usage error

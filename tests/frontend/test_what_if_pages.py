@@ -1,0 +1,64 @@
+"""The what-if pages: the form asks for one through the service and shows the result per
+department; the quota window's form offers "what would this have done last month"."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from allocations.models import Quota
+from tests.conftest import World
+from tests.whatifs.history import over_nlp_limit
+from whatifs.models import WhatIf
+
+pytestmark = pytest.mark.django_db
+
+
+def client_of(world: World, persona: str) -> Client:
+    client = Client()
+    client.force_login(world.users[persona])
+    return client
+
+
+def test_a_department_admin_asks_for_a_what_if_and_reads_its_comparison(
+        world: World, django_capture_on_commit_callbacks: Any) -> None:
+    over_nlp_limit(world)
+    client = client_of(world, "nlp_admin")
+    page = client.get("/what-ifs/")
+    assert page.status_code == 200 and b'id="what-if-form"' in page.content
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 7, "quota": quota.pk,
+                                            "limit_delta": "4", "title": "raise nlp"})
+    made = WhatIf.objects.get()
+    assert answer.status_code == 302 and answer["Location"] == f"/what-ifs/{made.pk}/"
+    shown = client.get(answer["Location"]).content.decode()
+    assert made.changes == [{"kind": "quota", "quota": quota.pk, "limit_delta": "4"}]
+    assert 'id="what-if-nlp"' in shown and 'id="what-if-vision"' in shown
+    assert "Wait p99 (min)" in shown and "(better)" in shown
+    assert 'id="wi-nlp-current"' in shown and 'id="wi-nlp-proposed"' in shown  # the charts, inline SVG
+    assert client_of(world, "vision_admin").get(answer["Location"]).status_code == 404
+
+
+def test_a_refused_change_is_shown_on_the_form_and_members_get_403(world: World) -> None:
+    client = client_of(world, "nlp_admin")
+    vision = Quota.objects.get(department=world.vision, flavor=None)
+    answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 7, "quota": vision.pk,
+                                        "limit_delta": "4"})
+    assert answer.status_code == 400 and WhatIf.objects.count() == 0  # not among nlp's quotas
+    json_changes = '[{"kind": "quota", "department": "vision", "limit_delta": 4}]'
+    answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 7, "changes_json": json_changes})
+    assert answer.status_code == 400 and b"outside the departments you administer" in answer.content
+    assert client_of(world, "nlp_member").get("/what-ifs/").status_code == 403
+
+
+def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: World) -> None:
+    client = client_of(world, "nlp_admin")
+    calendar = client.get(f"/calendar/{world.nlp.pk}/").content.decode()
+    assert 'id="window-what-if"' in calendar and 'formaction="/what-ifs/"' in calendar
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    prefilled = client.get("/what-ifs/", {"window_quota": str(quota.pk), "window_limit_delta": "4"}).content.decode()
+    assert f'<option value="{quota.pk}" selected>' in prefilled
+    assert 'name="history_days" value="30"' in prefilled and 'name="limit_delta" value="4"' in prefilled

@@ -1,0 +1,75 @@
+"""The portal's database as the twin's sources: history, inventory, policy."""
+
+from __future__ import annotations
+
+import datetime
+import io
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from allocations.models import AllocationState, Quota
+from telemetry.models import AllocationUsage
+from tests.conftest import World
+from tests.whatifs.history import HOUR, asked, over_nlp_limit, ran
+from twin.clusters import nodes_load
+from twin.policy import policy_load
+from twin.workload import workload_load
+from whatifs.sources import DEFAULT_BUSY, history_workload, inventory_nodes, live_policy
+
+pytestmark = pytest.mark.django_db
+
+
+def test_a_grant_runs_from_its_bookings_and_demand_turned_away_runs_the_period_it_asked(world: World) -> None:
+    now = timezone.now()
+    start = now - datetime.timedelta(days=2)
+    grant = ran(world, project=world.llm, flavor=world.a100, quantity=2, at=start, hours=48, released_after=5)
+    AllocationUsage.objects.create(allocation=grant, cluster=world.cluster, department=world.nlp, bucket_start=start,
+                                   source="dcgm", coverage=1.0, activity=0.8, granted_gpu_eq=2.0, used_gpu_eq=1.6)
+    asked(world, project=world.seg, flavor=world.h100, quantity=3, at=start + HOUR, hours=10)
+    asked(world, project=world.llm, flavor=world.mig, quantity=1, at=start + 2 * HOUR, hours=4,
+          state=AllocationState.CANCELLED)  # withdrawn: left out
+    jobs = history_workload(days=3, now=now)
+    assert [(j.department, j.flavor, j.quantity) for j in jobs] == [("nlp", "a100", 2), ("vision", "h100", 3)]
+    first, second = jobs
+    assert first.runtime_s == pytest.approx(5 * 3600)  # released after 5 hours, not the 48 asked
+    assert first.requested_s == pytest.approx(48 * 3600)
+    assert first.busy == pytest.approx(0.8)  # its telemetry
+    assert first.submit_at == pytest.approx(86400)  # a day into the 3-day window
+    assert second.runtime_s == pytest.approx(10 * 3600) and second.busy == DEFAULT_BUSY
+    assert second.submit_at - first.submit_at == pytest.approx(3600)
+
+
+def test_a_grant_that_held_gpus_when_the_window_began_arrives_at_its_start_with_what_was_left(world: World) -> None:
+    now = timezone.now()
+    ran(world, project=world.llm, flavor=world.a100, quantity=1, at=now - datetime.timedelta(days=5), hours=200,
+        released_after=None)
+    (job,) = history_workload(days=1, now=now)
+    assert job.submit_at == 0
+    assert job.runtime_s == pytest.approx(86400, rel=1e-3)  # still holds: to now
+
+
+def test_the_live_policy_counts_gpu_equivalents_and_the_inventory_its_gpus(world: World) -> None:
+    Quota.objects.filter(department=world.nlp, flavor=None).update(guaranteed=Decimal(4))
+    Quota.objects.filter(department=world.vision, flavor=None).delete()  # vision: its flavors' quotas summed
+    policy = live_policy()
+    assert policy.department("nlp").guarantee == 4 and policy.department("nlp").limit == 10
+    assert policy.department("vision").limit == 8  # its h100 quota: 8 whole GPUs
+    assert policy.department("nlp-speech").limit == 0  # no quota of its own
+    assert set(policy.classes) == {"gpu-standard", "gpu-preemptible"}
+    assert policy.flavors["a100-1g"].gpu_milli == 143 and policy.flavors["a100"].gpu_milli == 1000
+    nodes = inventory_nodes()
+    assert sum(len(node.gpus) for node in nodes) == 24 and all(node.name.startswith("test-cluster/") for node in nodes)
+
+
+def test_twin_export_writes_files_the_twin_reads_back(world: World, tmp_path: Path) -> None:
+    over_nlp_limit(world)
+    call_command("twin_export", "--days", "7", "--out", str(tmp_path), stdout=io.StringIO())
+    policy = policy_load(tmp_path / "policy.yaml")
+    jobs = workload_load(tmp_path / "workload.jsonl", flavors=policy.flavors)
+    policy.check_jobs(jobs)
+    assert [(job.department, job.quantity) for job in jobs] == [("nlp", 6), ("vision", 2), ("nlp", 6)]
+    assert sum(len(node.gpus) for node in nodes_load(tmp_path / "cluster.csv")) == 24

@@ -1,0 +1,114 @@
+"""Current policy against proposed, on the same demand: two replays of the twin's full policy
+and what each did per department, their differences and the series the result page charts.
+
+No Django: plain values in, JSON-ready values out (``comparison_run``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from placement import Node
+from twin.policy import Policy
+from twin.replay.engine import Outcome, replay
+from twin.replay.metrics import Share, measure
+from twin.workload import Job
+
+POLICY = "full"  # the portal's own rules
+SERIES_POINTS = 48
+WAIT_BINS_MIN = (0.0, 1.0, 5.0, 15.0, 60.0, 240.0, 1440.0)  # lower edges, minutes; the last is open
+FIGURES = ("allocation_pct", "busy_pct", "work_gpu_h", "wait_p50_min", "wait_p95_min", "wait_p99_min",
+           "violations_gpu_h", "reclaims", "lost_gpu_h", "requests")
+
+
+@dataclass(frozen=True)
+class Demand:
+    """The requests and the nodes; ``horizon``: the seconds measured (a history's window; None:
+    to the last arrival, as the twin measures a file)."""
+
+    jobs: Sequence[Job]
+    nodes: Sequence[Node]
+    horizon: float | None = None
+
+
+def _figures(share: Share) -> dict[str, float]:
+    return {
+        "allocation_pct": round(100 * share.allocation, 3), "busy_pct": round(100 * share.busy, 3),
+        "work_gpu_h": round(share.work_gpu_h, 3), "wait_p50_min": round(share.waits.p50 / 60, 2),
+        "wait_p95_min": round(share.waits.p95 / 60, 2), "wait_p99_min": round(share.waits.p99 / 60, 2),
+        "violations_gpu_h": round(share.violations_gpu_h, 3), "reclaims": share.reclaims,
+        "lost_gpu_h": round(share.lost_gpu_h, 3), "requests": share.waits.count,
+    }
+
+
+def _difference(current: dict[str, float], proposed: dict[str, float]) -> dict[str, float]:
+    return {key: round(proposed[key] - current[key], 3) for key in FIGURES}
+
+
+def allocation_series(outcome: Outcome, points: int = SERIES_POINTS) -> dict[str, dict[str, list[float]]]:
+    """Per department, the GPU-equivalents it held (``held``) and the part of them busy (``busy``),
+    averaged over each of ``points`` equal steps of the measured window."""
+    horizon = outcome.horizon or 1.0
+    step = horizon / points
+    held = [[0.0] * points for _ in outcome.departments]
+    busy = [[0.0] * points for _ in outcome.departments]
+    for run in outcome.runs:
+        begin, end = max(run.start, 0.0), min(run.end, horizon)
+        for index in range(int(begin // step), min(points, int(end // step) + 1)):
+            overlap = min(end, (index + 1) * step) - max(begin, index * step)
+            if overlap > 0:
+                held[run.department - 1][index] += run.held * overlap / step
+                busy[run.department - 1][index] += run.native * run.busy * overlap / step
+    return {name: {"held": [round(v, 3) for v in held[i]], "busy": [round(v, 3) for v in busy[i]]}
+            for i, name in enumerate(outcome.departments)}
+
+
+def wait_histogram(outcome: Outcome) -> dict[str, list[int]]:
+    """How many requests of each department waited within each bin of ``WAIT_BINS_MIN``."""
+    counts = {name: [0] * len(WAIT_BINS_MIN) for name in outcome.departments}
+    for record in outcome.records:
+        started = record.first_start if record.first_start is not None else outcome.stop
+        minutes = max(0.0, started - record.job.eligible_at) / 60
+        index = max(i for i, edge in enumerate(WAIT_BINS_MIN) if minutes >= edge)
+        counts[outcome.departments[record.department - 1]][index] += 1
+    return counts
+
+
+def _side(outcome: Outcome) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+    metrics = measure(outcome)
+    per_department = {share.name: _figures(share) for share in metrics.departments}
+    summary = {"total": _figures(metrics.total), "jain": round(metrics.jain, 4), "wall_s": round(outcome.wall_s, 3),
+               "series": allocation_series(outcome), "waits": wait_histogram(outcome)}
+    return summary, per_department
+
+
+def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
+                   progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Replay ``demand`` under both policies; the result as stored with the what-if."""
+    report = progress or (lambda _: None)
+    report(10)
+    before, before_departments = _side(replay(demand.jobs, demand.nodes, current, POLICY, horizon=demand.horizon))
+    report(55)
+    after, after_departments = _side(replay(demand.jobs, demand.nodes, proposed, POLICY, horizon=demand.horizon))
+    report(95)
+    horizon = demand.horizon if demand.horizon is not None else max((job.eligible_at for job in demand.jobs), default=0.0)
+    departments = [
+        {"department": name, "current": before_departments[name], "proposed": after_departments[name],
+         "difference": _difference(before_departments[name], after_departments[name])}
+        for name in before_departments
+        if before_departments[name]["requests"] or after_departments[name]["requests"]
+        or before_departments[name]["allocation_pct"] or after_departments[name]["allocation_pct"]
+    ]
+    shown = {row["department"] for row in departments}
+    for side in (before, after):
+        side["series"] = {name: values for name, values in side["series"].items() if name in shown}
+        side["waits"] = {name: values for name, values in side["waits"].items() if name in shown}
+    return {
+        "policy": POLICY, "requests": len(demand.jobs), "installed_gpus": sum(len(node.gpus) for node in demand.nodes),
+        "figures": list(FIGURES), "departments": departments,
+        "total": {"current": before["total"], "proposed": after["total"],
+                  "difference": _difference(before.pop("total"), after.pop("total"))},
+        "current": before, "proposed": after, "wait_bins_min": list(WAIT_BINS_MIN),
+        "horizon_s": horizon, "series_step_s": horizon / SERIES_POINTS,
+    }
