@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agent.report import AgentReport
+from custody.ingest import custody_report_apply
 from telemetry import conf
 from telemetry.ingest import load, write
 from telemetry.ingest.changes import report_check, report_node_changes, report_out_of_order
@@ -87,4 +88,5 @@ def node_report_ingest(
     write.node_versions_apply(node=node, state=changes.state, statements=statements)
     write.node_apply(node=node, state=state, changes=changes, statements=statements)
     statements.flush()
+    custody_report_apply(node=node, report=report, received_at=received_at)
     return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.state.stale_at)
