@@ -1,7 +1,7 @@
 """Each node's ledger is a hash chain: a row's hash is SHA-256 over its predecessor's hash and its
 own canonical record, so changing, removing or reordering any row breaks every hash after it.
 
-Pure Python, no Django: the portal writes with it and the offline verifier (``custody.verify``)
+Pure Python, no Django (``kernel.times`` is plain Python too): the portal writes with it and the offline verifier (``custody.verify``)
 checks with it, so both read the same definition.
 """
 
@@ -12,6 +12,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 from typing import Any
+
+from kernel.times import ISO_MICROSECOND_Z
 
 GENESIS = "0" * 64
 # The fields a row's hash covers, in this order; ``id`` (the table's own numbering) is not one.
@@ -28,7 +30,7 @@ def time_text(moment: datetime.datetime | None) -> str | None:
     """UTC with microseconds and a Z: the one form a time takes in a record and an export."""
     if moment is None:
         return None
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.astimezone(datetime.UTC).strftime(ISO_MICROSECOND_Z)
 
 
 def record_of(row: Mapping[str, Any]) -> dict[str, Any]:

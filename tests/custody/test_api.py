@@ -11,6 +11,7 @@ import pytest
 from django.db import connection
 
 from audit.models import AuditEvent
+from custody.chain import time_text
 from custody.schema import statements_for
 from custody.verify import BundleDefect, bundle_verify
 from tests.conftest import World, requires_postgres
@@ -41,7 +42,7 @@ def test_the_auditor_asks_who_held_the_gpu_and_gets_both_pods_with_the_grant(wor
     assert response.status_code == 200, response.json()
     results = response.json()["results"]
     assert [(row["pod"], row["state"]) for row in results] == [("train-a", "closed"), ("train-b", "open")]
-    assert results[0]["started_at"] == at(node_agent, 2).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    assert results[0]["started_at"] == time_text(at(node_agent, 2))
     assert {row["allocation_id"] for row in results} == {int(history["allocation"])}
     by_pod = world.client("auditor").get("/api/v1/custody/", {"pod": "nlp-llm/sneaky"}).json()["results"]
     assert [(row["device_id"], row["attribution"], row["allocation_id"]) for row in by_pod] == [
