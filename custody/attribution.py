@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass
 
-from allocations.models import AllocationState, Reservation
+from django.db.models import Q
+
+from allocations.models import Reservation
 from clusters.models import Gpu, Node
 from custody.models import Attribution
 from tenants.models import Project
-
-LIVE_STATES = (AllocationState.APPROVED, AllocationState.PROVISIONING, AllocationState.ACTIVE, AllocationState.RECLAIMING)
 
 
 @dataclass(frozen=True)
@@ -48,8 +48,9 @@ class NodeBookings:
 
 
 def node_bookings_read(*, node: Node, at: datetime.datetime, namespaces: set[str]) -> NodeBookings:
+    """The bookings that held at ``at``: booked by then, not yet released, the grant begun."""
     rows = Reservation.objects.filter(
-        node=node, released_at__isnull=True, allocation__state__in=LIVE_STATES, allocation__starts_at__lte=at
+        Q(released_at__isnull=True) | Q(released_at__gt=at), node=node, created_at__lte=at, allocation__starts_at__lte=at,
     ).values_list("allocation_id", "allocation__project_id", "allocation__project__department_id", "gpu_indices",
                   "created_at")  # fmt: skip
     bookings = tuple(
