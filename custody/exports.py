@@ -62,8 +62,8 @@ def bundle_lines(*, rows: list[dict[str, Any]], query: dict[str, Any], exported_
             events[(event.node_id, event.chain_seq)] = line
             yield json.dumps(line, sort_keys=True) + "\n"
     for row in rows:
-        event = events[(row["node_id"], row["chain_seq"])]
-        answer = {**event, "type": "answer", "state": row["state"], "last_seen_at": time_text(row["last_seen_at"])}
+        line = events[(row["node_id"], row["chain_seq"])]
+        answer = {**line, "type": "answer", "state": row["state"], "last_seen_at": time_text(row["last_seen_at"])}
         yield json.dumps(answer, sort_keys=True) + "\n"
     for anchor in anchors_for(node_ids=set(first)):
         yield json.dumps({"type": "anchor", **anchor}, sort_keys=True) + "\n"

@@ -8,7 +8,15 @@ from typing import Any
 
 from clusters.models import Node
 from custody.chain import LEDGER_FIELDS, row_hash
-from custody.models import Confidence, CustodyEvent, CustodyHolding, CustodyNodeState, EndObserved, EventKind, StartObserved
+from custody.models import (
+    Confidence,
+    CustodyEvent,
+    CustodyHolding,
+    CustodyNodeState,
+    EndObserved,
+    EventKind,
+    StartObserved,
+)
 
 _BLANK: dict[str, Any] = {
     field: ("" if field not in {"project_id", "department_id", "allocation_id", "opened_seq", "started_at",

@@ -83,7 +83,7 @@ POSTGRESQL_TRIGGERS = [
         RETURN NEW;
     END
     $$
-    """,
+    """,  # noqa: S608 (a fixed table name)
     f"CREATE TRIGGER custody_event_next_only BEFORE INSERT ON {LEDGER_TABLE} "
     "FOR EACH ROW EXECUTE FUNCTION custody_event_next_only()",
     f"CREATE TRIGGER custody_event_no_update_delete BEFORE UPDATE OR DELETE ON {LEDGER_TABLE} "
@@ -111,7 +111,7 @@ SQLITE_TRIGGERS = [
         f"BEGIN SELECT RAISE(ABORT, '{_MESSAGE}: {operation} refused'); END"
         for operation in ("UPDATE", "DELETE")
     ],
-    f"CREATE TRIGGER custody_event_next_only BEFORE INSERT ON {LEDGER_TABLE} "
+    f"CREATE TRIGGER custody_event_next_only BEFORE INSERT ON {LEDGER_TABLE} "  # noqa: S608 (a fixed table name)
     f"WHEN NEW.chain_seq <> COALESCE((SELECT max(chain_seq) FROM {LEDGER_TABLE} WHERE node_id = NEW.node_id), 0) + 1 "
     "BEGIN SELECT RAISE(ABORT, 'custody_event.chain_seq is not the next number of its node'); END",
 ]

@@ -135,16 +135,17 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     try:
         if arguments.bundle == "-":
-            print(bundle_verify(sys.stdin))
+            verdict = bundle_verify(sys.stdin)
         else:
             with Path(arguments.bundle).open("rb") as handle:
-                print(bundle_verify(handle))
+                verdict = bundle_verify(handle)
     except OSError as error:
-        print(f"cannot read the bundle: {error}", file=sys.stderr)
+        sys.stderr.write(f"cannot read the bundle: {error}\n")
         return EXIT_USAGE
     except (BundleDefect, KeyError, TypeError, ValueError) as error:
-        print(f"NOT GENUINE: {error}")
+        sys.stdout.write(f"NOT GENUINE: {error}\n")
         return EXIT_FAILED
+    sys.stdout.write(verdict + "\n")
     return EXIT_OK
 
 

@@ -12,10 +12,10 @@ from typing import Any
 import click
 
 from cli.app import output_option, state
-from cli.output import dump, table
+from cli.output import Column, dump, table
 from cli.times import TIME
 
-COLUMNS = [("FROM", "started_at"), ("UNTIL", lambda row: row["ended_at"] or f"open (seen {row['last_seen_at']})"),
+COLUMNS: list[Column] = [("FROM", "started_at"), ("UNTIL", lambda row: row["ended_at"] or f"open (seen {row['last_seen_at']})"),
            ("NODE", "node"), ("DEVICE", "device_id"), ("POD", lambda row: _pod(row)), ("GRANT", "allocation_id"),
            ("OBSERVED", lambda row: f"{row['start_observed'] or '-'}/{row['end_observed'] or '-'}"),
            ("CONFIDENCE", "confidence")]  # fmt: skip

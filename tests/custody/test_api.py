@@ -81,7 +81,8 @@ def test_csv_and_json_lines_are_audited_downloads(world: World, history: dict[st
 def _bundle(world: World, device: str) -> list[str]:
     response = world.client("auditor").get("/api/v1/custody/", {"device": device, "output": "bundle"})
     assert response.status_code == 200
-    return response.content.decode().splitlines(keepends=True)
+    lines: list[str] = response.content.decode().splitlines(keepends=True)
+    return lines
 
 
 def test_the_bundle_verifies_offline_and_an_edited_one_does_not(world: World, history: dict[str, str]) -> None:
@@ -99,7 +100,10 @@ def test_the_bundle_verifies_offline_and_an_edited_one_does_not(world: World, hi
         bundle_verify(dropped)
 
 
-@requires_postgres()
+POSTGRES: pytest.MarkDecorator = requires_postgres()
+
+
+@POSTGRES
 def test_the_app_role_cannot_change_the_ledger(world: World, history: dict[str, str]) -> None:
     from django.db import DatabaseError, transaction
 
