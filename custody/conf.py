@@ -8,8 +8,6 @@ GPUPORTAL_CUSTODY_GAP_INTERVALS            a report later than this many interva
                                            last one leaves a gap (a report was lost or late)
 GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS  an agent clock further off than this lowers the
                                            confidence of what its reports say
-GPUPORTAL_CUSTODY_RETENTION_DAYS           how long the ledger is kept (12 months)
-GPUPORTAL_CUSTODY_ONLINE_DAYS              how much of it the API answers from at once (3 months)
 ========================================== =====================================================
 """
 
@@ -17,7 +15,7 @@ from __future__ import annotations
 
 import datetime
 
-from kernel.conf import setting_float, setting_int
+from kernel.conf import setting_float
 
 
 def gap_after(interval_seconds: int) -> datetime.timedelta:
@@ -26,11 +24,3 @@ def gap_after(interval_seconds: int) -> datetime.timedelta:
 
 def clock_tolerance_seconds() -> float:
     return setting_float("GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS")
-
-
-def retention_days() -> int:
-    return setting_int("GPUPORTAL_CUSTODY_RETENTION_DAYS")
-
-
-def online_days() -> int:
-    return setting_int("GPUPORTAL_CUSTODY_ONLINE_DAYS")

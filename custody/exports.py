@@ -49,8 +49,13 @@ def bundle_lines(*, rows: list[dict[str, Any]], query: dict[str, Any], exported_
     first: dict[int, int] = {}
     for row in rows:
         first[row["node_id"]] = min(first.get(row["node_id"], row["chain_seq"]), row["chain_seq"])
-    heads = {state.node_id: state for state in CustodyNodeState.objects.filter(node_id__in=first)}
-    runs = {str(node): {"from_seq": seq, "to_seq": heads[node].chain_seq, "head_hash": heads[node].chain_head}
+    heads = {node: (seq, head) for node, seq, head in
+             CustodyNodeState.objects.filter(node_id__in=first).values_list("node_id", "chain_seq", "chain_head")}
+    for node in set(first) - set(heads):  # a node deleted from the inventory: its chain ends at its last row
+        last = CustodyEvent.objects.filter(node_id=node).order_by("-chain_seq").values_list("chain_seq", "hash").first()
+        assert last is not None
+        heads[node] = last
+    runs = {str(node): {"from_seq": seq, "to_seq": heads[node][0], "head_hash": heads[node][1]}
             for node, seq in sorted(first.items())}  # fmt: skip
     header = {"type": "header", "format": FORMAT, "version": 1, "query": query, "exported_at": exported_at, "runs": runs}
     yield json.dumps(header, sort_keys=True) + "\n"

@@ -371,8 +371,6 @@ GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS = env_int("GPUPORTAL_TELEMETRY_STALE_MIN_S
 # The custody ledger (custody/conf.py, docs/custody.md).
 GPUPORTAL_CUSTODY_GAP_INTERVALS = env_float("GPUPORTAL_CUSTODY_GAP_INTERVALS", 2.5)
 GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS = env_float("GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS", 1.0)
-GPUPORTAL_CUSTODY_RETENTION_DAYS = env_int("GPUPORTAL_CUSTODY_RETENTION_DAYS", 365, minimum=365)
-GPUPORTAL_CUSTODY_ONLINE_DAYS = env_int("GPUPORTAL_CUSTODY_ONLINE_DAYS", 92, minimum=92)
 
 # Logs (kernel/logs/, docs/observability.md "Logs"): one line per record on standard error, JSON
 # unless console is asked for; gunicorn and Celery use this configuration too.

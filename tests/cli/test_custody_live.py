@@ -13,8 +13,9 @@ from custody.verify import bundle_verify
 from telemetry.node_tokens import node_token_issue
 from tests.cli.conftest import Cli, Portal
 from tests.custody.scene import NODE, Agent, h100_grant, pod_device
+from tests.custody.test_api import ledger_emptied  # noqa: F401 (fixture)
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("ledger_emptied")]
 
 
 def _history(portal: Portal) -> tuple[str, int]:

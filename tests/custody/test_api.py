@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections.abc import Iterator
 
 import pytest
 from django.db import connection
@@ -112,7 +113,16 @@ def test_the_app_role_cannot_change_the_ledger(world: World, history: dict[str, 
             cursor.execute(statement)
 
 
+@pytest.fixture
+def ledger_emptied() -> Iterator[None]:
+    """A transactional test commits ledger rows, which the test database's flush never empties
+    (the table is the ledger's own DDL): the owner removes them afterwards."""
+    yield
+    _tamper("DELETE FROM custody_event")
+
+
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("ledger_emptied")
 def test_a_ledger_tampered_by_its_owner_fails_verification(world: World, history: dict[str, str]) -> None:
     _bundle(world, history["gpu"])  # anchors the heads in the audit log
     _tamper("UPDATE custody_event SET pod = 'someone-else' WHERE pod = 'train-a' AND kind = 'closed'")
@@ -133,3 +143,27 @@ def _tamper(sql: str) -> None:
     with owner_connection() as owner:
         for statement in statements:
             owner.execute(statement)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("ledger_emptied")
+def test_a_rewrite_with_every_hash_recomputed_still_fails_against_the_audit_log_anchor(
+    world: World, history: dict[str, str]
+) -> None:
+    from custody.chain import row_hash
+    from custody.models import CustodyEvent
+
+    _bundle(world, history["gpu"])  # anchors the heads in the audit log (custody.anchored)
+    node_id = CustodyEvent.objects.filter(pod="train-a").values_list("node_id", flat=True).first()
+    last = CustodyEvent.objects.filter(node_id=node_id).order_by("-chain_seq").first()  # the head the anchor names
+    assert last is not None
+    forged = {field: getattr(last, field) for field in ("node_id", "chain_seq", "kind", "recorded_at", "cluster", "node",
+              "gpu_uuid", "device_id", "resource", "sharing", "namespace", "pod", "pod_uid", "container", "project_id",
+              "department_id", "allocation_id", "attribution", "started_at", "start_observed", "ended_at",
+              "end_observed", "gone_at", "confidence", "gap_cause", "opened_seq", "prev_hash")}  # fmt: skip
+    forged["pod"] = "someone-else"
+    digest = row_hash(forged)
+    _tamper(f"UPDATE custody_event SET pod = 'someone-else', hash = '{digest}' WHERE id = {last.id}")
+    _tamper(f"UPDATE custody_node_state SET chain_head = '{digest}' WHERE node_id = {last.node_id}")
+    with pytest.raises(BundleDefect, match="anchored"):
+        bundle_verify(_bundle(world, history["gpu"]))
