@@ -163,7 +163,7 @@ def test_a_rewrite_with_every_hash_recomputed_still_fails_against_the_audit_log_
               "end_observed", "gone_at", "confidence", "gap_cause", "opened_seq", "prev_hash")}  # fmt: skip
     forged["pod"] = "someone-else"
     digest = row_hash(forged)
-    _tamper(f"UPDATE custody_event SET pod = 'someone-else', hash = '{digest}' WHERE id = {last.id}")
-    _tamper(f"UPDATE custody_node_state SET chain_head = '{digest}' WHERE node_id = {last.node_id}")
+    _tamper(f"UPDATE custody_event SET pod = 'someone-else', hash = '{digest}' WHERE id = {last.id}")  # noqa: S608
+    _tamper(f"UPDATE custody_node_state SET chain_head = '{digest}' WHERE node_id = {last.node_id}")  # noqa: S608
     with pytest.raises(BundleDefect, match="anchored"):
         bundle_verify(_bundle(world, history["gpu"]))
