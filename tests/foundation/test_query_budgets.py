@@ -167,7 +167,6 @@ def api_calls(scene: Scene) -> dict[str, Callable[[], Any]]:
         "audit events": get("audit:event-list", "auditor", {"action": "allocation.requested"}),
         "audit events (nlp_admin)": get("audit:event-list", "nlp_admin", {"action": "allocation.requested"}),
         "audit export": get("audit:export", "auditor", {"action": "allocation.requested"}, paged=False),
-        "custody": get("custody:custody", "auditor", {"device": "GPU-nothing-held-it"}, paged=False),
         "fair share": get("api-fair-share", paged=False),
         "idle policies": get("api-idle-policies"),
         "idle cases": get("api-idle-cases"),
