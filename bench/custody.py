@@ -149,12 +149,12 @@ def ingest(url: str, agents: int, reports: int, mode: str) -> float:
         worker.start()
     barrier.wait()
     started = time.monotonic()
-    finished = max(done.get() for _ in workers)
+    finished: float = max(done.get() for _ in workers)
     for worker in workers:
         worker.join()
     # 16 events a report after the first (which opens 8): what the ledger holds for these agents
     events = agents * (8 + 16 * (reports - 1))
-    return events / (finished - started)
+    return float(events / (finished - started))
 
 
 def child_history(url: str, gpus: int, days: int) -> int:

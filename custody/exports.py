@@ -60,8 +60,8 @@ def bundle_lines(*, rows: list[dict[str, Any]], query: dict[str, Any], exported_
     header = {"type": "header", "format": FORMAT, "version": 1, "query": query, "exported_at": exported_at, "runs": runs}
     yield json.dumps(header, sort_keys=True) + "\n"
     events: dict[tuple[int, int], dict[str, Any]] = {}
-    for node, run in runs.items():
-        chain = CustodyEvent.objects.filter(node_id=int(node), chain_seq__gte=run["from_seq"], chain_seq__lte=run["to_seq"])
+    for node_key, run in runs.items():
+        chain = CustodyEvent.objects.filter(node_id=int(node_key), chain_seq__gte=run["from_seq"], chain_seq__lte=run["to_seq"])
         for event in chain.order_by("chain_seq").iterator(chunk_size=2000):
             line = _event_line(event)
             events[(event.node_id, event.chain_seq)] = line

@@ -38,12 +38,16 @@ def _pod(row: dict[str, Any]) -> str:
 @click.option("-f", "--file", "file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Write the download here (mode 0600) instead of standard output.")
 @output_option
-def custody(device: str | None, pod: str | None, allocation: int | None, start: datetime.datetime | None,
-            end: datetime.datetime | None, download: str | None, file: Path | None) -> None:  # fmt: skip
+def custody(**options: Any) -> None:
     """Who held a GPU, from when to when, with the grant; gaps where custody was unknown.
 
     Auditors and platform admins read every device; department admins their departments' pods.
     """
+    device, pod, allocation = options["device"], options["pod"], options["allocation"]
+    start: datetime.datetime | None = options["start"]
+    end: datetime.datetime | None = options["end"]
+    download: str | None = options["download"]
+    file: Path | None = options["file"]
     if not (device or pod or allocation):
         raise click.UsageError("name --device, --pod or --allocation")
     api = state().api()

@@ -155,6 +155,7 @@ def test_a_rewrite_with_every_hash_recomputed_still_fails_against_the_audit_log_
 
     _bundle(world, history["gpu"])  # anchors the heads in the audit log (custody.anchored)
     node_id = CustodyEvent.objects.filter(pod="train-a").values_list("node_id", flat=True).first()
+    assert node_id is not None
     last = CustodyEvent.objects.filter(node_id=node_id).order_by("-chain_seq").first()  # the head the anchor names
     assert last is not None
     forged = {field: getattr(last, field) for field in ("node_id", "chain_seq", "kind", "recorded_at", "cluster", "node",
