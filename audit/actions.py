@@ -173,6 +173,13 @@ NODE_MIG_MISMATCH_FLAGGED = register(711, "node.mig_mismatch_flagged", "A node's
 NODE_MIG_MISMATCH_CLEARED = register(712, "node.mig_mismatch_cleared", "A node's actual MIG layout matches the plan again")
 NODE_REPORTS_STALE = register(713, "node.reports_stale", "A node's agent stopped reporting")
 NODE_REPORTS_RESUMED = register(714, "node.reports_resumed", "A stale node's agent reported again")
+CUSTODY_ALARM_RAISED = register(
+    720, "custody.alarm_raised",
+    "A custody mismatch: a GPU used with no grant, a pod on another project's GPU, an unused grant or a silent node",
+)
+CUSTODY_ALARM_CLEARED = register(721, "custody.alarm_cleared", "A custody mismatch no longer holds")
+CUSTODY_ANCHORED = register(722, "custody.anchored", "The custody ledger's chain heads were written into the audit log")
+CUSTODY_EXPORTED = register(723, "custody.exported", "Custody intervals were exported (CSV, JSON Lines or a bundle)")
 
 # Usage accounting (docs/accounting.md).
 RATE_CARD_CREATED = register(800, "rate_card.created", "A rate card (price per GPU-equivalent-hour of a flavor) was created")

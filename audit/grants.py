@@ -2,7 +2,8 @@
 
 The owner role (the one that runs ``migrate``) owns every table. The runtime role (the one the
 application connects as) gets SELECT, INSERT, UPDATE and DELETE on the ordinary tables, but only
-SELECT and INSERT on the audit tables (and EXECUTE on ``audit_event_append``, which runs with those
+SELECT and INSERT on the audit tables and on the append-only tables other apps register
+(``audit.schema.append_only_table_register``: the custody ledger) (and EXECUTE on ``audit_event_append``, which runs with those
 privileges), nothing at all on the quarantine tables (what a recovery
 moved out of the chain: only the owner reads or writes them), and it may not own, alter or disable
 anything. Applied after every ``migrate`` (``post_migrate``) and by ``manage.py audit_grants``;
@@ -18,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from audit.conf import audit_runtime_grant_truncate, audit_runtime_role
-from audit.schema import APPEND_FUNCTION, AUDIT_TABLES, QUARANTINE_TABLES
+from audit.schema import APPEND_FUNCTION, AUDIT_TABLES, QUARANTINE_TABLES, append_only_tables_elsewhere
 
 
 def _quote(connection: BaseDatabaseWrapper, name: str) -> str:
@@ -74,6 +75,11 @@ def runtime_grants_apply(*, using: str = DEFAULT_DB_ALIAS, role: str | None = No
             f"REVOKE ALL ON {quarantine_tables} FROM PUBLIC",
         ):
             cursor.execute(statement)
+        for table in append_only_tables_elsewhere():
+            cursor.execute("SELECT to_regclass(%s) IS NOT NULL", [table])
+            if cursor.fetchone()[0]:  # its app's migrations applied
+                cursor.execute(f"REVOKE ALL ON {table} FROM {quoted}")
+                cursor.execute(f"GRANT SELECT, INSERT ON {table} TO {quoted}")
         cursor.execute("SELECT to_regprocedure(%s) IS NOT NULL", [APPEND_FUNCTION])
         if cursor.fetchone()[0]:  # migration 0004 applied: audit_record's chain step (SECURITY INVOKER)
             cursor.execute(f"GRANT EXECUTE ON FUNCTION {APPEND_FUNCTION} TO {quoted}")

@@ -27,6 +27,20 @@ QUARANTINE_TABLES = ("audit_quarantine", "audit_quarantined_event")
 
 _APPEND_ONLY_MESSAGE = "audit tables are append-only"
 
+# Tables of the apps above that keep their own append-only records (the custody ledger): each
+# registers its table when its app is ready, and ``audit.grants`` gives the application's role
+# SELECT and INSERT only on it, exactly as on the audit tables. Their triggers are their own.
+_APPEND_ONLY_ELSEWHERE: list[str] = []
+
+
+def append_only_table_register(table: str) -> None:
+    if table not in _APPEND_ONLY_ELSEWHERE:
+        _APPEND_ONLY_ELSEWHERE.append(table)
+
+
+def append_only_tables_elsewhere() -> tuple[str, ...]:
+    return tuple(_APPEND_ONLY_ELSEWHERE)
+
 POSTGRESQL_TABLES = [
     """
     CREATE TABLE audit_event (

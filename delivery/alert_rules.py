@@ -89,7 +89,7 @@ def _alert(name: str, expr: str, duration: str, severity: str, summary: str, des
 
 def alert_groups(thresholds: AlertThresholds) -> list[dict[str, Any]]:
     """The rule groups (a rule file's ``groups``, a PrometheusRule's ``spec.groups``)."""
-    alerts = [*_usage_alerts(thresholds), *_operations_alerts(thresholds)]
+    alerts = [*_usage_alerts(thresholds), *_operations_alerts(thresholds), *_custody_alerts()]
     # One group: rules of a group run in order at each evaluation, so GPUOverload reads the busy
     # fraction recorded at the same instant (groups run independently of each other).
     return [{"name": GROUP_ALERTS, "rules": [{"record": GPU_BUSY_RECORD, "expr": gpu_busy_expression()}, *alerts]}]
@@ -208,3 +208,39 @@ def render_prometheus_rule(thresholds: AlertThresholds, *, namespace: str, label
         },
         "spec": {"groups": alert_groups(thresholds)},
     }
+
+
+def _custody_alarm(kind: str) -> str:
+    return f'gpuportal_custody_alarms{{kind="{kind}"}} > 0'
+
+
+def _custody_alerts() -> list[dict[str, Any]]:
+    """The custody ledger's mismatch alarms (docs/custody.md): each raised alarm is an audit event
+    and a ``gpuportal_custody_alarms`` series while it holds."""
+    return [
+        _alert(
+            "CustodyGpuWithoutGrant", _custody_alarm("ungranted"), "1m", "critical",
+            "A GPU on {{ $labels.node }} of {{ $labels.cluster }} is used with no grant",
+            "A pod holds a GPU on {{ $labels.node }} ({{ $labels.cluster }}) that no grant of its project is booked "
+            "on. The audit log's custody.alarm_raised event names the pod and the device; the custody API answers "
+            "who held it (GET /api/v1/custody/?device=...).",
+        ),
+        _alert(
+            "CustodyForeignProject", _custody_alarm("foreign_project"), "1m", "critical",
+            "A pod on {{ $labels.node }} of {{ $labels.cluster }} holds another project's GPU",
+            "A pod of one project holds a GPU on {{ $labels.node }} ({{ $labels.cluster }}) that is booked to "
+            "another project's grant. The audit log's custody.alarm_raised event names both.",
+        ),
+        _alert(
+            "CustodyGrantUnused", _custody_alarm("grant_unused"), "1h", "info",
+            "A grant on {{ $labels.node }} of {{ $labels.cluster }} is held by none of its project's pods",
+            "A grant's booked GPUs on {{ $labels.node }} ({{ $labels.cluster }}) have been held by no pod of its "
+            "project for an hour: the idle detection (GPUGrantedButIdle, the idle cases) decides what follows.",
+        ),
+        _alert(
+            "CustodyReportsStopped", _custody_alarm("reports_stopped"), "1m", "warning",
+            "Custody on {{ $labels.node }} of {{ $labels.cluster }} is unknown: its reports stopped",
+            "The node agent on {{ $labels.node }} ({{ $labels.cluster }}) stopped reporting: the custody ledger "
+            "records a gap from its last report until it reports again; nothing is attributed meanwhile.",
+        ),
+    ]

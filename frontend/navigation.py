@@ -47,6 +47,7 @@ def nav_items(*, access: Access, can_request: bool, is_staff: bool) -> list[NavI
         items.append(NavItem("Catalogue", "catalogue", ("catalogue", *CATALOGUE_FORMS)))
     if audit_page_visible(access):
         items.append(NavItem("Audit log", "audit-log", ("audit-log",)))
+        items.append(NavItem("GPU custody", "custody", ("custody",)))
     if is_staff:
         items.append(NavItem("Django admin", "admin:index", ()))
     return items

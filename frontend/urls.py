@@ -9,6 +9,7 @@ from frontend.views import (
     auth,
     catalogue,
     changes,
+    custody,
     departments,
     fair_share,
     idle,
@@ -85,6 +86,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("audit/verify/bundle/", audit.audit_bundle_verify_upload, name="audit-verify-bundle"),
     path("audit/export/", audit.audit_export_download, name="audit-export"),
     path("audit/checkpoint/", audit.audit_checkpoint, name="audit-checkpoint"),
+    path("audit/custody/", custody.custody_page, name="custody"),
+    path("audit/custody/export/", custody.custody_export_download, name="custody-export"),
     path("account/notifications/", notifications.notification_preferences, name="notification-preferences"),
     path("notifications/unsubscribe/<str:token>/", notifications.notification_unsubscribe, name="notification-unsubscribe"),
 ]

@@ -11,6 +11,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("", include("clusters.urls")),
     path("", include("delivery.urls")),
     path("audit/", include("compliance.urls")),
+    path("custody/", include("compliance.custody_urls")),
     path("", include("telemetry.urls")),
     path("", include("accounting.urls")),
     path("", include("whatifs.urls")),

@@ -20,6 +20,7 @@ LAYERS: tuple[str, ...] = (
     "allocations",
     "twin",
     "delivery",
+    "custody",
     "telemetry",
     "accounting",
     "whatifs",

@@ -44,6 +44,8 @@ SCHEDULE: tuple[Periodic, ...] = (
              embedded="clusters/outbox.py's push sweeper, its own thread"),
     Periodic("clusters-drift-check", "delivery.tasks.clusters_drift_check_task", 300.0),
     Periodic("telemetry-nodes-mark-stale", "telemetry.tasks.telemetry_nodes_mark_stale_task", 30.0),
+    # The custody ledger's chain heads into the audit log, so that a rewrite shows (docs/custody.md).
+    Periodic("custody-anchor", "custody.tasks.custody_anchor_task", 300.0),
     Periodic("telemetry-samples-roll-up", "telemetry.tasks.telemetry_samples_roll_up_task", 300.0),
     Periodic("telemetry-samples-trim", "telemetry.tasks.telemetry_samples_trim_task", 3600.0),
     Periodic("telemetry-utilisation-tick", "telemetry.tasks.telemetry_utilisation_tick_task",

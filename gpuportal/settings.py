@@ -371,6 +371,9 @@ GPUPORTAL_TELEMETRY_5M_RETENTION_DAYS = env_int("GPUPORTAL_TELEMETRY_5M_RETENTIO
 GPUPORTAL_TELEMETRY_1H_RETENTION_DAYS = env_int("GPUPORTAL_TELEMETRY_1H_RETENTION_DAYS", 365, minimum=1)
 GPUPORTAL_TELEMETRY_STALE_INTERVALS = env_int("GPUPORTAL_TELEMETRY_STALE_INTERVALS", 3, minimum=1)
 GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS = env_int("GPUPORTAL_TELEMETRY_STALE_MIN_SECONDS", 90, minimum=1)
+# The custody ledger (custody/conf.py, docs/custody.md).
+GPUPORTAL_CUSTODY_GAP_INTERVALS = env_float("GPUPORTAL_CUSTODY_GAP_INTERVALS", 2.5)
+GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS = env_float("GPUPORTAL_CUSTODY_CLOCK_TOLERANCE_SECONDS", 1.0)
 
 # Logs (kernel/logs/, docs/observability.md "Logs"): one line per record on standard error, JSON
 # unless console is asked for; gunicorn and Celery use this configuration too.

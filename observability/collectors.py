@@ -21,6 +21,7 @@ from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas.usage import quota_usages
 from audit.models import AuditCheckpoint, AuditEvent
 from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
+from custody.models import CustodyAlarm, CustodyNodeState
 from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, NodeReportState
 
@@ -55,6 +56,7 @@ class PortalCollector(Collector):
         yield from audit_families()
         yield from usage_families(now=now)
         yield from idle_families(now=now)
+        yield from custody_families()
 
 
 def quota_families(*, now: datetime.datetime) -> Iterator[Metric]:
@@ -253,3 +255,22 @@ def idle_families(*, now: datetime.datetime) -> Iterator[Metric]:
     for department, count in sorted(due):
         waiting.add_metric([department], count)
     yield from (cases, waiting)
+
+
+def custody_families() -> Iterator[Metric]:
+    """The custody ledger's raised mismatch alarms per node and kind (docs/custody.md), and the
+    nodes whose custody is unknown now (a gap open: an error, a restart not yet reported, a silence)."""
+    alarms = GaugeMetricFamily(
+        "gpuportal_custody_alarms", "Custody mismatch alarms raised now (ungranted, foreign_project, grant_unused, "
+        "reports_stopped).", labels=["cluster", "node", "kind"],
+    )  # fmt: skip
+    counts = (
+        CustodyAlarm.objects.values_list("node__cluster__name", "node__name", "kind").annotate(count=Count("pk")).order_by()
+    )
+    for cluster, node, kind, count in sorted(counts, key=lambda row: tuple(str(part) for part in row)):
+        alarms.add_metric([cluster or "", node or "", kind], count)
+    unknown = GaugeMetricFamily(
+        "gpuportal_custody_unknown_nodes", "Nodes whose custody is unknown now (a gap in their reports is open)."
+    )
+    unknown.add_metric([], CustodyNodeState.objects.filter(gap_since__isnull=False).count())
+    yield from (alarms, unknown)

@@ -78,6 +78,10 @@ class NodeReportState(models.Model):
     mig_reset_pending = models.BooleanField(default=False)
     mig_detail = models.JSONField(default=dict, blank=True)
     unidentified_gpus = models.JSONField(default=list, blank=True)  # indexes of GPUs reported without a UUID
+    # The last report carried custody (pod_devices, or why they could not be read): the custody
+    # ledger reads every report while this holds, and a report of an agent that never carries it
+    # costs the ledger nothing (docs/custody.md).
+    custody_reported = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["node_id"]

@@ -10,6 +10,7 @@ from django.db import transaction
 from audit import actions
 from audit.services import audit_record
 from clusters.models import Node
+from custody.ingest import custody_node_silenced
 from kernel.clock import clock_now
 from telemetry.models import NodeReportState
 
@@ -40,5 +41,6 @@ def nodes_mark_stale(*, now: datetime.datetime | None = None) -> int:
                     "interval_seconds": state.interval_seconds,
                 },
             )
+            custody_node_silenced(node=Node.objects.select_related("cluster").get(pk=state.node_id), at=moment)
             flagged += 1
     return flagged

@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from django.db import transaction
 
 from agent.report import AgentReport
+from custody.ingest import custody_report_apply
 from telemetry import conf
 from telemetry.ingest import load, write
 from telemetry.ingest.changes import report_check, report_node_changes, report_out_of_order
 from telemetry.ingest.load import UnknownNode
 from telemetry.ingest.rows import report_rows
 from telemetry.ingest.sql import Statements
-from telemetry.models import NodeToken
+from telemetry.models import NodeReportState, NodeToken
 from telemetry.node_tokens import node_token_touch_due
 
 __all__ = ["ReportOutcome", "UnknownNode", "node_report_ingest", "report_check"]
@@ -87,4 +88,9 @@ def node_report_ingest(
     write.node_versions_apply(node=node, state=changes.state, statements=statements)
     write.node_apply(node=node, state=state, changes=changes, statements=statements)
     statements.flush()
+    carries_custody = "pod_devices" in report or bool(report.get("pod_resources_error"))
+    if carries_custody or state.custody_reported:  # the ledger reads it, after the inventory's GPUs are written
+        custody_report_apply(node=node, report=report, received_at=received_at)
+    if carries_custody != state.custody_reported:
+        NodeReportState.objects.filter(pk=node.pk).update(custody_reported=carries_custody)
     return ReportOutcome(accepted=True, reason="accepted", stale_at=changes.state.stale_at)

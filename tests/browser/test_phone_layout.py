@@ -38,7 +38,7 @@ DESKTOP = ViewportSize(width=1366, height=900)
 PHONE = ViewportSize(width=390, height=844)
 ROLES = ("nlp_member", "nlp_admin", "auditor", "platform")
 # Addresses that are no page to lay out: downloads, the API and its docs, Django's admin, signing out.
-NOT_PAGES = re.compile(r"^/(api|admin|static|oidc|logout|audit/export|notifications/unsubscribe)(/|$)")
+NOT_PAGES = re.compile(r"^/(api|admin|static|oidc|logout|audit/export|audit/custody/export|notifications/unsubscribe)(/|$)")
 JUSTIFICATION = ("Fine-tuning a seven-billion-parameter model for the speech team's paper deadline; the "
                  "evaluation runs every night and needs the whole node to itself")
 

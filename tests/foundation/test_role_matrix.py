@@ -406,6 +406,8 @@ ROWS = [
     Row("audit:checkpoint-latest", "get", AUDIT_READ),
     Row("audit:checkpoint-consistency", "get", AUDIT_READ),
     Row("audit:keys", "get", AUDIT_READ),
+    # the custody ledger: scoped as the audit log
+    Row("custody:custody", "get", AUDIT_READ, body=lambda s, p: {"device": "GPU-nothing-held-it"}),
     # telemetry; the report endpoint takes node tokens only (test_only_a_nodes_own_token_reports)
     Row("api-node-report", "post", NODE_REPORT, kwargs=lambda s: {"node_name": s.node.name}, body=lambda s, p: {}),
     Row("api-node-tokens", "get", NODE_TOKENS),

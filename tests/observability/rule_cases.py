@@ -149,6 +149,21 @@ CASES: list[Case] = [
         quiet_at="4m", fires_at="5m",
         name="AuditCheckpointStale without the portal",
     ),
+    *[
+        Case(
+            alert,
+            [(_portal("gpuportal_custody_alarms", cluster="gpu-a", node="gpu-node-1", kind=kind), values),
+             (_portal("gpuportal_custody_alarms", cluster="gpu-a", node="gpu-node-2", kind=kind), "0x" + values.split("x")[1])],
+            quiet_at=quiet, fires_at=fires,
+            fired=[{**PORTAL, "cluster": "gpu-a", "node": "gpu-node-1", "kind": kind}],
+        )
+        for alert, kind, values, quiet, fires in (
+            ("CustodyGpuWithoutGrant", "ungranted", "0 1x10", "1m", "2m"),
+            ("CustodyForeignProject", "foreign_project", "0 1x10", "1m", "2m"),
+            ("CustodyGrantUnused", "grant_unused", "0 1x70", "60m", "61m"),
+            ("CustodyReportsStopped", "reports_stopped", "0 1x10", "1m", "2m"),
+        )
+    ],
 ]
 
 _LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand
 
 from allocations.models import Allocation
 from demo.accounting import demo_accounting_seed
+from demo.custody import demo_custody_seed
 from demo.fair_share import demo_fair_share_seed
 from demo.grants import demo_grants_seed
 from demo.idle import demo_idle_seed
@@ -34,4 +35,5 @@ class Command(BaseCommand):
         demo_accounting_seed()  # rate cards, the week's GPU-equivalent-hours, last month's statements
         demo_idle_seed()  # idle policies, and the notebook that sat idle warned
         demo_fair_share_seed()  # after the week's readings: its grants count in the decayed usage
+        demo_custody_seed(now=now)  # two days of which pod held which GPU, with a gap or two and one alarm
         self.stdout.write(self.style.SUCCESS("Demo data is in place (users alice, bob, carol, dave, erin, admin, frank)."))
