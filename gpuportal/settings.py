@@ -225,6 +225,7 @@ SPECTACULAR_SETTINGS = {
         {"name": "webhooks", "description": "A department's notification webhooks: change or remove one."},
         {"name": "notification-deliveries", "description": "Deliveries of notifications by e-mail and webhook, and those that failed."},
         {"name": "audit", "description": "The hash-chained audit log: events, exports, signed checkpoints and their keys."},
+        {"name": "custody", "description": "The GPU custody ledger: which pod held which device, from when to when, with the grant; downloads and verifiable bundles."},
         {"name": "what-ifs", "description": "What-ifs: proposed quotas or priority classes replayed by the policy twin on past demand, current against proposed per department."},
     ],
     # Several serializers have a "state": name each set of choices once.
