@@ -6,11 +6,11 @@ import sys
 from collections.abc import Sequence
 
 from cli.app import add_commands, root
-from cli.commands import allocations, approvals, audit, auth, meta, quotas, requests
+from cli.commands import allocations, approvals, audit, auth, meta, quotas, requests, why
 
 add_commands(root, [
     *auth.COMMANDS, *requests.COMMANDS, *allocations.COMMANDS, *approvals.COMMANDS, *quotas.COMMANDS,
-    *audit.COMMANDS, *meta.COMMANDS,
+    *audit.COMMANDS, *meta.COMMANDS, *why.COMMANDS,
 ])
 
 __all__ = ["main", "root"]
