@@ -49,6 +49,7 @@ from frontend.selectors import (
 )
 from frontend.timeline import allocation_standing, allocation_timeline
 from frontend.utilisation import allocation_usage_panel
+from frontend.why import why_panel
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
@@ -240,6 +241,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "usage": allocation_usage_panel(user=user, allocation=allocation),
         "guide": allocation_usage_guide_or_none(user=user, allocation=allocation),
         "idle_case": idle_case_list(user=user, states=sorted(OPEN_STATES), allocation_id=allocation.pk).first(),
+        "why": why_panel(user=user, allocation=allocation),
     }
     context.update(overrides)
     return context
