@@ -138,10 +138,19 @@ def _holders(allocation: Allocation, primary: Reason, viewer: AbstractBaseUser |
     return None
 
 
-def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, now: datetime.datetime) -> Why:
+@dataclass(frozen=True)
+class _Read:
+    """The one decision and the reasons read off it."""
+
+    clusters: list[Cluster]
+    decision: Decision
+    primary: Reason
+    secondary: list[Reason]
+
+
+def _read(allocation: Allocation, now: datetime.datetime) -> _Read:
     clusters = _clusters(allocation)
-    decide = _decide_with(clusters)
-    decision = decide(allocation)
+    decision = _decide_with(clusters)(allocation)
     deciders, requester_decides = _deciders(allocation)
     notice = max((victim.notice_minutes for victim in decision.victims), default=0)
     verdict = Verdict(refusal=decision.refusal, reclaims=len(decision.victims), notice_minutes=notice,
@@ -149,12 +158,19 @@ def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, n
     primary, secondary = why_reasons.pending_reasons(verdict, deciders=deciders, requester_decides=requester_decides)
     if primary.code == ReasonCode.QUOTA:
         primary = outside_window(primary, allocation=allocation, now=now) or primary
-    why = Why(allocation=allocation.pk or None, state=allocation.state, primary=primary, secondary=secondary,
+    return _Read(clusters=clusters, decision=decision, primary=primary, secondary=secondary)
+
+
+def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, now: datetime.datetime) -> Why:
+    read = _read(allocation, now)
+    decision, primary, clusters = read.decision, read.primary, read.clusters
+    why = Why(allocation=allocation.pk or None, state=allocation.state, primary=primary, secondary=read.secondary,
               quota=_quota_lines(allocation, decision), queue=_queue(allocation))
     if decision.admitted:
         why.estimate = Estimate(max(now, allocation.starts_at), "It fits now: it starts once approved (at its start "
                                 "when that is later).", RELIABILITY)
         return why
+    decide = _decide_with(clusters)
     why.holders = _holders(allocation, primary, viewer, clusters)
     why.alternatives = alternatives_find(allocation=allocation, decide=decide)
     why.estimate = earliest_start(allocation=allocation, decide=decide, cluster_ids=[cluster.pk for cluster in clusters],
@@ -164,6 +180,14 @@ def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, n
                                  "flavor": allocation.flavor.name, "quantity": allocation.quantity, "cluster": None,
                                  "starts_at": why.estimate.starts_at.isoformat(), "quota": []})
     return why
+
+
+def allocation_reason(*, allocation: Allocation, now: datetime.datetime | None = None) -> Reason:
+    """Only the primary reason (one decision, no alternatives nor estimate): what /metrics counts."""
+    now = now or clock_now()
+    if allocation.state == AllocationState.PENDING:
+        return _read(allocation, now).primary
+    return _decided(allocation, now).primary
 
 
 def _decided(allocation: Allocation, now: datetime.datetime) -> Why:
