@@ -3,23 +3,18 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 import click
 
 from cli.app import output_option, state
+from cli.commands.allocations import _when as minutes_utc
 from cli.output import dump
 
 
 def _when(value: Any) -> str:
-    if not isinstance(value, str):
-        return "none within 30 days"
-    try:
-        moment = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return value
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    """An API timestamp in minutes, UTC (as the allocation tables write it); null: none found."""
+    return f"{minutes_utc(value)} UTC" if isinstance(value, str) else "none within 30 days"
 
 
 def _quota_line(line: dict[str, Any]) -> str:
