@@ -27,6 +27,8 @@ from allocations.admission.why_estimate import RELIABILITY, Estimate, earliest_s
 from allocations.admission.why_holders import holders_read
 from allocations.admission.why_windows import outside_window
 from allocations.booking.preview import candidate_clusters
+from allocations.booking.reservations import placement_workload
+from allocations.booking.state import ClusterState, cluster_state
 from allocations.catalogue.states import reclaim_pending_q
 from allocations.models import Allocation, AllocationState
 from allocations.quotas.wording import counted_words
@@ -34,6 +36,7 @@ from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.numbers import plain
 from notifications.recipients import department_admins, platform_admins
+from placement import Workload
 from tenants.access import access_for, department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department, Membership, Role
 
@@ -65,10 +68,25 @@ def _clusters(allocation: Allocation) -> list[Cluster]:
     return list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
 
 
-def _decide_with(clusters: list[Cluster]) -> Any:
-    def decide(allocation: Allocation) -> Decision:
-        return admission_decide(allocation=allocation, clusters=_clusters(allocation) if allocation.cluster else clusters)
-    return decide
+@dataclass
+class _Decider:
+    """Admission's verdict on the request and its variants, reading each cluster's placement state
+    and each flavor's placement workload once for all of them (as a page's preview does)."""
+
+    clusters: list[Cluster]
+    states: dict[int, ClusterState] = field(default_factory=dict)
+    workloads: dict[int, Workload] = field(default_factory=dict)
+
+    def __call__(self, allocation: Allocation) -> Decision:
+        clusters = _clusters(allocation) if allocation.cluster is not None else self.clusters
+        for cluster in clusters:
+            if cluster.pk not in self.states:
+                self.states[cluster.pk] = cluster_state(cluster=cluster)
+        flavor = allocation.flavor
+        if flavor.pk not in self.workloads:
+            self.workloads[flavor.pk] = placement_workload(include=flavor)
+        return admission_decide(allocation=allocation, clusters=clusters, workload=self.workloads[flavor.pk],
+                                states={cluster.pk: self.states[cluster.pk] for cluster in clusters})
 
 
 def _deciders(allocation: Allocation) -> tuple[list[str], bool]:
@@ -146,11 +164,13 @@ class _Read:
     decision: Decision
     primary: Reason
     secondary: list[Reason]
+    decide: _Decider
 
 
 def _read(allocation: Allocation, now: datetime.datetime) -> _Read:
     clusters = _clusters(allocation)
-    decision = _decide_with(clusters)(allocation)
+    decider = _Decider(clusters)
+    decision = decider(allocation)
     deciders, requester_decides = _deciders(allocation)
     notice = max((victim.notice_minutes for victim in decision.victims), default=0)
     verdict = Verdict(refusal=decision.refusal, reclaims=len(decision.victims), notice_minutes=notice,
@@ -158,7 +178,7 @@ def _read(allocation: Allocation, now: datetime.datetime) -> _Read:
     primary, secondary = why_reasons.pending_reasons(verdict, deciders=deciders, requester_decides=requester_decides)
     if primary.code == ReasonCode.QUOTA:
         primary = outside_window(primary, allocation=allocation, now=now) or primary
-    return _Read(clusters=clusters, decision=decision, primary=primary, secondary=secondary)
+    return _Read(clusters=clusters, decision=decision, primary=primary, secondary=secondary, decide=decider)
 
 
 def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, now: datetime.datetime) -> Why:
@@ -170,7 +190,7 @@ def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, n
         why.estimate = Estimate(max(now, allocation.starts_at), "It fits now: it starts once approved (at its start "
                                 "when that is later).", RELIABILITY)
         return why
-    decide = _decide_with(clusters)
+    decide = read.decide
     why.holders = _holders(allocation, primary, viewer, clusters)
     why.alternatives = alternatives_find(allocation=allocation, decide=decide)
     why.estimate = earliest_start(allocation=allocation, decide=decide, cluster_ids=[cluster.pk for cluster in clusters],
