@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db.models import Q
 
 from allocations.admission import reasons as why_reasons
 from allocations.admission.headroom import QuotaLevel, quota_chains
@@ -135,7 +136,8 @@ def _queue(allocation: Allocation) -> dict[str, Any] | None:
     total = seen.count()
     if not allocation.pk:
         return {"position": total + 1, "of": total + 1, "ahead": total}
-    ahead = seen.filter(created_at__lt=allocation.created_at).count()
+    ahead = seen.filter(Q(created_at__lt=allocation.created_at) | Q(created_at=allocation.created_at,
+                                                                  pk__lt=allocation.pk)).count()
     return {"position": ahead + 1, "of": total, "ahead": ahead}
 
 
