@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounting.idle.selectors import idle_case_list
 from accounting.idle_models import OPEN_STATES
 from allocations.admission.headroom import quota_chains
+from allocations.admission.reasons import WAITING_STATES
 from allocations.booking.reservations import reservations_where
 from allocations.catalogue.selectors import allocation_get, allocation_may_change, pending_changes
 from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
@@ -82,6 +83,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "idle_count": idle_open_count(user=user) if access.has_any_role else 0,
         "can_request": access.has_any_role and requestable_projects(user=user).exists(),
         "ask": None if access.has_any_role else admins_to_ask(user=user),
+        "waiting_states": WAITING_STATES,  # a waiting request shows the reason last read for it (docs/pending.md)
     }
     return render(request, "frontend/dashboard.html", context)
 

@@ -45,3 +45,13 @@ def test_a_running_grant_has_no_why_panel(world: World) -> None:
     granted.state = "active"
     granted.save(update_fields=["state"])
     assert 'id="why"' not in page(world, "nlp_member", f"/allocations/{granted.pk}/")
+
+
+def test_the_dashboard_shows_the_reason_last_read_for_a_waiting_request(world: World) -> None:
+    from allocations.admission.why_refresh import waiting_reasons_refresh
+    _vision_holds_ten(world)
+    request = ask(world, flavor=world.a100, quantity=7)
+    assert "waiting: <code>" not in page(world, "nlp_member", "/")  # not read yet
+    waiting_reasons_refresh()
+    html = page(world, "nlp_member", "/")
+    assert f'href="/allocations/{request.pk}/#why">waiting: <code>quota</code>' in html
