@@ -191,3 +191,20 @@ def test_docs_pending_lists_every_code_and_nothing_else() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "pending.md").read_text()
     documented = set(re.findall(r"^### `([a-z-]+)`", text, flags=re.MULTILINE))
     assert documented == {code.value for code in ReasonCode}
+
+
+def test_a_project_cap_is_a_quota_at_the_projects_level(world: World) -> None:
+    from allocations.models import ProjectQuota
+    ProjectQuota.objects.create(project=world.llm, flavor=world.a100, limit=Decimal("2"))
+    answer = why(world, ask(world, flavor=world.a100, quantity=3))
+    assert answer.primary.code == ReasonCode.QUOTA
+    facts = answer.primary.facts
+    assert (facts["level"], facts["project"], facts["limit"], facts["requested"]) == ("project", "nlp-llm", "2", "3")
+    assert [offer["quantity"] for offer in answer.alternatives if offer["kind"] == "fewer-units"] == [2]
+
+
+def test_a_flavor_without_any_quota_on_the_chain_is_a_quota_of_zero(world: World) -> None:
+    Quota.objects.filter(department__in=[world.nlp, world.acme]).delete()
+    answer = why(world, ask(world, flavor=world.h100))
+    assert answer.primary.code == ReasonCode.QUOTA
+    assert (answer.primary.facts["department"], answer.primary.facts["limit"]) == ("nlp", "0")
