@@ -36,6 +36,7 @@ from allocations.quotas.wording import counted_words
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.numbers import plain
+from kernel.reads import SharedReads
 from notifications.recipients import department_admins, platform_admins
 from placement import Workload
 from tenants.access import access_for, department_ancestor_ids, department_parent_map, department_subtree_ids
@@ -77,6 +78,7 @@ class _Decider:
     clusters: list[Cluster]
     states: dict[int, ClusterState] = field(default_factory=dict)
     workloads: dict[int, Workload] = field(default_factory=dict)
+    reads: SharedReads = field(default_factory=SharedReads)  # the department tree and the quotas, read once
 
     def __call__(self, allocation: Allocation) -> Decision:
         clusters = _clusters(allocation) if allocation.cluster is not None else self.clusters
@@ -87,7 +89,7 @@ class _Decider:
         if flavor.pk not in self.workloads:
             self.workloads[flavor.pk] = placement_workload(include=flavor)
         return admission_decide(allocation=allocation, clusters=clusters, workload=self.workloads[flavor.pk],
-                                states={cluster.pk: self.states[cluster.pk] for cluster in clusters})
+                                states={cluster.pk: self.states[cluster.pk] for cluster in clusters}, reads=self.reads)
 
 
 def _deciders(allocation: Allocation) -> tuple[list[str], bool]:
