@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from allocations.admission.why_refresh import waiting_reasons_refresh
 from allocations.fair_share.services import fair_share_tick
 from allocations.grants.notices import allocations_expiry_notices
 from allocations.grants.reclaims import allocations_reclaim_due
@@ -37,6 +38,12 @@ def allocations_timeline_task() -> dict[str, int]:
 def allocations_expiry_notices_task() -> int:
     """Owners told their grant ends in 7 days, then 1 (each once per end; docs/notifications.md)."""
     return allocations_expiry_notices()
+
+
+@shared_task
+def waiting_reasons_refresh_task() -> int:
+    """The primary reason of the stalest waiting requests, kept for /metrics (docs/pending.md)."""
+    return waiting_reasons_refresh()
 
 
 @shared_task

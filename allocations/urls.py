@@ -12,6 +12,7 @@ from allocations.api import preview as preview_apis
 from allocations.api import project_caps as project_cap_apis
 from allocations.api import rule_changes as rule_change_apis
 from allocations.api import sharing as sharing_apis
+from allocations.api import why as why_apis
 from allocations.api import window_shrinks as window_shrink_apis
 from allocations.api import windows as window_apis
 
@@ -63,6 +64,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("allocation-changes/<int:change_id>/cancel/", change_apis.AllocationChangeCancelApi.as_view(),
          name="api-allocation-change-cancel"),
     path("allocations/preview/", preview_apis.AllocationRequestPreviewApi.as_view(), name="api-allocation-request-preview"),
+    path("allocations/simulate/", why_apis.AllocationSimulateApi.as_view(), name="api-allocation-simulate"),
+    path("allocations/<int:allocation_id>/why/", why_apis.AllocationWhyApi.as_view(), name="api-allocation-why"),
     path("allocations/<int:allocation_id>/placement-preview/", preview_apis.AllocationPlacementPreviewApi.as_view(),
          name="api-allocation-placement-preview"),
     path("projects/<int:project_id>/quotas/", project_cap_apis.ProjectCapsApi.as_view(), name="api-project-quotas"),

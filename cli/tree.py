@@ -6,11 +6,11 @@ import sys
 from collections.abc import Sequence
 
 from cli.app import add_commands, root
-from cli.commands import allocations, approvals, audit, auth, custody, meta, quotas, requests, whatif
+from cli.commands import allocations, approvals, audit, auth, custody, meta, quotas, requests, whatif, why
 
 add_commands(root, [
     *auth.COMMANDS, *requests.COMMANDS, *allocations.COMMANDS, *approvals.COMMANDS, *quotas.COMMANDS,
-    *audit.COMMANDS, *custody.COMMANDS, *whatif.COMMANDS, *meta.COMMANDS,
+    *audit.COMMANDS, *custody.COMMANDS, *whatif.COMMANDS, *meta.COMMANDS, *why.COMMANDS,
 ])
 
 __all__ = ["main", "root"]

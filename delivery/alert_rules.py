@@ -1,8 +1,8 @@
 """The portal's Prometheus alert rules, as a rule file body and as a PrometheusRule. Pure.
 
-Seven alerts (docs/observability.md, "Alerts"): the seeds' ``GPUOverload`` (a GPU busy over 90 %
+Eight alerts (docs/observability.md, "Alerts"): the seeds' ``GPUOverload`` (a GPU busy over 90 %
 for 10 minutes, from dcgm-exporter) and ``VGPUQuotaExhausted`` (a department's quota used up),
-plus ``GPUGrantedButIdle``, ``AllocationPendingTooLong``, ``ClusterSyncFailing``,
+plus ``GPUGrantedButIdle``, ``AllocationPendingTooLong``, ``PendingReasonGrowing``, ``ClusterSyncFailing``,
 ``NodeReportStale`` and ``AuditCheckpointStale`` over the portal's own ``/metrics``. Thresholds
 come in an :class:`AlertThresholds` (read from the settings by ``delivery.alert_settings``); the
 annotations use only ``$labels`` so that their text is fixed by the labels.
@@ -36,6 +36,8 @@ class AlertThresholds:
     idle_for: str = "2h"
     pending_seconds: int = 4 * 3600
     pending_for: str = "5m"
+    pending_growth: int = 10
+    pending_growth_for: str = "15m"
     sync_failures: int = 3
     sync_stale_seconds: int = 900
     sync_for: str = "5m"
@@ -52,7 +54,7 @@ class AlertThresholds:
                 found.append(f"{name}: must be above 0 and at most 1")
         if self.quota_exhausted_ratio <= 0:
             found.append("quota_exhausted_ratio: must be above 0")
-        for name in ("pending_seconds", "sync_stale_seconds", "checkpoint_age_seconds"):
+        for name in ("pending_seconds", "pending_growth", "sync_stale_seconds", "checkpoint_age_seconds"):
             if getattr(self, name) <= 0:
                 found.append(f"{name}: must be a positive number of seconds")
         if self.sync_failures < 0:
@@ -138,6 +140,17 @@ def _usage_alerts(t: AlertThresholds) -> list[dict[str, Any]]:
             "The oldest pending request of {{ $labels.department }} has waited more than "
             + _duration_words(t.pending_seconds) + " for a decision. Its department admins decide on the approvals "
             "page (/approvals/); if they are away, a platform admin can.",
+        ),
+        _alert(
+            "PendingReasonGrowing",
+            f'delta(gpuportal_pending_requests{{reason!="unread"}}[1h]) > {t.pending_growth}',
+            t.pending_growth_for, "warning",
+            "Requests waiting for {{ $labels.reason }} grew by over " + str(t.pending_growth) + " in an hour",
+            "More than " + str(t.pending_growth) + " more requests wait for the same reason ({{ $labels.reason }}, "
+            "docs/pending.md) than an hour ago. Open one of them (GET /api/v1/allocations/{id}/why/, or its page) "
+            "for the numbers: a quota too small for demand (raise it or open a quota window), no room on the GPUs "
+            "(add nodes or free idle grants), nodes below a flavor's driver minimum, or a cluster that does not "
+            "take pushes.",
         ),
     ]
 

@@ -56,6 +56,9 @@ DEMO_GRANTS: list[Grant] = [
           days=5),
     Grant("dave", None, "vision-seg", "h100-timeslice-2", 2, "Workshop notebooks for the summer students", days=14),
     Grant("alice", None, "nlp-llm", "a100-80gb", 4, "Evaluation of the new checkpoints (reclaims vision's borrowed slices)"),
+    # Within nlp's own quotas but over acme's, the parent's, and nothing it may reclaim frees enough:
+    # its page, `gpuportal why` and the API say so with acme's numbers (docs/pending.md).
+    Grant("alice", None, "nlp-speech", "a100-80gb", 5, "Speech pre-training burst (more than acme has left)", days=2),
 ]
 
 

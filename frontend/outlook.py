@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from allocations.admission.planning import Decision, admission_decide
+from allocations.admission.reasons import ReasonCode, refusal_reasons
 from allocations.booking.preview import candidate_clusters, preview_states
 from allocations.booking.reservations import placement_workload
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass
@@ -85,6 +86,7 @@ class AdmissionOutlook:
     refusal: str = ""  # why approval would be refused now (empty when admitted)
     refusal_code: str = ""
     starts: str | None = None  # now, at-start, after-notice (admitted only)
+    reason_code: str = ""  # why it waits, as docs/pending.md codes it (read off the same decision)
 
     @property
     def needs_confirmation(self) -> bool:
@@ -125,7 +127,8 @@ class AdmissionOutlook:
 def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> AdmissionOutlook:
     refusal = decision.refusal
     if refusal is not None:
-        return AdmissionOutlook(admitted=False, refusal=refusal.message, refusal_code=refusal.code)
+        return AdmissionOutlook(admitted=False, refusal=refusal.message, refusal_code=refusal.code,
+                                reason_code=refusal_reasons(refusal)[0].code.value)
     access = access_for(user)
     slugs = {victim.department for victim in decision.victims}
     ids = dict(Department.objects.filter(slug__in=slugs).values_list("slug", "pk")) if slugs else {}
@@ -146,7 +149,7 @@ def _outlook(*, user: User, allocation: Allocation, decision: Decision) -> Admis
     # As the placement preview API says it (allocations/api/preview.py).
     waits = any(line.notice_minutes > 0 and line.state != AllocationState.SCHEDULED for line in lines)
     starts = "after-notice" if waits else ("at-start" if allocation.starts_at > clock_now() else "now")
-    return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts)
+    return AdmissionOutlook(admitted=True, reclaim=lines, starts=starts, reason_code=ReasonCode.AWAITING_DECISION.value)
 
 
 @dataclass(frozen=True)

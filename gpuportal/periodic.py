@@ -56,6 +56,8 @@ SCHEDULE: tuple[Periodic, ...] = (
     Periodic("accounting-idle-evaluate", "accounting.tasks.accounting_idle_evaluate_task", 300.0),
     # Each department's decayed usage, for fair share (docs/accounting.md, "Fair share").
     Periodic("allocations-fair-share-tick", "allocations.tasks.fair_share_tick_task", 300.0),
+    # Why each request waits, kept for /metrics (docs/pending.md).
+    Periodic("allocations-waiting-reasons", "allocations.tasks.waiting_reasons_refresh_task", 60.0),
     Periodic("allocations-expiry-notices", "allocations.tasks.allocations_expiry_notices_task", 900.0),
     Periodic("notifications-dispatch", "notifications.tasks.notifications_dispatch_task", 30.0),
     Periodic("notifications-digests", "notifications.tasks.notification_digests_task", 600.0),

@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from accounting.idle_models import OPEN_STATES, IdleAction, IdleCase, IdleState
+from allocations.admission.reasons import WAITING_STATES, ReasonCode
 from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas.usage import quota_usages
 from audit.models import AuditCheckpoint, AuditEvent
@@ -51,6 +52,7 @@ class PortalCollector(Collector):
         now = self._now or clock_now()
         yield from quota_families(now=now)
         yield from allocation_families(now=now)
+        yield from waiting_families()
         yield from cluster_families()
         yield from node_families(now=now)
         yield from audit_families()
@@ -113,6 +115,25 @@ def allocation_families(*, now: datetime.datetime) -> Iterator[Metric]:
     for row in pending:
         oldest.add_metric([row["project__department__slug"]], max(0.0, (now - row["first"]).total_seconds()))
     yield oldest
+
+
+def waiting_families() -> Iterator[Metric]:
+    """Requests that have not started, by the primary reason the periodic refresh last read
+    (``allocations.admission.why_refresh``, docs/pending.md): one grouped query. Every code is
+    given, 0 included, so that a rule can watch one grow; ``unread``: not read yet."""
+    family = GaugeMetricFamily(
+        "gpuportal_pending_requests",
+        "Requests that have not started, by the primary reason last read (docs/pending.md); unread: not read yet.",
+        labels=["reason"],
+    )
+    counts = dict(
+        Allocation.objects.filter(state__in=WAITING_STATES).values_list("waiting_reason")
+        .annotate(n=Count("id")).values_list("waiting_reason", "n").order_by()
+    )
+    for code in ReasonCode:
+        family.add_metric([code.value], counts.get(code.value, 0))
+    family.add_metric(["unread"], counts.get("", 0))
+    yield family
 
 
 def cluster_families() -> Iterator[Metric]:

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import datetime
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db.models import Case, F, IntegerField, Sum, Value, When
 from django.db.models.functions import Coalesce
@@ -51,6 +51,7 @@ from tenants.access import department_ancestor_ids, department_parent_map, depar
 from tenants.models import Department
 
 ZERO = Decimal(0)
+T = TypeVar("T")
 
 
 @dataclass
@@ -276,6 +277,12 @@ class _Asking:
     placing: _Placing
 
 
+def _shared(reads: SharedReads | None, key: str, read: Callable[[], T]) -> T:
+    """``read()``, once per page when the caller shares its reads (the tree of departments, the
+    quotas and their windows, the departments' names: the same for every request of the moment)."""
+    return reads.once(("admission", key), read) if reads is not None else read()
+
+
 def admission_decide(
     *, allocation: Allocation, clusters: list[Cluster], untakeable: Iterable[int] = (),
     states: dict[int, ClusterState] | None = None, workload: Workload | None = None, reads: SharedReads | None = None,
@@ -286,12 +293,13 @@ def admission_decide(
     ``workload``: the placement workload, when the caller has read it already; ``reads``: a page's
     shared reads, whose placement preview's dry runs stand for attempts on every live reservation."""
     flavor = allocation.flavor
-    parents = department_parent_map()
+    parents = _shared(reads, "department-parents", department_parent_map)
     department_id = allocation.project.department_id
     chain = department_ancestor_ids(department_id=department_id, parents=parents)
-    view = QuotaView.read(parents=parents)
+    view = _shared(reads, "quota-view", lambda: QuotaView.read(parents=parents))
     start, end = allocation.starts_at, allocation.ends_at
-    names = dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug"))
+    names = _shared(reads, "department-slugs",
+                    lambda: dict(Department.objects.filter(pk__in=list(parents)).values_list("pk", "slug")))
     amounts = grant_amounts(flavor_id=flavor.pk, quantity=allocation.quantity, gpu_equivalents=flavor.gpu_equivalents)
     capped = project_cap_refusal(allocation=allocation, quantity=allocation.quantity, starts_at=start, ends_at=end)
     if capped is not None:  # the project's own cap (docs/quotas.md, "Project caps"): nothing is reclaimed for it

@@ -40,6 +40,14 @@ from clusters.models import Cluster, Node
 from placement import Placement, Policy, Rejection, Request
 from placement.placing import place
 
+CAUSE_DRIVER_MINIMUM = "driver-minimum"
+"""Every node that would offer the unit reports a driver or CUDA older than the flavor's minimum."""
+CAUSE_TENANCY = "tenancy"
+"""Every node that would offer the unit is kept apart from the tenant (a dedicated pool, another's MPS node)."""
+CAUSE_TENANCY_SOME = "tenancy-some"
+"""Some nodes were kept apart from the tenant and the others have no room left."""
+CAUSES = (CAUSE_DRIVER_MINIMUM, CAUSE_TENANCY, CAUSE_TENANCY_SOME)
+
 
 @dataclass(frozen=True)
 class Booking:
@@ -66,6 +74,8 @@ class Attempt:
     bookings: list[Booking] = field(default_factory=list)
     reason: str = ""
     kind: str = ""
+    cause: str = ""
+    """What in the portal's rules kept the next unit out, when one did (``CAUSES``); empty: plain room."""
 
     @property
     def complete(self) -> bool:
@@ -76,7 +86,8 @@ class Attempt:
         begins exactly as a shorter one would."""
         return Attempt(cluster=self.cluster, shape=self.shape, quantity=units, bookings=self.bookings[:units],
                        reason="" if len(self.bookings) >= units else self.reason,
-                       kind="" if len(self.bookings) >= units else self.kind)
+                       kind="" if len(self.bookings) >= units else self.kind,
+                       cause="" if len(self.bookings) >= units else self.cause)
 
     def where(self, units: int | None = None) -> dict[str, list[str]]:
         """Node name → booked GPUs (with the MIG start) of the first ``units`` bookings (all by
@@ -178,6 +189,7 @@ def placement_attempt(
     view = pictures.view()
     if not view.offered:
         attempt.reason, attempt.kind = _not_offered(view, nodes)
+        attempt.cause = _not_offered_cause(view, nodes)
         return attempt
     _Placing(attempt=attempt, policy=ask.policy, pictures=pictures, view=view).run()
     return attempt
@@ -295,6 +307,7 @@ class _Placing:
             attempt.reason, attempt.kind = decision.reason, decision.kind.value
             if self.view.left_out:
                 attempt.reason += f" (left out for tenancy: {_left_out(self.view)})"
+                attempt.cause = CAUSE_TENANCY_SOME
             return False
         engine.apply(decision)
         attempt.bookings.append(_booking(self.view, decision, self.pictures.shape))
@@ -323,6 +336,17 @@ def _not_offered(view: PlacementView, nodes: list[NodeRow]) -> tuple[str, str]:
     if view.pinned_room:
         return f"the MIG instances pinned on cluster {view.cluster.name} hold no free {view.shape.mig_profile}", "mig-slice"
     return _no_offer_reason(view, nodes), "not-offered"
+
+
+def _not_offered_cause(view: PlacementView, nodes: list[NodeRow]) -> str:
+    """The rule behind ``_no_offer_reason``'s sentence, as a code (the same tests in the same order)."""
+    if view.pinned_room:
+        return ""
+    if minimums_refusal(view=view, nodes=nodes):
+        return CAUSE_DRIVER_MINIMUM
+    if view.shape.needs_hami and not view.cluster.use_hami:
+        return ""
+    return CAUSE_TENANCY if view.left_out else ""
 
 
 def _no_offer_reason(view: PlacementView, nodes: list[NodeRow]) -> str:

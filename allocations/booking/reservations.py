@@ -120,6 +120,7 @@ def placement_refusal(*, flavor: Flavor, quantity: int, attempts: list[Attempt])
             "placed": str(len(best.bookings)),
             "kind": best.kind,
             "reason": best.reason,
+            **({"cause": best.cause} if best.cause else {}),
         },
     )
 

@@ -267,6 +267,10 @@ class Allocation(models.Model):
     reclaim_from_state = models.CharField(
         max_length=16, blank=True, help_text="Reclaiming: the state it had, given back if the reclaim is called off."
     )
+    # Why it has not started, as last read (docs/pending.md): derived, rewritten by the periodic
+    # refresh (allocations.admission.why_refresh), never a decision; /metrics counts it.
+    waiting_reason = models.CharField(max_length=32, blank=True, editable=False)
+    waiting_reason_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

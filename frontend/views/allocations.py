@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from accounting.idle.selectors import idle_case_list
 from accounting.idle_models import OPEN_STATES
 from allocations.admission.headroom import quota_chains
+from allocations.admission.reasons import WAITING_STATES
 from allocations.booking.reservations import reservations_where
 from allocations.catalogue.selectors import allocation_get, allocation_may_change, pending_changes
 from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
@@ -49,6 +50,7 @@ from frontend.selectors import (
 )
 from frontend.timeline import allocation_standing, allocation_timeline
 from frontend.utilisation import allocation_usage_panel
+from frontend.why import why_panel
 from kernel.clock import clock_now
 from kernel.errors import ApplicationError
 from kernel.limits import TEXT_LIMIT
@@ -81,6 +83,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "idle_count": idle_open_count(user=user) if access.has_any_role else 0,
         "can_request": access.has_any_role and requestable_projects(user=user).exists(),
         "ask": None if access.has_any_role else admins_to_ask(user=user),
+        "waiting_states": WAITING_STATES,  # a waiting request shows the reason last read for it (docs/pending.md)
     }
     return render(request, "frontend/dashboard.html", context)
 
@@ -240,6 +243,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "usage": allocation_usage_panel(user=user, allocation=allocation),
         "guide": allocation_usage_guide_or_none(user=user, allocation=allocation),
         "idle_case": idle_case_list(user=user, states=sorted(OPEN_STATES), allocation_id=allocation.pk).first(),
+        "why": why_panel(user=user, allocation=allocation),
     }
     context.update(overrides)
     return context

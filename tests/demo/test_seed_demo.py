@@ -181,7 +181,7 @@ def test_the_seeded_events_come_in_the_order_and_at_the_moments_they_stand_for()
     allocations = {str(allocation.pk): allocation for allocation in Allocation.objects.prefetch_related("reservations")}
     told = [(event, moment) for event in AuditEvent.objects.filter(target_type="allocations.allocation").order_by("seq")
             if (moment := _stands_for(event, allocations[event.target_id])) is not None]  # fmt: skip
-    assert len(told) == 17 + 14 + 3  # 17 requests, 14 decisions (2 requests wait, 1 was withdrawn), 3 releases
+    assert len(told) == 18 + 14 + 3  # 18 requests, 14 decisions (3 requests wait, 1 was withdrawn), 3 releases
     assert [moment for _, moment in told] == sorted(moment for _, moment in told)
     training = Allocation.objects.get(justification="Segmentation model training")
     assert training.decided_at is not None

@@ -91,6 +91,17 @@ CASES: list[Case] = [
         fired=[{**PORTAL, "department": "vision"}],
     ),
     Case(
+        "PendingReasonGrowing",
+        [
+            # quota: 20 more from 11 minutes on; no-fit: steady; unread: grows, but is never a reason.
+            (_portal("gpuportal_pending_requests", reason="quota"), "0x10 20x30"),
+            (_portal("gpuportal_pending_requests", reason="no-fit"), "5x40"),
+            (_portal("gpuportal_pending_requests", reason="unread"), "0+5x40"),
+        ],
+        quiet_at="25m", fires_at="26m",
+        fired=[{**PORTAL, "reason": "quota"}],
+    ),
+    Case(
         "ClusterSyncFailing",
         [
             # gpu-a: pushes start failing at 2 minutes.

@@ -30,6 +30,7 @@ class StepNotes:
 
     ticks: list[datetime.datetime] = field(default_factory=list)  # instants the timeline task completed at
     previews: list[tuple[Preview, str]] = field(default_factory=list)  # (preview, what approving did)
+    reasons: list[tuple[int, str, str]] = field(default_factory=list)  # (request, why's primary code, what approving did)
     cancelled: list[tuple[int, datetime.datetime, bool]] = field(default_factory=list)  # window, when, was in force
     escaped: list[str] = field(default_factory=list)  # exceptions no service documents
     concurrent: bool = False

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 from django.http import Http404
 
+from allocations.admission.why import allocation_reason
 from allocations.api.preview import admission_preview
 from allocations.grants import changes, services
 from allocations.models import Allocation, AllocationChange
@@ -101,11 +102,26 @@ def approve(ctx: Context, n: tuple[float, ...], *, preview: bool = True) -> str:
             seen = Preview(allocation_id, bool(body["admitted"]), victims, body["starts"])  # type: ignore[arg-type]
         elif len(ctx.notes.escaped) > before:
             return "error"
+    code = _why_code(ctx, allocation_id) if preview else None
     outcome = attempt(ctx, "allocation_approve", lambda: services.allocation_approve(
         actor=actor, allocation_id=allocation_id, comment="simulated decision"))
     if seen is not None:
         ctx.notes.previews.append((seen, outcome))
+    if code is not None:
+        ctx.notes.reasons.append((allocation_id, code, outcome))
     return outcome
+
+
+def _why_code(ctx: Context, allocation_id: int) -> str | None:
+    """Why the request waits, as GET …/why/ would say just before the approval (docs/pending.md)."""
+    found: list[str] = []
+
+    def read() -> None:
+        allocation = Allocation.objects.select_related("project", "flavor", "priority_class", "cluster").get(
+            pk=allocation_id)
+        found.append(allocation_reason(allocation=allocation).code.value)
+
+    return found[0] if attempt(ctx, "allocation_reason", read) == "ok" else None
 
 
 def reject(ctx: Context, n: tuple[float, ...]) -> str:

@@ -146,3 +146,21 @@ def previews(ctx: Context, snap: Snapshot, reclaims: list[tuple[str, int, dict[s
             found.append(("preview-approve", f"#{grant.id}: the preview said it starts {preview.starts}, approving "
                           f"left it {grant.state}"))
     return found
+
+
+WHY_SAYS = {"awaiting-decision": "ok", "four-eyes": "ok", "quota": "refused:quota_exceeded",
+            "outside-window": "refused:quota_exceeded", "no-fit": "refused:capacity_exceeded",
+            "tenancy": "refused:capacity_exceeded", "driver-minimum": "refused:capacity_exceeded"}
+"""What approving does, by the primary reason why gives a pending request (docs/pending.md)."""
+
+
+def why_agrees(ctx: Context) -> list[Found]:
+    """The reason why gave just before an approval is the cause the approval met: fits (approved) or
+    the refusal's kind. Approvals refused for another cause (a busy lock, four-eyes) say nothing."""
+    found: list[Found] = []
+    for allocation_id, code, outcome in ctx.notes.reasons:
+        if outcome not in ("ok", "refused:quota_exceeded", "refused:capacity_exceeded"):
+            continue
+        if WHY_SAYS.get(code) != outcome:
+            found.append(("why-approve", f"#{allocation_id}: why said {code}, approving answered {outcome}"))
+    return found

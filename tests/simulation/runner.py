@@ -24,7 +24,7 @@ from tests.simulation.executor_more import push_sweep
 from tests.simulation.faults import Faults
 from tests.simulation.invariants_capacity import capacity, inventory_moves
 from tests.simulation.invariants_quota import admissions, reclaims, shrink_obligations, shrinks_met
-from tests.simulation.invariants_time import audit_events, audit_once, previews, timeline, window_edges
+from tests.simulation.invariants_time import audit_events, audit_once, previews, timeline, why_agrees, window_edges
 from tests.simulation.ledger import Snapshot, snapshot_read
 from tests.simulation.probes import probes
 from tests.simulation.world import EPOCH, database_flush, world_build
@@ -143,11 +143,14 @@ def check(ctx: Context, prev: Snapshot, snap: Snapshot, started: datetime.dateti
         found += reclaims(prev, snap, started, reclaiming)
     found += audit_once(ctx, prev, snap)
     found += previews(ctx, snap, reclaiming)
+    found += why_agrees(ctx)
     found += window_edges(ctx, prev, snap)
     shrink_obligations(prev, snap, notes.ticks, ctx.obligations)
     ctx.checks.update(["escaped-exception", "capacity", "booking", "admission", "audit-once", "window-edge"])
     if notes.previews:
         ctx.checks["preview-approve"] += len(notes.previews)
+    if notes.reasons:
+        ctx.checks["why-approve"] += len(notes.reasons)
     if notes.ticks and not notes.concurrent:
         tick = max(notes.ticks)
         found += timeline(snap, tick)

@@ -23,7 +23,7 @@ INVARIANTS = frozenset({
     "escaped-exception", "capacity", "booking-leak", "booking-count", "quota-over-limit", "reclaim-notice",
     "reclaim-beneficiary", "reclaim-within-guarantee", "reclaim-reason", "reclaim-units", "shrink-reclaim-met",
     "reclaim-deadline",
-    "expiry", "start", "window-edge", "audit-once", "preview-approve", "displayed-in-use", "http-5xx", "audit-verifies",
+    "expiry", "start", "window-edge", "audit-once", "preview-approve", "why-approve", "displayed-in-use", "http-5xx", "audit-verifies",
 })
 
 

@@ -1,0 +1,34 @@
+"""``gpuportal why`` against a live portal prints what GET allocations/{id}/why/ answers: the
+parent's quota numbers, what would start now and an estimated start."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.cli.conftest import Cli, Portal
+from tests.why.test_reasons import _vision_holds_ten
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_why_prints_the_parents_numbers_what_would_start_now_and_when(portal: Portal, cli: Cli) -> None:
+    _vision_holds_ten(portal.world)
+    response = portal.api("nlp_member", "POST", "allocations/", json={
+        "project": portal.world.llm.pk, "flavor": portal.world.a100.pk, "quantity": 7,
+        "justification": "tests", **portal.world.window(days=1),
+    })
+    assert response.status_code == 201, response.text
+    allocation = response.json()["id"]
+    cli.login(portal, "nlp_member")
+    result = cli("why", str(allocation))
+    assert result.exit_code == 0, result.stderr
+    text = result.stdout
+    assert f"Allocation {allocation} (pending): quota" in text
+    assert "acme: GPU-equivalents: asked 7, held 10, limit 16, effective limit 16 (now 16, held now 10): EXCEEDED" in text
+    assert "fewer-units: 6 × a100" in text and "later-start: 7 × a100 from " in text
+    assert "Estimated start: 20" in text and "vision: 10 GPU-equivalents in 2 grant(s)" in text
+    as_json = json.loads(cli("why", str(allocation), "-o", "json").stdout)
+    assert as_json["reason"]["facts"]["department"] == "acme"
+    assert cli("why", "999999").exit_code != 0
