@@ -227,7 +227,7 @@ class KubernetesDriver:
         kinds: set[str] = set()
         if projects:
             kinds.update(PROJECT_KINDS)
-        if any(scope.namespace is None for scope in scopes):
+        if any(scope.namespace is None and scope.prune for scope in scopes):
             kinds.update(CLUSTER_KINDS)
         kinds.update(obj["kind"] for scope in scopes for obj in scope.objects)
         node_names = {obj["metadata"]["name"] for scope in scopes for obj in scope.objects if obj["kind"] == "Node"}
@@ -271,8 +271,8 @@ class KubernetesDriver:
                     continue
                 action = "create" if current is None else "update"
                 changes.append(Change(action, key[0], key[2], key[1], scope.label, obj, current, tuple(fields)))
-            for key, current in owned.get(scope.namespace, []):
-                if key in wanted or current.get("metadata", {}).get("deletionTimestamp"):
+            for key, current in owned.get(scope.namespace, []) if scope.prune else []:
+                if key in wanted or key in scope.kept or current.get("metadata", {}).get("deletionTimestamp"):
                     continue
                 changes.append(Change("delete", key[0], key[2], key[1], scope.label, None, current))
         return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged)
