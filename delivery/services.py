@@ -192,23 +192,24 @@ def _push_shared(cluster: Cluster, delta: SharedDelta) -> ApplyResult:
         scope = Scope(namespace=None, objects=objects, kept=delta.kept, prune=delta.prune)
         scope, missing = _shared_scope(cluster=cluster, driver=driver, scope=scope)
         applied_forget(cluster_id=cluster.pk, keys=[item.key for item in delta.render])
-        result = driver.apply(driver.plan([scope])) + ApplyResult(applied=0, pruned=0, unchanged=len(delta.kept))
+        plan = driver.plan([scope])
+        result = driver.apply(plan) + ApplyResult(applied=0, pruned=0, unchanged=len(delta.kept))
     except DriverError as error:
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
     finally:
         driver.close()
-    _applied_record(cluster, delta.render, scope, complete=False)
+    _applied_record(cluster, delta.render, scope, plan, complete=False)
     if delta.prune:
         applied_forget(cluster_id=cluster.pk, keys=delta.stale)
     _record_push(cluster=cluster, project=None, error="", result=result, missing=missing)
     return result
 
 
-def _applied_record(cluster: Cluster, desired: list[DesiredObject], pushed: Scope, *, complete: bool) -> None:
+def _applied_record(cluster: Cluster, desired: list[DesiredObject], pushed: Scope, plan: Plan, *, complete: bool) -> None:
     """Remember the hashes of the objects ``pushed`` carried (not those withheld for a missing
-    prerequisite), now that the push succeeded."""
-    carried = {object_key(obj) for obj in pushed.objects}
+    prerequisite, nor Nodes the cluster does not have yet), now that the push succeeded."""
+    carried = {object_key(obj) for obj in pushed.objects} - plan.absent
     digests = {item.key: item.digest for item in desired if item.key in carried}
     applied_record(cluster_id=cluster.pk, digests=digests, complete=complete)
 
@@ -272,7 +273,7 @@ def _sync_all(cluster: Cluster) -> tuple[Plan, ApplyResult, str]:
         raise
     finally:
         driver.close()
-    _applied_record(cluster, desired, shared, complete=True)
+    _applied_record(cluster, desired, shared, plan, complete=True)
     return plan, result, missing
 
 

@@ -82,6 +82,9 @@ class Change:
 class Plan:
     changes: list[Change]
     unchanged: int
+    # Desired objects the cluster does not have and the portal never creates (a Node not, or not
+    # yet, registered): neither applied nor unchanged. Keys: (kind, namespace or "", name).
+    absent: frozenset[tuple[str, str, str]] = frozenset()
 
     @property
     def is_empty(self) -> bool:

@@ -257,6 +257,7 @@ class KubernetesDriver:
                 owned[owner].append((key, item))
         changes: list[Change] = []
         unchanged = 0
+        absent: set[Key] = set()
         for scope in scopes:
             wanted = {_key(obj): obj for obj in scope.objects}
             for key, obj in wanted.items():
@@ -264,7 +265,8 @@ class KubernetesDriver:
                 if key[0] == "Namespace" and current and current.get("metadata", {}).get("deletionTimestamp"):
                     raise DriverError(f"cluster {self.cluster}: namespace {key[2]} is still being deleted; will retry")
                 if key[0] == "Node" and current is None:
-                    continue  # the portal labels nodes, it never creates them: not (yet) in the cluster
+                    absent.add(key)  # the portal labels nodes, it never creates them: not (yet) in the cluster
+                    continue
                 fields = differing_fields(obj, current)
                 if not fields:
                     unchanged += 1
@@ -275,7 +277,7 @@ class KubernetesDriver:
                 if key in wanted or key in scope.kept or current.get("metadata", {}).get("deletionTimestamp"):
                     continue
                 changes.append(Change("delete", key[0], key[2], key[1], scope.label, None, current))
-        return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged)
+        return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged, absent=frozenset(absent))
 
     # ---------------------------------------------------------------------------- apply
     def apply(self, plan: Plan) -> ApplyResult:
