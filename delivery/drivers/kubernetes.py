@@ -25,7 +25,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from delivery.drivers import kube_evictions
+from delivery.drivers import kube_evictions, kube_identity
 from delivery.drivers.base import (
     EMPTY_RESULT,
     ApplyResult,
@@ -186,6 +186,9 @@ class KubernetesDriver:
         self.rest = KubeRest(cluster=cluster, kubeconfig=kubeconfig, pool_size=concurrency, timeout=timeout)
         self.writes = 0
         self.reads = 0
+        self._identity: dict[str, str] | None = None
+        self._identity_asked = False
+        self._bound: set[str] = set()  # namespaces whose evictor binding this driver created
 
     def close(self) -> None:
         self.rest.close()
@@ -249,6 +252,8 @@ class KubernetesDriver:
 
     # ----------------------------------------------------------------------------- plan
     def plan(self, scopes: list[Scope]) -> Plan:
+        if any(scope.namespace for scope in scopes):
+            scopes = kube_identity.with_evictor_bindings(scopes, self._subject())
         live = self._live(scopes)
         owned: dict[str | None, list[tuple[Key, dict[str, Any]]]] = defaultdict(list)
         for key, item in sorted(live.items()):
@@ -279,6 +284,14 @@ class KubernetesDriver:
                 changes.append(Change("delete", key[0], key[2], key[1], scope.label, None, current))
         return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged, absent=frozenset(absent))
 
+    def _subject(self) -> dict[str, str] | None:
+        """The portal's identity on the cluster, asked once per driver (one push)."""
+        if not self._identity_asked:
+            self.reads += 1
+            self._identity = kube_identity.self_subject(self.rest)
+            self._identity_asked = True
+        return self._identity
+
     # ---------------------------------------------------------------------------- apply
     def apply(self, plan: Plan) -> ApplyResult:
         writes = [change for change in plan.changes if change.action != "delete"]
@@ -289,6 +302,7 @@ class KubernetesDriver:
         if errors:  # nothing namespaced can land in a namespace that failed
             raise _failure(errors)
         self._run(self._apply_one, [change for change in writes if change.kind != "Namespace"], errors)
+        self._bound |= {c.namespace for c in writes if c.kind == "RoleBinding" and c.name == kube_identity.EVICTOR_BINDING}
         self._run(self._delete_one, sorted(deletes, key=lambda change: change.kind == "Namespace"), errors)
         if errors:
             raise _failure(errors)
@@ -309,7 +323,7 @@ class KubernetesDriver:
         limits = {namespace: found for namespace, found in limits.items() if found}
         if not limits:
             return EMPTY_RESULT
-        pods, reads = kube_evictions.live_pods(self.rest, namespaces=sorted(limits))
+        pods, reads = kube_evictions.live_pods(self.rest, namespaces=sorted(limits), fresh=frozenset(self._bound))
         self.reads += reads
         chosen = [
             eviction for namespace, found in sorted(limits.items())
