@@ -58,8 +58,9 @@ def _stream(url: str, manifests: str) -> Any:
 
     os.environ["GPUPORTAL_MANIFESTS_DIR"] = manifests
     stream = approval_scale.stream_open(url)
-    import delivery
     from django.conf import settings
+
+    import delivery
 
     if not str(delivery.__file__).startswith(str(Path.cwd().resolve())):
         raise SystemExit(f"the portal code came from {delivery.__file__}, not {Path.cwd()}")
