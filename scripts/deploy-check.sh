@@ -147,7 +147,8 @@ refused_binding() {  # what it tries, then the YAML on stdin
   if "$KUBECTL" apply --server-side --field-manager=gpuportal -f - --as="$as" >"$work/bind.log" 2>&1; then
     fail "the portal could $1"
   fi
-  echo "   refused: $1"
+  grep -qi forbidden "$work/bind.log" || { cat "$work/bind.log"; fail "$1: refused, but not as forbidden"; }
+  echo "   refused: $1 ($(grep -oi -m1 'the GPU portal may only [a-z ]*\|cannot [a-z ]*' "$work/bind.log" | head -1))"
 }
 evictor_binding kube-system ServiceAccount "$sa_name" "$sa_namespace" | refused_binding "bind gpuportal-evictor in kube-system"
 evictor_binding dc-tenant ServiceAccount default "$sa_namespace" | refused_binding "bind gpuportal-evictor to another ServiceAccount"
