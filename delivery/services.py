@@ -19,7 +19,7 @@ from django.db.models import Case, F, TextField, Value, When
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
-from clusters.models import Cluster, ClusterDrift
+from clusters.models import AppliedObject, Cluster, ClusterDrift
 from clusters.outbox import push_enqueue
 from clusters.selectors import MISSING_PREREQUISITE
 from delivery import conf, selectors
@@ -353,11 +353,14 @@ def _audit_push(*, cluster: Cluster, project: Project | None, error: str, result
 
 @transaction.atomic
 def cluster_sync_request(*, actor: User | None, cluster_id: int) -> int:
-    """Queue a push of everything on the cluster (the API's and the admin's "sync now");
-    returns how many pushes were queued."""
+    """Queue a push of everything on the cluster (the API's and the admin's "sync now"), comparing
+    every object with the cluster; returns how many pushes were queued."""
     if actor is not None:
         require_platform_admin(actor, to="sync a cluster")
     cluster = Cluster.objects.get(pk=cluster_id)
+    # Compare every cluster-wide object with the cluster, not only those whose inputs changed:
+    # "sync now" is also how someone puts right what was changed by hand.
+    AppliedObject.objects.filter(cluster=cluster).delete()
     push_enqueue(cluster_id=cluster.pk, project_id=None)
     project_ids = selectors.cluster_project_ids(cluster=cluster)
     for project_id in project_ids:

@@ -174,3 +174,19 @@ def test_a_node_that_left_the_inventory_has_its_file_pruned_and_its_record_dropp
     assert result.pruned == 1 and not (cluster_folder(world) / "node-h100-0.yaml").exists()
     assert (cluster_folder(world) / "node-a100-0.yaml").exists()  # unchanged nodes are kept, not pruned
     assert not AppliedObject.objects.filter(cluster=world.cluster, name="h100-0").exists()
+
+
+def test_sync_now_compares_every_object_with_the_cluster_and_repairs_a_hand_edit(world: World, work: Work) -> None:
+    from delivery.services import cluster_sync_request
+
+    cluster_sync_shared(cluster_id=world.cluster.pk)
+    node_file = cluster_folder(world) / "node-h100-0.yaml"
+    wanted = node_file.read_text()
+    node_file.write_text("apiVersion: v1\nkind: Node\nmetadata: {name: h100-0, labels: {}}\n")
+    work.reset()
+
+    cluster_sync_request(actor=world.users["platform"], cluster_id=world.cluster.pk)  # queued: run it here
+    result = cluster_sync_shared(cluster_id=world.cluster.pk)
+
+    assert work.rendered["render_node_labels"] == 3 and work.written == ["node-h100-0.yaml"] and result.applied == 1
+    assert node_file.read_text() == wanted
