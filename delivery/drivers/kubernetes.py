@@ -10,6 +10,7 @@ lowered GPU quotas are evicted (:meth:`KubernetesDriver.enforce_quotas`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import ssl
@@ -186,8 +187,7 @@ class KubernetesDriver:
         self.rest = KubeRest(cluster=cluster, kubeconfig=kubeconfig, pool_size=concurrency, timeout=timeout)
         self.writes = 0
         self.reads = 0
-        self._identity: dict[str, str] | None = None
-        self._identity_asked = False
+        self._credentials = hashlib.sha256(kubeconfig.encode()).hexdigest()
         self._bound: set[str] = set()  # namespaces whose evictor binding this driver created
 
     def close(self) -> None:
@@ -285,12 +285,12 @@ class KubernetesDriver:
         return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged, absent=frozenset(absent))
 
     def _subject(self) -> dict[str, str] | None:
-        """The portal's identity on the cluster, asked once per driver (one push)."""
-        if not self._identity_asked:
+        """The portal's identity on the cluster: asked once per process and kubeconfig."""
+        key = (self.cluster, self._credentials)
+        if key not in _IDENTITIES:
             self.reads += 1
-            self._identity = kube_identity.self_subject(self.rest)
-            self._identity_asked = True
-        return self._identity
+            _IDENTITIES[key] = kube_identity.self_subject(self.rest)
+        return _IDENTITIES[key]
 
     # ---------------------------------------------------------------------------- apply
     def apply(self, plan: Plan) -> ApplyResult:
@@ -371,6 +371,9 @@ class KubernetesDriver:
         path = KINDS[change.kind].path(namespace=change.namespace, name=change.name)
         self.rest.checked("DELETE", path, what=f"prune {change.ref}", allow=(404,), body={"propagationPolicy": "Background"})
 
+
+# (cluster, the kubeconfig's hash) → who that kubeconfig is on the cluster (a new kubeconfig asks again).
+_IDENTITIES: dict[tuple[str, str], dict[str, str] | None] = {}
 
 _NOBODY = "\x00not managed"
 
