@@ -241,3 +241,27 @@ class ClusterDrift(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.kind} {self.namespace}/{self.name} {self.change}"
+
+
+class AppliedObject(models.Model):
+    """A cluster-wide object as the portal last applied it: the hash of the inputs it was rendered
+    from (``delivery.applied``). A push renders and applies only the objects whose inputs hash
+    differently from this row, or that have none. The row is removed before its object is applied
+    again and written after the apply succeeded, so a failed or interrupted apply leaves no row and
+    the next push compares that object with the cluster. Hand edits on the cluster do not touch
+    it: the periodic drift check compares everything with the cluster and rewrites these rows."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=63)
+    namespace = models.CharField(max_length=63, blank=True)
+    name = models.CharField(max_length=253)
+    input_hash = models.CharField(max_length=64)
+    applied_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "kind", "namespace", "name"], name="applied_object_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.kind} {self.namespace}/{self.name} {self.input_hash[:12]}"

@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -134,9 +134,28 @@ def _yaml(document: dict[str, Any]) -> str:
     return yaml.safe_dump(document, sort_keys=True, default_flow_style=False)
 
 
+def device_plugin_inputs(plan: NodePlan) -> tuple[Any, ...]:
+    """All a node's device-plugin config (and its check) depends on, but for the node's name."""
+    return plan.sharing, plan.replicas, plan.rename_shared, plan.compute_capability, plan.mig_capable, plan.gpu_model
+
+
+def mig_inputs(plan: NodePlan) -> tuple[Any, ...]:
+    """All a MIG node's mig-parted layout (and its check) depends on, but for the node's name."""
+    return plan.gpu_model, plan.gpu_memory_mib, plan.gpu_count, plan.mig_groups, plan.whole_gpus
+
+
+def distinct_plans(plans: Iterable[NodePlan], inputs: Callable[[NodePlan], tuple[Any, ...]]) -> list[NodePlan]:
+    """The first plan (in the order given) of each distinct ``inputs``: nodes that differ only by
+    name render the same config, so each config is rendered (and dumped) once, not once per node."""
+    seen: dict[tuple[Any, ...], NodePlan] = {}
+    for plan in plans:
+        seen.setdefault(inputs(plan), plan)
+    return list(seen.values())
+
+
 def render_device_plugin_configmap(plans: Iterable[NodePlan], *, namespace: str) -> dict[str, Any]:
     data = {EXCLUSIVE_KEY: _yaml(device_plugin_config(NodePlan(name="-", gpu_model="", gpu_count=0)))}
-    for plan in plans:
+    for plan in distinct_plans(plans, device_plugin_inputs):
         data[device_plugin_key(plan)] = _yaml(device_plugin_config(plan))
     return {
         "apiVersion": "v1",
@@ -218,7 +237,7 @@ def mig_label_value(plan: NodePlan) -> str | None:
 
 def render_mig_parted_document(plans: Iterable[NodePlan]) -> dict[str, Any]:
     configs: dict[str, Any] = {ALL_DISABLED: [{"devices": "all", "mig-enabled": False}]}
-    for plan in plans:
+    for plan in distinct_plans((plan for plan in plans if plan.sharing == "mig"), mig_inputs):
         if plan.sharing == "mig":
             entries = mig_config_entries(plan)
             configs[mig_config_key(entries)] = entries

@@ -23,6 +23,7 @@ last; PostgreSQL's deadlock victims run again (``kernel.transactions.retry_on_de
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import random
 
@@ -38,6 +39,7 @@ from allocations.models import Allocation
 from clusters.models import Cluster, ClusterPush, PushState
 from delivery import conf
 from delivery.drivers import DriverError, PermanentDriverError
+from delivery.metrics import push_lag_observe
 from delivery.notices import push_failed_notify
 from delivery.services import cluster_sync_project, cluster_sync_shared
 from kernel.clock import clock_now
@@ -137,6 +139,16 @@ def _succeeded(push: ClusterPush, *, started: datetime.datetime) -> None:
         done.save(update_fields=["state", "completed_at", "claimed_until", "last_error"])
     for allocation_id in allocation_ids:
         allocation_provision_succeeded(allocation_id=allocation_id)
+    lags = [(now - done.created_at).total_seconds() for done in covered]
+    transaction.on_commit(functools.partial(_lags_observe, push, lags))
+
+
+def _lags_observe(push: ClusterPush, lags: list[float]) -> None:
+    """``gpuportal_push_lag_seconds``: each change this push carried, from its record to now."""
+    cluster = Cluster.objects.filter(pk=push.cluster_id).values_list("name", flat=True).first() or str(push.cluster_id)
+    scope = "cluster-wide" if push.project_id is None else "project"
+    for seconds in lags:
+        push_lag_observe(cluster=cluster, scope=scope, seconds=seconds)
 
 
 @retry_on_deadlock()

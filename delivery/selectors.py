@@ -295,36 +295,50 @@ def node_plans(*, cluster: Cluster, node_ids: Iterable[int] | None = None) -> li
     nodes = Node.objects.filter(cluster=cluster)
     if node_ids is not None:
         nodes = nodes.filter(pk__in=list(node_ids))
+    # Plain rows, not model instances: at thousands of nodes (eight GPUs each) building the
+    # instances cost more than everything else a push of an unchanged cluster does.
+    gpus: dict[int, list[tuple[str, int, bool]]] = defaultdict(list)
+    for node_id, model, memory, mig_capable in (
+        Gpu.objects.filter(node__in=nodes).order_by("node_id", "index").values_list("node_id", "model", "memory_mib", "mig_capable")
+    ):
+        gpus[node_id].append((model, memory, mig_capable))
     plans = []
-    for node in nodes.prefetch_related("gpus").order_by("name"):
-        gpus = list(node.gpus.all())
-        if not gpus:
-            continue
-        carved, uncarved = booked.get(node.pk, ({}, set()))
-        namespaces, mps_tenant = pools.get(node.pk, ((), ""))
-        # A GPU that left the inventory while booked is not rendered (its reservation stays until
-        # it is released): one missing card must not stop the whole cluster's configuration.
-        present = set(range(len(gpus)))
-        carved = {index: layout for index, layout in carved.items() if index in present}
-        booked_groups = mig_groups_from_layouts(carved) if node.sharing == NodeSharing.MIG else ()
-        whole = tuple(sorted(uncarved & present)) if node.sharing == NodeSharing.MIG and not node.mig_layout else ()
-        plans.append(
-            NodePlan(
-                name=node.name,
-                gpu_model=gpus[0].model,
-                gpu_count=len(gpus),
-                gpu_memory_mib=gpus[0].memory_mib,
-                mig_capable=any(gpu.mig_capable for gpu in gpus),
-                sharing=node.sharing,
-                replicas=node.sharing_replicas,
-                compute_capability=_compute_capability(node.labels or {}),
-                mig_groups=_mig_groups(node.mig_layout or [], len(gpus)) if node.mig_layout else booked_groups,
-                whole_gpus=whole,
-                pools=namespaces if cluster.pin_bookings else (),
-                mps_tenant=mps_tenant,
-            )
-        )
+    for row in nodes.order_by("name").values_list("pk", "name", "sharing", "sharing_replicas", "labels", "mig_layout"):
+        if row[0] in gpus:
+            plans.append(_node_plan(cluster, row, gpus[row[0]], booked=booked, pools=pools))
     return plans
+
+
+def _node_plan(
+    cluster: Cluster, row: tuple[Any, ...], gpus: list[tuple[str, int, bool]], *,
+    booked: dict[int, tuple[dict[int, dict[str, int]], set[int]]], pools: dict[int, tuple[tuple[str, ...], str]],
+) -> NodePlan:
+    """One node's plan from its row (pk, name, sharing, replicas, labels, pinned MIG layout) and
+    its GPUs (model, memory, MIG-capable) in index order."""
+    node_id, name, sharing, replicas, labels, mig_layout = row
+    carved, uncarved = booked.get(node_id, ({}, set()))
+    namespaces, mps_tenant = pools.get(node_id, ((), ""))
+    # A GPU that left the inventory while booked is not rendered (its reservation stays until
+    # it is released): one missing card must not stop the whole cluster's configuration.
+    present = set(range(len(gpus)))
+    carved = {index: layout for index, layout in carved.items() if index in present}
+    booked_groups = mig_groups_from_layouts(carved) if sharing == NodeSharing.MIG else ()
+    whole = tuple(sorted(uncarved & present)) if sharing == NodeSharing.MIG and not mig_layout else ()
+    model, memory, _ = gpus[0]
+    return NodePlan(
+        name=name,
+        gpu_model=model,
+        gpu_count=len(gpus),
+        gpu_memory_mib=memory,
+        mig_capable=any(capable for _, _, capable in gpus),
+        sharing=sharing,
+        replicas=replicas,
+        compute_capability=_compute_capability(labels or {}),
+        mig_groups=_mig_groups(mig_layout or [], len(gpus)) if mig_layout else booked_groups,
+        whole_gpus=whole,
+        pools=namespaces if cluster.pin_bookings else (),
+        mps_tenant=mps_tenant,
+    )
 
 
 def pending_push_project_ids(*, cluster: Cluster) -> set[int | None]:

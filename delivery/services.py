@@ -8,6 +8,7 @@ it as a deadlock's victim.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
@@ -18,18 +19,23 @@ from django.db.models import Case, F, TextField, Value, When
 from audit import actions
 from audit.models import Outcome
 from audit.services import audit_record
-from clusters.models import Cluster, ClusterDrift
+from clusters.models import AppliedObject, Cluster, ClusterDrift
 from clusters.outbox import push_enqueue
 from clusters.selectors import MISSING_PREREQUISITE
 from delivery import conf, selectors
-from delivery.alert_rules import render_prometheus_rule
-from delivery.alert_settings import alert_thresholds
-from delivery.drivers import ApplyResult, ClusterDriver, DriverError, PermanentDriverError, Plan, Scope, driver_for
+from delivery.applied import applied_digests, applied_forget, applied_record, shared_push_lock
+from delivery.drivers import ApplyResult, ClusterDriver, DriverError, Plan, Scope, driver_for
 from delivery.eviction_records import pods_evicted_details, pods_evicted_record
-from delivery.node_configs import RenderError, mig_plan, render_node_objects
-from delivery.pinning import render_pool_policies
-from delivery.rendering import LimitDefaults, render_priority_class, render_project, render_queue
-from delivery.volcano import VOLCANO_NAMESPACE, is_scheduler_config, render_volcano_objects
+from delivery.rendering import LimitDefaults, render_project
+from delivery.shared_objects import (
+    DesiredObject,
+    SharedDelta,
+    object_key,
+    objects_render,
+    shared_delta,
+    shared_objects_desired,
+)
+from delivery.volcano import VOLCANO_NAMESPACE, is_scheduler_config
 from kernel.clock import clock_now
 from kernel.transactions import retry_on_deadlock
 from tenants.access import require_platform_admin
@@ -58,24 +64,8 @@ def project_scopes(*, cluster: Cluster, project_ids: Iterable[int]) -> list[Scop
 def cluster_scope(*, cluster: Cluster) -> Scope:
     """PriorityClasses, the tenant pools' admission policies (``delivery.pinning``), Volcano Queues (where
     used), the alert rules (where the cluster runs the Prometheus Operator: ``prometheus_rule_namespace``)
-    and the per-node GPU configurations (with the tenant pool labels)."""
-    objects = [render_priority_class(spec) for spec in selectors.priority_class_specs()]
-    if cluster.pin_bookings:
-        objects += render_pool_policies(hami=cluster.use_hami)
-    if cluster.use_volcano:
-        objects += [queue for queue in map(render_queue, selectors.department_queues(cluster=cluster)) if queue]
-        objects += render_volcano_objects(selectors.volcano_vgpu_policies())
-    if cluster.prometheus_rule_namespace:
-        labels = {str(key): str(value) for key, value in (cluster.prometheus_rule_labels or {}).items()}
-        objects.append(
-            render_prometheus_rule(alert_thresholds(), namespace=cluster.prometheus_rule_namespace, labels=labels)
-        )
-    try:
-        plans = mig_plan(selectors.node_plans(cluster=cluster), selectors.mig_demand(cluster=cluster))
-        objects += render_node_objects(plans, namespace=cluster.gpu_operator_namespace)
-    except RenderError as error:
-        raise _render_failure(cluster, error) from None
-    return Scope(namespace=None, objects=objects)
+    and the per-node GPU configurations (with the tenant pool labels), all rendered."""
+    return Scope(namespace=None, objects=objects_render(cluster, shared_objects_desired(cluster=cluster)))
 
 
 def _is_node_config(*, kind: str, namespace: str, cluster: Cluster) -> bool:
@@ -111,7 +101,7 @@ def _without_node_configs(scope: Scope, *, cluster: Cluster) -> Scope:
         obj for obj in scope.objects
         if not _is_node_config(kind=obj["kind"], namespace=obj["metadata"].get("namespace", ""), cluster=cluster)
     ]  # fmt: skip
-    return Scope(namespace=scope.namespace, objects=kept)
+    return dataclasses.replace(scope, objects=kept)
 
 
 def _shared_scope(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) -> tuple[Scope, str]:
@@ -127,15 +117,11 @@ def _volcano_withheld(*, cluster: Cluster, driver: ClusterDriver, scope: Scope) 
     if not any(is_scheduler_config(obj) for obj in scope.objects) or driver.namespace_exists(VOLCANO_NAMESPACE):
         return scope, ""
     kept = [obj for obj in scope.objects if not is_scheduler_config(obj)]
-    return Scope(namespace=scope.namespace, objects=kept), (
+    return dataclasses.replace(scope, objects=kept), (
         f"{MISSING_PREREQUISITE}namespace {VOLCANO_NAMESPACE} does not exist on cluster {cluster.name}. Install "
         f"Volcano there (its chart creates the namespace) or clear the cluster's use of Volcano. Until then the "
         f"volcano-scheduler configuration is withheld; everything else is pushed."
     )
-
-
-def _render_failure(cluster: Cluster, error: RenderError) -> DriverError:
-    return PermanentDriverError(f"cluster {cluster.name}: {error}")
 
 
 def cluster_desired_scopes(*, cluster: Cluster) -> list[Scope]:
@@ -175,25 +161,57 @@ def cluster_sync_project(*, cluster_id: int, project_id: int) -> ApplyResult:
 
 
 def cluster_sync_shared(*, cluster_id: int) -> ApplyResult:
-    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date. A
-    missing GPU operator namespace withholds the node configs and is reported on the cluster
-    (``missing_prerequisite``); the push itself succeeds with the rest."""
+    """Bring the cluster-wide objects (priority classes, queues, node configs) up to date,
+    rendering and applying only those whose inputs changed since they were last applied
+    (``delivery.applied``, ``delivery.shared_objects``): a push that changes nothing sends no
+    request. A missing GPU operator namespace withholds the node configs and is reported on the
+    cluster (``missing_prerequisite``); the push itself succeeds with the rest."""
     cluster = Cluster.objects.get(pk=cluster_id)
+    with shared_push_lock(cluster_id=cluster.pk):
+        try:
+            desired = shared_objects_desired(cluster=cluster)
+        except DriverError as error:
+            _record_push(cluster=cluster, project=None, error=str(error), result=None)
+            raise
+        delta = shared_delta(desired, applied_digests(cluster_id=cluster.pk))
+        if delta.is_empty:
+            result = ApplyResult(applied=0, pruned=0, unchanged=len(desired))
+            _record_push(cluster=cluster, project=None, error="", result=result)
+            return result
+        return _push_shared(cluster, delta)
+
+
+def _push_shared(cluster: Cluster, delta: SharedDelta) -> ApplyResult:
     try:
         driver = driver_for(cluster)
     except DriverError as error:
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
     try:
-        scope, missing = _shared_scope(cluster=cluster, driver=driver, scope=cluster_scope(cluster=cluster))
-        result = driver.apply(driver.plan([scope]))
+        objects = objects_render(cluster, delta.render)
+        scope = Scope(namespace=None, objects=objects, kept=delta.kept, prune=delta.prune)
+        scope, missing = _shared_scope(cluster=cluster, driver=driver, scope=scope)
+        applied_forget(cluster_id=cluster.pk, keys=[item.key for item in delta.render])
+        plan = driver.plan([scope])
+        result = driver.apply(plan) + ApplyResult(applied=0, pruned=0, unchanged=len(delta.kept))
     except DriverError as error:
         _record_push(cluster=cluster, project=None, error=str(error), result=None)
         raise
     finally:
         driver.close()
+    _applied_record(cluster, delta.render, scope, plan, complete=False)
+    if delta.prune:
+        applied_forget(cluster_id=cluster.pk, keys=delta.stale)
     _record_push(cluster=cluster, project=None, error="", result=result, missing=missing)
     return result
+
+
+def _applied_record(cluster: Cluster, desired: list[DesiredObject], pushed: Scope, plan: Plan, *, complete: bool) -> None:
+    """Remember the hashes of the objects ``pushed`` carried (not those withheld for a missing
+    prerequisite, nor Nodes the cluster does not have yet), now that the push succeeded."""
+    carried = {object_key(obj) for obj in pushed.objects} - plan.absent
+    digests = {item.key: item.digest for item in desired if item.key in carried}
+    applied_record(cluster_id=cluster.pk, digests=digests, complete=complete)
 
 
 def cluster_plan(*, cluster_id: int) -> Plan:
@@ -208,32 +226,16 @@ def cluster_plan(*, cluster_id: int) -> Plan:
 
 
 def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, ApplyResult]:
-    """Bring everything on the cluster to the desired state in one pass.
+    """Bring everything on the cluster to the desired state in one pass, comparing every object
+    with the cluster (whatever ``delivery.applied`` remembers), and rewrite what it remembers.
 
     With ``repair_drift`` (the periodic check), differences in scopes that have no push pending
     are drift: recorded (a ClusterDrift row each and one audit event) and repaired. Then the
     pods beyond each project's GPU quotas are evicted, as after a project's push.
     """
     cluster = Cluster.objects.get(pk=cluster_id)
-    try:
-        driver = driver_for(cluster)
-    except DriverError as error:
-        _record_push(cluster=cluster, project=None, error=str(error), result=None)
-        raise
-    try:
-        shared, *projects = cluster_desired_scopes(cluster=cluster)
-        shared, missing = _shared_scope(cluster=cluster, driver=driver, scope=shared)
-        plan = driver.plan([shared, *projects])
-        if plan.is_empty:
-            result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
-        else:
-            result = driver.apply(plan)
-        result += driver.enforce_quotas(projects)
-    except DriverError as error:
-        _record_push(cluster=cluster, project=None, error=str(error), result=None)
-        raise
-    finally:
-        driver.close()
+    with shared_push_lock(cluster_id=cluster.pk):
+        plan, result, missing = _sync_all(cluster)
     if repair_drift:
         withheld = cluster.last_sync_error.startswith(MISSING_PREREQUISITE)  # delivered now, not changed by hand
         drifted = [
@@ -243,6 +245,36 @@ def cluster_sync(*, cluster_id: int, repair_drift: bool = False) -> tuple[Plan, 
         _record_drift(cluster=cluster, plan=Plan(changes=drifted, unchanged=plan.unchanged))
     _record_push(cluster=cluster, project=None, error="", result=result, missing=missing, audit_held_back=not repair_drift)
     return plan, result
+
+
+def _sync_all(cluster: Cluster) -> tuple[Plan, ApplyResult, str]:
+    """The whole cluster compared and applied: the plan, what was done, the missing prerequisite."""
+    try:
+        driver = driver_for(cluster)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    try:
+        desired = shared_objects_desired(cluster=cluster)
+        projects = project_scopes(cluster=cluster, project_ids=selectors.cluster_project_ids(cluster=cluster))
+        shared, missing = _shared_scope(
+            cluster=cluster, driver=driver, scope=Scope(namespace=None, objects=objects_render(cluster, desired))
+        )
+        plan = driver.plan([shared, *projects])
+        if plan.is_empty:
+            result = ApplyResult(applied=0, pruned=0, unchanged=plan.unchanged)
+        else:
+            changed = [(c.kind, c.namespace, c.name) for c in plan.changes if c.scope == shared.label]
+            applied_forget(cluster_id=cluster.pk, keys=changed)
+            result = driver.apply(plan)
+        result += driver.enforce_quotas(projects)
+    except DriverError as error:
+        _record_push(cluster=cluster, project=None, error=str(error), result=None)
+        raise
+    finally:
+        driver.close()
+    _applied_record(cluster, desired, shared, plan, complete=True)
+    return plan, result, missing
 
 
 DRIFT_KINDS = {"create": "missing", "update": "changed", "delete": "unexpected"}
@@ -321,11 +353,14 @@ def _audit_push(*, cluster: Cluster, project: Project | None, error: str, result
 
 @transaction.atomic
 def cluster_sync_request(*, actor: User | None, cluster_id: int) -> int:
-    """Queue a push of everything on the cluster (the API's and the admin's "sync now");
-    returns how many pushes were queued."""
+    """Queue a push of everything on the cluster (the API's and the admin's "sync now"), comparing
+    every object with the cluster; returns how many pushes were queued."""
     if actor is not None:
         require_platform_admin(actor, to="sync a cluster")
     cluster = Cluster.objects.get(pk=cluster_id)
+    # Compare every cluster-wide object with the cluster, not only those whose inputs changed:
+    # "sync now" is also how someone puts right what was changed by hand.
+    AppliedObject.objects.filter(cluster=cluster).delete()
     push_enqueue(cluster_id=cluster.pk, project_id=None)
     project_ids = selectors.cluster_project_ids(cluster=cluster)
     for project_id in project_ids:

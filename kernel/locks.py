@@ -39,7 +39,10 @@ row, then takes the audit chain lock last). No transaction that holds a row ever
 the fourth: the sync of a user's roles from an identity provider and an account's deactivation
 (``tenants.identity``) lock it first, FOR NO KEY UPDATE, which never conflicts with the KEY SHARE of
 a foreign-key check, and then write only that user's memberships, sessions and tokens before the
-audit chain lock.
+audit chain lock. Above all of these, outside any transaction: a cluster's push lock
+(``delivery.applied.shared_push_lock``, a session-level advisory lock), taken only by a push of the
+cluster's cluster-wide objects and by a full sync, before they open any transaction, and held
+across theirs; nothing else waits for it.
 
 Lock strength: allocations, departments, projects and clusters are the rows nearly every writer
 refers to, and each foreign-key check of a row that refers to one takes its KEY SHARE lock until

@@ -1,4 +1,4 @@
-"""Counters kept by the serving and worker processes: HTTP requests and Celery task outcomes.
+"""Counters kept by the serving and worker processes: HTTP requests, Celery task outcomes and push lag.
 
 Under gunicorn (several worker processes) and Celery's prefork pool, set
 ``PROMETHEUS_MULTIPROC_DIR`` to an empty folder shared by the processes of one pod: each process
@@ -19,6 +19,8 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, multiprocess
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
+
+from delivery.metrics import PUSH_LAG
 
 # Buckets for request latencies (seconds): the API answers in milliseconds; approvals with
 # placement can take a second.
@@ -45,7 +47,7 @@ CELERY_DURATION = Histogram(
     "gpuportal_celery_task_duration_seconds", "Time a Celery task ran, by task.", ["task"], buckets=_TASK_BUCKETS,
     registry=None,
 )  # fmt: skip
-PROCESS_METRICS = (HTTP_REQUESTS, HTTP_DURATION, CELERY_TASKS, CELERY_DURATION)
+PROCESS_METRICS = (HTTP_REQUESTS, HTTP_DURATION, CELERY_TASKS, CELERY_DURATION, PUSH_LAG)
 METRICS_PATH = "/metrics"
 
 

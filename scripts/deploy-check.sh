@@ -111,9 +111,47 @@ can yes create namespaces
 can yes patch resourcequotas -n any-tenant
 can yes delete rolebindings -n any-tenant
 can yes patch nodes
-can yes create pods --subresource=eviction -n any-tenant
-can yes list pods -A
 can yes bind clusterroles/edit
+can yes bind clusterroles/gpuportal-evictor
+# Pods: nowhere across the cluster; in a namespace the portal manages once it has bound the evictor
+# role to itself there (as its push does, delivery/drivers/kube_identity.py), never in kube-system.
+can no list pods -A
+can no get pods -A
+can no list pods -n any-tenant
+can no create pods --subresource=eviction -n any-tenant
+sa_namespace=${as#system:serviceaccount:}; sa_name=${sa_namespace#*:}; sa_namespace=${sa_namespace%%:*}
+evictor_binding() {  # namespace, subject kind, subject name, subject namespace
+  cat <<YAML
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: gpuportal-evictor, namespace: $1, labels: {app.kubernetes.io/managed-by: gpuportal}}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gpuportal-evictor}
+subjects: [{kind: $2, name: $3, namespace: $4}]
+YAML
+}
+"$KUBECTL" create namespace dc-tenant >/dev/null
+"$KUBECTL" label namespace dc-tenant app.kubernetes.io/managed-by=gpuportal >/dev/null
+evictor_binding dc-tenant ServiceAccount "$sa_name" "$sa_namespace" \
+  | "$KUBECTL" apply --server-side --field-manager=gpuportal -f - --as="$as" >"$work/bind.log" 2>&1 \
+  || { cat "$work/bind.log"; fail "the portal could not bind gpuportal-evictor to itself in a namespace it manages"; }
+echo "   the portal bound gpuportal-evictor to itself in dc-tenant"
+for _ in $(seq 1 30); do  # the authorizer sees a new binding a moment later
+  [ "$("$KUBECTL" auth can-i list pods -n dc-tenant --as="$as" 2>/dev/null || true)" = yes ] && break
+  sleep 1
+done
+can yes list pods -n dc-tenant
+can yes create pods --subresource=eviction -n dc-tenant
+can no list pods -n kube-system
+can no create pods --subresource=eviction -n kube-system
+refused_binding() {  # what it tries, then the YAML on stdin
+  if "$KUBECTL" apply --server-side --field-manager=gpuportal -f - --as="$as" >"$work/bind.log" 2>&1; then
+    fail "the portal could $1"
+  fi
+  grep -qi forbidden "$work/bind.log" || { cat "$work/bind.log"; fail "$1: refused, but not as forbidden"; }
+  echo "   refused: $1 ($(grep -oi -m1 'the GPU portal may only [a-z ]*\|cannot [a-z ]*' "$work/bind.log" | head -1))"
+}
+evictor_binding kube-system ServiceAccount "$sa_name" "$sa_namespace" | refused_binding "bind gpuportal-evictor in kube-system"
+evictor_binding dc-tenant ServiceAccount default "$sa_namespace" | refused_binding "bind gpuportal-evictor to another ServiceAccount"
 can yes patch validatingadmissionpolicies/gpuportal-tenant-pools
 can no get secrets -A
 can no list secrets -n kube-system

@@ -1,4 +1,5 @@
-"""Who may see and do what, computed once per request from memberships.
+"""Who may see and do what, computed once per request from memberships (and the department tree,
+kept per process and read again only when it changed: ``department_parent_map``).
 
 A role held on a department applies to that department's whole subtree. Platform admins see and
 manage everything; auditors read their subtree (everything when held on the root) and change
@@ -8,11 +9,14 @@ request for projects they are members of. Everything else is invisible (404).
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import transaction
+from django.db.models import Count, Max, Sum
 
 from kernel.errors import NotAllowed
 from tenants.models import Department, Membership, Role
@@ -45,8 +49,40 @@ def department_ancestor_ids(*, department_id: int, parents: dict[int, int | None
     return chain
 
 
+Signature = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class _Tree:
+    signature: Signature
+    parents: dict[int, int | None]
+
+
+_tree: _Tree | None = None
+_tree_guard = threading.Lock()
+
+
+def department_tree_signature() -> Signature:
+    """(count, highest id, sum of stamps) of the departments: it changes with every department
+    added, removed or moved (``tenants.tree_stamp``); one aggregate."""
+    found = Department.objects.order_by().aggregate(count=Count("id"), top=Max("id"), stamps=Sum("tree_stamp"))
+    return int(found["count"]), int(found["top"] or 0), int(found["stamps"] or 0)
+
+
 def department_parent_map() -> dict[int, int | None]:
-    return dict(Department.objects.values_list("id", "parent_id"))
+    """Each department's parent. Outside a transaction, kept in the process and read again only
+    when the tree's signature changed (the access check of every scoped request reads it); inside
+    one, always read (the transaction's own writes would make the signature ambiguous)."""
+    global _tree
+    if transaction.get_connection().in_atomic_block:
+        return dict(Department.objects.values_list("id", "parent_id"))
+    signature = department_tree_signature()  # before the parents: a tree moved meanwhile is read again next time
+    kept = _tree
+    if kept is None or kept.signature != signature:
+        kept = _Tree(signature=signature, parents=dict(Department.objects.values_list("id", "parent_id")))
+        with _tree_guard:
+            _tree = kept
+    return dict(kept.parents)
 
 
 def department_chain(*, department_id: int, lock: bool = False) -> tuple[list[Department], dict[int, int | None]]:

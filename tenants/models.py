@@ -39,6 +39,8 @@ class Department(models.Model):
         help_text="A dedicated department's units (its subtree's) never share a GPU, or a node, with another tenant's.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Moved forward by a database trigger whenever the parent changes (tenants.tree_stamp).
+    tree_stamp = models.BigIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["slug"]

@@ -44,11 +44,17 @@ class Scope:
     set), or the cluster-wide objects (``namespace`` None). Live objects of a scope that are not
     in ``objects`` are pruned; partial Nodes are never deleted. ``managed_resources``: the GPU
     resources the portal manages (the flavors' resource names); a project's namespace may hold
-    none of them beyond its desired quotas, and those its quota does not list count as 0."""
+    none of them beyond its desired quotas, and those its quota does not list count as 0.
+    ``kept`` and ``prune`` let a push of the cluster-wide objects carry only what changed."""
 
     namespace: str | None
     objects: list[dict[str, Any]]
     managed_resources: tuple[str, ...] = ()
+    # Objects of the scope that are wanted as they were last applied (``delivery.applied``): not
+    # rendered, not compared, never pruned. Keys: (kind, namespace or "", name).
+    kept: frozenset[tuple[str, str, str]] = frozenset()
+    # False: the push only creates or updates ``objects``; it reads nothing to prune and deletes nothing.
+    prune: bool = True
 
     @property
     def label(self) -> str:
@@ -76,6 +82,9 @@ class Change:
 class Plan:
     changes: list[Change]
     unchanged: int
+    # Desired objects the cluster does not have and the portal never creates (a Node not, or not
+    # yet, registered): neither applied nor unchanged. Keys: (kind, namespace or "", name).
+    absent: frozenset[tuple[str, str, str]] = frozenset()
 
     @property
     def is_empty(self) -> bool:

@@ -8,12 +8,15 @@ succeeds, reports it, and the next push (the drift repair, or any push of the pr
 again. A pod gone meanwhile (404) is skipped. Any other refusal stops the evictions and fails the
 push like a failed write, its message naming the pods already evicted.
 
-The portal's kubeconfig needs ``list`` on ``pods`` and ``create`` on ``pods/eviction``.
+The portal's kubeconfig needs ``list`` on ``pods`` and ``create`` on ``pods/eviction`` in each tenant
+namespace, which the target chart grants through the RoleBinding the portal writes there
+(``delivery.drivers.kube_identity``), never across the cluster.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, Protocol
@@ -46,20 +49,46 @@ class Rest(Protocol):
     def failure(self, status: int, payload: Any, *, what: str) -> DriverError: ...
 
 
-def live_pods(rest: Rest, *, namespaces: list[str]) -> tuple[list[PodUsage], int]:
+def live_pods(rest: Rest, *, namespaces: list[str], fresh: frozenset[str] = frozenset()) -> tuple[list[PodUsage], int]:
     """The pods of ``namespaces`` that still hold something, and how many reads it took: one list
-    of the namespace for a single project, one list across the cluster for several (paged)."""
-    wanted = set(namespaces)
-    path = f"/api/v1/namespaces/{quote(namespaces[0])}/pods" if len(namespaces) == 1 else "/api/v1/pods"
+    per namespace (paged), never across the cluster: the portal may read pods only in the tenant
+    namespaces it binds its evictor role in (``delivery.drivers.kube_identity``). ``fresh``: the
+    namespaces whose binding this push created; a 403 there (the authorizer has not seen the
+    binding yet) is asked again a few times, then fails the push for a later retry."""
+    pods: list[PodUsage] = []
+    reads = 0
+    for namespace in namespaces:
+        found, taken = _namespace_pods(rest, namespace, fresh=namespace in fresh)
+        pods += found
+        reads += taken
+    return pods, reads
+
+
+FORBIDDEN_RETRIES = (0.2, 0.5, 1.0, 2.0)
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def _namespace_pods(rest: Rest, namespace: str, *, fresh: bool) -> tuple[list[PodUsage], int]:
+    path = f"/api/v1/namespaces/{quote(namespace)}/pods"
     query = {"fieldSelector": LIVE_PODS, "limit": str(PAGE_SIZE)}
     pods: list[PodUsage] = []
     reads = 0
+    pauses = list(FORBIDDEN_RETRIES) if fresh else []
     while True:
         reads += 1
-        _, payload = rest.checked("GET", path, query=query, what="list Pods")
+        status, payload = rest.request("GET", path, query=query)
+        if status == 403 and pauses:
+            pause(pauses.pop(0))
+            continue
+        if not 200 <= status < 300:
+            error = rest.failure(status, payload, what=f"list Pods in {namespace}")
+            raise DriverError(str(error)) if status == 403 and fresh else error  # the binding may be on its way
         for item in payload.get("items", []):
             usage = pod_usage(item)
-            if usage is not None and usage.namespace in wanted and usage.requests:
+            if usage is not None and usage.requests:
                 pods.append(usage)
         token = (payload.get("metadata") or {}).get("continue")
         if not token:

@@ -10,6 +10,7 @@ lowered GPU quotas are evicted (:meth:`KubernetesDriver.enforce_quotas`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import ssl
@@ -25,7 +26,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from delivery.drivers import kube_evictions
+from delivery.drivers import kube_evictions, kube_identity
 from delivery.drivers.base import (
     EMPTY_RESULT,
     ApplyResult,
@@ -186,6 +187,8 @@ class KubernetesDriver:
         self.rest = KubeRest(cluster=cluster, kubeconfig=kubeconfig, pool_size=concurrency, timeout=timeout)
         self.writes = 0
         self.reads = 0
+        self._credentials = hashlib.sha256(kubeconfig.encode()).hexdigest()
+        self._bound: set[str] = set()  # namespaces whose evictor binding this driver created
 
     def close(self) -> None:
         self.rest.close()
@@ -227,7 +230,7 @@ class KubernetesDriver:
         kinds: set[str] = set()
         if projects:
             kinds.update(PROJECT_KINDS)
-        if any(scope.namespace is None for scope in scopes):
+        if any(scope.namespace is None and scope.prune for scope in scopes):
             kinds.update(CLUSTER_KINDS)
         kinds.update(obj["kind"] for scope in scopes for obj in scope.objects)
         node_names = {obj["metadata"]["name"] for scope in scopes for obj in scope.objects if obj["kind"] == "Node"}
@@ -249,6 +252,8 @@ class KubernetesDriver:
 
     # ----------------------------------------------------------------------------- plan
     def plan(self, scopes: list[Scope]) -> Plan:
+        if any(scope.namespace for scope in scopes):
+            scopes = kube_identity.with_evictor_bindings(scopes, self._subject())
         live = self._live(scopes)
         owned: dict[str | None, list[tuple[Key, dict[str, Any]]]] = defaultdict(list)
         for key, item in sorted(live.items()):
@@ -257,6 +262,7 @@ class KubernetesDriver:
                 owned[owner].append((key, item))
         changes: list[Change] = []
         unchanged = 0
+        absent: set[Key] = set()
         for scope in scopes:
             wanted = {_key(obj): obj for obj in scope.objects}
             for key, obj in wanted.items():
@@ -264,18 +270,27 @@ class KubernetesDriver:
                 if key[0] == "Namespace" and current and current.get("metadata", {}).get("deletionTimestamp"):
                     raise DriverError(f"cluster {self.cluster}: namespace {key[2]} is still being deleted; will retry")
                 if key[0] == "Node" and current is None:
-                    continue  # the portal labels nodes, it never creates them: not (yet) in the cluster
+                    absent.add(key)  # the portal labels nodes, it never creates them: not (yet) in the cluster
+                    continue
                 fields = differing_fields(obj, current)
                 if not fields:
                     unchanged += 1
                     continue
                 action = "create" if current is None else "update"
                 changes.append(Change(action, key[0], key[2], key[1], scope.label, obj, current, tuple(fields)))
-            for key, current in owned.get(scope.namespace, []):
-                if key in wanted or current.get("metadata", {}).get("deletionTimestamp"):
+            for key, current in owned.get(scope.namespace, []) if scope.prune else []:
+                if key in wanted or key in scope.kept or current.get("metadata", {}).get("deletionTimestamp"):
                     continue
                 changes.append(Change("delete", key[0], key[2], key[1], scope.label, None, current))
-        return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged)
+        return Plan(changes=_prune_inside_deleted_namespaces(changes), unchanged=unchanged, absent=frozenset(absent))
+
+    def _subject(self) -> dict[str, str] | None:
+        """The portal's identity on the cluster: asked once per process and kubeconfig."""
+        key = (self.cluster, self._credentials)
+        if key not in _IDENTITIES:
+            self.reads += 1
+            _IDENTITIES[key] = kube_identity.self_subject(self.rest)
+        return _IDENTITIES[key]
 
     # ---------------------------------------------------------------------------- apply
     def apply(self, plan: Plan) -> ApplyResult:
@@ -287,6 +302,7 @@ class KubernetesDriver:
         if errors:  # nothing namespaced can land in a namespace that failed
             raise _failure(errors)
         self._run(self._apply_one, [change for change in writes if change.kind != "Namespace"], errors)
+        self._bound |= {c.namespace for c in writes if c.kind == "RoleBinding" and c.name == kube_identity.EVICTOR_BINDING}
         self._run(self._delete_one, sorted(deletes, key=lambda change: change.kind == "Namespace"), errors)
         if errors:
             raise _failure(errors)
@@ -307,7 +323,7 @@ class KubernetesDriver:
         limits = {namespace: found for namespace, found in limits.items() if found}
         if not limits:
             return EMPTY_RESULT
-        pods, reads = kube_evictions.live_pods(self.rest, namespaces=sorted(limits))
+        pods, reads = kube_evictions.live_pods(self.rest, namespaces=sorted(limits), fresh=frozenset(self._bound))
         self.reads += reads
         chosen = [
             eviction for namespace, found in sorted(limits.items())
@@ -355,6 +371,9 @@ class KubernetesDriver:
         path = KINDS[change.kind].path(namespace=change.namespace, name=change.name)
         self.rest.checked("DELETE", path, what=f"prune {change.ref}", allow=(404,), body={"propagationPolicy": "Background"})
 
+
+# (cluster, the kubeconfig's hash) → who that kubeconfig is on the cluster (a new kubeconfig asks again).
+_IDENTITIES: dict[tuple[str, str], dict[str, str] | None] = {}
 
 _NOBODY = "\x00not managed"
 

@@ -22,9 +22,13 @@ CLUSTER_FOLDER = "cluster"
 
 
 def object_file_name(obj: dict[str, Any], *, with_namespace: bool = False) -> str:
-    namespace = obj["metadata"].get("namespace", "")
+    return key_file_name((obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"]), with_namespace=with_namespace)
+
+
+def key_file_name(key: tuple[str, str, str], *, with_namespace: bool = False) -> str:
+    kind, namespace, name = key
     prefix = f"{namespace}." if with_namespace and namespace else ""
-    return f"{obj['kind'].lower()}-{prefix}{obj['metadata']['name']}.yaml"
+    return f"{kind.lower()}-{prefix}{name}.yaml"
 
 
 def dump_object(obj: dict[str, Any]) -> str:
@@ -67,9 +71,10 @@ class ManifestsDriver:
                     changes.append(Change("create" if current is None else "update", obj["kind"], obj["metadata"]["name"],
                                           obj["metadata"].get("namespace", ""), scope.label, obj, live, fields,
                                           location=str(path.relative_to(self.directory))))
-                if folder.is_dir():
+                kept = {key_file_name(key, with_namespace=scope.namespace is None) for key in scope.kept}
+                if scope.prune and folder.is_dir():
                     for stale in sorted(folder.glob("*.yaml")):
-                        if stale.name not in wanted:
+                        if stale.name not in wanted and stale.name not in kept:
                             location = str(stale.relative_to(self.directory))
                             changes.append(Change("delete", "file", location, scope=scope.label, location=location))
         except OSError as error:

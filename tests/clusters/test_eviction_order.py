@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from delivery.drivers import EMPTY_RESULT, DriverError, PermanentDriverError, Scope
+from delivery.drivers import EMPTY_RESULT, DriverError, PermanentDriverError, Scope, kube_evictions
 from delivery.drivers.kube_evictions import live_pods, pods_evict
 from delivery.drivers.manifests import ManifestsDriver
 from delivery.eviction import PodEviction, PodUsage, QuotaLimit, evictions_choose, pod_requests, pod_usage, quota_limits
@@ -178,7 +178,8 @@ class ScriptedRest:
                 content_type: str = "application/json") -> tuple[int, Any]:
         self.calls.append((method, path, query))
         if method == "GET":
-            return 200, self.pages.pop(0)
+            page = self.pages.pop(0)
+            return page if isinstance(page, tuple) else (200, page)
         assert body["kind"] == "Eviction" and body["apiVersion"] == "policy/v1"
         answer = self.answers[body["metadata"]["name"]]
         if isinstance(answer, Exception):
@@ -226,21 +227,42 @@ def test_an_unreachable_api_server_is_a_transient_failure() -> None:
     assert not isinstance(failure.value, PermanentDriverError)
 
 
-def test_the_live_pods_are_read_page_by_page_and_only_those_of_the_projects_namespaces_count() -> None:
+def test_the_live_pods_are_read_namespace_by_namespace_page_by_page_never_across_the_cluster() -> None:
     def item(name: str, namespace: str, gpus: int) -> dict[str, Any]:
         return {"metadata": {"name": name, "namespace": namespace},
                 "spec": {"containers": [{"resources": {"limits": {GPU: str(gpus)}} if gpus else {}}]}}
 
     rest = ScriptedRest({}, pages=[
-        {"items": [item("a", "team", 1), item("sys", "kube-system", 1)], "metadata": {"continue": "t1"}},
-        {"items": [item("b", "other", 2), item("cpu", "team", 0)], "metadata": {}},
+        {"items": [item("b", "other", 2)], "metadata": {}},
+        {"items": [item("a", "team", 1)], "metadata": {"continue": "t1"}},
+        {"items": [item("cpu", "team", 0)], "metadata": {}},
     ])
 
     pods, reads = live_pods(rest, namespaces=["other", "team"])
 
-    assert [(p.namespace, p.name) for p in pods] == [("team", "a"), ("other", "b")] and reads == 2
-    assert rest.calls[0][1] == "/api/v1/pods" and rest.calls[1][2] is not None and rest.calls[1][2]["continue"] == "t1"
+    assert [(p.namespace, p.name) for p in pods] == [("other", "b"), ("team", "a")] and reads == 3
+    assert [path for _, path, _ in rest.calls] == [
+        "/api/v1/namespaces/other/pods", "/api/v1/namespaces/team/pods", "/api/v1/namespaces/team/pods"]
+    assert rest.calls[2][2] is not None and rest.calls[2][2]["continue"] == "t1"
     assert rest.calls[0][2] is not None and rest.calls[0][2]["fieldSelector"] == "status.phase!=Succeeded,status.phase!=Failed"
+
+
+def test_a_pod_list_refused_just_after_the_binding_was_created_is_asked_again_then_retried_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(kube_evictions, "pause", lambda seconds: None)
+    refused = (403, {"message": 'pods is forbidden: User "portal" cannot list resource "pods"'})
+    rest = ScriptedRest({}, pages=[refused, {"items": [], "metadata": {}}])  # type: ignore[list-item]
+    assert live_pods(rest, namespaces=["team"], fresh=frozenset({"team"})) == ([], 2)
+
+    rest = ScriptedRest({}, pages=[refused] * 5)  # type: ignore[list-item]
+    with pytest.raises(DriverError) as failure:
+        live_pods(rest, namespaces=["team"], fresh=frozenset({"team"}))
+    assert not isinstance(failure.value, PermanentDriverError) and "list Pods in team: HTTP 403" in str(failure.value)
+
+    rest = ScriptedRest({}, pages=[refused])  # type: ignore[list-item]
+    with pytest.raises(PermanentDriverError):  # a binding that has been there: the rights are missing
+        live_pods(rest, namespaces=["team"])
 
 
 def test_a_manifests_folder_has_nothing_to_evict(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from agent.config import ENV_PREFIX, ENV_SETTINGS
+from delivery.drivers.kube_identity import EVICTOR_ROLE
 from delivery.drivers.kubernetes import KINDS
 from delivery.node_configs import DEVICE_PLUGIN_LABEL, MIG_CONFIG_LABEL
 from delivery.pinning import MPS_TENANT_LABEL, POLICY_NAME, POOL_LABEL_PREFIX
@@ -182,8 +183,14 @@ def verbs(rules: dict[str, list[dict[str, Any]]], resource: str, *, named: bool 
     return {verb for rule in rules.get(resource, []) if bool(rule.get("resourceNames")) == named for verb in rule["verbs"]}
 
 
+def portal_role(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ClusterRole bound to the portal's ServiceAccount (not the evictor role it binds itself)."""
+    [role] = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"] != EVICTOR_ROLE]
+    return role
+
+
 def test_the_target_role_covers_every_kind_the_driver_pushes_with_exactly_its_verbs() -> None:
-    role = find(render(TARGET, values=[TARGET / "ci" / "everything-values.yaml"]), "ClusterRole")
+    role = portal_role(render(TARGET, values=[TARGET / "ci" / "everything-values.yaml"]))
     rules = rules_by_resource(role)
     admission = {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy",
                  "ValidatingAdmissionPolicyBinding"}
@@ -199,23 +206,36 @@ def test_the_target_role_covers_every_kind_the_driver_pushes_with_exactly_its_ve
             assert named == {POLICY_NAME, QUEUE_POLICY}
         else:
             assert verbs(rules, resource) == {"get", "list", "create", "patch", "delete"}, kind
-    assert verbs(rules, "pods") == {"list"} and verbs(rules, "pods/eviction") == {"create"}
+    assert "pods" not in rules and "pods/eviction" not in rules  # only through the evictor role, per namespace
+
+
+def test_the_evictor_role_lists_and_evicts_pods_and_is_bound_by_the_portal_alone() -> None:
+    for values, evicts in ((TARGET / "ci" / "everything-values.yaml", True), (TARGET / "ci" / "minimal-values.yaml", False)):
+        objects = render(TARGET, values=[values])
+        evictor = find(objects, "ClusterRole", EVICTOR_ROLE)
+        rules = rules_by_resource(evictor)
+        expected = {"pods": {"get", "list"}, "pods/eviction": {"create"}} if evicts else {}
+        assert {resource: verbs(rules, resource) for resource in rules} == expected
+        assert not any(b["roleRef"]["name"] == EVICTOR_ROLE for b in objects if b["kind"] in ("RoleBinding", "ClusterRoleBinding"))
+    policy = find(render(TARGET, namespace="ops", release="t"), "ValidatingAdmissionPolicy")
+    [bindings] = [v["expression"] for v in policy["spec"]["validations"] if "rolebindings" in v["expression"]]
+    assert f"object.roleRef.name == '{EVICTOR_ROLE}'" in bindings and "s.name == 't-gpu-portal-target'" in bindings
 
 
 def test_the_target_role_grants_no_secrets_no_wildcards_no_escalation() -> None:
     for values in value_sets(TARGET):
-        role = find(render(TARGET, values=[values]), "ClusterRole")
+        role = portal_role(render(TARGET, values=[values]))
         rules = rules_by_resource(role)
         everything = {verb for rule in role["rules"] for verb in rule["verbs"]}
         assert "*" not in everything and not any("*" in r["resources"] + r["apiGroups"] for r in role["rules"])
         assert not everything & {"escalate", "impersonate", "deletecollection", "update"}
         assert "secrets" not in rules and "serviceaccounts" not in rules
         assert "clusterrolebindings.rbac.authorization.k8s.io" not in rules
-        assert not verbs(rules, "pods") - {"list"}
+        assert "pods" not in rules and "pods/eviction" not in rules
         bind = [r for r in role["rules"] if "bind" in r["verbs"]]
         tenant_roles = {b["roleRef"]["name"] for b in render_role_bindings(
             ProjectState(cluster="c", namespace="n", department="d", project="p", grants=(), editors=("a",), viewers=("b",)))}
-        assert len(bind) == 1 and set(bind[0]["resourceNames"]) == tenant_roles == {"edit", "view"}
+        assert len(bind) == 1 and set(bind[0]["resourceNames"]) == tenant_roles | {EVICTOR_ROLE} == {"edit", "view", EVICTOR_ROLE}
 
 
 def test_the_target_defaults_name_the_portals_labels_policies_and_adopted_objects() -> None:

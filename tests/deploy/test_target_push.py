@@ -203,7 +203,9 @@ def test_the_portal_pushes_a_full_tenant_as_the_target_charts_service_account(
         quotas = {q.metadata.name for q in core.list_namespaced_resource_quota(namespace).items}
         assert {"gpuportal-gpu-quota", "gpuportal-priority-gpu-standard", "gpuportal-priority-other"} <= quotas
         assert core.read_namespaced_limit_range("gpuportal-defaults", namespace)
-        assert {b.role_ref.name for b in rbac.list_namespaced_role_binding(namespace).items} == {"edit", "view"}
+        assert {b.role_ref.name for b in rbac.list_namespaced_role_binding(namespace).items} == {"edit", "view", "gpuportal-evictor"}
+        evictor = rbac.read_namespaced_role_binding("gpuportal-evictor", namespace)  # the portal's own rights on pods
+        assert [(s.kind, s.namespace, s.name) for s in evictor.subjects] == [("ServiceAccount", *target.username.split(":")[2:])]
         assert client.NetworkingV1Api(api).read_namespaced_network_policy("gpuportal-tenant-isolation", namespace)
         assert client.SchedulingV1Api(api).read_priority_class("gpu-standard").value == 1000
         admission = client.AdmissionregistrationV1Api(api)
@@ -253,7 +255,7 @@ def test_the_portal_pushes_a_full_tenant_as_the_target_charts_service_account(
                                                          label_selector=managed)["items"]
 
 
-def test_the_service_account_is_refused_secrets_pods_and_cluster_admin(target: Target, kube_cluster: KubeTestCluster) -> None:
+def test_the_service_account_is_refused_secrets_pods_anywhere_and_cluster_admin(target: Target, kube_cluster: KubeTestCluster) -> None:
     from kubernetes import client
 
     core, rbac = client.CoreV1Api(target.api), client.RbacAuthorizationV1Api(target.api)
@@ -264,6 +266,14 @@ def test_the_service_account_is_refused_secrets_pods_and_cluster_admin(target: T
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}
     assert _status(lambda: core.create_namespaced_pod(tenant, pod)) == 403
     assert _status(lambda: core.delete_collection_namespaced_pod(tenant)) == 403
+    # No pod read anywhere but where it bound its evictor role (the push does; not here): pod specs can carry secrets.
+    assert _status(lambda: core.list_pod_for_all_namespaces()) == 403
+    assert _status(lambda: core.list_namespaced_pod("kube-system")) == 403
+    assert _status(lambda: core.list_namespaced_pod(tenant)) == 403
+    lend = {"metadata": {"name": "gpuportal-evictor", "labels": MANAGED},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "gpuportal-evictor"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}]}
+    assert _status(lambda: rbac.create_namespaced_role_binding(tenant, lend)) == 403  # its rights on pods are its own
     binding = {"metadata": {"name": "escalate", "labels": MANAGED},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}]}
