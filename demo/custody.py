@@ -64,8 +64,8 @@ def _devices(reservation: Reservation, uuids: dict[tuple[int, int], str], moment
             sharing, device = "mig", _mig_device(gpu, reservation)
         elif sharing in ("mps", "time-sliced"):
             device = f"{gpu}::{reservation.unit}"
-        else:
-            device = gpu
+        else:  # a whole GPU, on a node whose other GPUs may be partitioned
+            sharing, device = "exclusive", gpu
         pod = f"{allocation.flavor.name}-job-{job}-u{reservation.unit}"
         devices.append({"namespace": allocation.project.slug, "pod": pod, "pod_uid": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"{key}.{job}")),
                         "container": "main", "resource": allocation.flavor.resource_name, "device_id": device,

@@ -20,6 +20,10 @@ def test_the_demo_seeds_custody_once_and_the_auditor_reads_it() -> None:
     assert causes == {"agent_restart", "pod_resources_error"}
     granted = CustodyEvent.objects.filter(kind="closed", attribution="granted").first()
     assert granted is not None and granted.allocation_id is not None
+    # a whole GPU is held exclusively, also on a node whose other GPUs are partitioned; a MIG device by its own UUID
+    held = CustodyEvent.objects.filter(kind="opened").values_list("sharing", "device_id", "gpu_uuid")
+    assert held and all((sharing == "exclusive") == (device == gpu) for sharing, device, gpu in held if sharing != "hami")
+    assert all(device.startswith("MIG-") for sharing, device, _ in held if sharing == "mig")
     raised = [event.after["alarm"] for event in AuditEvent.objects.filter(action="custody.alarm_raised")]
     assert "ungranted" in raised
 
