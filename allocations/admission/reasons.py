@@ -17,6 +17,7 @@ from typing import Any
 
 from allocations.booking.attempts import CAUSE_DRIVER_MINIMUM, CAUSE_TENANCY, CAUSE_TENANCY_SOME
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from kernel.words import counted
 
 
 class ReasonCode(StrEnum):
@@ -98,7 +99,7 @@ def pending_reasons(verdict: Verdict, *, deciders: list[str], requester_decides:
     secondary = []
     if verdict.reclaims:
         secondary.append(Reason(
-            ReasonCode.RECLAIM_NOTICE, f"Approval would reclaim {verdict.reclaims} grant(s); they keep running for "
+            ReasonCode.RECLAIM_NOTICE, f"Approval would reclaim {counted(verdict.reclaims, 'grant')}; they keep running for "
             f"their notice ({verdict.notice_minutes} min at most) before it starts.",
             {"grants": verdict.reclaims, "notice_minutes": verdict.notice_minutes},
         ))

@@ -34,7 +34,7 @@ def _holders(holders: dict[str, Any]) -> list[str]:
                      f"{grant['flavor']} until {_when(grant['ends_at'])}")
     for department in holders.get("departments", []):
         lines.append(f"  {department['department']}: {department['gpu_equivalents']} GPU-equivalents in "
-                     f"{department['grants']} grant(s) (guaranteed {department['guaranteed']}, borrowed "
+                     f"{department['grants']} grant{'' if department['grants'] == 1 else 's'} (guaranteed {department['guaranteed']}, borrowed "
                      f"{department['borrowed']})")
     return lines
 

@@ -28,7 +28,7 @@ def test_why_prints_the_parents_numbers_what_would_start_now_and_when(portal: Po
     assert f"Allocation {allocation} (pending): quota" in text
     assert "acme: GPU-equivalents: asked 7, held 10, limit 16, effective limit 16 (now 16, held now 10): EXCEEDED" in text
     assert "fewer-units: 6 × a100" in text and "later-start: 7 × a100 from " in text
-    assert "Estimated start: 20" in text and "vision: 10 GPU-equivalents in 2 grant(s)" in text
+    assert "Estimated start: 20" in text and "vision: 10 GPU-equivalents in 2 grants" in text
     as_json = json.loads(cli("why", str(allocation), "-o", "json").stdout)
     assert as_json["reason"]["facts"]["department"] == "acme"
     assert cli("why", "999999").exit_code != 0
