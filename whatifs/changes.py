@@ -21,7 +21,7 @@ kept with the run, and its result names them as not replayed while the replay ha
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -237,3 +237,43 @@ def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[Pri
         if kind not in REPLAYED:
             not_replayed.append(change.where)
     return Proposal(changes, quotas, classes, frozenset(touched), not_replayed)
+
+
+def _signed(value: Any) -> str:
+    text = str(value)
+    return text if text.startswith("-") else "+" + text
+
+
+def _quota_words(change: dict[str, Any], names: Mapping[int, str]) -> str:
+    if change.get("quota") is not None:
+        where = names.get(change["quota"], f"quota #{change['quota']}")
+    else:
+        where = f"{change.get('department', '?')} · {change.get('flavor') or 'GPU-equivalents'}"
+    parts = [f"{name} {change[name]}" for name in ("limit", "guarantee") if change.get(name) is not None]
+    parts += [f"{name} {_signed(change[name + '_delta'])}" for name in ("limit", "guarantee")
+              if change.get(name + "_delta") is not None]
+    return f"{where}: {', '.join(parts)}"
+
+
+def change_words(change: dict[str, Any], *, quota_names: Mapping[int, str]) -> str:
+    """One proposed change in words, as the what-if's page lists it (the stored, validated form);
+    ``quota_names`` names the quotas a change names by id ("nlp · GPU-equivalents")."""
+    kind = change.get("kind")
+    if kind == "quota":
+        return "Quota " + _quota_words(change, quota_names)
+    if kind == "priority_class":
+        parts = []
+        if change.get("oversubscription_factor") is not None:
+            parts.append(f"oversubscription ×{change['oversubscription_factor']}")
+        if change.get("notice_minutes") is not None:
+            parts.append(f"notice {change['notice_minutes']} min")
+        return f"Priority class {change.get('name', '?')}: {', '.join(parts)}"
+    if kind == "window":
+        when = (f"{change['rrule']} for {change.get('duration_minutes')} min" if change.get("rrule")
+                else f"from {change.get('begins_at')} to {change.get('ends_at')}")
+        return f"Window on {_quota_words(change, quota_names)}, {when}"
+    if kind == "idle_policy":
+        scope = change.get("department") or "every department"
+        return (f"Idle policy for {scope}: busy below {change.get('threshold')} for {change.get('window_minutes')} min"
+                f" → {change.get('action')}")
+    return str(change)

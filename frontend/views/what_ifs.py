@@ -23,6 +23,7 @@ from frontend.what_if_result import result_view
 from kernel.errors import ApplicationError
 from tenants.access import access_for
 from tenants.models import Department
+from whatifs.changes import change_words
 from whatifs.selectors import what_if_get, what_if_list
 from whatifs.services import what_if_create
 
@@ -94,4 +95,12 @@ def what_if(request: HttpRequest, what_if_id: int) -> HttpResponse:
     found = what_if_get(user=portal_user(request), what_if_id=what_if_id)
     return render(request, "frontend/what_if.html", {"title": f"What-if #{found.pk}", "what_if": found,
                                                       "view": result_view(found),
-                                                      "changes_json": json.dumps(found.changes, indent=2)})
+                                                      "changes_json": json.dumps(found.changes, indent=2),
+                                                      "changes_words": _changes_words(found.changes)})
+
+
+def _changes_words(changes: list[dict[str, Any]]) -> list[str]:
+    ids = [change["quota"] for change in changes if isinstance(change.get("quota"), int)]
+    names = {quota.pk: f"{quota.department.slug} · {quota.flavor.name if quota.flavor else 'GPU-equivalents'}"
+             for quota in Quota.objects.filter(pk__in=ids).select_related("department", "flavor")}
+    return [change_words(change, quota_names=names) for change in changes]

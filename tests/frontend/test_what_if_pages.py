@@ -37,6 +37,7 @@ def test_a_department_admin_asks_for_a_what_if_and_reads_its_comparison(
     shown = client.get(answer["Location"]).content.decode()
     assert made.changes == [{"kind": "quota", "quota": quota.pk, "limit_delta": "4"}]
     assert 'id="what-if-nlp"' in shown and 'id="what-if-vision"' in shown
+    assert "<li>Quota nlp · GPU-equivalents: limit +4</li>" in shown  # the change in words, not JSON
     assert "Wait p99 (min)" in shown and "(better)" in shown
     assert 'id="wi-nlp-current"' in shown and 'id="wi-nlp-proposed"' in shown  # the charts, inline SVG
     assert client_of(world, "vision_admin").get(answer["Location"]).status_code == 404
