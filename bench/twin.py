@@ -28,6 +28,7 @@ from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E4
 from twin.clusters import installed_gpus, nodes_load  # noqa: E402
 from twin.policy import Policy  # noqa: E402
 from twin.replay.engine import replay  # noqa: E402
+from twin.replay.fairness import ALONE, ALONE_DRAIN_S, with_fairness  # noqa: E402
 from twin.replay.load import LoadSearch, sustainable_load  # noqa: E402
 from twin.replay.metrics import Metrics, measure  # noqa: E402
 from twin.replay.modes import POLICIES  # noqa: E402
@@ -65,7 +66,18 @@ def spread(nodes: list[Node], count: int) -> list[Node]:
 def _run(task: tuple[Scenario, str]) -> Metrics:
     scenario, policy = task
     jobs, nodes, rules = scenario.build()
-    return measure(replay(jobs, nodes, rules, policy))
+    drain = {"drain_s": ALONE_DRAIN_S} if policy == ALONE else {}
+    return measure(replay(jobs, nodes, rules, policy, **drain))
+
+
+def _of(done: list[Metrics], tasks: list[tuple[Scenario, str]], name: str) -> list[Metrics]:
+    return [m for m, (scenario, _) in zip(done, tasks, strict=True) if scenario.name == name]
+
+
+def fair(done: list[Metrics]) -> list[Metrics]:
+    """The policies compared, each with its finish-time fairness against the alone replay."""
+    alone = next(m for m in done if m.policy == ALONE)
+    return [with_fairness(m, alone) for m in done if m.policy != ALONE]
 
 
 def _load(task: tuple[Scenario, str, int]) -> LoadSearch:
@@ -81,13 +93,19 @@ def _minutes(seconds: float) -> str:
 def table(title: str, rows: list[Metrics]) -> None:
     print(f"\n{title}")
     print(f"{'policy':8} {'alloc%':>7} {'busy%':>6} {'work GPU-h':>11} {'wait p50/p95/p99 min':>22} "
-          f"{'in-guar p99':>11} {'viol%':>6} {'reclaimed':>9} {'lost GPU-h':>10} {'Jain':>5} {'wall s':>7}")
+          f"{'in-guar p99':>11} {'viol%':>6} {'reclaimed':>9} {'lost GPU-h':>10} {'Jain':>5} {'FTF max/p95':>12} "
+          f"{'wall s':>7}")
     for m in rows:
         t = m.total
         waits = f"{_minutes(t.waits.p50)}/{_minutes(t.waits.p95)}/{_minutes(t.waits.p99)}"
         print(f"{m.policy:8} {100 * t.allocation:7.1f} {100 * t.busy:6.1f} {t.work_gpu_h:11.0f} {waits:>22} "
               f"{_minutes(m.waits_in_guarantee.p99):>11} {100 * m.violation_ratio:6.2f} {t.reclaims:9d} "
-              f"{t.lost_gpu_h:10.0f} {m.jain:5.2f} {m.wall_s:7.1f}")
+              f"{t.lost_gpu_h:10.0f} {m.jain:5.2f} {_ftf(m):>12} {m.wall_s:7.1f}")
+
+
+def _ftf(m: Metrics) -> str:
+    f = m.finish_fairness
+    return "-" if f is None else f"{f.worst:.1f}/{f.p95:.2f}"
 
 
 def departments(m: Metrics) -> None:
@@ -128,7 +146,10 @@ def targets(month: dict[str, Metrics], loads: dict[str, LoadSearch], *, full_sca
     viol = full.violation_ratio if full is not None else None
     print(f"  guarantee violations <= 0.1 % of guaranteed GPU-hours: {verdict(viol <= 0.001 if viol is not None else None)}"
           f" ({100 * (viol or 0):.3f} %)")
-    print("  worst finish-time fairness <= 1.5: NOT MEASURED (finish-time fairness is not built yet)")
+    ftf = full.finish_fairness if full is not None else None
+    print(f"  worst finish-time fairness <= 1.5: {verdict(ftf.worst <= 1.5 if ftf is not None else None)}"
+          + (f" (worst {ftf.worst:.2f}, p95 {ftf.p95:.2f}, median {ftf.median:.2f} over {ftf.count:,} requests; "
+             f"{ftf.left_out} never finish on their share)" if ftf is not None else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,12 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     small = Scenario("load", max(20, round(args.nodes * args.load_scale)),
                      replace(spec, requests=max(500, round(args.requests * args.load_scale))))
     began = time.perf_counter()
-    tasks = [(month, p) for p in policies] + ([] if args.no_trace else [(Scenario("trace", 10_000), p) for p in policies])
+    compared = [*policies, ALONE]
+    tasks = [(month, p) for p in compared] + ([] if args.no_trace else [(Scenario("trace", 10_000), p) for p in compared])
     load_tasks = [(small, p, args.load_steps) for p in ("static", "full") if p in policies and args.load_steps > 0]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_run, tasks))
         loads = {search.policy: search for search in pool.map(_load, load_tasks)}
-    by_month = {m.policy: m for m, (scenario, _) in zip(done, tasks, strict=True) if scenario.name == "month"}
+    by_month = {m.policy: m for m in fair(_of(done, tasks, "month"))}
     jobs, nodes, _ = month.build()
     table(f"Generated month: {len(jobs):,} requests over {args.days:g} days on {len(nodes):,} nodes "
           f"({installed_gpus(nodes):,} GPUs), 8 departments, seed {args.seed}", list(by_month.values()))
@@ -171,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_trace:
         trace_jobs, trace_nodes, _ = Scenario("trace", 10_000).build()
         table(f"Alibaba trace v2023 (default list): {len(trace_jobs):,} GPU tasks on {len(trace_nodes):,} nodes "
-              f"({installed_gpus(trace_nodes):,} GPUs)", [m for m, (s, _) in zip(done, tasks, strict=True) if s.name == "trace"])
+              f"({installed_gpus(trace_nodes):,} GPUs)", fair(_of(done, tasks, "trace")))
     for search in loads.values():
         tried = ", ".join(f"{m:.2f}x: {p99 / 60:.1f} min" for m, p99 in search.tried)
         print(f"\nsustainable load ({search.policy}, {small.nodes} nodes, {small.spec.requests if small.spec else 0} "

@@ -43,6 +43,9 @@ MODES = {
     "pool": Mode("pool", by_priority=False),
     "borrow": Mode("borrow", quotas=True),
     "full": Mode("full", quotas=True, reclaims=True),
+    # Not a policy compared: each department alone on its guarantee's share of the nodes, units
+    # booked as they ask (the baseline of finish-time fairness, ``twin.replay.fairness``).
+    "alone": Mode("alone", partitioned=True),
 }
 
 
