@@ -20,7 +20,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from accounting.idle import ladder
+from allocations.grants import idle_ladder as ladder
 from accounting.idle.evaluation import case_audit, case_snapshot
 from accounting.idle.selectors import idle_case_get
 from accounting.idle_models import OPEN_STATES, IdleCase, IdleState

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from accounting.idle import ladder
+from allocations.grants import idle_ladder as ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
 from allocations.models import Allocation, AllocationState

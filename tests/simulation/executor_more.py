@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import Max
 
-from accounting.idle import ladder
+from allocations.grants import idle_ladder as ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.rolling import usage_hours_roll_recent
 from allocations.booking.defrag import defrag_apply

@@ -18,21 +18,12 @@ finished when a shared replay stops counts up to that stop (a lower bound of its
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from twin.replay.metrics import Metrics, percentile
+from twin.replay.metrics import FinishFairness, Metrics, percentile
 
 ALONE = "alone"  # the mode of the baseline replay (``modes.MODES``)
 ALONE_DRAIN_S = 366 * 86400.0  # the alone replay runs until its queues are empty (within a year)
-
-
-@dataclass(frozen=True)
-class FinishFairness:
-    worst: float
-    p95: float
-    median: float
-    count: int  # requests with a ratio
-    left_out: int  # requests that never finished alone (no fair finish time)
 
 
 def finish_fairness(shared: Sequence[float | None], alone: Sequence[float | None]) -> FinishFairness:

@@ -24,12 +24,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from twin.replay.engine import Outcome
-
-if TYPE_CHECKING:
-    from twin.replay.fairness import FinishFairness
 
 HOUR = 3600.0
 
@@ -58,6 +54,17 @@ def jain(values: Sequence[float]) -> float:
     """(Σx)² ÷ (n Σx²): 1 when all are equal, 1/n when one has everything (1 for no values)."""
     squares = sum(x * x for x in values)
     return (sum(values) ** 2) / (len(values) * squares) if squares else 1.0
+
+
+@dataclass(frozen=True)
+class FinishFairness:
+    """Finish-time fairness over a replay's requests (``twin.replay.fairness``)."""
+
+    worst: float
+    p95: float
+    median: float
+    count: int  # requests with a ratio
+    left_out: int  # requests that never finished alone (no fair finish time)
 
 
 @dataclass

@@ -46,6 +46,7 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
 
     def department(self, job: Job) -> int:
         return self.index[job.department]
@@ -58,7 +59,7 @@ class World:
         with what the department's requests hold and what those waiting ask (whatever a policy
         books for them), at most the guarantee."""
         department = self.department(job)
-        guarantee = float(self.policy.departments[department - 1].guarantee)
+        guarantee = float(self.tree.limits[(department, None)].guaranteed)
         return self.native[department] + self.waiting[department] + job.milli / 1000 <= guarantee + 1e-9
 
     def ask(self, job: Job, amount: Decimal) -> algebra.Ask:
@@ -128,10 +129,22 @@ class World:
             self._grants = (self._version, [
                 algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
                               priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
-                              leaving=h.leaving)
+                              leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
                 for h in self.holdings.values()
             ])
         return self._grants[1]
+
+    def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
+        """A quota window's edge: the department's effective numbers from now on."""
+        limits = dict(self.tree.limits)
+        limits[(department, None)] = algebra.Limit(department, None, guaranteed, limit)
+        self.tree = algebra.Tree(parents=self.tree.parents, limits=limits)
+        self._version += 1
+
+    def set_fair_share(self, factors: dict[int, float]) -> None:
+        if factors != self.fair_share:
+            self.fair_share = dict(factors)
+            self._version += 1
 
     def cut_view(self, pool: int) -> CutView:
         return CutView(self, pool)
