@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from allocations.grants import idle_ladder as ladder
 from accounting.idle.reading import Watch, idle_watches_read
 from accounting.idle_models import IdleAction, IdleCase, IdleState
+from allocations.grants import idle_ladder as ladder
 from allocations.grants.notices import allocation_notify
 from allocations.grants.reclaims import allocation_reclaim_idle
 from allocations.grants.transitions import allocation_lock
