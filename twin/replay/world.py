@@ -46,7 +46,14 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
+        self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
         self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
+
+    @property
+    def version(self) -> int:
+        """Counts every change of the grants, the quota tree or the fair-share factors."""
+        return self._version
 
     def department(self, job: Job) -> int:
         return self.index[job.department]
