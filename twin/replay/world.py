@@ -46,6 +46,7 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._grant_of: dict[int, algebra.Grant] = {}  # each holding's last grant (``_grant``)
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
         self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
         self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
@@ -124,6 +125,7 @@ class World:
         self._count(holding, units, -1)
         if not holding.units:
             del self.holdings[holding.gid]
+            self._grant_of.pop(holding.gid, None)
             if not was_leaving:
                 self._takeable(holding, -1)
         elif was_leaving and not holding.leaving:
@@ -133,13 +135,22 @@ class World:
     def grants(self) -> list[algebra.Grant]:
         """The grants as the algebra sees them (kept until a grant starts, leaves or ends)."""
         if self._grants[0] != self._version:
-            self._grants = (self._version, [
-                algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
-                              leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
-                for h in self.holdings.values()
-            ])
+            self._grants = (self._version, [self._grant(h) for h in self.holdings.values()])
         return self._grants[1]
+
+    def _grant(self, h: Holding) -> algebra.Grant:
+        """One grant as the algebra sees it, made again only when its units, its leaving units or
+        its department's fair-share factor changed."""
+        fair_share = self.fair_share.get(h.department, 1.0)
+        known = self._grant_of.get(h.gid)
+        if known is not None and known.units == len(h.units) and known.leaving == h.leaving and \
+                known.fair_share == fair_share:
+            return known
+        grant = algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
+                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
+                              leaving=h.leaving, fair_share=fair_share)
+        self._grant_of[h.gid] = grant
+        return grant
 
     def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
         """A quota window's edge: the department's effective numbers from now on."""
