@@ -42,8 +42,8 @@ class GeneratorSpec:
     requests: int = 50_000
     installed_gpus: int = 1000
     departments: int = 8
-    offered_load: float = 1.1  # GPU-hours asked ÷ GPU-hours installed over the month
-    skew: float = 1.6  # Zipf exponent of the departments' request counts (the largest asks about half)
+    offered_load: float = 1.1  # GPU-hours asked within the month ÷ GPU-hours installed over it
+    skew: float = 2.2  # Zipf exponent of the departments' request counts (the largest asks about 70 %)
     diurnal: float = 0.6  # amplitude of the daily cycle (peak ÷ trough = (1 + a) ÷ (1 − a))
     weekend: float = 0.5  # weekend arrivals relative to weekdays
     campaign_days: float = 14.0  # one department's cycle of heavy and quiet use
