@@ -46,6 +46,7 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
         self._grant_of: dict[int, algebra.Grant] = {}  # each holding's last grant (``_grant``)
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
         self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
@@ -76,7 +77,18 @@ class World:
                            factor=cls.factor, preempts_lower=cls.preempts_lower)
 
     def quota_fits(self, ask: algebra.Ask) -> bool:
-        return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+        """The portal's quota checks of ``ask``; asked again for the same department, amount and
+        factor while nothing has changed (``version``), the answer is the one already given."""
+        key = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
+        if not self.shortcuts:
+            return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+        if self._fits[0] != self._version:
+            self._fits = (self._version, {})
+        known = self._fits[1].get(key)
+        if known is None:
+            known = all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+            self._fits[1][key] = known
+        return known
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
