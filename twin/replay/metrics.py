@@ -93,6 +93,9 @@ class Metrics:
     jain: float
     wall_s: float
     events: int
+    idle_warnings: int = 0
+    idle_reclaims: int = 0
+    window_edges: int = 0
     completions: tuple[float | None, ...] = ()  # each request's completion time (``fairness.completions``)
     finish_fairness: FinishFairness | None = None  # set against the alone replay (``with_fairness``)
 
@@ -173,5 +176,6 @@ def measure(outcome: Outcome) -> Metrics:
         waits_by_class={name: Waits.of(values) for name, values in sorted(by_class.items())},
         waits_in_guarantee=Waits.of(in_guarantee), guaranteed_gpu_h=sum(outcome.guarantees) * outcome.horizon / HOUR,
         jain=jain(ratios), wall_s=outcome.wall_s, events=outcome.events, completions=completions(outcome),
+        idle_warnings=outcome.idle_warnings, idle_reclaims=outcome.idle_reclaims, window_edges=outcome.window_edges,
     )
 
