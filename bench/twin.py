@@ -26,7 +26,7 @@ if str(REPO_ROOT) not in sys.path:
 from placement import Node  # noqa: E402
 from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
 from twin.clusters import installed_gpus, nodes_load  # noqa: E402
-from twin.policy import Policy  # noqa: E402
+from twin.policy import Policy, policy_with_rules  # noqa: E402
 from twin.replay.engine import replay  # noqa: E402
 from twin.replay.fairness import ALONE, ALONE_DRAIN_S, with_fairness  # noqa: E402
 from twin.replay.load import LoadSearch, sustainable_load  # noqa: E402
@@ -46,14 +46,21 @@ class Scenario:
     name: str
     nodes: int
     spec: GeneratorSpec | None = None  # None: the Alibaba trace
+    rules: str | None = None  # a file of rules over time (windows, idle policies, fair share)
 
     def build(self) -> tuple[list[Job], list[Node], Policy]:
         every = [node for node in nodes_load(node_list_path(REPO_ROOT)) if node.gpus]
         nodes = spread(every, self.nodes)
         if self.spec is None:
-            return trace_load(pod_list_path("default", REPO_ROOT)), nodes, trace_policy(installed_gpus(nodes))
+            return trace_load(pod_list_path("default", REPO_ROOT)), nodes, self._ruled(trace_policy(installed_gpus(nodes)))
         spec = replace(self.spec, installed_gpus=installed_gpus(nodes))
-        return workload_generate(spec), nodes, generated_policy(spec)
+        return workload_generate(spec), nodes, self._ruled(generated_policy(spec))
+
+    def _ruled(self, policy: Policy) -> Policy:
+        if self.rules is None:
+            return policy
+        path = Path(self.rules)
+        return policy_with_rules(policy, path.read_text(), source=path.name)
 
 
 def spread(nodes: list[Node], count: int) -> list[Node]:
@@ -167,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--load-scale", type=float, default=0.1,
                     help="the load search's month: this fraction of the nodes and requests (each probe is a replay)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rules", help="a YAML file of start, windows, idle_policies and fair_share (docs/twin.md, "
+                                    "\"Policies\") laid over the generated and the trace's policies")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.requests, args.days = 150, 3000, 14.0
@@ -175,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         ap.error(f"unknown policy {unknown[0]!r} (known: {', '.join(POLICIES)})")
     spec = GeneratorSpec(seed=args.seed, days=args.days, requests=args.requests)
-    month = Scenario("month", args.nodes, spec)
+    month = Scenario("month", args.nodes, spec, args.rules)
     small = Scenario("load", max(20, round(args.nodes * args.load_scale)),
-                     replace(spec, requests=max(500, round(args.requests * args.load_scale))))
+                     replace(spec, requests=max(500, round(args.requests * args.load_scale))), args.rules)
     began = time.perf_counter()
     compared = [*policies, ALONE]
-    tasks = [(month, p) for p in compared] + ([] if args.no_trace else [(Scenario("trace", 10_000), p) for p in compared])
+    tasks = [(month, p) for p in compared] + ([] if args.no_trace else [(Scenario("trace", 10_000, rules=args.rules), p) for p in compared])
     load_tasks = [(small, p, args.load_steps) for p in ("static", "full") if p in policies and args.load_steps > 0]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_run, tasks))

@@ -225,3 +225,24 @@ def policy_write(policy: Policy) -> str:
     if policy.fair_share_half_life_s is not None:
         data["fair_share"] = {"half_life_hours": policy.fair_share_half_life_s / 3600}
     return yaml.safe_dump(data, sort_keys=False)
+
+
+RULE_SECTIONS = ("start", "windows", "idle_policies", "fair_share")
+
+
+def policy_with_rules(policy: Policy, text: str, *, source: str = "rules") -> Policy:
+    """``policy`` with the rules over time of a YAML file that has only those sections (``start``,
+    ``windows``, ``idle_policies``, ``fair_share``): to replay a generated or traced month's own
+    departments under proposed windows, idle policies or fair share."""
+    try:
+        extra = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise TwinInputError(source, mark.line + 1 if mark else 0, "(yaml)", str(error).splitlines()[0]) from None
+    if not isinstance(extra, dict):
+        raise TwinInputError(source, 1, "(document)", f"must be a mapping with some of {', '.join(RULE_SECTIONS)}")
+    unknown = sorted(set(extra) - set(RULE_SECTIONS))
+    if unknown:
+        raise TwinInputError(source, unknown[0], "(section)", f"only {', '.join(RULE_SECTIONS)} may be given here")
+    data = yaml.safe_load(policy_write(policy)) | extra
+    return policy_read(yaml.safe_dump(data, sort_keys=False), source=source)

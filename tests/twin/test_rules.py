@@ -15,7 +15,7 @@ import pytest
 from tests.twin.test_formats import POLICY
 from tests.twin.test_replay import NODES, RULES
 from twin.errors import TwinInputError
-from twin.policy import Department, Policy, policy_read, policy_write
+from twin.policy import Department, Policy, policy_read, policy_with_rules, policy_write
 from twin.policy_rules import DEFAULT_START
 from twin.replay.engine import Outcome, replay
 from twin.replay.rules import window_steps
@@ -125,3 +125,15 @@ def test_fair_share_tries_the_least_served_department_first() -> None:
     assert starts(replay(work, NODES, nobody, "full", horizon=100.0)) == [0.0, 0.0, 1000.0, 1100.0]  # submission order
     fair = replace(nobody, fair_share_half_life_s=3600.0)
     assert starts(replay(work, NODES, fair, "full", horizon=100.0)) == [0.0, 0.0, 1100.0, 1000.0]  # b used nothing
+
+
+def test_rules_over_time_lay_over_a_policy_and_nothing_else_may() -> None:
+    ruled = policy_with_rules(RULES, "fair_share: {half_life_hours: 2}\nwindows:\n  - {department: b, "
+                                     "begins_at: 2026-03-02T01:00:00Z, ends_at: 2026-03-02T02:00:00Z, limit: 1}\n")
+    assert ruled.departments == RULES.departments and ruled.fair_share_half_life_s == 7200
+    assert [rule.department for rule in ruled.windows] == ["b"]
+    with pytest.raises(TwinInputError, match="rules.yaml:departments: \\(section\\): only start, windows"):
+        policy_with_rules(RULES, "departments: []\n", source="rules.yaml")
+    with pytest.raises(TwinInputError, match="windows\\[0\\]: department: no department 'z'"):
+        policy_with_rules(RULES, "windows:\n  - {department: z, begins_at: 2026-03-02T01:00:00Z, "
+                                 "ends_at: 2026-03-02T02:00:00Z, limit: 1}\n")
