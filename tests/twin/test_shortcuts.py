@@ -10,7 +10,7 @@ import pytest
 
 from allocations.quotas import victims
 from placement import Gpu, Node
-from twin.policy import Policy
+from twin.policy import Policy, policy_with_rules
 from twin.replay.engine import Outcome, Replay
 from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate
 
@@ -35,14 +35,31 @@ def replayed(rules: Policy, monkeypatch: pytest.MonkeyPatch, *, shortcuts: bool)
     return outcome, len(asked)
 
 
-@pytest.mark.parametrize("half_life", [None, 3600.0 * 24])
-def test_the_shortcuts_change_no_decision_and_ask_fewer_plans(half_life: float | None,
+RULES_OVER_TIME = """
+windows:
+  - {department: nlp, kind: recurring, begins_at: 2026-03-02T18:00:00Z, rrule: FREQ=DAILY, duration_minutes: 600,
+     limit_delta: -12}
+idle_policies:
+  - {name: idle, threshold: 0.1, window_minutes: 60, grace_minutes: 30, action: reclaim}
+fair_share: {half_life_hours: 24}
+"""
+
+
+@pytest.mark.parametrize("rules_over_time", [None, "fair share", "windows, idle and fair share"])
+def test_the_shortcuts_change_no_decision_and_ask_fewer_plans(rules_over_time: str | None,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    rules = replace(generated_policy(SPEC), fair_share_half_life_s=half_life)
+    rules = generated_policy(SPEC)
+    if rules_over_time == "fair share":
+        rules = replace(rules, fair_share_half_life_s=3600.0 * 24)
+    elif rules_over_time is not None:
+        rules = policy_with_rules(rules, RULES_OVER_TIME)
     fast, fast_plans = replayed(rules, monkeypatch, shortcuts=True)
     slow, slow_plans = replayed(rules, monkeypatch, shortcuts=False)
     assert fast.runs == slow.runs
     assert [(r.first_start, r.finish, r.restarts) for r in fast.records] == [
         (r.first_start, r.finish, r.restarts) for r in slow.records]
     assert fast.reclaims == slow.reclaims > 10
+    assert (fast.idle_reclaims, fast.window_edges) == (slow.idle_reclaims, slow.window_edges)
+    if rules_over_time == "windows, idle and fair share":
+        assert fast.idle_reclaims > 0 and fast.window_edges > 0  # the rules did something to compare
     assert fast_plans < slow_plans  # the shortcuts skipped plans that would have failed
