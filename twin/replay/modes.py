@@ -20,7 +20,7 @@ from decimal import Decimal
 
 from allocations.quotas import algebra, victims
 from placement import Placement, Request
-from twin.replay.shortcuts import room_after, room_superset
+from twin.replay.shortcuts import room_after
 from twin.replay.state import unit_request
 from twin.replay.world import World
 from twin.workload import Job
@@ -144,8 +144,8 @@ def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity:
     try:
         room = None
         if not fits(frozenset()):
-            if world.shortcuts and quota_ok and quantity == 1 and not room_after(world.pools, pool, request, room_superset(
-                    world.holdings.values(), world.tree, world.held, ask, pool)):
+            if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
+                    pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
             local = {h.gid for h in world.holdings.values() if h.pool == pool}
             room = victims.room_facts(world.tree, world.grants(), ask, local=local)

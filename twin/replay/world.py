@@ -14,6 +14,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from placement import Node, Placement, Request
 from twin.policy import Policy, PriorityClass
+from twin.replay.shortcuts import HeldShares
 from twin.replay.state import Holding, Pools
 from twin.workload import Job
 
@@ -48,6 +49,7 @@ class World:
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
         self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
         self._grant_of: dict[int, algebra.Grant] = {}  # each holding's last grant (``_grant``)
+        self.shares = HeldShares(pools)  # what each department's grants hold on each GPU (``shortcuts``)
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
         self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
         self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
@@ -98,6 +100,7 @@ class World:
         self.holdings[holding.gid] = holding
         self._count(holding, len(units), +1)
         self._takeable(holding, +1)
+        self.shares.add(holding, units, +1)
         return holding
 
     def _count(self, holding: Holding, units: int, sign: int) -> None:
@@ -131,7 +134,9 @@ class World:
         others are released here."""
         was_leaving = holding.leaving > 0
         gone = holding.units[len(holding.units) - units:]
-        self.pools.release(holding.pool, gone[: len(gone) - min(units, holding.leaving)])
+        released = gone[: len(gone) - min(units, holding.leaving)]
+        self.pools.release(holding.pool, released)
+        self.shares.add(holding, released, -1)
         del holding.units[len(holding.units) - units:]
         holding.leaving = max(0, holding.leaving - units)
         self._count(holding, units, -1)
@@ -190,6 +195,7 @@ class World:
         del holding.units[end - victim.units:end]
         holding.units.extend(moving)
         self.pools.release(holding.pool, moving)
+        self.shares.add(holding, moving, -1)
         if not holding.leaving:
             self._takeable(holding, -1)
         holding.leaving += victim.units
