@@ -27,8 +27,9 @@ if str(REPO_ROOT) not in sys.path:
 from placement import Node  # noqa: E402
 from placement.simulation.trace import node_list_path, pod_list_path  # noqa: E402
 from twin.clusters import installed_gpus, nodes_load  # noqa: E402
-from twin.policy import Policy  # noqa: E402
+from twin.policy import Policy, policy_with_rules  # noqa: E402
 from twin.replay.engine import replay  # noqa: E402
+from twin.replay.fairness import ALONE, ALONE_DRAIN_S, with_fairness  # noqa: E402
 from twin.replay.load import LoadSearch, sustainable_load  # noqa: E402
 from twin.replay.metrics import Metrics, measure  # noqa: E402
 from twin.replay.modes import POLICIES  # noqa: E402
@@ -46,14 +47,21 @@ class Scenario:
     name: str
     nodes: int
     spec: GeneratorSpec | None = None  # None: the Alibaba trace
+    rules: str | None = None  # a file of rules over time (windows, idle policies, fair share)
 
     def build(self) -> tuple[list[Job], list[Node], Policy]:
         every = [node for node in nodes_load(node_list_path(REPO_ROOT)) if node.gpus]
         nodes = spread(every, self.nodes)
         if self.spec is None:
-            return trace_load(pod_list_path("default", REPO_ROOT)), nodes, trace_policy(installed_gpus(nodes))
+            return trace_load(pod_list_path("default", REPO_ROOT)), nodes, self._ruled(trace_policy(installed_gpus(nodes)))
         spec = replace(self.spec, installed_gpus=installed_gpus(nodes))
-        return workload_generate(spec), nodes, generated_policy(spec)
+        return workload_generate(spec), nodes, self._ruled(generated_policy(spec))
+
+    def _ruled(self, policy: Policy) -> Policy:
+        if self.rules is None:
+            return policy
+        path = Path(self.rules)
+        return policy_with_rules(policy, path.read_text(), source=path.name)
 
 
 def spread(nodes: list[Node], count: int) -> list[Node]:
@@ -66,7 +74,18 @@ def spread(nodes: list[Node], count: int) -> list[Node]:
 def _run(task: tuple[Scenario, str]) -> Metrics:
     scenario, policy = task
     jobs, nodes, rules = scenario.build()
-    return measure(replay(jobs, nodes, rules, policy))
+    drain = {"drain_s": ALONE_DRAIN_S} if policy == ALONE else {}
+    return measure(replay(jobs, nodes, rules, policy, **drain))
+
+
+def _of(done: list[Metrics], tasks: list[tuple[Scenario, str]], name: str) -> list[Metrics]:
+    return [m for m, (scenario, _) in zip(done, tasks, strict=True) if scenario.name == name]
+
+
+def fair(done: list[Metrics]) -> list[Metrics]:
+    """The policies compared, each with its finish-time fairness against the alone replay."""
+    alone = next(m for m in done if m.policy == ALONE)
+    return [with_fairness(m, alone) for m in done if m.policy != ALONE]
 
 
 def _load(task: tuple[Scenario, str, int]) -> LoadSearch:
@@ -82,13 +101,19 @@ def _minutes(seconds: float) -> str:
 def table(title: str, rows: list[Metrics]) -> None:
     print(f"\n{title}")
     print(f"{'policy':8} {'alloc%':>7} {'busy%':>6} {'work GPU-h':>11} {'wait p50/p95/p99 min':>22} "
-          f"{'in-guar p99':>11} {'viol%':>6} {'reclaimed':>9} {'lost GPU-h':>10} {'Jain':>5} {'wall s':>7}")
+          f"{'in-guar p99':>11} {'viol%':>6} {'reclaimed':>9} {'lost GPU-h':>10} {'Jain':>5} {'FTF max/p95':>12} "
+          f"{'wall s':>7}")
     for m in rows:
         t = m.total
         waits = f"{_minutes(t.waits.p50)}/{_minutes(t.waits.p95)}/{_minutes(t.waits.p99)}"
         print(f"{m.policy:8} {100 * t.allocation:7.1f} {100 * t.busy:6.1f} {t.work_gpu_h:11.0f} {waits:>22} "
               f"{_minutes(m.waits_in_guarantee.p99):>11} {100 * m.violation_ratio:6.2f} {t.reclaims:9d} "
-              f"{t.lost_gpu_h:10.0f} {m.jain:5.2f} {m.wall_s:7.1f}")
+              f"{t.lost_gpu_h:10.0f} {m.jain:5.2f} {_ftf(m):>12} {m.wall_s:7.1f}")
+
+
+def _ftf(m: Metrics) -> str:
+    f = m.finish_fairness
+    return "-" if f is None else f"{f.worst:.1f}/{f.p95:.2f}"
 
 
 def departments(m: Metrics) -> None:
@@ -97,6 +122,8 @@ def departments(m: Metrics) -> None:
         w = d.waits
         print(f"  {d.name:10} {100 * d.allocation:6.1f} {100 * d.busy:5.1f} {d.work_gpu_h:10.0f}  "
               f"{_minutes(w.p50):>6}/{_minutes(w.p95)}/{_minutes(w.p99):<8} {d.violations_gpu_h:10.0f} {d.reclaims:9d}")
+    print(f"  rules over time ({m.policy}): {m.window_edges} quota window edges, {m.idle_warnings} idle warnings, "
+          f"{m.idle_reclaims} idle reclaims")
     print(f"  waits by class ({m.policy}): " + "; ".join(
         f"{name} p50/p95/p99 {_minutes(w.p50)}/{_minutes(w.p95)}/{_minutes(w.p99)} min (n={w.count})"
         for name, w in m.waits_by_class.items()))
@@ -129,7 +156,10 @@ def targets(month: dict[str, Metrics], loads: dict[str, LoadSearch], *, full_sca
     viol = full.violation_ratio if full is not None else None
     print(f"  guarantee violations <= 0.1 % of guaranteed GPU-hours: {verdict(viol <= 0.001 if viol is not None else None)}"
           f" ({100 * (viol or 0):.3f} %)")
-    print("  worst finish-time fairness <= 1.5: NOT MEASURED (finish-time fairness is not built yet)")
+    ftf = full.finish_fairness if full is not None else None
+    print(f"  worst finish-time fairness <= 1.5: {verdict(ftf.worst <= 1.5 if ftf is not None else None)}"
+          + (f" (worst {ftf.worst:.2f}, p95 {ftf.p95:.2f}, median {ftf.median:.2f} over {ftf.count:,} requests; "
+             f"{ftf.left_out} never finish on their share)" if ftf is not None else ""))
 
 
 def from_history(days_text: str, policies: list[str]) -> int:
@@ -177,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--from-history", metavar="DAYS", default=None,
                     help="replay the portal's own last DAYS (e.g. 30d) instead (needs DATABASE_URL)")
+    ap.add_argument("--rules", help="a YAML file of start, windows, idle_policies and fair_share (docs/twin.md, "
+                                    "\"Policies\") laid over the generated and the trace's policies")
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.requests, args.days = 150, 3000, 14.0
@@ -187,16 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.from_history:
         return from_history(args.from_history, policies)
     spec = GeneratorSpec(seed=args.seed, days=args.days, requests=args.requests)
-    month = Scenario("month", args.nodes, spec)
+    month = Scenario("month", args.nodes, spec, args.rules)
     small = Scenario("load", max(20, round(args.nodes * args.load_scale)),
-                     replace(spec, requests=max(500, round(args.requests * args.load_scale))))
+                     replace(spec, requests=max(500, round(args.requests * args.load_scale))), args.rules)
     began = time.perf_counter()
-    tasks = [(month, p) for p in policies] + ([] if args.no_trace else [(Scenario("trace", 10_000), p) for p in policies])
+    compared = [*policies, ALONE]
+    tasks = [(month, p) for p in compared] + ([] if args.no_trace else [(Scenario("trace", 10_000, rules=args.rules), p) for p in compared])
     load_tasks = [(small, p, args.load_steps) for p in ("static", "full") if p in policies and args.load_steps > 0]
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         done = list(pool.map(_run, tasks))
         loads = {search.policy: search for search in pool.map(_load, load_tasks)}
-    by_month = {m.policy: m for m, (scenario, _) in zip(done, tasks, strict=True) if scenario.name == "month"}
+    by_month = {m.policy: m for m in fair(_of(done, tasks, "month"))}
     jobs, nodes, _ = month.build()
     table(f"Generated month: {len(jobs):,} requests over {args.days:g} days on {len(nodes):,} nodes "
           f"({installed_gpus(nodes):,} GPUs), 8 departments, seed {args.seed}", list(by_month.values()))
@@ -206,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_trace:
         trace_jobs, trace_nodes, _ = Scenario("trace", 10_000).build()
         table(f"Alibaba trace v2023 (default list): {len(trace_jobs):,} GPU tasks on {len(trace_nodes):,} nodes "
-              f"({installed_gpus(trace_nodes):,} GPUs)", [m for m, (s, _) in zip(done, tasks, strict=True) if s.name == "trace"])
+              f"({installed_gpus(trace_nodes):,} GPUs)", fair(_of(done, tasks, "trace")))
     for search in loads.values():
         tried = ", ".join(f"{m:.2f}x: {p99 / 60:.1f} min" for m, p99 in search.tried)
         print(f"\nsustainable load ({search.policy}, {small.nodes} nodes, {small.spec.requests if small.spec else 0} "

@@ -12,9 +12,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 
-from accounting.idle import ladder
 from accounting.idle.selectors import idle_case_list, idle_policy_list
 from accounting.idle_models import OPEN_STATES, IdleCase, IdleState
+from allocations.grants import idle_ladder as ladder
 from tenants.access import access_for
 from tenants.models import Project
 

@@ -13,6 +13,7 @@ flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU i
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
@@ -22,9 +23,21 @@ from typing import Any, NoReturn
 import yaml
 
 from twin.errors import TwinInputError
+from twin.policy_rules import (
+    DEFAULT_START,
+    IdleRule,
+    WindowRule,
+    half_life_s,
+    idle_rule,
+    idle_write,
+    moment,
+    window_rule,
+    window_write,
+)
 from twin.workload import GPU_MILLI, Job, Shape
 
 PREEMPTION = ("PreemptLowerPriority", "Never")
+SECTIONS = ("start", "departments", "priority_classes", "flavors", "windows", "idle_policies", "fair_share")
 
 
 @dataclass(frozen=True)
@@ -32,6 +45,7 @@ class Department:
     name: str
     guarantee: Decimal
     limit: Decimal
+    shares: int = 1  # its fair-share shares (the portal's ``FairShare.shares``)
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,10 @@ class Policy:
     departments: tuple[Department, ...]
     classes: Mapping[str, PriorityClass]
     flavors: Mapping[str, Shape] = field(default_factory=dict)
+    start: datetime.datetime = DEFAULT_START  # the moment virtual time 0 stands for
+    windows: tuple[WindowRule, ...] = ()
+    idle_policies: tuple[IdleRule, ...] = ()
+    fair_share_half_life_s: float | None = None  # None: no fair-share ordering
 
     def department(self, name: str) -> Department:
         return next(d for d in self.departments if d.name == name)
@@ -112,7 +130,7 @@ def _department(entry: _Entry) -> Department:
     limit = entry.decimal("limit", default=guarantee)
     if limit < guarantee:
         entry.fail("limit", f"must be at least the guarantee ({guarantee}), not {limit}")
-    return Department(entry.text("name"), guarantee, limit)
+    return Department(entry.text("name"), guarantee, limit, entry.integer("shares", 1, low=1, high=10_000))
 
 
 def _priority_class(entry: _Entry) -> PriorityClass:
@@ -159,7 +177,7 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
         raise TwinInputError(source, mark.line + 1 if mark else 0, "(yaml)", str(error).splitlines()[0]) from None
     if not isinstance(data, dict):
         raise TwinInputError(source, 1, "(document)", "must be a mapping with departments and priority_classes")
-    unknown = sorted(set(data) - {"departments", "priority_classes", "flavors"})
+    unknown = sorted(set(data) - set(SECTIONS))
     if unknown:
         raise TwinInputError(source, unknown[0], "(section)", "unknown section")
     departments = [_department(entry) for entry in _section(source, data, "departments", required=True)]
@@ -168,7 +186,18 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
     _unique(source, "departments", [d.name for d in departments])
     _unique(source, "priority_classes", [c.name for c in classes])
     _unique(source, "flavors", [name for name, _ in flavors])
-    return Policy(tuple(departments), {c.name: c for c in classes}, dict(flavors))
+    names, class_names = {d.name for d in departments}, {c.name for c in classes}
+    windows = [window_rule(entry, k, names) for k, entry in enumerate(_section(source, data, "windows", required=False))]
+    idle = [idle_rule(entry, k, names, class_names)
+            for k, entry in enumerate(_section(source, data, "idle_policies", required=False))]
+    _unique(source, "idle_policies", [rule.name for rule in idle])
+    top = _Entry(source, "(document)", data)
+    start = moment(top, "start", required=False) or DEFAULT_START
+    if start.timestamp() % 300:
+        top.fail("start", "must fall on a 5-minute edge (the idle ladder's buckets)")
+    fair = _Entry(source, "fair_share", data["fair_share"]) if "fair_share" in data else None
+    return Policy(tuple(departments), {c.name: c for c in classes}, dict(flavors), start, tuple(windows), tuple(idle),
+                  half_life_s(fair) if fair is not None else None)
 
 
 def policy_load(path: Path) -> Policy:
@@ -178,7 +207,8 @@ def policy_load(path: Path) -> Policy:
 def policy_write(policy: Policy) -> str:
     """The policy as YAML that :func:`policy_read` reads back."""
     data: dict[str, Any] = {
-        "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit)}
+        "start": policy.start.isoformat().replace("+00:00", "Z"),
+        "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit), "shares": d.shares}
                         for d in policy.departments],
         "priority_classes": [
             {"name": c.name, "value": c.value, "preemption": PREEMPTION[0] if c.preempts_lower else PREEMPTION[1],
@@ -189,5 +219,30 @@ def policy_write(policy: Policy) -> str:
         "flavors": [{"name": name, "num_gpu": s.num_gpu, "gpu_milli": s.gpu_milli,
                      **({"gpu_model": "|".join(sorted(s.models))} if s.models else {})}
                     for name, s in policy.flavors.items()],
+        "windows": [window_write(rule) for rule in policy.windows],
+        "idle_policies": [idle_write(rule) for rule in policy.idle_policies],
     }
+    if policy.fair_share_half_life_s is not None:
+        data["fair_share"] = {"half_life_hours": policy.fair_share_half_life_s / 3600}
     return yaml.safe_dump(data, sort_keys=False)
+
+
+RULE_SECTIONS = ("start", "windows", "idle_policies", "fair_share")
+
+
+def policy_with_rules(policy: Policy, text: str, *, source: str = "rules") -> Policy:
+    """``policy`` with the rules over time of a YAML file that has only those sections (``start``,
+    ``windows``, ``idle_policies``, ``fair_share``): to replay a generated or traced month's own
+    departments under proposed windows, idle policies or fair share."""
+    try:
+        extra = yaml.safe_load(text) or {}
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        raise TwinInputError(source, mark.line + 1 if mark else 0, "(yaml)", str(error).splitlines()[0]) from None
+    if not isinstance(extra, dict):
+        raise TwinInputError(source, 1, "(document)", f"must be a mapping with some of {', '.join(RULE_SECTIONS)}")
+    unknown = sorted(set(extra) - set(RULE_SECTIONS))
+    if unknown:
+        raise TwinInputError(source, unknown[0], "(section)", f"only {', '.join(RULE_SECTIONS)} may be given here")
+    data = yaml.safe_load(policy_write(policy)) | extra
+    return policy_read(yaml.safe_dump(data, sort_keys=False), source=source)

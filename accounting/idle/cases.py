@@ -20,11 +20,11 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from accounting.idle import ladder
 from accounting.idle.evaluation import case_audit, case_snapshot
 from accounting.idle.selectors import idle_case_get
 from accounting.idle_models import OPEN_STATES, IdleCase, IdleState
 from allocations.catalogue.selectors import allocation_may_change
+from allocations.grants import idle_ladder as ladder
 from allocations.grants.services import allocation_release
 from allocations.grants.transitions import allocation_lock
 from audit import actions

@@ -1,6 +1,6 @@
 """``idle_cases_evaluate``: the periodic idle evaluation (beat every 5 minutes, and the embedded
 default's clock). Reads every active grant's readings (``accounting.idle.reading``), asks the pure
-ladder (``accounting.idle.ladder``) for each grant's next move, and records it.
+ladder (``allocations.grants.idle_ladder``) for each grant's next move, and records it.
 
 Moves that change a case's state (opened, warned, cleared, reclaimed, and the closing of cases
 whose grant ended) are each one transaction: the grant's row is locked, then its open case (the
@@ -18,9 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from accounting.idle import ladder
 from accounting.idle.reading import Watch, idle_watches_read
 from accounting.idle_models import IdleAction, IdleCase, IdleState
+from allocations.grants import idle_ladder as ladder
 from allocations.grants.notices import allocation_notify
 from allocations.grants.reclaims import allocation_reclaim_idle
 from allocations.grants.transitions import allocation_lock

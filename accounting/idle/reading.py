@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 
 from django.db.models import Max
 
-from accounting.idle import ladder
-from accounting.idle.matching import PolicyScope, policy_for
 from accounting.idle_models import OPEN_STATES, IdleCase, IdlePolicy
+from allocations.grants import idle_ladder as ladder
+from allocations.grants.idle_matching import PolicyScope, policy_for
 from allocations.models import Allocation, AllocationState
 from telemetry.utilisation_reads import chosen_usage
 from tenants.access import department_ancestor_ids, department_parent_map

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from accounting.idle import ladder
 from accounting.idle.cases import idle_case_exempt, idle_case_keep, idle_case_release
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleAction, IdleCase, IdlePolicy, IdleState
+from allocations.grants import idle_ladder as ladder
 from allocations.grants.services import allocation_release
 from allocations.models import Allocation, AllocationState
 from audit.models import AuditEvent

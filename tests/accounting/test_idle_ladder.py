@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accounting.idle import ladder
-from accounting.idle.ladder import Bucket, Move, OpenCase, Reading, Rules
-from accounting.idle.matching import PolicyScope, policy_for
+from allocations.grants import idle_ladder as ladder
+from allocations.grants.idle_ladder import Bucket, Move, OpenCase, Reading, Rules
+from allocations.grants.idle_matching import PolicyScope, policy_for
 
 T0 = datetime.datetime(2026, 11, 2, 8, 0, tzinfo=datetime.UTC)
 FIVE = datetime.timedelta(minutes=5)

@@ -10,9 +10,9 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from accounting.idle import ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.idle_models import IdleCase, IdlePolicy, IdleState
+from allocations.grants import idle_ladder as ladder
 from allocations.models import Allocation, AllocationState
 from tests.browser.conftest import Portal
 from tests.telemetry.usage_history import HOUR, fill, grant

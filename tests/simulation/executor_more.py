@@ -11,11 +11,11 @@ from typing import Any
 
 from django.db.models import Max
 
-from accounting.idle import ladder
 from accounting.idle.evaluation import idle_cases_evaluate
 from accounting.rolling import usage_hours_roll_recent
 from allocations.booking.defrag import defrag_apply
 from allocations.fair_share.services import fair_share_shares_set, fair_share_tick
+from allocations.grants import idle_ladder as ladder
 from allocations.models import Allocation, PriorityClass, Quota, QuotaWindow
 from allocations.rules import catalogue as catalog
 from allocations.tasks import allocations_timeline_task

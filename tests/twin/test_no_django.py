@@ -1,5 +1,7 @@
 """The twin stands without Django: it imports the placement engine and the pure modules of the
-quota algebra, and loading it loads no Django (docs/architecture.md, docs/twin.md)."""
+portal's rules (the quota algebra and victim choice, quota windows, fair share's arithmetic, the
+idle ladder and idle policy matching, and the time formats they write), and loading it loads no
+Django and nothing else of the portal (docs/architecture.md, docs/twin.md)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,11 @@ import sys
 
 from tests.architecture.imports import ROOT, app_of, project_imports
 
-PURE = {"allocations.quotas.algebra", "allocations.quotas.victims"}
+PURE = {
+    "allocations.quotas.algebra", "allocations.quotas.victims", "allocations.quotas.windows", "allocations.quotas.rrules",
+    "allocations.fair_share.tree", "allocations.grants.idle_ladder", "allocations.grants.idle_matching",
+}
+PURE_LOADED = PURE | {"allocations.quotas.walking", "kernel.times"}  # what those import in turn
 
 
 def test_the_twin_imports_only_placement_and_the_pure_quota_modules() -> None:
@@ -18,9 +24,13 @@ def test_the_twin_imports_only_placement_and_the_pure_quota_modules() -> None:
 
 
 def test_loading_the_twin_loads_no_django() -> None:
-    code = ("import json, sys, twin.replay.load, twin.sources.alibaba, twin.sources.generator, twin.clusters; "
-            "print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))")
+    code = ("import json, sys, twin.replay.load, twin.replay.fairness, twin.sources.alibaba, twin.sources.generator, "
+            "twin.clusters; print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, check=True)
-    loaded = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    modules = set(json.loads(done.stdout.strip().splitlines()[-1]))
+    loaded = {name.split(".")[0] for name in modules}
     assert "twin" in loaded and "placement" in loaded
-    assert loaded & {"django", "rest_framework", "celery", "tenants", "clusters", "kernel"} == set()
+    assert loaded & {"django", "rest_framework", "celery", "tenants", "clusters", "audit", "accounting"} == set()
+    portal = {name for name in modules if name.split(".")[0] in {"kernel", "allocations"}}
+    packages = {"kernel", "allocations", "allocations.quotas", "allocations.grants", "allocations.fair_share"}
+    assert portal - packages <= PURE_LOADED

@@ -23,11 +23,12 @@ from dataclasses import dataclass, field, replace
 from placement import Node
 from twin.policy import Policy
 from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
+from twin.replay.rules import FairShareClock, IdleWatch, window_steps
 from twin.replay.state import Holding, Pools, partition, workload_of
 from twin.replay.world import World
 from twin.workload import Job
 
-END, LEAVE, ARRIVE = 0, 1, 2  # at one instant: what frees first, then what arrives
+END, LEAVE, IDLE, WINDOW, ARRIVE = 0, 1, 2, 3, 4  # at one instant: what frees first, quota edges, then arrivals
 
 
 @dataclass
@@ -69,6 +70,9 @@ class Outcome:
     departments: tuple[str, ...] = ()
     guarantees: tuple[float, ...] = ()
     notice_s: float = 0.0
+    idle_warnings: int = 0  # grants an idle policy warned
+    idle_reclaims: int = 0  # grants an idle policy reclaimed (ended after their notice)
+    window_edges: int = 0  # changes of a department's effective quota replayed
 
 
 @dataclass(order=True)
@@ -109,6 +113,13 @@ class Replay:
         self._seq = 0
         self.now = 0.0
         self.reclaim_depth = 16
+        # the portal's rules over time (``twin.replay.rules``): windows where quotas are checked,
+        # idle policies and fair share in the full policy
+        self.steps = window_steps(policy, self.stop) if self.mode.quotas and policy.windows else []
+        self.idle = IdleWatch(policy) if self.mode.reclaims and policy.idle_policies else None
+        half_life = policy.fair_share_half_life_s if self.mode.reclaims else None
+        self.fair = FairShareClock(policy, half_life) if half_life else None
+        self.idle_warnings = self.idle_reclaims = 0
 
     def _push(self, time: float, kind: int, payload: int) -> None:
         self._seq += 1
@@ -125,9 +136,14 @@ class Replay:
     def run(self) -> Outcome:
         for index, job in enumerate(self.jobs):
             self._push(job.eligible_at, ARRIVE, index)
+        for index, step in enumerate(self.steps):
+            self._window(index) if step.at <= 0 else self._push(step.at, WINDOW, index)
         count, began = 0, time.perf_counter()
         while self.events and self.events[0][0] <= self.stop:
             self.now = self.events[0][0]
+            if self.fair is not None:
+                self.fair.advance(self.now, {d: float(held) for (d, _), held in self.world.held.items()})
+                self.world.set_fair_share(self.fair.factors())
             freed, fresh = False, set()
             while self.events and self.events[0][0] == self.now:
                 _, kind, _, payload = heapq.heappop(self.events)
@@ -136,7 +152,7 @@ class Replay:
                     fresh.add(self._arrive(payload))
                 else:
                     freed = True
-                    self._end(payload) if kind == END else self._leave(payload)
+                    (self._end, self._leave, self._idle_end, self._window)[kind](payload)
             self._pass(None if freed else fresh)
         self._close()
         wall = time.perf_counter() - began
@@ -144,7 +160,8 @@ class Replay:
         return Outcome(self.mode.name, self.records, self.runs, self.horizon, self.stop, world.installed,
                        self.reclaims, count, departments=tuple(d.name for d in world.policy.departments),
                        guarantees=tuple(float(d.guarantee) for d in world.policy.departments),
-                       notice_s=world.policy.reclaim_notice_s, wall_s=wall)
+                       notice_s=world.policy.reclaim_notice_s, wall_s=wall, idle_warnings=self.idle_warnings,
+                       idle_reclaims=self.idle_reclaims, window_edges=sum(1 for step in self.steps if step.at > 0))
 
     def _arrive(self, index: int) -> tuple[object, ...] | None:
         record = self.records[index]
@@ -155,7 +172,7 @@ class Replay:
         return bucket if was_empty else None
 
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
-        heads = [(entries[0].key, key) for key, entries in self.buckets.items()
+        heads = [(self._order(entries[0]), key) for key, entries in self.buckets.items()
                  if entries and (only is None or key in only)]
         heapq.heapify(heads)
         memo = PassMemo()
@@ -166,7 +183,15 @@ class Replay:
                 continue
             heapq.heappop(entries)
             if entries:
-                heapq.heappush(heads, (entries[0].key, key))
+                heapq.heappush(heads, (self._order(entries[0]), key))
+
+    def _order(self, entry: _Entry) -> tuple[float, ...]:
+        """A bucket head's place in a pass: priority, then (with fair share) its department's
+        factor, the least served first, then submission."""
+        if self.fair is None:
+            return entry.key
+        factor = self.world.fair_share.get(self.world.department(entry.job), 1.0)
+        return (entry.key[0], -factor, *entry.key[1:])
 
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
         outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
@@ -186,6 +211,24 @@ class Replay:
         if record.first_start is None:
             record.first_start = self.now
         self._push(self.now + entry.job.runtime_s, END, holding.gid)
+        idle = self.idle.times(entry.job, self.now, self.now + entry.job.runtime_s) if self.idle is not None else None
+        if idle is not None:
+            self.idle_warnings += 1
+            if idle.acts_at is not None:
+                self._push(idle.acts_at + self.world.priority_class(entry.job).notice_s, IDLE, holding.gid)
+
+    def _idle_end(self, gid: int) -> None:
+        """An idle policy's reclaim: the grant's notice has run out; it ends (its request is done,
+        not queued again). One a reclaim already takes runs out that reclaim instead."""
+        holding = self.world.holdings.get(gid)
+        if holding is None or holding.leaving:
+            return
+        self.idle_reclaims += 1
+        self._end(gid)
+
+    def _window(self, index: int) -> None:
+        step = self.steps[index]
+        self.world.set_quota(step.department, step.guaranteed, step.limit)
 
     def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
         """Mark the victims' units leaving (they leave the GPUs now), book the request there, and

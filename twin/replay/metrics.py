@@ -13,7 +13,9 @@ Over the measured window ``[0, horizon)`` (the last request's arrival):
   their department's guarantee and waited longer than the longest reclaim notice, against the
   guaranteed GPU-hours (the guarantees' sum × the horizon);
 * **reclaims**: runs ended by a reclaim, and the GPU-hours they had run (lost);
-* **Jain's index** over each department's time-averaged holding ÷ its guarantee.
+* **Jain's index** over each department's time-averaged holding ÷ its guarantee;
+* **finish-time fairness** (Themis): each request's completion time ÷ its completion time with
+  its department's guarantee share to itself, worst and 95th percentile (``twin.replay.fairness``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,17 @@ def jain(values: Sequence[float]) -> float:
     return (sum(values) ** 2) / (len(values) * squares) if squares else 1.0
 
 
+@dataclass(frozen=True)
+class FinishFairness:
+    """Finish-time fairness over a replay's requests (``twin.replay.fairness``)."""
+
+    worst: float
+    p95: float
+    median: float
+    count: int  # requests with a ratio
+    left_out: int  # requests that never finished alone (no fair finish time)
+
+
 @dataclass
 class Share:
     """One department's (or the whole cluster's) figures."""
@@ -80,6 +93,11 @@ class Metrics:
     jain: float
     wall_s: float
     events: int
+    idle_warnings: int = 0
+    idle_reclaims: int = 0
+    window_edges: int = 0
+    completions: tuple[float | None, ...] = ()  # each request's completion time (``fairness.completions``)
+    finish_fairness: FinishFairness | None = None  # set against the alone replay (``with_fairness``)
 
     @property
     def violation_ratio(self) -> float:
@@ -119,6 +137,20 @@ def _waits(outcome: Outcome, shares: list[Share]) -> tuple[dict[str, list[float]
     return by_class, in_guarantee
 
 
+def completions(outcome: Outcome) -> tuple[float | None, ...]:
+    """Each request's completion time, from ``eligible_at`` to the end of its last run (its
+    records' order); one unfinished when the replay stopped: until the stop (a lower bound), or None
+    for the alone replay (``twin.replay.fairness``: it never finished on its share)."""
+    out: list[float | None] = []
+    for record in outcome.records:
+        eligible = record.job.eligible_at
+        if record.finish is not None:
+            out.append(max(record.finish - eligible, 0.0))
+        else:
+            out.append(None if outcome.policy == "alone" else max(outcome.stop - eligible, 0.0))
+    return tuple(out)
+
+
 def measure(outcome: Outcome) -> Metrics:
     shares = [Share(name) for name in outcome.departments]
     _runs(outcome, shares)
@@ -143,5 +175,7 @@ def measure(outcome: Outcome) -> Metrics:
         policy=outcome.policy, total=total, departments=shares,
         waits_by_class={name: Waits.of(values) for name, values in sorted(by_class.items())},
         waits_in_guarantee=Waits.of(in_guarantee), guaranteed_gpu_h=sum(outcome.guarantees) * outcome.horizon / HOUR,
-        jain=jain(ratios), wall_s=outcome.wall_s, events=outcome.events,
+        jain=jain(ratios), wall_s=outcome.wall_s, events=outcome.events, completions=completions(outcome),
+        idle_warnings=outcome.idle_warnings, idle_reclaims=outcome.idle_reclaims, window_edges=outcome.window_edges,
     )
+

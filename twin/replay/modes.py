@@ -20,6 +20,7 @@ from decimal import Decimal
 
 from allocations.quotas import algebra, victims
 from placement import Placement, Request
+from twin.replay.shortcuts import room_after
 from twin.replay.state import unit_request
 from twin.replay.world import World
 from twin.workload import Job
@@ -43,6 +44,9 @@ MODES = {
     "pool": Mode("pool", by_priority=False),
     "borrow": Mode("borrow", quotas=True),
     "full": Mode("full", quotas=True, reclaims=True),
+    # Not a policy compared: each department alone on its guarantee's share of the nodes, units
+    # booked as they ask (the baseline of finish-time fairness, ``twin.replay.fairness``).
+    "alone": Mode("alone", partitioned=True),
 }
 
 
@@ -118,8 +122,18 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
 def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
              quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     """The portal's victim choice for the request, or None if nothing it may take lets it in."""
-    grants = world.grants()
-    if not quota_ok and not victims.plan(world.tree, grants, ask).admitted:
+    failed = (ask.department_id, ask.priority, ask.factor, ask.preempts_lower, ask.amounts[None], request, quantity, pool)
+    if world.shortcuts and world.failed_plans.get(failed) == world.version:
+        return None  # the same plan failed and nothing has changed since (``shortcuts``)
+    chosen = _plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
+    if chosen is None:
+        world.failed_plans[failed] = world.version
+    return chosen
+
+
+def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+          quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
+    if not quota_ok and not victims.plan(world.tree, world.grants(), ask).admitted:
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
     view = world.cut_view(pool)
@@ -130,9 +144,15 @@ def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quanti
     try:
         room = None
         if not fits(frozenset()):
+            if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
+                    pool, request, world.tree, world.held, ask):
+                return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
             local = {h.gid for h in world.holdings.values() if h.pool == pool}
-            room = victims.room_facts(world.tree, grants, ask, local=local)
-        plan = victims.plan(world.tree, grants, ask, capacity_fits=fits, capacity_candidates=room)
+            room = victims.room_facts(world.tree, world.grants(), ask, local=local)
+            if world.shortcuts and quota_ok and quantity == 1 and not room_after(
+                    world.pools, pool, request, (world.holdings[gid] for gid in room)):
+                return None  # no room even with every candidate gone (``shortcuts``)
+        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room)
     finally:
         view.restore()
     if not plan.admitted or not plan.victims:

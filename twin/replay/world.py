@@ -14,6 +14,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from placement import Node, Placement, Request
 from twin.policy import Policy, PriorityClass
+from twin.replay.shortcuts import HeldShares
 from twin.replay.state import Holding, Pools
 from twin.workload import Job
 
@@ -46,6 +47,17 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
+        self._grant_of: dict[int, algebra.Grant] = {}  # each holding's last grant (``_grant``)
+        self.shares = HeldShares(pools)  # what each department's grants hold on each GPU (``shortcuts``)
+        self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
+        self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
+        self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
+
+    @property
+    def version(self) -> int:
+        """Counts every change of the grants, the quota tree or the fair-share factors."""
+        return self._version
 
     def department(self, job: Job) -> int:
         return self.index[job.department]
@@ -58,7 +70,7 @@ class World:
         with what the department's requests hold and what those waiting ask (whatever a policy
         books for them), at most the guarantee."""
         department = self.department(job)
-        guarantee = float(self.policy.departments[department - 1].guarantee)
+        guarantee = float(self.tree.limits[(department, None)].guaranteed)
         return self.native[department] + self.waiting[department] + job.milli / 1000 <= guarantee + 1e-9
 
     def ask(self, job: Job, amount: Decimal) -> algebra.Ask:
@@ -67,7 +79,18 @@ class World:
                            factor=cls.factor, preempts_lower=cls.preempts_lower)
 
     def quota_fits(self, ask: algebra.Ask) -> bool:
-        return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+        """The portal's quota checks of ``ask``; asked again for the same department, amount and
+        factor while nothing has changed (``version``), the answer is the one already given."""
+        key = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
+        if not self.shortcuts:
+            return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+        if self._fits[0] != self._version:
+            self._fits = (self._version, {})
+        known = self._fits[1].get(key)
+        if known is None:
+            known = all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+            self._fits[1][key] = known
+        return known
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
@@ -77,6 +100,7 @@ class World:
         self.holdings[holding.gid] = holding
         self._count(holding, len(units), +1)
         self._takeable(holding, +1)
+        self.shares.add(holding, units, +1)
         return holding
 
     def _count(self, holding: Holding, units: int, sign: int) -> None:
@@ -110,12 +134,15 @@ class World:
         others are released here."""
         was_leaving = holding.leaving > 0
         gone = holding.units[len(holding.units) - units:]
-        self.pools.release(holding.pool, gone[: len(gone) - min(units, holding.leaving)])
+        released = gone[: len(gone) - min(units, holding.leaving)]
+        self.pools.release(holding.pool, released)
+        self.shares.add(holding, released, -1)
         del holding.units[len(holding.units) - units:]
         holding.leaving = max(0, holding.leaving - units)
         self._count(holding, units, -1)
         if not holding.units:
             del self.holdings[holding.gid]
+            self._grant_of.pop(holding.gid, None)
             if not was_leaving:
                 self._takeable(holding, -1)
         elif was_leaving and not holding.leaving:
@@ -125,13 +152,34 @@ class World:
     def grants(self) -> list[algebra.Grant]:
         """The grants as the algebra sees them (kept until a grant starts, leaves or ends)."""
         if self._grants[0] != self._version:
-            self._grants = (self._version, [
-                algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
-                              leaving=h.leaving)
-                for h in self.holdings.values()
-            ])
+            self._grants = (self._version, [self._grant(h) for h in self.holdings.values()])
         return self._grants[1]
+
+    def _grant(self, h: Holding) -> algebra.Grant:
+        """One grant as the algebra sees it, made again only when its units, its leaving units or
+        its department's fair-share factor changed."""
+        fair_share = self.fair_share.get(h.department, 1.0)
+        known = self._grant_of.get(h.gid)
+        if known is not None and known.units == len(h.units) and known.leaving == h.leaving and \
+                known.fair_share == fair_share:
+            return known
+        grant = algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
+                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
+                              leaving=h.leaving, fair_share=fair_share)
+        self._grant_of[h.gid] = grant
+        return grant
+
+    def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
+        """A quota window's edge: the department's effective numbers from now on."""
+        limits = dict(self.tree.limits)
+        limits[(department, None)] = algebra.Limit(department, None, guaranteed, limit)
+        self.tree = algebra.Tree(parents=self.tree.parents, limits=limits)
+        self._version += 1
+
+    def set_fair_share(self, factors: dict[int, float]) -> None:
+        if factors != self.fair_share:
+            self.fair_share = dict(factors)
+            self._version += 1
 
     def cut_view(self, pool: int) -> CutView:
         return CutView(self, pool)
@@ -147,6 +195,7 @@ class World:
         del holding.units[end - victim.units:end]
         holding.units.extend(moving)
         self.pools.release(holding.pool, moving)
+        self.shares.add(holding, moving, -1)
         if not holding.leaving:
             self._takeable(holding, -1)
         holding.leaving += victim.units

@@ -6,8 +6,9 @@ cited). The same ``GeneratorSpec`` gives the same workload, byte for byte.
   thousandths), 3,911 take one whole GPU, 16 two, 15 four, 44 eight; QoS 4,647 LS, 3,398 BE, 100
   Burstable, 7 Guaranteed (mapped as ``alibaba.QOS_CLASSES``).
 * **Run times**: log-normal (a heavy tail: most jobs short, most GPU time in long ones, as Philly,
-  ATC'19, and Helios, SC'21, report), σ = ``runtime_sigma``; the scale is solved so that the month's
-  GPU-hours are ``offered_load`` × the installed GPUs × its hours; at most ``runtime_cap_days``.
+  ATC'19, and Helios, SC'21, report), σ = ``runtime_sigma``; the scale is solved so that the
+  GPU-hours asked within the month (each run up to the month's end) are ``offered_load`` × the
+  installed GPUs × its hours; at most ``runtime_cap_days``.
 * **Arrivals**: a daily cycle peaking in the afternoon with fewer submissions at weekends (both
   studies show daily cycles of submission), times each department's own campaigns: weeks of heavy
   use alternating with quiet ones, shifted between departments.
@@ -41,8 +42,8 @@ class GeneratorSpec:
     requests: int = 50_000
     installed_gpus: int = 1000
     departments: int = 8
-    offered_load: float = 1.1  # GPU-hours asked ÷ GPU-hours installed over the month
-    skew: float = 1.6  # Zipf exponent of the departments' request counts (the largest asks about half)
+    offered_load: float = 1.1  # GPU-hours asked within the month ÷ GPU-hours installed over it
+    skew: float = 2.2  # Zipf exponent of the departments' request counts (the largest asks about 70 %)
     diurnal: float = 0.6  # amplitude of the daily cycle (peak ÷ trough = (1 + a) ÷ (1 − a))
     weekend: float = 0.5  # weekend arrivals relative to weekdays
     campaign_days: float = 14.0  # one department's cycle of heavy and quiet use
@@ -89,14 +90,19 @@ def _arrival(rng: random.Random, spec: GeneratorSpec, department: int) -> float:
             return t
 
 
-def _runtimes(rng: random.Random, spec: GeneratorSpec, millis: list[int]) -> list[float]:
-    """Log-normal run times scaled so that the month's GPU-hours meet ``offered_load``."""
+def _runtimes(rng: random.Random, spec: GeneratorSpec, millis: list[int], arrivals: list[float]) -> list[float]:
+    """Log-normal run times scaled so that the GPU-hours the month asks *within the month* (each
+    run counted up to the month's end, when it would start at once) meet ``offered_load``: what
+    runs past the end is not load the month offers its cluster."""
     draws = [rng.lognormvariate(0.0, spec.runtime_sigma) for _ in millis]
-    target = spec.offered_load * spec.installed_gpus * 1000 * spec.days * DAY
+    end = spec.days * DAY
+    target = spec.offered_load * spec.installed_gpus * 1000 * end
     cap = spec.runtime_cap_days * DAY
     scale = target / sum(m * d for m, d in zip(millis, draws, strict=True))
-    for _ in range(8):  # the cap takes some GPU-hours off: scale the rest up again
-        got = sum(m * min(cap, scale * d) for m, d in zip(millis, draws, strict=True))
+    for _ in range(40):  # the cap and the month's end take some GPU-hours off: scale the rest up again
+        got = sum(m * min(cap, scale * d, end - t) for m, d, t in zip(millis, draws, arrivals, strict=True))
+        if abs(got - target) <= 1e-6 * target:
+            break
         scale *= target / got
     return [max(60.0, min(cap, scale * d)) for d in draws]
 
@@ -113,7 +119,7 @@ def workload_generate(spec: GeneratorSpec) -> list[Job]:
         flavor, shape = _shape(rng)
         rows.append((department, flavor, shape, _arrival(rng, spec, department), str(_weighted(rng, CLASS_MIX)),
                      rng.randrange(3), busy_draw(rng, spec.busy_a, spec.busy_b), rng.uniform(1.0, 2.0)))
-    runtimes = _runtimes(rng, spec, [row[2].milli for row in rows])
+    runtimes = _runtimes(rng, spec, [row[2].milli for row in rows], [row[3] for row in rows])
     jobs = [
         Job(line=index + 1, submit_at=round(t, 3), department=names[d], project=f"{names[d]}-{project}", shape=shape,
             quantity=1, runtime_s=round(runtime, 3), requested_s=3600.0 * math.ceil(runtime * ask / 3600),

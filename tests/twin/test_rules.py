@@ -1,0 +1,139 @@
+"""The portal's rules over time in the replay (docs/twin.md, "Policies" and "The replay"): quota
+windows through ``allocations.quotas.windows``, idle policies through the idle ladder, fair-share
+ordering through the Fair Tree; and the policy file's sections for them, with errors naming the
+entry and the key."""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import replace
+from decimal import Decimal
+
+import pytest
+
+from tests.twin.test_formats import POLICY
+from tests.twin.test_replay import NODES, RULES
+from twin.errors import TwinInputError
+from twin.policy import Department, Policy, policy_read, policy_with_rules, policy_write
+from twin.policy_rules import DEFAULT_START
+from twin.replay.engine import Outcome, replay
+from twin.replay.rules import window_steps
+from twin.workload import Job, jobs_read
+
+RULES_FILE = POLICY + """windows:
+  - {department: nlp, kind: temporary, begins_at: 2026-03-03T00:00:00Z, ends_at: 2026-03-04T00:00:00Z, limit: 20}
+  - {department: vision, kind: recurring, begins_at: 2026-03-02T20:00:00Z, rrule: FREQ=DAILY,
+     timezone: Europe/Berlin, duration_minutes: 120, guaranteed_delta: -2}
+idle_policies:
+  - {name: idle-nlp, department: nlp, threshold: 0.1, window_minutes: 60, grace_minutes: 30, action: reclaim}
+fair_share: {half_life_hours: 24}
+"""
+
+
+def jobs(*rows: dict[str, object]) -> list[Job]:
+    base = {"project": "p", "num_gpu": 1, "quantity": 1, "requested_s": 99999, "priority_class": "std", "busy": 0.5}
+    return jobs_read("".join(json.dumps({**base, **row}) + "\n" for row in rows))
+
+
+def starts(outcome: Outcome) -> list[float | None]:
+    return [record.first_start for record in outcome.records]
+
+
+def test_windows_idle_policies_and_fair_share_read_and_write_back() -> None:
+    policy = policy_read(RULES_FILE)
+    assert [rule.department for rule in policy.windows] == ["nlp", "vision"]
+    assert policy.windows[1].spec.duration == datetime.timedelta(hours=2)
+    assert policy.idle_policies[0].rules.window_minutes == 60 and policy.fair_share_half_life_s == 86400
+    assert policy.start == DEFAULT_START
+    assert policy_read(policy_write(policy)) == policy
+
+
+@pytest.mark.parametrize(("old", "new", "where", "key"), [
+    ("limit: 20}", "}", "windows[0]", "limit"),
+    ("department: nlp, kind: temporary", "department: ops, kind: temporary", "windows[0]", "department"),
+    ("ends_at: 2026-03-04T00:00:00Z", "ends_at: 2026-03-02T00:00:00Z", "windows[0]", "ends_at"),
+    ("rrule: FREQ=DAILY", "rrule: FREQ=SOMETIMES", "windows[1]", "rrule"),
+    ("guaranteed_delta: -2}", "guaranteed_delta: -2, priority_class: gpu-standard}", "windows[1]", "priority_class"),
+    ("action: reclaim", "action: shout", "idle_policies[0]", "action"),
+    ("threshold: 0.1", "threshold: 2", "idle_policies[0]", "threshold"),
+    ("window_minutes: 60", "window_minutes: 5", "idle_policies[0]", "window_minutes"),
+    ("half_life_hours: 24", "half_life_hours: 0", "fair_share", "half_life_hours"),
+])
+def test_a_bad_rule_names_its_entry_and_key(old: str, new: str, where: str, key: str) -> None:
+    with pytest.raises(TwinInputError) as caught:
+        policy_read(RULES_FILE.replace(old, new), source="p.yaml")
+    assert (caught.value.line, caught.value.field) == (where, key)
+
+
+def test_a_start_off_a_five_minute_edge_is_refused() -> None:
+    with pytest.raises(TwinInputError, match="start: must fall on a 5-minute edge"):
+        policy_read("start: 2026-03-02T00:01:00Z\n" + RULES_FILE)
+
+
+def test_a_recurring_window_gives_an_edge_at_each_begin_and_end_in_its_time_zone() -> None:
+    policy = policy_read(RULES_FILE)
+    steps = [(step.at / 3600, float(step.guaranteed)) for step in window_steps(policy, 3 * 86400.0) if step.department == 2]
+    # 20:00 UTC begins_at is 21:00 in Berlin (winter): every day 21:00-23:00 local, 20:00-22:00 UTC
+    assert steps == [(0, 6), (20, 4), (22, 6), (44, 4), (46, 6), (68, 4), (70, 6)]
+
+
+def window_rules(**values: object) -> Policy:
+    text = policy_write(RULES).replace("windows: []", "windows:\n  - " + json.dumps(
+        {"department": "a", "kind": "temporary", "begins_at": "2026-03-02T00:00:50Z",
+         "ends_at": "2026-03-02T00:02:30Z", **values}))
+    return policy_read(text)
+
+
+def test_a_window_that_lowers_a_limit_holds_a_request_until_it_fits() -> None:
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 100}, {"submit_at": 60, "department": "a", "runtime_s": 10})
+    assert starts(replay(work, NODES, RULES, "borrow", horizon=200.0)) == [0.0, 60.0]  # borrows b's GPU
+    lowered = replay(work, NODES, window_rules(limit=1), "borrow", horizon=200.0)
+    assert starts(lowered) == [0.0, 100.0] and lowered.window_edges == 2
+    raised = replay(work, NODES, window_rules(limit_delta=0), "borrow", horizon=200.0)
+    assert starts(raised) == [0.0, 60.0]
+    # static partitioning and the pool check no quota: no window changes them
+    assert replay(work, NODES, window_rules(limit=1), "pool", horizon=200.0).window_edges == 0
+
+
+def idle_rules(action: str) -> Policy:
+    text = policy_write(RULES).replace("idle_policies: []", "idle_policies:\n  - " + json.dumps(
+        {"name": "idle", "department": "a", "threshold": 0.05, "window_minutes": 15, "grace_minutes": 5, "action": action}))
+    return policy_read(text)
+
+
+def test_an_idle_grant_is_warned_then_reclaimed_after_its_notice_by_the_ladder() -> None:
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 36000, "busy": 0.0},
+                {"submit_at": 0, "department": "a", "runtime_s": 36000, "busy": 0.5},
+                {"submit_at": 0, "department": "b", "runtime_s": 100, "busy": 0.0})
+    outcome = replay(work, NODES + [replace(NODES[0], name="n3")], idle_rules("reclaim"), "full", horizon=100.0)
+    # buckets 0, 5, 10 min idle: warned at the 15-minute tick, acted at 20 (grace 5), gone after the 60 s notice
+    assert [record.finish for record in outcome.records] == [1260.0, 36000.0, 100.0]
+    assert (outcome.idle_warnings, outcome.idle_reclaims) == (1, 1)  # b has no idle policy; the busy grant is not idle
+    assert [record.restarts for record in outcome.records] == [0, 0, 0]  # not queued again
+    notified = replay(work, NODES + [replace(NODES[0], name="n3")], idle_rules("notify"), "full", horizon=100.0)
+    assert ([record.finish for record in notified.records], notified.idle_warnings, notified.idle_reclaims) == (
+        [36000.0, 36000.0, 100.0], 1, 0)
+    borrow = replay(work, NODES + [replace(NODES[0], name="n3")], idle_rules("reclaim"), "borrow", horizon=100.0)
+    assert borrow.idle_reclaims == 0  # idle policies are the full policy's
+
+
+def test_fair_share_tries_the_least_served_department_first() -> None:
+    nobody = Policy((Department("a", Decimal(0), Decimal(2)), Department("b", Decimal(0), Decimal(2))), RULES.classes)
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 1000}, {"submit_at": 0, "department": "a", "runtime_s": 2000},
+                {"submit_at": 10, "department": "a", "runtime_s": 100}, {"submit_at": 20, "department": "b", "runtime_s": 100})
+    assert starts(replay(work, NODES, nobody, "full", horizon=100.0)) == [0.0, 0.0, 1000.0, 1100.0]  # submission order
+    fair = replace(nobody, fair_share_half_life_s=3600.0)
+    assert starts(replay(work, NODES, fair, "full", horizon=100.0)) == [0.0, 0.0, 1100.0, 1000.0]  # b used nothing
+
+
+def test_rules_over_time_lay_over_a_policy_and_nothing_else_may() -> None:
+    ruled = policy_with_rules(RULES, "fair_share: {half_life_hours: 2}\nwindows:\n  - {department: b, "
+                                     "begins_at: 2026-03-02T01:00:00Z, ends_at: 2026-03-02T02:00:00Z, limit: 1}\n")
+    assert ruled.departments == RULES.departments and ruled.fair_share_half_life_s == 7200
+    assert [rule.department for rule in ruled.windows] == ["b"]
+    with pytest.raises(TwinInputError, match="rules.yaml:departments: \\(section\\): only start, windows"):
+        policy_with_rules(RULES, "departments: []\n", source="rules.yaml")
+    with pytest.raises(TwinInputError, match="windows\\[0\\]: department: no department 'z'"):
+        policy_with_rules(RULES, "windows:\n  - {department: z, begins_at: 2026-03-02T01:00:00Z, "
+                                 "ends_at: 2026-03-02T02:00:00Z, limit: 1}\n")

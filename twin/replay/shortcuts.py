@@ -1,0 +1,111 @@
+"""Cheap answers the victim choice would give anyway, so that a replay asks it less (docs/twin.md,
+"Speed"). Each is exact: it only skips a plan whose result is known to be "nothing to take".
+
+* **No room even with every candidate gone**: when quota admits a request of one unit and only
+  the GPUs refuse it, ``victims.plan`` may take only grants of ``room_facts``, each at most all the
+  units it has not yet given up, one at a time until the unit fits. Taking more units never makes
+  the GPUs fuller, so if the unit does not fit with *all* of those units gone, no plan finds room.
+  Which GPU the unit could use then is counted here over the placement engine's arrays, freeing
+  each candidate unit's share on its GPUs, and counting for a node the GPUs of an allowed model
+  with room (CPU and memory are not asked: units ask none in the twin): an upper bound of the
+  engine's own feasibility, so "no node" is certain.
+  Before even asking ``room_facts`` the same count is made over a cheap superset of its
+  candidates (``HeldShares.room_after``, one sum of what each department's grants hold per GPU): in the twin's tree (an organisation over flat departments, each
+  holding exactly what its grants weigh) a grant has a fact only if its department holds more than
+  its limit, or everything held exceeds the organisation's limit, or the request keeps its
+  department within its guarantee and the grant's department holds more than its own guarantee
+  (borrowed), or it is of a lower priority in the request's own department for a class that
+  preempts.
+* **Nothing changed since the same plan failed**: a plan is a function of the quota tree, the
+  grants and the request; ``World`` counts every change of either (``World.version``), so a plan
+  for the same department, class, shape, quantity and pool that failed at the same version fails
+  again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from decimal import Decimal
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocations.quotas import algebra
+from placement import Cluster, Placement, Request
+from placement.decisions import RequestKind
+from twin.replay.state import Holding, Pools
+from twin.workload import GPU_MILLI
+
+ROOT = 0  # the organisation of the twin's quota tree (``world.quota_tree``)
+
+
+def room_after(pools: Pools, pool: int, request: Request, candidates: Iterable[Holding]) -> bool:
+    """Whether one unit of ``request`` might fit on the pool once every unit of ``candidates`` that
+    is not already leaving is gone (False: it certainly does not)."""
+    cluster = pools.clusters[pool]
+    if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE):
+        return True  # not counted here: the plan decides
+    free = cluster.gpu_free.copy()
+    for holding in candidates:
+        for unit in holding.units[: len(holding.units) - holding.leaving]:
+            row = cluster.index[unit.node]
+            for label in unit.gpu_indices:
+                free[row, cluster._slot[row][label]] += unit.request.gpu_milli
+    return _fits(cluster, request, free)
+
+
+def _fits(cluster: Cluster, request: Request, free: NDArray[np.int64]) -> bool:
+    """The engine's test of a share or of whole GPUs of an allowed model, on ``free`` (per GPU)."""
+    allowed = cluster.model_masks(request.allowed_models)[0]
+    if request.kind is RequestKind.SHARED:
+        return bool((allowed & (free >= request.gpu_milli)).any())
+    return bool(((allowed & (free == GPU_MILLI)).sum(axis=1) >= request.gpu_count).any())
+
+
+def _over(tree: algebra.Tree, held: dict[tuple[int, algebra.Scope], Decimal], ask: algebra.Ask) -> tuple[set[int], bool]:
+    """The departments whose grants ``room_facts`` could name, and whether all grants (the
+    organisation beyond its limit)."""
+    limits = tree.limits
+    everything = sum(held.values(), Decimal(0)) > limits[(ROOT, None)].beyond
+    over = {department for (department, scope), amount in held.items() if amount > limits[(department, scope)].beyond}
+    mine = (ask.department_id, None)
+    if held[mine] + ask.amounts[None] <= limits[mine].guaranteed:  # within its guarantee: borrowers may go
+        over |= {department for (department, scope), amount in held.items()
+                 if department != ask.department_id and amount > limits[(department, scope)].guaranteed}
+    return over, everything
+
+
+class HeldShares:
+    """What the grants of each department and priority hold on each GPU of each pool, their units
+    on the GPUs only (not those already leaving), in thousandths: the superset's count made as
+    one sum of arrays instead of a walk over every candidate unit."""
+
+    def __init__(self, pools: Pools) -> None:
+        self.pools = pools
+        self.held: dict[tuple[int, int, int], NDArray[np.int64]] = {}
+
+    def add(self, holding: Holding, units: Iterable[Placement], sign: int) -> None:
+        cluster = self.pools.clusters[holding.pool]
+        key = (holding.pool, holding.department, holding.priority)
+        held = self.held.get(key)
+        if held is None:
+            held = self.held[key] = np.zeros_like(cluster.gpu_free)
+        for unit in units:
+            row = cluster.index[unit.node]
+            for label in unit.gpu_indices:
+                held[row, cluster._slot[row][label]] += sign * unit.request.gpu_milli
+
+    def room_after(self, pool: int, request: Request, tree: algebra.Tree,
+                   amounts: dict[tuple[int, algebra.Scope], Decimal], ask: algebra.Ask) -> bool:
+        """``room_after`` over every grant ``room_facts`` could name (``_over``'s departments, and the
+        lower priorities of the request's own for a class that preempts), summed by department and
+        priority."""
+        if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE):
+            return True
+        over, everything = _over(tree, amounts, ask)
+        free = self.pools.clusters[pool].gpu_free.copy()
+        for (where, department, priority), held in self.held.items():
+            if where == pool and (everything or department in over or (
+                    ask.preempts_lower and department == ask.department_id and priority < ask.priority)):
+                free += held
+        return _fits(self.pools.clusters[pool], request, free)
