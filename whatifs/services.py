@@ -32,6 +32,7 @@ from whatifs.models import HISTORY_DAYS_MAX, WhatIf, WhatIfState, WorkloadSource
 from whatifs.sources import (
     class_rows,
     department_names,
+    department_parents,
     flavor_shapes,
     history_workload,
     inventory_nodes,
@@ -225,12 +226,15 @@ def _compare(what_if: WhatIf) -> dict[str, Any]:
     if not nodes:
         raise ValueError("the inventory has no schedulable node with GPUs")
     departments, quotas, classes, flavors = department_names(), quota_rows(), class_rows(), flavor_shapes()
+    parents = department_parents()
     start, windows, idle = _replay_start(what_if, jobs), live_windows(quotas), live_idle_rules()
-    current = policy_with_live_rules(policy_build(departments=departments, quotas=quotas, classes=classes, flavors=flavors),
-                                     start=start, windows=windows, idle=idle)
+    current = policy_with_live_rules(
+        policy_build(departments=departments, quotas=quotas, classes=classes, flavors=flavors, parents=parents),
+        start=start, windows=windows, idle=idle)
     proposal = _proposal(what_if)
     proposed = policy_with_live_rules(
-        policy_build(departments=departments, quotas=proposal.quotas, classes=proposal.classes, flavors=flavors),
+        policy_build(departments=departments, quotas=proposal.quotas, classes=proposal.classes, flavors=flavors,
+                     parents=parents),
         start=start, windows=windows + proposal.windows, idle=idle + proposal.idle)
 
     def progress(percent: int) -> None:

@@ -217,8 +217,9 @@ def test_a_proposed_window_changes_the_replay_only_within_its_period(world: Worl
     assert _nlp(before.result)["difference"] == dict.fromkeys(_nlp(before.result)["difference"], 0)
     assert during.result["proposed"]["window_edges"] > during.result["current"]["window_edges"]
     series = during.result["current"]["series"]["nlp"]["held"], during.result["proposed"]["series"]["nlp"]["held"]
-    first_step = int((start - (during.history_until - datetime.timedelta(days=7))).total_seconds()
-                     // during.result["series_step_s"])
+    assert during.history_until is not None
+    replay_start = during.history_until - datetime.timedelta(days=7)
+    first_step = int((start - replay_start).total_seconds() // during.result["series_step_s"])
     assert series[0][:first_step] == series[1][:first_step]  # nothing changes before the window
 
 
