@@ -75,10 +75,16 @@ def main(argv: list[str] | None = None) -> int:
             runs.append(time.perf_counter() - start)
             done = WhatIf.objects.get(pk=asked.pk)
             assert done.state == "done", done.error
-        nlp = next(row for row in done.result["departments"] if row["department"] == "nlp")
         print(f"{len(jobs)} requests of the last {args.days} days on {len(nodes)} nodes "
               f"({sum(len(n.gpus) for n in nodes)} GPUs)")
-        print(f"nlp wait p95 current {nlp['current']['wait_p95_min']} min, proposed {nlp['proposed']['wait_p95_min']} min")
+        both = what_if_create(actor=User.objects.get(username="admin"), history_days=args.days,
+                              changes=[{"kind": "quota", "department": name, "limit_delta": 4} for name in ("nlp", "acme")])
+        for title, what_if in (("nlp by 4", done), ("nlp and its parent acme by 4", WhatIf.objects.get(pk=both.pk))):
+            what_if_run(what_if_id=what_if.pk)
+            what_if.refresh_from_db()
+            nlp = next(row for row in what_if.result["departments"] if row["department"] == "nlp")
+            print(f"raise {title}: nlp wait p95 current {nlp['current']['wait_p95_min']} min, "
+                  f"proposed {nlp['proposed']['wait_p95_min']} min")
         what_if_s, replay_s = statistics.median(runs), statistics.median(baseline)
         print(f"what-if (two replays, read and stored): median {what_if_s:.3f} s of {args.repeat}; "
               f"one replay alone {replay_s:.3f} s; ratio {what_if_s / replay_s if replay_s else float('inf'):.1f}x")

@@ -52,10 +52,10 @@ DEMO_HISTORY: list[Past] = [
 ]
 
 
-# Last week's demand beyond nlp's limit, turned away: bob rejected three requests for 12 more GPUs
-# while nlp's grants held most of its limit of 12 GPU-equivalents. The what-if "raise nlp's limit
-# by 4 for last week" (docs/twin.md, "What-if") replays them: under the current limit the third
-# waits for the first two to end; 4 more let it start at once.
+# Last week's demand beyond nlp's room, turned away: bob rejected three requests for 12 more GPUs.
+# With vision's grants, acme's limit of 16 binds before nlp's own 12, so the what-if "raise nlp's
+# limit by 4 for last week" changes nothing, and raising nlp's and acme's limits by 4 together lets
+# them in sooner (docs/twin.md, "What-if").
 OVER_LIMIT = "Over nlp's limit of 12 GPU-equivalents this week; ask again once the fine-tuning runs end"
 DEMO_TURNED_AWAY: list[Past] = [
     Past("alice", "bob", "nlp-llm", "a100-80gb", 4, "Ablations of the tokenizer change", "rejected", 5.5, 5.5,

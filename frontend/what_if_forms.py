@@ -5,18 +5,23 @@ button sends its own fields here (``window_*``, read by ``initial_from_window``)
 
 from __future__ import annotations
 
+import datetime
 import json
 from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.db.models import QuerySet
+from django.utils.datastructures import MultiValueDict
 
 from allocations.models import PriorityClass, Quota
+from frontend.window_forms import WindowTermsFields
+from kernel.clock import clock_now
 from tenants.models import Department
 from whatifs.models import HISTORY_DAYS_MAX
 
 LAST_MONTH_DAYS = 30
+WEEK = datetime.timedelta(weeks=1)
 
 
 class QuotaChoice(forms.ModelChoiceField):  # type: ignore[type-arg]
@@ -86,16 +91,40 @@ class WhatIfForm(forms.Form):
         return changes
 
 
+def _in_last_month(terms: dict[str, Any], now: datetime.datetime) -> dict[str, Any]:
+    """The window's times moved back by whole weeks (weekdays and hours kept) so that it begins
+    within the last month, where the replayed history is."""
+    month_start = now - datetime.timedelta(days=LAST_MONTH_DAYS)
+    weeks = max(0, (terms["begins_at"] - month_start) // WEEK)
+    moved = {key: terms[key] - weeks * WEEK if terms.get(key) else None for key in ("begins_at", "ends_at")}
+    return {key: value.isoformat() for key, value in moved.items() if value is not None}
+
+
+def _window_change(params: Any, quota: int, now: datetime.datetime) -> dict[str, Any] | None:
+    """The window the window form describes, as a what-if's window change (None where the form's
+    times or numbers do not make one)."""
+    data = MultiValueDict({key.removeprefix("window_"): params.getlist(key) for key in params})
+    terms_form = WindowTermsFields(data)
+    deltas = {target: data.get(source) for source, target in (("limit_delta", "limit_delta"),
+                                                              ("guaranteed_delta", "guarantee_delta")) if data.get(source)}
+    if not deltas or not terms_form.is_valid():
+        return None
+    terms = terms_form.terms()
+    change: dict[str, Any] = {"kind": "window", "quota": quota, **deltas, **_in_last_month(terms, now)}
+    if terms["kind"] == "recurring":
+        change.update(rrule=terms["rrule"], timezone=terms["timezone"] or "UTC", duration_minutes=terms["duration_minutes"])
+    return change
+
+
 def initial_from_window(params: Any) -> dict[str, Any]:
-    """The what-if a quota window's form asks for: its quota's change over the last month, as if
-    in force all month (the replay has no windows yet: an upper bound of the window's effect)."""
+    """The what-if a quota window's form asks for: that window over the last month (moved back by
+    whole weeks to begin within it), replayed with the windows in force."""
     initial: dict[str, Any] = {}
     quota = params.get("window_quota") or params.get("quota")
     if quota and str(quota).isdigit():
         initial.update(quota=int(quota), history_days=LAST_MONTH_DAYS)
-        for source, target in (("window_limit_delta", "limit_delta"), ("window_guaranteed_delta", "guarantee_delta")):
-            value = params.get(source)
-            if value:
-                initial[target] = value
+        change = _window_change(params, int(quota), clock_now())
+        if change is not None:
+            initial["changes_json"] = json.dumps([change])
         initial["title"] = "What a quota window would have done last month"
     return initial

@@ -3,7 +3,8 @@ flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU i
 500 thousandths is 0.5), as the portal's ``None`` scope counts them.
 
     departments:
-      - {name: nlp, guarantee: 120, limit: 400}
+      - {name: acme, guarantee: 200, limit: 600}
+      - {name: nlp, guarantee: 120, limit: 400, parent: acme}   # acme's quota binds nlp's too
     priority_classes:
       - {name: gpu-standard, value: 10000, preemption: PreemptLowerPriority, oversubscription_factor: 1,
          notice_minutes: 15, preemptible: false}
@@ -46,6 +47,7 @@ class Department:
     guarantee: Decimal
     limit: Decimal
     shares: int = 1  # its fair-share shares (the portal's ``FairShare.shares``)
+    parent: str | None = None  # the department above it, whose quota binds it too (the portal's tree)
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,13 @@ class Policy:
 
     @property
     def guaranteed(self) -> Decimal:
-        return sum((d.guarantee for d in self.departments), Decimal(0))
+        """What the guarantees promise in all: each top department's guarantee, or its children's
+        together where they promise more (a child's guarantee lies within its parent's)."""
+        def promised(name: str | None) -> Decimal:
+            children = sum((promised(d.name) for d in self.departments if d.parent == name), Decimal(0))
+            return children if name is None else max(self.department(name).guarantee, children)
+
+        return promised(None)
 
     @property
     def reclaim_notice_s(self) -> float:
@@ -130,7 +138,24 @@ def _department(entry: _Entry) -> Department:
     limit = entry.decimal("limit", default=guarantee)
     if limit < guarantee:
         entry.fail("limit", f"must be at least the guarantee ({guarantee}), not {limit}")
-    return Department(entry.text("name"), guarantee, limit, entry.integer("shares", 1, low=1, high=10_000))
+    parent = entry.text("parent") if entry.data.get("parent") is not None else None
+    return Department(entry.text("name"), guarantee, limit, entry.integer("shares", 1, low=1, high=10_000), parent)
+
+
+def _check_parents(source: str, departments: list[Department]) -> None:
+    """Every ``parent`` names another department of the policy, and no chain comes back to itself."""
+    parents = {d.name: d.parent for d in departments}
+    for index, department in enumerate(departments):
+        where = f"departments[{index}]"
+        if department.parent is not None and department.parent not in parents:
+            raise TwinInputError(source, where, "parent", f"no department {department.parent!r} in the policy")
+        seen, current = [department.name], department.parent
+        while current is not None:
+            if current in seen:
+                raise TwinInputError(source, where, "parent",
+                                     f"a cycle: {' → '.join([*seen, current])}")
+            seen.append(current)
+            current = parents[current]
 
 
 def _priority_class(entry: _Entry) -> PriorityClass:
@@ -184,6 +209,7 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
     classes = [_priority_class(entry) for entry in _section(source, data, "priority_classes", required=True)]
     flavors = [_flavor(entry) for entry in _section(source, data, "flavors", required=False)]
     _unique(source, "departments", [d.name for d in departments])
+    _check_parents(source, departments)
     _unique(source, "priority_classes", [c.name for c in classes])
     _unique(source, "flavors", [name for name, _ in flavors])
     names, class_names = {d.name for d in departments}, {c.name for c in classes}
@@ -208,7 +234,8 @@ def policy_write(policy: Policy) -> str:
     """The policy as YAML that :func:`policy_read` reads back."""
     data: dict[str, Any] = {
         "start": policy.start.isoformat().replace("+00:00", "Z"),
-        "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit), "shares": d.shares}
+        "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit), "shares": d.shares,
+                         **({"parent": d.parent} if d.parent is not None else {})}
                         for d in policy.departments],
         "priority_classes": [
             {"name": c.name, "value": c.value, "preemption": PREEMPTION[0] if c.preempts_lower else PREEMPTION[1],

@@ -14,8 +14,8 @@ Four kinds, each an object of a list:
 * ``idle_policy``: ``threshold`` (0 to 1), ``window_minutes`` (at least 5) and ``action``
   (``warn``, ``release`` or ``reclaim``), optionally for one ``department``.
 
-The replay applies quota and priority-class changes; windows and idle policies are validated and
-kept with the run, and its result names them as not replayed while the replay has neither.
+The replay applies every kind: quota and priority-class changes to the policy's values, windows
+and idle policies added to the live ones (``whatifs.live_rules``), a window over its period only.
 """
 
 from __future__ import annotations
@@ -28,12 +28,15 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from allocations.quotas.rrules import parse_rrule
 from kernel.errors import FieldError
 from twin.policy import PriorityClass
+from twin.policy_rules import IdleRule, WindowRule
+from whatifs.live_rules import proposed_idle, proposed_window
 from whatifs.sources import QuotaRow
 
 KINDS = ("quota", "priority_class", "window", "idle_policy")
-REPLAYED = ("quota", "priority_class")
+PROPOSED_IDS = 2**31  # a proposed window's or idle policy's id: after every live one (the newest wins ties)
 QUOTA_VALUES = ("limit", "guarantee", "limit_delta", "guarantee_delta")
 IDLE_ACTIONS = ("warn", "release", "reclaim")
 MAX_CHANGES = 50
@@ -111,7 +114,8 @@ class Proposal:
     quotas: list[QuotaRow]
     classes: list[PriorityClass]
     departments: frozenset[str]  # the departments the changes touch
-    not_replayed: list[str]  # the places of changes the replay does not apply yet
+    windows: list[WindowRule]  # the proposed windows, on the quotas as the twin reads them
+    idle: list[IdleRule]  # the proposed idle policies
 
 
 def _quota(change: _Change, quotas: list[QuotaRow]) -> QuotaRow:
@@ -163,27 +167,37 @@ def _class(change: _Change, classes: list[PriorityClass]) -> PriorityClass:
     return replace(found, factor=found.factor if factor is None else factor, notice_s=notice_s)
 
 
-def _window(change: _Change, quotas: list[QuotaRow]) -> QuotaRow:
-    change.known(("quota", "department", "flavor", "begins_at", "ends_at", "rrule", "duration_minutes", "limit_delta",
-                  "guarantee_delta"))
+def _window(change: _Change, quotas: list[QuotaRow], window_id: int) -> tuple[QuotaRow, WindowRule | None]:
+    change.known(("quota", "department", "flavor", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
+                  "limit_delta", "guarantee_delta"))
     row = _quota(change, quotas)
     if change.amount("limit_delta", signed=True) is None and change.amount("guarantee_delta", signed=True) is None:
         raise change.fail("limit_delta", "give limit_delta and/or guarantee_delta")
     begins = change.moment("begins_at")
     if begins is None:
         raise change.fail("begins_at", "required")
-    if change.text("rrule") is not None:
+    ends = change.moment("ends_at")
+    rrule = change.text("rrule")
+    if rrule is not None:
         if change.integer("duration_minutes", low=1, high=NOTICE_MAX) is None:
             raise change.fail("duration_minutes", "required for a recurring window")
-    else:
-        ends = change.moment("ends_at")
-        if ends is None or ends <= begins:
-            raise change.fail("ends_at", "required, after begins_at (or give rrule and duration_minutes)")
-    return row
+        zone = change.text("timezone") or "UTC"
+        try:
+            parse_rrule(rrule, zone=zone, begins_at=begins)
+        except (ValueError, KeyError) as error:
+            raise change.fail("rrule", f"cannot be read in time zone {zone!r}: {error}") from None
+    elif ends is None or ends <= begins:
+        raise change.fail("ends_at", "required, after begins_at (or give rrule and duration_minutes)")
+    if ends is not None and ends <= begins:
+        raise change.fail("ends_at", "must be after begins_at")
+    return row, proposed_window(change.data, row=row, quotas=quotas, window_id=window_id, begins=begins, ends=ends)
 
 
-def _idle(change: _Change) -> str | None:
+def _idle(change: _Change, departments: frozenset[str] | None) -> str | None:
     change.known(("department", "threshold", "window_minutes", "action"))
+    department = change.text("department")
+    if department is not None and departments is not None and department not in departments:
+        raise change.fail("department", f"no department {department!r}")
     threshold = change.amount("threshold")
     if threshold is None or threshold > 1:
         raise change.fail("threshold", "required, a fraction from 0 to 1")
@@ -191,7 +205,7 @@ def _idle(change: _Change) -> str | None:
         raise change.fail("window_minutes", "required, from 5 to 10080")
     if change.text("action") not in IDLE_ACTIONS:
         raise change.fail("action", f"must be one of {', '.join(IDLE_ACTIONS)}")
-    return change.text("department")
+    return department
 
 
 def _check_scope(change: _Change, scope: Scope, department: str | None, *, key: str) -> None:
@@ -201,15 +215,18 @@ def _check_scope(change: _Change, scope: Scope, department: str | None, *, key: 
         raise change.fail(key, "outside the departments you administer" if department else "only platform admins may change this")
 
 
-def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[PriorityClass], scope: Scope) -> Proposal:
-    """The changes checked and applied to ``quotas`` and ``classes`` (copies)."""
+def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[PriorityClass], scope: Scope,
+                      departments: frozenset[str] | None = None) -> Proposal:
+    """The changes checked and applied to ``quotas`` and ``classes`` (copies); ``departments``: the
+    names an idle policy may name (None: any)."""
     if not isinstance(changes, list) or not changes:
         raise FieldError("changes", "required, a non-empty list of changes")
     if len(changes) > MAX_CHANGES:
         raise FieldError("changes", f"at most {MAX_CHANGES} changes")
     quotas, classes = list(quotas), list(classes)
     touched: set[str] = set()
-    not_replayed: list[str] = []
+    windows: list[WindowRule] = []
+    idle: list[IdleRule] = []
     for index, data in enumerate(changes):
         change = _Change(index, data)
         kind = change.data.get("kind")
@@ -227,16 +244,16 @@ def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[Pri
             updated = _class(change, classes)
             classes = [updated if c.name == updated.name else c for c in classes]
         elif kind == "window":
-            row = _window(change, quotas)
+            row, window = _window(change, quotas, PROPOSED_IDS + index)
             _check_scope(change, scope, row.department, key="quota" if "quota" in change.data else "department")
             touched.add(row.department)
+            windows += [window] if window is not None else []
         else:
-            department = _idle(change)
+            department = _idle(change, departments)
             _check_scope(change, scope, department, key="department")
             touched.update({department} if department else set())
-        if kind not in REPLAYED:
-            not_replayed.append(change.where)
-    return Proposal(changes, quotas, classes, frozenset(touched), not_replayed)
+            idle.append(proposed_idle(change.data, PROPOSED_IDS + index))
+    return Proposal(changes, quotas, classes, frozenset(touched), windows, idle)
 
 
 def _signed(value: Any) -> str:

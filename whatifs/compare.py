@@ -79,6 +79,8 @@ def _side(outcome: Outcome) -> tuple[dict[str, Any], dict[str, dict[str, float]]
     metrics = measure(outcome)
     per_department = {share.name: _figures(share) for share in metrics.departments}
     summary = {"total": _figures(metrics.total), "jain": round(metrics.jain, 4), "wall_s": round(outcome.wall_s, 3),
+               "idle_warnings": metrics.idle_warnings, "idle_reclaims": metrics.idle_reclaims,
+               "window_edges": metrics.window_edges,
                "series": allocation_series(outcome), "waits": wait_histogram(outcome)}
     return summary, per_department
 

@@ -27,10 +27,12 @@ from twin.errors import TwinInputError
 from twin.workload import Job, jobs_read
 from whatifs.changes import Proposal, Scope, proposal_validate
 from whatifs.compare import Demand, comparison_run
+from whatifs.live_rules import live_idle_rules, live_windows, policy_with_live_rules
 from whatifs.models import HISTORY_DAYS_MAX, WhatIf, WhatIfState, WorkloadSource
 from whatifs.sources import (
     class_rows,
     department_names,
+    department_parents,
     flavor_shapes,
     history_workload,
     inventory_nodes,
@@ -114,7 +116,8 @@ def what_if_create(*, actor: User, changes: Any, department_id: int | None = Non
                    title: str = "") -> WhatIf:
     """Ask for a what-if: checked now (a 400 naming the field), run by a worker after commit."""
     scope, department = what_if_scope(user=actor, department_id=department_id)
-    proposal = proposal_validate(changes=changes, quotas=quota_rows(), classes=class_rows(), scope=scope)
+    proposal = proposal_validate(changes=changes, quotas=quota_rows(), classes=class_rows(), scope=scope,
+                                 departments=frozenset(department_names()))
     _source(history_days, workload, workload_format)
     with transaction.atomic():
         what_if = WhatIf.objects.create(
@@ -154,7 +157,8 @@ def _demand(what_if: WhatIf) -> list[Job]:
 
 
 def _proposal(what_if: WhatIf) -> Proposal:
-    return proposal_validate(changes=what_if.changes, quotas=quota_rows(), classes=class_rows(), scope=Scope(True, frozenset()))
+    return proposal_validate(changes=what_if.changes, quotas=quota_rows(), classes=class_rows(), scope=Scope(True, frozenset()),
+                             departments=frozenset(department_names()))
 
 
 def _may_move(what_if: WhatIf, to: str) -> bool:
@@ -208,20 +212,33 @@ def what_if_run(*, what_if_id: int) -> WhatIf | None:
                  finished_at=clock_now())
 
 
+def _replay_start(what_if: WhatIf, jobs: list[Job]) -> datetime.datetime:
+    """The moment the replay's time 0 stands for: the history's window's start; a file's requests
+    are read as starting now (its proposed windows then count from now)."""
+    if what_if.source == WorkloadSource.HISTORY:
+        return (what_if.history_until or clock_now()) - datetime.timedelta(days=what_if.history_days or 1)
+    return what_if.created_at
+
+
 def _compare(what_if: WhatIf) -> dict[str, Any]:
     jobs = _demand(what_if)
     nodes = inventory_nodes()
     if not nodes:
         raise ValueError("the inventory has no schedulable node with GPUs")
     departments, quotas, classes, flavors = department_names(), quota_rows(), class_rows(), flavor_shapes()
-    current = policy_build(departments=departments, quotas=quotas, classes=classes, flavors=flavors)
+    parents = department_parents()
+    start, windows, idle = _replay_start(what_if, jobs), live_windows(quotas), live_idle_rules()
+    current = policy_with_live_rules(
+        policy_build(departments=departments, quotas=quotas, classes=classes, flavors=flavors, parents=parents),
+        start=start, windows=windows, idle=idle)
     proposal = _proposal(what_if)
-    proposed = policy_build(departments=departments, quotas=proposal.quotas, classes=proposal.classes, flavors=flavors)
+    proposed = policy_with_live_rules(
+        policy_build(departments=departments, quotas=proposal.quotas, classes=proposal.classes, flavors=flavors,
+                     parents=parents),
+        start=start, windows=windows + proposal.windows, idle=idle + proposal.idle)
 
     def progress(percent: int) -> None:
         WhatIf.objects.filter(pk=what_if.pk, state=WhatIfState.RUNNING).update(progress=percent)
 
     horizon = 86400.0 * what_if.history_days if what_if.source == WorkloadSource.HISTORY and what_if.history_days else None
-    result = comparison_run(Demand(jobs, nodes, horizon), current, proposed, progress=progress)
-    result["not_replayed"] = proposal.not_replayed
-    return result
+    return comparison_run(Demand(jobs, nodes, horizon), current, proposed, progress=progress)

@@ -22,6 +22,7 @@ The history of a window ``[now - days, now)``:
 from __future__ import annotations
 
 import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -94,20 +95,45 @@ def class_rows() -> list[TwinClass]:
             for pc in PriorityClass.objects.order_by("-value", "name")]
 
 
+UNBOUNDED = Decimal(1_000_000)  # the limit of a department the portal checks no quota at
+
+
+def _unchecked(name: str, parents: Mapping[str, str | None], with_quota: set[str]) -> bool:
+    """Whether the portal checks no quota at a department without one of its own: one with
+    sub-departments, or one below a department with a quota (only the chain's quotas are checked);
+    a leaf with no quota on its chain is refused (limit 0)."""
+    if name in parents.values():
+        return True
+    current = parents.get(name)
+    while current is not None:
+        if current in with_quota:
+            return True
+        current = parents.get(current)
+    return False
+
+
 def policy_build(*, departments: list[str], quotas: list[QuotaRow], classes: list[TwinClass],
-                 flavors: dict[str, Shape]) -> Policy:
-    """The twin's flat policy: each department's quota in GPU-equivalents, or, where it has none,
-    the sum of its flavors' quotas in GPU-equivalents (a department with neither: 0)."""
+                 flavors: dict[str, Shape], parents: Mapping[str, str | None] | None = None) -> Policy:
+    """The twin's policy: each department's quota in GPU-equivalents, or, where it has none, the
+    sum of its flavors' quotas in GPU-equivalents; a department with neither is not limited where
+    the portal checks nothing at it (``_unchecked``), else limited to 0. ``parents``: each
+    department's parent (its quota binds it too; none: a flat policy)."""
+    parents = parents or {}
+    with_quota = {row.department for row in quotas}
     built = []
     for name in departments:
         own = [row for row in quotas if row.department == name]
         total = next((row for row in own if row.flavor is None), None)
         if total is not None:
             guarantee, limit = total.guarantee, total.limit
+        elif not own and _unchecked(name, parents, with_quota):
+            guarantee, limit = Decimal(0), UNBOUNDED
         else:
             guarantee = sum((row.guarantee * row.equivalents for row in own), Decimal(0))
             limit = sum((row.limit * row.equivalents for row in own), Decimal(0))
-        built.append(TwinDepartment(name, guarantee, max(limit, guarantee)))
+        parent = parents.get(name)
+        built.append(TwinDepartment(name, guarantee, max(limit, guarantee),
+                                    parent=parent if parent in departments else None))
     return Policy(tuple(built), {c.name: c for c in classes}, flavors)
 
 
@@ -115,10 +141,16 @@ def department_names() -> list[str]:
     return list(Department.objects.order_by("slug").values_list("slug", flat=True))
 
 
+def department_parents() -> dict[str, str | None]:
+    """Each department's parent, by slug (the portal's tree)."""
+    return dict(Department.objects.values_list("slug", "parent__slug"))
+
+
 def live_policy() -> Policy:
-    """The quotas and priority classes in force, as the twin's policy."""
+    """The quotas and priority classes in force, as the twin's policy (its departments nested as
+    the portal's are)."""
     return policy_build(departments=department_names(), quotas=quota_rows(), classes=class_rows(),
-                        flavors=flavor_shapes())
+                        flavors=flavor_shapes(), parents=department_parents())
 
 
 def _busy_by_allocation(ids: list[int]) -> dict[int, float]:

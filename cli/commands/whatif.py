@@ -108,7 +108,7 @@ def emit_result(what_if: dict[str, Any], fmt: str) -> None:
                f"the portal's rules now against the proposed ones")
     click.echo(table(figure_rows(what_if), FIGURE_COLUMNS))
     if result.get("not_replayed"):
-        click.echo(f"not replayed (no windows or idle policies in the replay yet): {', '.join(result['not_replayed'])}")
+        click.echo(f"not replayed (run before the replay had windows and idle policies): {', '.join(result['not_replayed'])}")
 
 
 def _changes(options: dict[str, Any], changes: str | None) -> list[dict[str, Any]]:

@@ -3,10 +3,15 @@ department; the quota window's form offers "what would this have done last month
 
 from __future__ import annotations
 
+import datetime
+import html
+import json
+import re
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from allocations.models import Quota
 from tests.conftest import World
@@ -60,6 +65,18 @@ def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: 
     calendar = client.get(f"/calendar/{world.nlp.pk}/").content.decode()
     assert 'id="window-what-if"' in calendar and 'formaction="/what-ifs/"' in calendar
     quota = Quota.objects.get(department=world.nlp, flavor=None)
-    prefilled = client.get("/what-ifs/", {"window_quota": str(quota.pk), "window_limit_delta": "4"}).content.decode()
-    assert f'<option value="{quota.pk}" selected>' in prefilled
-    assert 'name="history_days" value="30"' in prefilled and 'name="limit_delta" value="4"' in prefilled
+    begins = (timezone.now() + datetime.timedelta(days=10)).replace(second=0, microsecond=0)
+    window = {"quota": str(quota.pk), "kind": "temporary", "timezone": "UTC", "limit_delta": "4",
+              "begins_at": f"{begins:%Y-%m-%dT%H:%M}", "ends_at": f"{begins + datetime.timedelta(days=2):%Y-%m-%dT%H:%M}"}
+    prefilled = client.get("/what-ifs/", window).content.decode()
+    assert f'<option value="{quota.pk}" selected>' in prefilled and 'name="history_days" value="30"' in prefilled
+    field = re.search(r'<textarea name="changes_json"[^>]*>([^<]*)</textarea>', prefilled)
+    assert field is not None
+    (change,) = json.loads(html.unescape(field.group(1)))
+    moved = datetime.datetime.fromisoformat(change["begins_at"])
+    assert change["kind"] == "window" and change["limit_delta"] == "4" and change["quota"] == quota.pk
+    assert (begins - moved) % datetime.timedelta(weeks=1) == datetime.timedelta(0)  # same weekday and hour
+    assert timezone.now() - datetime.timedelta(days=30) <= moved < timezone.now()  # within the replayed month
+    assert datetime.datetime.fromisoformat(change["ends_at"]) - moved == datetime.timedelta(days=2)
+    answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 30, "changes_json": html.unescape(field.group(1))})
+    assert answer.status_code == 302 and WhatIf.objects.get().changes == [change]

@@ -121,6 +121,30 @@ def test_a_bad_policy_entry_names_the_entry_and_the_key(bad: str, where: str, ke
         policy_read(POLICY.replace("notice_minutes: 5", "preemption: Sometimes"))
 
 
+@pytest.mark.parametrize(("departments", "where", "message"), [
+    ("  - {name: nlp, guarantee: 10, parent: acme}\n  - {name: vision, guarantee: 6}", "departments[0]",
+     "no department 'acme'"),
+    ("  - {name: nlp, guarantee: 10, parent: nlp}\n  - {name: vision, guarantee: 6}", "departments[0]",
+     "a cycle: nlp → nlp"),
+    ("  - {name: nlp, guarantee: 10, parent: vision}\n  - {name: vision, guarantee: 6, parent: nlp}", "departments[0]",
+     "a cycle: nlp → vision → nlp"),
+])
+def test_a_parent_names_another_department_without_a_cycle(departments: str, where: str, message: str) -> None:
+    text = POLICY.replace("  - {name: nlp, guarantee: 10, limit: 40}\n  - {name: vision, guarantee: 6}", departments)
+    with pytest.raises(TwinInputError) as caught:
+        policy_read(text, source="p.yaml")
+    assert (caught.value.line, caught.value.field) == (where, "parent") and message in str(caught.value)
+
+
+def test_nested_departments_read_and_write_back_and_guarantees_are_not_counted_twice() -> None:
+    text = POLICY.replace("  - {name: vision, guarantee: 6}",
+                          "  - {name: vision, guarantee: 6, parent: acme}\n  - {name: acme, guarantee: 4, limit: 12}")
+    policy = policy_read(text)
+    assert policy.department("vision").parent == "acme" and policy.department("nlp").parent is None
+    assert policy_read(policy_write(policy)) == policy
+    assert policy.guaranteed == 10 + 6  # acme's 4 lies within vision's 6
+
+
 def test_a_request_naming_an_unknown_department_or_class_is_refused_with_its_line() -> None:
     policy = policy_read(POLICY)
     jobs = jobs_read(lines(BASE, {**BASE, "priority_class": "gold"}))

@@ -127,3 +127,15 @@ def test_the_sustainable_load_is_bracketed_then_bisected() -> None:
     pool = sustainable_load(tiny(), NODES, RULES, "pool", steps=1, target_s=60.0)
     assert pool.multiplier == 0.25
     assert [m for m, _ in pool.tried] == [1.0, 0.5, 0.25, 2 ** -1.5]
+
+
+def test_a_parent_limit_binds_its_children_together() -> None:
+    """a and b under p (limit 1): the second request waits for the first although each child is
+    within its own limit; flat, both start at once."""
+    nested = Policy((Department("p", Decimal(0), Decimal(1)), Department("a", Decimal(0), Decimal(2), parent="p"),
+                     Department("b", Decimal(0), Decimal(2), parent="p")), RULES.classes)
+    jobs = [job for job in tiny() if job.line != 2]  # a at 0, b at 10, one GPU each
+    for policy, b_starts in ((nested, 100.0), (RULES, 10.0)):
+        for mode in ("full", "borrow"):
+            outcome = replay(jobs, NODES, policy, mode, horizon=200.0, drain_s=100.0)
+            assert [record.first_start for record in outcome.records] == [0.0, b_starts], (mode, policy)

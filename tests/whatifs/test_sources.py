@@ -18,7 +18,7 @@ from tests.whatifs.history import HOUR, asked, over_nlp_limit, ran
 from twin.clusters import nodes_load
 from twin.policy import policy_load
 from twin.workload import workload_load
-from whatifs.sources import DEFAULT_BUSY, history_workload, inventory_nodes, live_policy
+from whatifs.sources import DEFAULT_BUSY, UNBOUNDED, history_workload, inventory_nodes, live_policy
 
 pytestmark = pytest.mark.django_db
 
@@ -58,7 +58,9 @@ def test_the_live_policy_counts_gpu_equivalents_and_the_inventory_its_gpus(world
     policy = live_policy()
     assert policy.department("nlp").guarantee == 4 and policy.department("nlp").limit == 10
     assert policy.department("vision").limit == 8  # its h100 quota: 8 whole GPUs
-    assert policy.department("nlp-speech").limit == 0  # no quota of its own
+    speech = policy.department("nlp-speech")  # no quota of its own: only nlp's and acme's are checked
+    assert speech.parent == "nlp" and speech.limit == UNBOUNDED and policy.department("nlp").parent == "acme"
+    assert policy.department("acme").parent is None and policy.department("acme").limit == 16
     assert set(policy.classes) == {"gpu-standard", "gpu-preemptible"}
     assert policy.flavors["a100-1g"].gpu_milli == 143 and policy.flavors["a100"].gpu_milli == 1000
     nodes = inventory_nodes()

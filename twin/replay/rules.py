@@ -75,6 +75,15 @@ class IdleWatch:
         self.departments = {d.name: k for k, d in enumerate(policy.departments, start=1)}
         self.classes = {name: k for k, name in enumerate(policy.classes, start=1)}
         self.rules = {rule.policy_id: rule for rule in policy.idle_policies}
+        parents = {d.name: d.parent for d in policy.departments}
+        self.chains: dict[str, list[int]] = {}  # a department and its ancestors, nearest first (a policy's subtree)
+        for name in self.departments:
+            chain: list[int] = []
+            current: str | None = name
+            while current is not None:
+                chain.append(self.departments[current])
+                current = parents[current]
+            self.chains[name] = chain
         self.scopes = [PolicyScope(rule.policy_id, self.departments.get(rule.department or ""), None,
                                    self.classes.get(rule.priority_class or "")) for rule in policy.idle_policies]
 
@@ -86,7 +95,7 @@ class IdleWatch:
         fraction in every bucket), and when it acts; None if it is never warned."""
         if not self.scopes:
             return None
-        chosen = policy_for(self.scopes, chain=[self.departments[job.department]], cluster_id=None,
+        chosen = policy_for(self.scopes, chain=self.chains[job.department], cluster_id=None,
                             priority_class_id=self.classes[job.priority_class])
         if chosen is None:
             return None

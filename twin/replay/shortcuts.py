@@ -64,7 +64,10 @@ def _fits(cluster: Cluster, request: Request, free: NDArray[np.int64]) -> bool:
 
 def _over(tree: algebra.Tree, held: dict[tuple[int, algebra.Scope], Decimal], ask: algebra.Ask) -> tuple[set[int], bool]:
     """The departments whose grants ``room_facts`` could name, and whether all grants (the
-    organisation beyond its limit)."""
+    organisation beyond its limit). With nested departments, all grants: the facts below read
+    each department's own holding against its own quota, not its subtree's."""
+    if any(parent not in (ROOT, None) for parent in tree.parents.values()):
+        return set(), True
     limits = tree.limits
     everything = sum(held.values(), Decimal(0)) > limits[(ROOT, None)].beyond
     over = {department for (department, scope), amount in held.items() if amount > limits[(department, scope)].beyond}

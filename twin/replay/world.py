@@ -1,9 +1,10 @@
 """What a replay holds at one instant, and the portal's pure rules asked about it.
 
 The quota tree is built as ``allocations.admission.planning`` builds it, from memory instead of
-the database: an organisation (id 0) whose quota is the installed GPU-equivalents, and one child
-per department (ids 1..n) with its guarantee and limit, all in the GPU-equivalents scope
-(``None``). Grants are ``algebra.Grant`` with the units a reclaim already takes as ``leaving``.
+the database: an organisation (id 0) whose quota is the installed GPU-equivalents, and under it
+the departments (ids 1..n) with their guarantees and limits, each below its ``parent`` (none: the
+organisation), all in the GPU-equivalents scope (``None``): the algebra then checks every quota on
+a request's chain, a parent's counting what its children hold (or their unlent guarantees). Grants are ``algebra.Grant`` with the units a reclaim already takes as ``leaving``.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ ZERO = Decimal(0)
 def quota_tree(policy: Policy, installed: Decimal) -> algebra.Tree:
     parents: dict[int, int | None] = {ROOT: None}
     limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {(ROOT, None): algebra.Limit(ROOT, None, installed, installed)}
+    index_of = {d.name: k for k, d in enumerate(policy.departments, start=1)}
     for index, department in enumerate(policy.departments, start=1):
-        parents[index] = ROOT
+        parents[index] = index_of[department.parent] if department.parent is not None else ROOT
         limits[(index, None)] = algebra.Limit(index, None, department.guarantee, department.limit)
     return algebra.Tree(parents=parents, limits=limits)
 
@@ -39,6 +41,7 @@ class World:
         self.installed = sum(len(node.gpus) for node in nodes)
         self.tree = quota_tree(policy, Decimal(self.installed))
         self.index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
+        self.nested = any(d.parent is not None for d in policy.departments)  # a parent's quota binds its children
         self.holdings: dict[int, Holding] = {}
         self.held: dict[tuple[int, algebra.Scope], Decimal] = {(k, None): ZERO for k in self.index.values()}
         self.native = dict.fromkeys(self.index.values(), 0.0)  # GPU-equivalents the requests themselves ask
@@ -116,6 +119,8 @@ class World:
         """Whether the victim choice could find anything for ``ask`` (a cheap necessary condition
         of its facts): a department beyond its limit, a lower priority to preempt in its own
         department, or, for a request within its guarantee, another department beyond its own."""
+        if self.nested:
+            return True  # the facts below read each department's own holding against its own quota
         limits = self.tree.limits
         if any(held > limits[key].limit for key, held in self.held.items()):
             return True
