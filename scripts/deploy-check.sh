@@ -150,6 +150,13 @@ refused_binding() {  # what it tries, then the YAML on stdin
   grep -qi forbidden "$work/bind.log" || { cat "$work/bind.log"; fail "$1: refused, but not as forbidden"; }
   echo "   refused: $1 ($(grep -oi -m1 'the GPU portal may only [a-z ]*\|cannot [a-z ]*' "$work/bind.log" | head -1))"
 }
+# The admission policy applied a moment ago is enforced once the API server has compiled it (a few
+# seconds on a loaded machine): wait until a dry run is refused, then check the real request.
+for _ in $(seq 1 30); do
+  evictor_binding kube-system ServiceAccount "$sa_name" "$sa_namespace" \
+    | "$KUBECTL" apply --server-side --dry-run=server --field-manager=gpuportal -f - --as="$as" >/dev/null 2>&1 || break
+  sleep 1
+done
 evictor_binding kube-system ServiceAccount "$sa_name" "$sa_namespace" | refused_binding "bind gpuportal-evictor in kube-system"
 evictor_binding dc-tenant ServiceAccount default "$sa_namespace" | refused_binding "bind gpuportal-evictor to another ServiceAccount"
 can yes patch validatingadmissionpolicies/gpuportal-tenant-pools
