@@ -127,7 +127,7 @@ class World:
         if self._grants[0] != self._version:
             self._grants = (self._version, [
                 algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
+                              priority=h.priority, age=h.age or h.gid, takeable=not h.leaving, units=len(h.units),
                               leaving=h.leaving)
                 for h in self.holdings.values()
             ])

@@ -1,0 +1,159 @@
+"""The twin's decisions made again by the portal's services, one after another at the same virtual
+instants (docs/twin.md, "Fidelity"), each compared with what the twin decided.
+
+For each line of the twin's log (``twin.replay.decisions``): ``submit`` asks
+``allocation_request`` (the workload line's flavor, quantity, class and start; a request the twin
+sent back after a reclaim asks for the units it lost, from now); ``start``, ``reclaim`` and
+``refused`` ask ``allocation_approve`` of a platform admin, and compare: admitted or refused and
+why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each unit was
+booked (the live reservations: node, GPU indices, thousandths), whether it starts now or waits
+for victims, and which grants a reclaim takes and how many units of each; ``end`` asks
+``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and ``begin`` run
+the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose notice ran out
+finish, the grants they made room for start) and compare the states it leaves.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+from django.conf import settings
+
+from allocations.grants import services
+from allocations.models import Allocation, AllocationState, Reservation
+from allocations.tasks import allocations_timeline_task
+from audit import actions
+from audit.models import AuditEvent
+from kernel.clock import clock_set
+from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from tests.twin.fidelity.world import PortalWorld
+from twin.replay.decisions import BEGIN, END, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.workload import Job
+
+EPOCH = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
+SLACK = datetime.timedelta(days=3)
+"""Added to a request's period: a run that waited still ends at its runtime (a release), never at
+an expiry the twin does not have."""
+
+
+@dataclass
+class Comparison:
+    compared: dict[str, int] = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+
+    def count(self, kind: str) -> None:
+        self.compared[kind] = self.compared.get(kind, 0) + 1
+
+
+class PortalReplay:
+    def __init__(self, world: PortalWorld, jobs: list[Job]) -> None:
+        self.world = world
+        self.jobs = {job.line: job for job in jobs}
+        self.allocations: dict[int, int] = {}  # piece -> allocation id
+        self.pieces: dict[int, int] = {}  # allocation id -> piece
+        self.result = Comparison()
+        self._ticked: float | None = None
+        self._seen: set[int] = set()  # workload lines asked for once already
+        self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
+
+    def run(self, log: list[Decision]) -> Comparison:
+        handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
+                    END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
+        for decision in log:
+            clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
+            try:
+                handlers[decision.kind](decision)
+            except ApplicationError as error:
+                self._differ(decision, f"the portal refused the step: {error.message}")
+            if self.result.differences:
+                break  # past the first difference the two replays no longer hold the same grants
+        return self.result
+
+    def _differ(self, decision: Decision, text: str) -> None:
+        self.result.differences.append(
+            f"t={decision.at:.0f}s line {decision.line} (request {decision.piece}) {decision.kind}: {text}")
+
+    def _submit(self, decision: Decision) -> None:
+        job, world = self.jobs[decision.line], self.world
+        now = EPOCH + datetime.timedelta(seconds=decision.at)
+        first = job.line not in self._seen
+        starts = EPOCH + datetime.timedelta(seconds=job.starts_at) if first and job.starts_at is not None else None
+        longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
+        period = min(datetime.timedelta(seconds=job.requested_s) + SLACK, longest)
+        assert job.flavor is not None
+        allocation = services.allocation_request(
+            actor=world.requesters[job.department], project=world.projects[job.department],
+            flavor=world.flavors[job.flavor], quantity=decision.quantity, priority_class=world.classes[job.priority_class],
+            starts_at=starts, ends_at=(starts or now) + period, justification=f"workload line {job.line}",
+        )
+        self.allocations[decision.piece] = allocation.pk
+        self.pieces[allocation.pk] = decision.piece
+        self.notice_s[decision.piece] = world.classes[job.priority_class].notice * 60
+        self._seen.add(job.line)
+        self.result.count(SUBMIT)
+
+    def _decide(self, decision: Decision) -> None:
+        allocation_id = self.allocations[decision.piece]
+        self.result.count(decision.kind)
+        state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
+        if state != AllocationState.PENDING:
+            return self._differ(decision, f"the twin tries it; the portal decided it already ({state})")
+        try:
+            services.allocation_approve(actor=self.world.decider, allocation_id=allocation_id, comment="fidelity")
+        except QuotaExceeded as refusal:
+            return self._refused(decision, "quota", refusal.message)
+        except CapacityExceeded as refusal:
+            return self._refused(decision, "capacity", refusal.message)
+        if decision.kind == REFUSED:
+            return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it")
+        state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
+        waits = decision.kind == RECLAIM and any(self.notice_s[victim] for victim, _ in decision.victims)
+        expected = AllocationState.SCHEDULED if waits else AllocationState.APPROVED
+        if state != expected:
+            self._differ(decision, f"the portal left it {state}, the twin {expected}")
+        units = self._units(allocation_id)
+        if units != decision.units:
+            self._differ(decision, f"placed on {_words(units)} by the portal, on {_words(decision.units)} by the twin")
+        victims = self._victims(allocation_id)
+        if victims != tuple(sorted(decision.victims)):
+            self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
+                                   "by the twin")
+        return None
+
+    def _refused(self, decision: Decision, reason: str, message: str) -> None:
+        if decision.kind != REFUSED:
+            self._differ(decision, f"the twin admitted it ({decision.kind}); the portal refused it: {message}")
+        elif decision.reason != reason:
+            self._differ(decision, f"refused for {reason} by the portal ({message}), for {decision.reason} by the twin")
+
+    def _units(self, allocation_id: int) -> tuple[Unit, ...]:
+        rows = Reservation.objects.filter(allocation_id=allocation_id, released_at=None).order_by("unit")
+        return tuple(Unit(row.node.name, tuple(row.gpu_indices), row.gpu_milli) for row in rows.select_related("node"))
+
+    def _victims(self, allocation_id: int) -> tuple[tuple[int, int], ...]:
+        """What the approval's audit event says it reclaimed: (request, units) of each grant."""
+        details = AuditEvent.objects.filter(action=actions.ALLOCATION_APPROVED.code, target_id=str(allocation_id)).get().details
+        return tuple(sorted((self.pieces[int(v["allocation"])], int(v["units"])) for v in details.get("reclaimed", [])))
+
+    def _end(self, decision: Decision) -> None:
+        job = self.jobs[decision.line]
+        services.allocation_release(actor=self.world.requesters[job.department],
+                                    allocation_id=self.allocations[decision.piece])
+        self.result.count(END)
+
+    def _timeline(self, decision: Decision) -> None:
+        if self._ticked != decision.at:
+            allocations_timeline_task()
+            self._ticked = decision.at
+        self.result.count(decision.kind)
+        allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
+        if decision.kind == BEGIN and allocation.state != AllocationState.APPROVED:
+            self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
+        if decision.kind == LEAVE and allocation.state in (AllocationState.RECLAIMING, AllocationState.APPROVED) \
+                and allocation.reclaim_units:
+            self._differ(decision, f"the twin's reclaim ended; the portal's is {allocation.state}")
+
+
+def _words(units: tuple[Unit, ...]) -> str:
+    return ", ".join(f"{u.node}/gpu{'+'.join(map(str, u.gpus))}:{u.milli}" for u in units) or "nothing"
