@@ -8,28 +8,29 @@ its units, ``reclaim`` with its victims and the units booked where they were, or
 why), each run that ends (``end``) and each reclaimed grant leaving at the end of its notice
 (``leave``, then ``begin`` when the request it was taken for starts).
 
-A request (a *piece*: a workload line, or the units of it a reclaim sent back) is numbered in the
-order it was made, the order the portal gives its allocations their ids: victims of equal
-priority are ranked by that number (newest first), as admission ranks them by id. At one instant
-the requests made come first (workload lines by ``submit_at`` then line), then ends, leaves and
-tries in the replay's own order (``engine``: ends, then leaves, then arrivals, then one pass of
-the queue).
+A request (a *piece*: a workload line, or the units of it a reclaim sent back) waits in the
+replay's queue; each try is a request made and decided at that instant (the portal's services are
+asked so: ``tests/twin/fidelity``). Victims of equal priority rank by the order they were admitted
+(newest first), as admission ranks them by allocation id. At one instant: ends, leaves and tries
+in the replay's own order (``engine``: ends, then leaves, then arrivals, then one pass of the
+queue).
 
 The placement engine is fed the portal's workload (``placement.Workload.from_unit_weights``, as
 ``allocations.booking.reservations.placement_workload`` counts it): each flavor of the catalogue
-once, each unit of a request made and not ended (waiting, holding, or booked and waiting for its
-victims), and once more the flavor of the request being tried, with a fresh policy for each try,
-as each approval builds one.
+once, each unit admitted and not ended (holding, or booked and waiting for its victims), the units
+of the request tried (pending) and once more its flavor, with a fresh policy for each try, as each
+approval builds one.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 
 from allocations.quotas import algebra, victims
-from placement import Node, Placement, Workload, default_policy
+from placement import Node, Placement, Request, Workload, default_policy
 from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
@@ -38,6 +39,7 @@ from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
 from twin.replay.state import Holding
 from twin.workload import Job, Shape
 
+_GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
 SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
 
 
@@ -89,10 +91,18 @@ class DecidingReplay(Replay):
         self._kept: list[Job] = []  # the requests made, so that their ids stay theirs
         self._made = sorted(range(len(self.jobs)), key=lambda k: (self.jobs[k].submit_at, self.jobs[k].line))
         self._next_made = 0
-        self._open: dict[int, Job] = {}  # requests made and not ended
+        self._open: dict[int, Job] = {}  # requests admitted and not ended (holding, or waiting for victims)
+        self._admitted: dict[int, int] = {}  # piece -> the order it was admitted in
         self._catalogue = {unit_key(shape): 1.0 for shape in policy.flavors.values()}
         self._in_promise = False
         self._promised: dict[int, algebra.Grant] = {}  # piece -> the grant it will be, while its victims leave
+        self._want: dict[_GpuKey, int] = {}  # GPU -> thousandths its leaving units hold
+        self._have: dict[_GpuKey, Placement] = {}  # GPU -> the overlay booked on it
+        self._models: dict[_GpuKey, frozenset[str]] = {}
+        pools = self.world.pools
+        self._pool_release = pools.release
+        pools.release = self._release_settling  # type: ignore[method-assign]
+        pools.apply = self._apply_making_room  # type: ignore[method-assign]
         self._world_grants = self.world.grants
         self.world.grants = self._grants  # type: ignore[method-assign]
 
@@ -101,7 +111,6 @@ class DecidingReplay(Replay):
         piece = len(self._kept) + 1
         self._kept.append(job)
         self.pieces[id(job)] = piece
-        self._open[piece] = job
         self.log.append(Decision(self.now, SUBMIT, piece, job.line, job.quantity))
         return piece
 
@@ -157,11 +166,14 @@ class DecidingReplay(Replay):
     # ---------------------------------------------------------------- decisions
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
         self._feed_workload(entry.job)
+        self._overlay_rebuild()
         outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
         job, piece = entry.job, self._piece(entry.job)
         if outcome is None:
             self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
             return False
+        self._open[piece] = job
+        self._admitted[piece] = len(self._admitted) + 1
         if isinstance(outcome, Start):
             self.log.append(Decision(self.now, START, piece, job.line, units=units_of(outcome.units, job.shape)))
             self._start(entry, outcome)
@@ -178,7 +190,7 @@ class DecidingReplay(Replay):
                                  victims=victims))
         promise_id = max(self.promises)
         if promise_id in self.promises:
-            self._promise_counts(entry, reclaim, +1)
+            self._promise_counts(entry, reclaim.per_unit, +1)
         self._leave_at_once(promise_id)
 
     def _leave_at_once(self, promise_id: int) -> None:
@@ -193,13 +205,13 @@ class DecidingReplay(Replay):
         for event in sorted(now):
             self._leave(event[3])
 
-    def _promise_counts(self, entry: _Entry, reclaim: Reclaim, sign: int) -> None:
+    def _promise_counts(self, entry: _Entry, unit: Decimal, sign: int) -> None:
         """A request booked where its victims were counts for quota from the reclaim on, as the
         portal's scheduled grant does (next to the victims, until their notice ends), and is never
         taken itself (``planning.reclaim_beneficiaries``)."""
         job, world = entry.job, self.world
         piece = self._piece(job)
-        amount = reclaim.per_unit * job.quantity
+        amount = unit * job.quantity
         world.held[(world.department(job), None)] += sign * amount
         world._version += 1
         if sign > 0:
@@ -214,13 +226,66 @@ class DecidingReplay(Replay):
 
     def _start(self, entry: _Entry, start: Start) -> None:
         if self._piece(entry.job) in self._promised:
-            self._promise_counts(entry, Reclaim((), start.units[0].request if start.units else None, start.per_unit,
-                                                start.pool), -1)  # type: ignore[arg-type]
+            self._promise_counts(entry, start.per_unit, -1)
         super()._start(entry, start)
         holding: Holding = self.world.holdings[max(self.world.holdings)]
-        holding.age = self._piece(entry.job)  # victims rank by the order requests were made, as ids do
+        holding.age = self._admitted[self._piece(entry.job)]  # victims rank by admission, as ids do
         if self._in_promise:
             self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
+
+    def _overlay_rebuild(self) -> None:
+        """The units a reclaim takes stay on their GPUs for everyone else until their notice ends
+        (the victim still runs there), next to the units booked for the request they were taken
+        for: the portal's picture of a GPU holds every live booking over the request's interval,
+        at most the whole GPU (``allocations.booking.view``). The replay takes them off the GPUs
+        at once; here they are put back on top (an *overlay*, one booking per GPU), each GPU filled
+        at most to the whole, and the overlay follows every unit that leaves or comes back to a GPU
+        while the try goes on (the victim choice's cuts)."""
+        want: dict[_GpuKey, int] = {}
+        for holding in self.world.holdings.values():
+            for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving else ():
+                for gpu in unit.gpu_indices:
+                    key = (holding.pool, unit.node, gpu)
+                    want[key] = want.get(key, 0) + unit.request.gpu_milli
+                    self._models[key] = unit.request.allowed_models
+        keys = set(want) | set(self._want)
+        self._want = want
+        for key in keys:
+            self._settle(key)
+
+    def _settle(self, key: _GpuKey) -> None:
+        """The overlay on one GPU: what leaves from it, at most what is free."""
+        pool, node, gpu = key
+        cluster = self.world.pools.clusters[pool]
+        booked = self._have.pop(key, None)
+        if booked is not None:
+            cluster.release(booked)
+        free = int(cluster.gpu_free[cluster.index[node], cluster._slot[cluster.index[node]][gpu]])
+        milli = min(self._want.get(key, 0), free)
+        if milli > 0:
+            booked = Placement(Request(0, 0, 1, milli, None, self._models.get(key, frozenset())), node, (gpu,))
+            cluster.apply(booked)
+            self._have[key] = booked
+
+    def _keys(self, pool: int, units: Iterable[Placement]) -> list[_GpuKey]:
+        return [(pool, unit.node, gpu) for unit in units for gpu in unit.gpu_indices]
+
+    def _release_settling(self, pool: int, units: Iterable[Placement]) -> None:
+        units = list(units)
+        self._pool_release(pool, units)
+        for key in self._keys(pool, units):
+            if key in self._want:
+                self._settle(key)
+
+    def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
+        cluster = self.world.pools.clusters[pool]
+        for unit in units:
+            keys = [key for key in self._keys(pool, [unit]) if key in self._have]
+            for key in keys:
+                cluster.release(self._have.pop(key))
+            cluster.apply(unit)
+            for key in keys:
+                self._settle(key)
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``
@@ -242,7 +307,7 @@ class DecidingReplay(Replay):
             key = unit_key(open_job.shape)
             weights[key] = weights.get(key, 0.0) + open_job.quantity
         key = unit_key(job.shape)
-        weights[key] = weights.get(key, 0.0) + 1.0
+        weights[key] = weights.get(key, 0.0) + job.quantity + 1.0
         workload = Workload.from_unit_weights(weights)
         pools = self.world.pools
         for index, cluster in enumerate(pools.clusters):

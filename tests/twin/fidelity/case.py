@@ -30,8 +30,8 @@ class Case:
     policy: Policy
 
 
-def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 4, shares: bool = True, classes: bool = True,
-                  scheduled: bool = True, hours: float = 48.0) -> Case:
+def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
+                  scheduled: bool = True, hours: float = 240.0) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs."""
     rng = random.Random(seed)
     cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]

@@ -18,8 +18,6 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
-from django.conf import settings
-
 from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
 from allocations.tasks import allocations_timeline_task
@@ -28,13 +26,15 @@ from audit.models import AuditEvent
 from kernel.clock import clock_set
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from tests.twin.fidelity.world import PortalWorld
-from twin.replay.decisions import BEGIN, END, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.replay.decisions import BEGIN, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.replay.decisions import END as RUN_END
 from twin.workload import Job
 
 EPOCH = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
-SLACK = datetime.timedelta(days=3)
-"""Added to a request's period: a run that waited still ends at its runtime (a release), never at
-an expiry the twin does not have."""
+END = EPOCH + datetime.timedelta(days=60)
+"""Where every request's period ends: one instant for all, after the replay, so that admission,
+which weighs each grant over its whole interval, sees at every instant of a request's interval
+the grants that hold when it is decided, as the twin does (a run ends by its release)."""
 
 
 @dataclass
@@ -54,12 +54,12 @@ class PortalReplay:
         self.pieces: dict[int, int] = {}  # allocation id -> piece
         self.result = Comparison()
         self._ticked: float | None = None
-        self._seen: set[int] = set()  # workload lines asked for once already
+        self.quantities: dict[int, int] = {}  # piece -> the units it asks
         self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
-                    END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
+                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
         for decision in log:
             clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
             try:
@@ -75,36 +75,33 @@ class PortalReplay:
             f"t={decision.at:.0f}s line {decision.line} (request {decision.piece}) {decision.kind}: {text}")
 
     def _submit(self, decision: Decision) -> None:
+        self.quantities[decision.piece] = decision.quantity
+        self.result.count(SUBMIT)
+
+    def _request(self, decision: Decision) -> int:
+        """The request made now, for the units the twin tries (its whole interval ends at END)."""
         job, world = self.jobs[decision.line], self.world
-        now = EPOCH + datetime.timedelta(seconds=decision.at)
-        first = job.line not in self._seen
-        starts = EPOCH + datetime.timedelta(seconds=job.starts_at) if first and job.starts_at is not None else None
-        longest = datetime.timedelta(days=settings.GPUPORTAL_MAX_ALLOCATION_DAYS)
-        period = min(datetime.timedelta(seconds=job.requested_s) + SLACK, longest)
         assert job.flavor is not None
         allocation = services.allocation_request(
             actor=world.requesters[job.department], project=world.projects[job.department],
-            flavor=world.flavors[job.flavor], quantity=decision.quantity, priority_class=world.classes[job.priority_class],
-            starts_at=starts, ends_at=(starts or now) + period, justification=f"workload line {job.line}",
+            flavor=world.flavors[job.flavor], quantity=self.quantities[decision.piece],
+            priority_class=world.classes[job.priority_class], starts_at=None, ends_at=END,
+            justification=f"workload line {job.line}",
         )
         self.allocations[decision.piece] = allocation.pk
         self.pieces[allocation.pk] = decision.piece
         self.notice_s[decision.piece] = world.classes[job.priority_class].notice * 60
-        self._seen.add(job.line)
-        self.result.count(SUBMIT)
+        return allocation.pk
 
     def _decide(self, decision: Decision) -> None:
-        allocation_id = self.allocations[decision.piece]
+        allocation_id = self._request(decision)
         self.result.count(decision.kind)
-        state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
-        if state != AllocationState.PENDING:
-            return self._differ(decision, f"the twin tries it; the portal decided it already ({state})")
         try:
             services.allocation_approve(actor=self.world.decider, allocation_id=allocation_id, comment="fidelity")
-        except QuotaExceeded as refusal:
-            return self._refused(decision, "quota", refusal.message)
-        except CapacityExceeded as refusal:
-            return self._refused(decision, "capacity", refusal.message)
+        except (QuotaExceeded, CapacityExceeded) as refusal:
+            self._withdraw(decision, allocation_id)
+            return self._refused(decision, "quota" if isinstance(refusal, QuotaExceeded) else "capacity",
+                                 refusal.message)
         if decision.kind == REFUSED:
             return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it")
         state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
@@ -120,6 +117,11 @@ class PortalReplay:
             self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
                                    "by the twin")
         return None
+
+    def _withdraw(self, decision: Decision, allocation_id: int) -> None:
+        """A refused request is withdrawn: the twin's waiting request is asked again at its next try."""
+        job = self.jobs[decision.line]
+        services.allocation_release(actor=self.world.requesters[job.department], allocation_id=allocation_id)
 
     def _refused(self, decision: Decision, reason: str, message: str) -> None:
         if decision.kind != REFUSED:
@@ -140,7 +142,7 @@ class PortalReplay:
         job = self.jobs[decision.line]
         services.allocation_release(actor=self.world.requesters[job.department],
                                     allocation_id=self.allocations[decision.piece])
-        self.result.count(END)
+        self.result.count(RUN_END)
 
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:
