@@ -20,6 +20,12 @@ The placement engine is fed the portal's workload (``placement.Workload.from_uni
 once, each unit admitted and not ended (holding, or booked and waiting for its victims), the units
 of the request tried (pending) and once more its flavor, with a fresh policy for each try, as each
 approval builds one.
+
+Where the plain replay simplifies, this one also takes the portal's rules (each method says which):
+a refusal's reason as admission words it (``_why``), a victim without notice gone within the
+decision (``_leave_at_once``), a request booked for after its victims' notice counted for quota
+from the reclaim on (``_promise_counts``), and the victims' units kept on their GPUs for everyone
+else until they leave (``_overlay_rebuild``).
 """
 
 from __future__ import annotations
@@ -184,12 +190,12 @@ class DecidingReplay(Replay):
     def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
         victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in reclaim.victims)
         super()._reclaim(entry, reclaim)
-        promise = self.promises[max(self.promises)]
+        promise_id = max(self.promises)  # the newest: promise ids only grow
+        promise = self.promises[promise_id]
         units = units_of(promise.start.units, entry.job.shape) if promise.start is not None else ()
         self.log.append(Decision(self.now, RECLAIM, self._piece(entry.job), entry.job.line, units=units,
                                  victims=victims))
-        promise_id = max(self.promises)
-        if promise_id in self.promises:
+        if promise.start is not None:
             self._promise_counts(entry, reclaim.per_unit, +1)
         self._leave_at_once(promise_id)
 
