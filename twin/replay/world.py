@@ -99,8 +99,9 @@ class World:
         if ask.preempts_lower and any(count > 0 and d == department and priority < ask.priority
                                       for (d, priority), count in self.classes_held.items()):
             return True
-        # Whether the request stays within its guarantee is the victim choice's own test (what it
-        # counts as held there is not the department's total): any department borrowing will do.
+        own = limits[(department, None)]
+        if self.held[(department, None)] + ask.amounts[None] > own.guaranteed:
+            return False
         return any(held > limits[key].guaranteed for key, held in self.held.items() if key[0] != department)
 
     def give_back(self, holding: Holding, units: int) -> list[Placement]:
