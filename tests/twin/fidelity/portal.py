@@ -1,16 +1,17 @@
 """The twin's decisions made again by the portal's services, one after another at the same virtual
 instants (docs/twin.md, "Fidelity"), each compared with what the twin decided.
 
-For each line of the twin's log (``twin.replay.decisions``): ``submit`` asks
-``allocation_request`` (the workload line's flavor, quantity, class and start; a request the twin
-sent back after a reclaim asks for the units it lost, from now); ``start``, ``reclaim`` and
-``refused`` ask ``allocation_approve`` of a platform admin, and compare: admitted or refused and
-why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each unit was
-booked (the live reservations: node, GPU indices, thousandths), whether it starts now or waits
-for victims, and which grants a reclaim takes and how many units of each; ``end`` asks
-``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and ``begin`` run
-the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose notice ran out
-finish, the grants they made room for start) and compare the states it leaves.
+For each line of the twin's log (``twin.replay.decisions``): ``submit`` notes how many units the
+request asks (a workload line, or what a reclaim sent back); ``start``, ``reclaim`` and
+``refused`` make the request now (``allocation_request`` by its department's member, its period
+ending at ``END``) and ask ``allocation_approve`` of a platform admin, then compare: admitted or
+refused and why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each
+unit was booked (the live reservations: node, GPU indices, thousandths), whether it starts now or
+waits for its victims, and which grants a reclaim takes and how many units of each (the
+approval's audit event); a refused request is withdrawn and made again at the twin's next try.
+``end`` asks ``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and
+``begin`` run the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose
+notice ran out finish, the grants they made room for start) and compare the states it leaves.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class PortalReplay:
         self._ticked: float | None = None
         self.quantities: dict[int, int] = {}  # piece -> the units it asks
         self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
+        self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
@@ -110,6 +112,7 @@ class PortalReplay:
         if state != expected:
             self._differ(decision, f"the portal left it {state}, the twin {expected}")
         units = self._units(allocation_id)
+        self.held_units[decision.piece] = len(units)
         if units != decision.units:
             self._differ(decision, f"placed on {_words(units)} by the portal, on {_words(decision.units)} by the twin")
         victims = self._victims(allocation_id)
@@ -152,9 +155,12 @@ class PortalReplay:
         allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
         if decision.kind == BEGIN and allocation.state != AllocationState.APPROVED:
             self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
-        if decision.kind == LEAVE and allocation.state in (AllocationState.RECLAIMING, AllocationState.APPROVED) \
-                and allocation.reclaim_units:
-            self._differ(decision, f"the twin's reclaim ended; the portal's is {allocation.state}")
+        if decision.kind == LEAVE:
+            self.held_units[decision.piece] -= decision.quantity
+            live = Reservation.objects.filter(allocation_id=allocation.pk, released_at=None).count()
+            if live != self.held_units[decision.piece]:
+                self._differ(decision, f"the victim holds {live} units in the portal, "
+                                       f"{self.held_units[decision.piece]} in the twin once its notice ended")
 
 
 def _words(units: tuple[Unit, ...]) -> str:
