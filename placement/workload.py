@@ -8,7 +8,7 @@ The Django side can build the same from recent requests (:meth:`Workload.from_re
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from .decisions import Request, RequestKind
@@ -48,6 +48,10 @@ def _class_key(r: Request) -> tuple[int, int, int, frozenset[str], str | None]:
     return (r.cpu_milli, r.gpu_milli, r.gpu_count, r.allowed_models, r.mig_profile)
 
 
+UnitKey = tuple[int, int, str, str | None, int]
+"""A one-GPU unit shape as the portal's catalogue counts it: (cpu milli, gpu milli, model, MIG profile, memory MiB)."""
+
+
 @dataclass(frozen=True)
 class Workload:
     """A weighted set of typical task classes (weights sum to 1)."""
@@ -80,6 +84,18 @@ class Workload:
                 for (cpu, milli, k, models, mig), n in kept
             )
         )
+
+    @classmethod
+    def from_unit_weights(cls, weights: Mapping[UnitKey, float]) -> Workload:
+        """One-GPU unit shapes, keyed (cpu milli, gpu milli, model, MIG profile, memory MiB), with how
+        many units of each are asked: most popular first, ties in a fixed order (the key's text), so
+        that every caller with the same counts gets the same workload. The portal's booking
+        (``allocations.booking.reservations.placement_workload``) and the twin's fidelity replay
+        (``twin.replay.decisions``) both build theirs here."""
+        total = sum(weights.values()) or 1.0
+        ordered = sorted(weights.items(), key=lambda item: (-item[1], repr(item[0])))
+        return cls(tuple(TaskClass(cpu, milli, 1, frozenset({model}), profile, weight / total, memory)
+                         for (cpu, milli, model, profile, memory), weight in ordered))
 
     def top(self, coverage: float) -> Workload:
         """The most popular classes covering ``coverage`` of the weight, renormalised."""

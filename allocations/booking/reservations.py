@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from typing import Any
 
 from django.contrib.auth.models import User
 from django.db.models import Exists, OuterRef, QuerySet, Sum
@@ -31,7 +30,8 @@ from audit.services import audit_record
 from clusters.models import Cluster
 from kernel.clock import clock_now
 from kernel.errors import CapacityExceeded
-from placement import TaskClass, Workload, default_policy, mig_tables
+from placement import Workload, default_policy, mig_tables
+from placement.workload import UnitKey
 
 
 def placement_engine_warm() -> None:
@@ -67,17 +67,12 @@ def placement_workload(*, include: Flavor | None = None) -> Workload:
     if include is not None:
         units[include.pk] = units.get(include.pk, 0.0) + 1.0
     flavors = Flavor.objects.in_bulk(list(units))
-    weights: dict[tuple[Any, ...], float] = defaultdict(float)
+    weights: dict[UnitKey, float] = defaultdict(float)
     for flavor_id, count in units.items():
         shape = unit_shape(flavors[flavor_id])
         weights[(shape.cpu_millicores, shape.gpu_milli, shape.gpu_model, shape.mig_profile, shape.memory_mib)] += count
-    total = sum(weights.values()) or 1.0
     # Most popular first, ties in a fixed order: the preview and the approval see the same workload.
-    classes = tuple(
-        TaskClass(cpu, milli, 1, frozenset({model}), profile, weight / total, memory)
-        for (cpu, milli, model, profile, memory), weight in sorted(weights.items(), key=lambda item: (-item[1], repr(item[0])))
-    )
-    return Workload(classes)
+    return Workload.from_unit_weights(weights)
 
 
 def reservations_store(*, allocation: Allocation, attempt: Attempt, first_unit: int = 0) -> list[Reservation]:

@@ -30,6 +30,7 @@ class Holding:
     start: float
     leaving: int = 0  # units on their way out (a reclaim's notice runs)
     record: int = 0  # the index of the request's record
+    age: int = 0  # how victims of equal priority rank (newest first): the grant's number unless set
 
     @property
     def amount(self) -> Decimal:

@@ -169,7 +169,7 @@ class World:
                 known.fair_share == fair_share:
             return known
         grant = algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                              priority=h.priority, age=h.gid, takeable=not h.leaving, units=len(h.units),
+                              priority=h.priority, age=h.age or h.gid, takeable=not h.leaving, units=len(h.units),
                               leaving=h.leaving, fair_share=fair_share)
         self._grant_of[h.gid] = grant
         return grant

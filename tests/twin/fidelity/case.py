@@ -1,0 +1,60 @@
+"""The workload the fidelity test replays both ways: seeded, small enough for the suite, busy enough
+that requests wait, borrow and are reclaimed. One GPU model; flavors of a whole GPU and of shares
+(a half, a quarter); three departments whose guarantees add up to the cluster; priority classes
+that preempt with notice, and one preemptible without notice; some requests ask a later start."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from decimal import Decimal
+
+from placement import Gpu, Node
+from twin.policy import Department, Policy, PriorityClass
+from twin.workload import Job, Shape
+
+MODEL = "A100"
+CLASSES = {
+    "gpu-production": PriorityClass("gpu-production", 100000, True, Decimal(1), 1800.0),
+    "gpu-standard": PriorityClass("gpu-standard", 10000, True, Decimal(1), 900.0),
+    "gpu-preemptible": PriorityClass("gpu-preemptible", 100, False, Decimal(1), 0.0),
+}
+FLAVORS = {"a100": Shape(1, 1000, frozenset({MODEL})), "a100-half": Shape(1, 500, frozenset({MODEL})),
+           "a100-quarter": Shape(1, 250, frozenset({MODEL}))}
+
+
+@dataclass(frozen=True)
+class Case:
+    jobs: list[Job]
+    nodes: list[Node]
+    policy: Policy
+
+
+def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
+                  scheduled: bool = True, hours: float = 240.0) -> Case:
+    """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs."""
+    rng = random.Random(seed)
+    cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
+    installed = Decimal(8 * nodes)
+    weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
+    departments = tuple(Department(name, (installed * share).to_integral_value(), installed)
+                        for name, share in weights.items())
+    class_names = list(CLASSES) if classes else ["gpu-standard"]
+    policy = Policy(departments, {name: CLASSES[name] for name in class_names},
+                    FLAVORS if shares else {"a100": FLAVORS["a100"]})
+    flavors = list(policy.flavors)
+    jobs: list[Job] = []
+    at = 0.0
+    for line in range(1, requests + 1):
+        at += rng.expovariate(requests / (hours * 3600))
+        department = rng.choices(list(weights), weights=[0.55, 0.3, 0.15])[0]
+        flavor = flavors[rng.randrange(len(flavors))]
+        quantity = rng.choice((1, 1, 2, 2, 3, 4, 6, 8))
+        runtime = float(rng.randrange(15, 16 * 60) * 60)
+        priority = rng.choices(class_names, weights=[0.15, 0.6, 0.25][: len(class_names)] if classes else [1])[0]
+        starts = at + rng.randrange(1, 12) * 1800.0 if scheduled and rng.random() < 0.15 else None
+        submit = float(int(at))
+        jobs.append(Job(line, submit, department, f"{department}-work", FLAVORS[flavor], quantity, runtime,
+                        float(-(-runtime // 3600) * 3600), priority, round(rng.random(), 2), flavor,
+                        float(int(starts)) if starts is not None else None))
+    return Case(jobs, cluster, policy)

@@ -1,0 +1,167 @@
+"""The twin's decisions made again by the portal's services, one after another at the same virtual
+instants (docs/twin.md, "Fidelity"), each compared with what the twin decided.
+
+For each line of the twin's log (``twin.replay.decisions``): ``submit`` notes how many units the
+request asks (a workload line, or what a reclaim sent back); ``start``, ``reclaim`` and
+``refused`` make the request now (``allocation_request`` by its department's member, its period
+ending at ``END``) and ask ``allocation_approve`` of a platform admin, then compare: admitted or
+refused and why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each
+unit was booked (the live reservations: node, GPU indices, thousandths), whether it starts now or
+waits for its victims, and which grants a reclaim takes and how many units of each (the
+approval's audit event); a refused request is withdrawn and made again at the twin's next try.
+``end`` asks ``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and
+``begin`` run the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose
+notice ran out finish, the grants they made room for start) and compare the states it leaves.
+"""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+
+from allocations.grants import services
+from allocations.models import Allocation, AllocationState, Reservation
+from allocations.tasks import allocations_timeline_task
+from audit import actions
+from audit.models import AuditEvent
+from kernel.clock import clock_set
+from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from tests.twin.fidelity.world import PortalWorld
+from twin.replay.decisions import BEGIN, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.replay.decisions import END as RUN_END
+from twin.workload import Job
+
+EPOCH = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
+END = EPOCH + datetime.timedelta(days=60)
+"""Where every request's period ends: one instant for all, after the replay, so that admission,
+which weighs each grant over its whole interval, sees at every instant of a request's interval
+the grants that hold when it is decided, as the twin does (a run ends by its release)."""
+
+
+@dataclass
+class Comparison:
+    compared: dict[str, int] = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+
+    def count(self, kind: str) -> None:
+        self.compared[kind] = self.compared.get(kind, 0) + 1
+
+
+class PortalReplay:
+    def __init__(self, world: PortalWorld, jobs: list[Job]) -> None:
+        self.world = world
+        self.jobs = {job.line: job for job in jobs}
+        self.allocations: dict[int, int] = {}  # piece -> allocation id
+        self.pieces: dict[int, int] = {}  # allocation id -> piece
+        self.result = Comparison()
+        self._ticked: float | None = None
+        self.quantities: dict[int, int] = {}  # piece -> the units it asks
+        self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
+        self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
+
+    def run(self, log: list[Decision]) -> Comparison:
+        handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
+                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
+        for decision in log:
+            clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
+            try:
+                handlers[decision.kind](decision)
+            except ApplicationError as error:
+                self._differ(decision, f"the portal refused the step: {error.message}")
+            if self.result.differences:
+                break  # past the first difference the two replays no longer hold the same grants
+        return self.result
+
+    def _differ(self, decision: Decision, text: str) -> None:
+        self.result.differences.append(
+            f"t={decision.at:.0f}s line {decision.line} (request {decision.piece}) {decision.kind}: {text}")
+
+    def _submit(self, decision: Decision) -> None:
+        self.quantities[decision.piece] = decision.quantity
+        self.result.count(SUBMIT)
+
+    def _request(self, decision: Decision) -> int:
+        """The request made now, for the units the twin tries (its whole interval ends at END)."""
+        job, world = self.jobs[decision.line], self.world
+        assert job.flavor is not None
+        allocation = services.allocation_request(
+            actor=world.requesters[job.department], project=world.projects[job.department],
+            flavor=world.flavors[job.flavor], quantity=self.quantities[decision.piece],
+            priority_class=world.classes[job.priority_class], starts_at=None, ends_at=END,
+            justification=f"workload line {job.line}",
+        )
+        self.allocations[decision.piece] = allocation.pk
+        self.pieces[allocation.pk] = decision.piece
+        self.notice_s[decision.piece] = world.classes[job.priority_class].notice * 60
+        return allocation.pk
+
+    def _decide(self, decision: Decision) -> None:
+        allocation_id = self._request(decision)
+        self.result.count(decision.kind)
+        try:
+            services.allocation_approve(actor=self.world.decider, allocation_id=allocation_id, comment="fidelity")
+        except (QuotaExceeded, CapacityExceeded) as refusal:
+            self._withdraw(decision, allocation_id)
+            return self._refused(decision, "quota" if isinstance(refusal, QuotaExceeded) else "capacity",
+                                 refusal.message)
+        if decision.kind == REFUSED:
+            return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it")
+        state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
+        waits = decision.kind == RECLAIM and any(self.notice_s[victim] for victim, _ in decision.victims)
+        expected = AllocationState.SCHEDULED if waits else AllocationState.APPROVED
+        if state != expected:
+            self._differ(decision, f"the portal left it {state}, the twin {expected}")
+        units = self._units(allocation_id)
+        self.held_units[decision.piece] = len(units)
+        if units != decision.units:
+            self._differ(decision, f"placed on {_words(units)} by the portal, on {_words(decision.units)} by the twin")
+        victims = self._victims(allocation_id)
+        if victims != tuple(sorted(decision.victims)):
+            self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
+                                   "by the twin")
+        return None
+
+    def _withdraw(self, decision: Decision, allocation_id: int) -> None:
+        """A refused request is withdrawn: the twin's waiting request is asked again at its next try."""
+        job = self.jobs[decision.line]
+        services.allocation_release(actor=self.world.requesters[job.department], allocation_id=allocation_id)
+
+    def _refused(self, decision: Decision, reason: str, message: str) -> None:
+        if decision.kind != REFUSED:
+            self._differ(decision, f"the twin admitted it ({decision.kind}); the portal refused it: {message}")
+        elif decision.reason != reason:
+            self._differ(decision, f"refused for {reason} by the portal ({message}), for {decision.reason} by the twin")
+
+    def _units(self, allocation_id: int) -> tuple[Unit, ...]:
+        rows = Reservation.objects.filter(allocation_id=allocation_id, released_at=None).order_by("unit")
+        return tuple(Unit(row.node.name, tuple(row.gpu_indices), row.gpu_milli) for row in rows.select_related("node"))
+
+    def _victims(self, allocation_id: int) -> tuple[tuple[int, int], ...]:
+        """What the approval's audit event says it reclaimed: (request, units) of each grant."""
+        details = AuditEvent.objects.filter(action=actions.ALLOCATION_APPROVED.code, target_id=str(allocation_id)).get().details
+        return tuple(sorted((self.pieces[int(v["allocation"])], int(v["units"])) for v in details.get("reclaimed", [])))
+
+    def _end(self, decision: Decision) -> None:
+        job = self.jobs[decision.line]
+        services.allocation_release(actor=self.world.requesters[job.department],
+                                    allocation_id=self.allocations[decision.piece])
+        self.result.count(RUN_END)
+
+    def _timeline(self, decision: Decision) -> None:
+        if self._ticked != decision.at:
+            allocations_timeline_task()
+            self._ticked = decision.at
+        self.result.count(decision.kind)
+        allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
+        if decision.kind == BEGIN and allocation.state != AllocationState.APPROVED:
+            self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
+        if decision.kind == LEAVE:
+            self.held_units[decision.piece] -= decision.quantity
+            live = Reservation.objects.filter(allocation_id=allocation.pk, released_at=None).count()
+            if live != self.held_units[decision.piece]:
+                self._differ(decision, f"the victim holds {live} units in the portal, "
+                                       f"{self.held_units[decision.piece]} in the twin once its notice ended")
+
+
+def _words(units: tuple[Unit, ...]) -> str:
+    return ", ".join(f"{u.node}/gpu{'+'.join(map(str, u.gpus))}:{u.milli}" for u in units) or "nothing"

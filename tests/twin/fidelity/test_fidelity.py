@@ -1,0 +1,61 @@
+"""Fidelity (docs/twin.md): the same workload replayed by the twin's full policy and by the portal's
+own services on PostgreSQL under the virtual clock gives the same decisions, one by one."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+
+import pytest
+
+from tests.conftest import requires_postgres
+from tests.twin.fidelity.case import fidelity_case
+from tests.twin.fidelity.portal import PortalReplay
+from tests.twin.fidelity.world import portal_world_build
+from twin.replay.decisions import REFUSED, START, replay_decisions
+
+POSTGRES: pytest.MarkDecorator = requires_postgres()
+REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
+HOURS = float(os.environ.get("GPUPORTAL_FIDELITY_HOURS", "300"))
+"""Over how many hours the lines arrive (on 6 nodes of 8 GPUs): 300 reclaims a few dozen times;
+240 is busier (about twice the reclaims, five times the refusals, and twice the time)."""
+
+
+def _replay_both(requests: int, **options: object) -> tuple[dict[str, int], list[str]]:
+    case = fidelity_case(requests, **options)  # type: ignore[arg-type]
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    world = portal_world_build(case.policy, case.nodes)
+    result = PortalReplay(world, case.jobs).run(log)
+    return result.compared, result.differences
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_twenty_whole_gpu_requests_of_one_class_are_decided_alike() -> None:
+    compared, differences = _replay_both(20, shares=False, classes=False, scheduled=False, nodes=2, hours=8)
+    assert not differences, "\n".join(differences[:20])
+    assert compared["submit"] == 20 and compared["start"] + compared.get("reclaim", 0) >= 19, compared
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
+    compared, differences = _replay_both(REQUESTS, hours=HOURS)
+    sys.stdout.write(f"fidelity: {REQUESTS} workload lines, decisions compared: {compared}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared["submit"] >= REQUESTS
+    assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_placement_the_portal_did_not_make_is_named() -> None:
+    case = fidelity_case(20, shares=False, classes=False, scheduled=False, nodes=2, hours=8)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    first = next(index for index, decision in enumerate(log) if decision.kind == START)
+    moved = replace(log[first].units[0], gpus=(7,))
+    log[first] = replace(log[first], units=(moved, *log[first].units[1:]))
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    assert len(result.differences) == 1
+    assert "gpu7" in result.differences[0] and f"line {log[first].line}" in result.differences[0]

@@ -1,0 +1,89 @@
+"""The portal's rows for a twin's cluster and policy (``twin.clusters``, ``twin.policy``): one
+organisation whose quota is the installed GPU-equivalents, one department under it per department
+of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
+priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order.
+
+The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
+GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
+shares: any GPU, any mix of shares), with no CPU, memory or GPU memory asked per unit, as the
+workload format asks none.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from django.contrib.auth.models import User
+
+from allocations.booking.state import kept_states_forget
+from allocations.models import Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
+from clusters.inventory import GpuSpec, node_upsert
+from clusters.models import Cluster
+from placement import Node
+from tenants.models import Department, Membership, Project, Role
+from tests.conftest import make_user
+from twin.policy import Policy
+from twin.workload import GPU_MILLI, Shape
+
+GPU_MEMORY_MIB = 81920
+
+
+@dataclass
+class PortalWorld:
+    departments: dict[str, Department]
+    projects: dict[str, Project]
+    requesters: dict[str, User]
+    decider: User
+    flavors: dict[str, Flavor]
+    classes: dict[str, PriorityClass]
+    cluster: Cluster
+
+
+def _flavor(name: str, shape: Shape) -> Flavor:
+    if shape.num_gpu != 1 or len(shape.models) != 1:
+        raise ValueError(f"flavor {name}: the portal's units are one GPU of one model")
+    share = shape.gpu_milli < GPU_MILLI
+    return Flavor.objects.create(
+        name=name, display_name=name, gpu_model=next(iter(shape.models)),
+        sharing_mode=SharingMode.VGPU if share else SharingMode.EXCLUSIVE,
+        resource_name="nvidia.com/gpu", memory_mib=1 if share else GPU_MEMORY_MIB,
+        compute_percent=max(1, shape.gpu_milli // 10), gpu_equivalents=Decimal(shape.gpu_milli) / GPU_MILLI,
+        cpu_millicores_per_unit=0, memory_mib_per_unit=0, reserve_percent=0, reserve_per_unit_mib=0,
+    )
+
+
+def _class(name: str, policy: Policy) -> PriorityClass:
+    spec = policy.classes[name]
+    return PriorityClass.objects.create(
+        name=name, value=spec.value,
+        preemption_policy=PreemptionPolicy.PREEMPT_LOWER_PRIORITY if spec.preempts_lower else PreemptionPolicy.NEVER,
+        oversubscription_factor=spec.factor, notice_minutes=int(spec.notice_s // 60) or 15,
+        preemptible=spec.notice_s == 0,
+    )
+
+
+def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
+    """The rows on an empty database (see the module's docstring)."""
+    installed = Decimal(sum(len(node.gpus) for node in nodes))
+    root = Department.objects.create(slug="org", name="Organisation")
+    Quota.objects.create(department=root, flavor=None, guaranteed=installed, limit=installed)
+    decider = make_user("fidelity-admin")
+    Membership.objects.create(user=decider, department=root, role=Role.PLATFORM_ADMIN)
+    departments, projects, requesters = {}, {}, {}
+    for spec in policy.departments:
+        department = Department.objects.create(slug=spec.name, name=spec.name, parent=root)
+        Quota.objects.create(department=department, flavor=None, guaranteed=spec.guarantee, limit=spec.limit)
+        project = Project.objects.create(slug=f"{spec.name}-work", name=f"{spec.name} work", department=department)
+        requester = make_user(f"{spec.name}-member")
+        Membership.objects.create(user=requester, department=department, role=Role.RESEARCHER)
+        project.members.add(requester)
+        departments[spec.name], projects[spec.name], requesters[spec.name] = department, project, requester
+    flavors = {name: _flavor(name, shape) for name, shape in policy.flavors.items()}
+    classes = {name: _class(name, policy) for name in policy.classes}
+    cluster = Cluster.objects.create(name="twin", use_hami=True)
+    for node in nodes:
+        node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
+                    gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
+    kept_states_forget()
+    return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster)

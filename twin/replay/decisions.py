@@ -1,0 +1,354 @@
+"""Every decision one replay makes, in order: the log the fidelity test compares with the portal's
+services (docs/twin.md, "Fidelity").
+
+``DecidingReplay`` is the replay (``engine.Replay``) with its decisions written down as they are
+made: each request made (``submit``: a workload line at its ``submit_at``, or the units a reclaim
+sent back to the queue, as a new request), each try to start a waiting request (``start`` with
+its units, ``reclaim`` with its victims and the units booked where they were, or ``refused`` with
+why), each run that ends (``end``) and each reclaimed grant leaving at the end of its notice
+(``leave``, then ``begin`` when the request it was taken for starts).
+
+A request (a *piece*: a workload line, or the units of it a reclaim sent back) waits in the
+replay's queue; each try is a request made and decided at that instant (the portal's services are
+asked so: ``tests/twin/fidelity``). Victims of equal priority rank by the order they were admitted
+(newest first), as admission ranks them by allocation id. At one instant: ends, leaves and tries
+in the replay's own order (``engine``: ends, then leaves, then arrivals, then one pass of the
+queue).
+
+The placement engine is fed the portal's workload (``placement.Workload.from_unit_weights``, as
+``allocations.booking.reservations.placement_workload`` counts it): each flavor of the catalogue
+once, each unit admitted and not ended (holding, or booked and waiting for its victims), the units
+of the request tried (pending) and once more its flavor, with a fresh policy for each try, as each
+approval builds one.
+
+Where the plain replay simplifies, this one also takes the portal's rules (each method says which):
+a refusal's reason as admission words it (``_why``), a victim without notice gone within the
+decision (``_leave_at_once``), a request booked for after its victims' notice counted for quota
+from the reclaim on (``_promise_counts``), and the victims' units kept on their GPUs for everyone
+else until they leave (``_overlay_rebuild``).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from decimal import Decimal
+
+from allocations.quotas import algebra, victims
+from placement import Node, Placement, Request, Workload, default_policy
+from placement.workload import UnitKey
+from twin.policy import Policy
+from twin.replay.engine import LEAVE as LEAVE_EVENT
+from twin.replay.engine import Replay, _Entry, _unpack
+from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
+from twin.replay.state import Holding
+from twin.workload import Job, Shape
+
+_GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
+SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Where one unit went: the node's name, its GPU indices and the thousandths of each it takes."""
+
+    node: str
+    gpus: tuple[int, ...]
+    milli: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One line of the log. ``piece``: the request's number; ``line``: its workload line;
+    ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
+    for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
+    many units it asks (``submit``) or gives back (``leave``)."""
+
+    at: float
+    kind: str
+    piece: int
+    line: int
+    quantity: int = 0
+    units: tuple[Unit, ...] = ()
+    victims: tuple[tuple[int, int], ...] = ()
+    reason: str = ""
+
+
+def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
+    return tuple(Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli) for p in placements)
+
+
+def unit_key(shape: Shape) -> UnitKey:
+    """The unit as the portal's catalogue counts it (one GPU of one model, no CPU or memory:
+    the workload format has none)."""
+    model = next(iter(shape.models)) if len(shape.models) == 1 else ""
+    return (0, shape.gpu_milli, model, None, 0)
+
+
+class DecidingReplay(Replay):
+    """The replay, writing each decision into ``log`` (see the module's docstring)."""
+
+    def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
+                 horizon: float | None = None, drain_s: float = 86400.0) -> None:
+        super().__init__(jobs, nodes, policy, mode, horizon=horizon, drain_s=drain_s)
+        self.log: list[Decision] = []
+        self.pieces: dict[int, int] = {}  # id(job) of a request made -> its number
+        self._kept: list[Job] = []  # the requests made, so that their ids stay theirs
+        self._made = sorted(range(len(self.jobs)), key=lambda k: (self.jobs[k].submit_at, self.jobs[k].line))
+        self._next_made = 0
+        self._open: dict[int, Job] = {}  # requests admitted and not ended (holding, or waiting for victims)
+        self._admitted: dict[int, int] = {}  # piece -> the order it was admitted in
+        self._catalogue = {unit_key(shape): 1.0 for shape in policy.flavors.values()}
+        self._in_promise = False
+        self._promised: dict[int, algebra.Grant] = {}  # piece -> the grant it will be, while its victims leave
+        self._want: dict[_GpuKey, int] = {}  # GPU -> thousandths its leaving units hold
+        self._have: dict[_GpuKey, Placement] = {}  # GPU -> the overlay booked on it
+        self._models: dict[_GpuKey, frozenset[str]] = {}
+        pools = self.world.pools
+        self._pool_release = pools.release
+        pools.release = self._release_settling  # type: ignore[method-assign]
+        pools.apply = self._apply_making_room  # type: ignore[method-assign]
+        self._world_grants = self.world.grants
+        self.world.grants = self._grants  # type: ignore[method-assign]
+        self.world.may_take = self._may_take  # type: ignore[method-assign]
+
+    # ---------------------------------------------------------------- requests made
+    def _make(self, job: Job) -> int:
+        piece = len(self._kept) + 1
+        self._kept.append(job)
+        self.pieces[id(job)] = piece
+        self.log.append(Decision(self.now, SUBMIT, piece, job.line, job.quantity))
+        return piece
+
+    def _submit_until(self) -> None:
+        while self._next_made < len(self._made) and self.jobs[self._made[self._next_made]].submit_at <= self.now:
+            self._make(self.jobs[self._made[self._next_made]])
+            self._next_made += 1
+
+    def _piece(self, job: Job) -> int:
+        return self.pieces[id(job)]
+
+    def _enqueue(self, record: int, job: Job) -> None:
+        if id(job) not in self.pieces:  # units a reclaim sent back: a new request
+            self._make(job)
+        super()._enqueue(record, job)
+
+    # ---------------------------------------------------------------- events
+    def _arrive(self, index: int) -> tuple[object, ...] | None:
+        self._submit_until()
+        return super()._arrive(index)
+
+    def _end(self, gid: int) -> None:
+        self._submit_until()
+        holding = self.world.holdings.get(gid)
+        if holding is not None:
+            piece = self._piece(holding.job)
+            self.log.append(Decision(self.now, END, piece, holding.job.line))
+            self._open.pop(piece, None)
+        super()._end(gid)
+
+    def _leave(self, packed: int) -> None:
+        self._submit_until()
+        promise_id, gid, units = _unpack(packed)
+        holding = self.world.holdings.get(gid)
+        if holding is not None and holding.leaving:
+            piece = self._piece(holding.job)
+            gone = min(units, holding.leaving)
+            self.log.append(Decision(self.now, LEAVE, piece, holding.job.line, gone))
+            if gone == len(holding.units):
+                self._open.pop(piece, None)
+            else:
+                self._open[piece] = _with_quantity(holding.job, len(holding.units) - gone)
+        self._in_promise = True
+        try:
+            super()._leave(packed)
+        finally:
+            self._in_promise = False
+
+    def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
+        self._submit_until()
+        super()._pass(only)
+
+    # ---------------------------------------------------------------- decisions
+    def _try(self, entry: _Entry, memo: PassMemo) -> bool:
+        self._feed_workload(entry.job)
+        self._overlay_rebuild()
+        outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
+        job, piece = entry.job, self._piece(entry.job)
+        if outcome is None:
+            self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
+            return False
+        self._open[piece] = job
+        self._admitted[piece] = len(self._admitted) + 1
+        if isinstance(outcome, Start):
+            self.log.append(Decision(self.now, START, piece, job.line, units=units_of(outcome.units, job.shape)))
+            self._start(entry, outcome)
+        else:
+            self._reclaim(entry, outcome)
+        return True
+
+    def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
+        victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in reclaim.victims)
+        super()._reclaim(entry, reclaim)
+        promise_id = max(self.promises)  # the newest: promise ids only grow
+        promise = self.promises[promise_id]
+        units = units_of(promise.start.units, entry.job.shape) if promise.start is not None else ()
+        self.log.append(Decision(self.now, RECLAIM, self._piece(entry.job), entry.job.line, units=units,
+                                 victims=victims))
+        if promise.start is not None:
+            self._promise_counts(entry, reclaim.per_unit, +1)
+        self._leave_at_once(promise_id)
+
+    def _leave_at_once(self, promise_id: int) -> None:
+        """A victim without notice leaves within the decision, as the portal's approval reclaims
+        it at once, before anything else is tried."""
+        now = [event for event in self.events
+               if event[0] == self.now and event[1] == LEAVE_EVENT and _unpack(event[3])[0] == promise_id]
+        if not now:
+            return
+        self.events = [event for event in self.events if event not in now]
+        heapq.heapify(self.events)
+        for event in sorted(now):
+            self._leave(event[3])
+
+    def _promise_counts(self, entry: _Entry, unit: Decimal, sign: int) -> None:
+        """A request booked where its victims were counts for quota from the reclaim on, as the
+        portal's scheduled grant does (next to the victims, until their notice ends), and is never
+        taken itself (``planning.reclaim_beneficiaries``)."""
+        job, world = entry.job, self.world
+        piece = self._piece(job)
+        amount = unit * job.quantity
+        world.held[(world.department(job), None)] += sign * amount
+        world._version += 1
+        if sign > 0:
+            self._promised[piece] = algebra.Grant(
+                allocation_id=-piece, department_id=world.department(job), amounts={None: amount},
+                priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
+        else:
+            del self._promised[piece]
+
+    def _may_take(self, ask: algebra.Ask) -> bool:
+        """The replay's cheap test before asking the victim choice, without its shortcut for a
+        request beyond its department's guarantee: the victim choice may still take borrowed
+        grants for it (it counts what the department holds its own way). The plain replay keeps
+        the shortcut: without it a month's full policy replays two to three times slower for
+        about the same reclaims."""
+        world = self.world
+        limits = world.tree.limits
+        if any(held > limits[key].limit for key, held in world.held.items()):
+            return True
+        department = ask.department_id
+        if ask.preempts_lower and any(count > 0 and d == department and priority < ask.priority
+                                      for (d, priority), count in world.classes_held.items()):
+            return True
+        return any(held > limits[key].guaranteed for key, held in world.held.items() if key[0] != department)
+
+    def _grants(self) -> list[algebra.Grant]:
+        return [*self._world_grants(), *self._promised.values()]
+
+    def _start(self, entry: _Entry, start: Start) -> None:
+        if self._piece(entry.job) in self._promised:
+            self._promise_counts(entry, start.per_unit, -1)
+        super()._start(entry, start)
+        holding: Holding = self.world.holdings[max(self.world.holdings)]
+        holding.age = self._admitted[self._piece(entry.job)]  # victims rank by admission, as ids do
+        if self._in_promise:
+            self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
+
+    def _overlay_rebuild(self) -> None:
+        """The units a reclaim takes stay on their GPUs for everyone else until their notice ends
+        (the victim still runs there), next to the units booked for the request they were taken
+        for: the portal's picture of a GPU holds every live booking over the request's interval,
+        at most the whole GPU (``allocations.booking.view``). The replay takes them off the GPUs
+        at once; here they are put back on top (an *overlay*, one booking per GPU), each GPU filled
+        at most to the whole, and the overlay follows every unit that leaves or comes back to a GPU
+        while the try goes on (the victim choice's cuts)."""
+        want: dict[_GpuKey, int] = {}
+        for holding in self.world.holdings.values():
+            for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving else ():
+                for gpu in unit.gpu_indices:
+                    key = (holding.pool, unit.node, gpu)
+                    want[key] = want.get(key, 0) + unit.request.gpu_milli
+                    self._models[key] = unit.request.allowed_models
+        keys = set(want) | set(self._want)
+        self._want = want
+        for key in keys:
+            self._settle(key)
+
+    def _settle(self, key: _GpuKey) -> None:
+        """The overlay on one GPU: what leaves from it, at most what is free."""
+        pool, node, gpu = key
+        cluster = self.world.pools.clusters[pool]
+        booked = self._have.pop(key, None)
+        if booked is not None:
+            cluster.release(booked)
+        free = int(cluster.gpu_free[cluster.index[node], cluster._slot[cluster.index[node]][gpu]])
+        milli = min(self._want.get(key, 0), free)
+        if milli > 0:
+            booked = Placement(Request(0, 0, 1, milli, None, self._models.get(key, frozenset())), node, (gpu,))
+            cluster.apply(booked)
+            self._have[key] = booked
+
+    def _keys(self, pool: int, units: Iterable[Placement]) -> list[_GpuKey]:
+        return [(pool, unit.node, gpu) for unit in units for gpu in unit.gpu_indices]
+
+    def _release_settling(self, pool: int, units: Iterable[Placement]) -> None:
+        units = list(units)
+        self._pool_release(pool, units)
+        for key in self._keys(pool, units):
+            if key in self._want:
+                self._settle(key)
+
+    def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
+        cluster = self.world.pools.clusters[pool]
+        for unit in units:
+            keys = [key for key in self._keys(pool, [unit]) if key in self._have]
+            for key in keys:
+                cluster.release(self._have.pop(key))
+            cluster.apply(unit)
+            for key in keys:
+                self._settle(key)
+
+    def _why(self, job: Job) -> str:
+        """Why a request that cannot start now waits, as admission words its refusal: ``quota``
+        when the quota checks fail and (with reclaims) nothing it may take frees enough quota,
+        else ``capacity`` (``allocations.admission.planning._taking``)."""
+        if not self.mode.quotas:
+            return "capacity"
+        ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
+        if self.world.quota_fits(ask):
+            return "capacity"
+        if self.mode.reclaims and victims.plan(self.world.tree, self.world.grants(), ask).admitted:
+            return "capacity"
+        return "quota"
+
+    def _feed_workload(self, job: Job) -> None:
+        """A fresh placement policy on the portal's workload for this try (see the docstring)."""
+        weights = dict(self._catalogue)
+        for open_job in self._open.values():
+            key = unit_key(open_job.shape)
+            weights[key] = weights.get(key, 0.0) + open_job.quantity
+        key = unit_key(job.shape)
+        weights[key] = weights.get(key, 0.0) + job.quantity + 1.0
+        workload = Workload.from_unit_weights(weights)
+        pools = self.world.pools
+        for index, cluster in enumerate(pools.clusters):
+            cluster.cache.pop(("deltas", id(pools.policies[index])), None)
+            pools.policies[index] = default_policy(workload)
+
+
+def _with_quantity(job: Job, quantity: int) -> Job:
+    return replace(job, quantity=quantity)
+
+
+def replay_decisions(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str = "full", *,
+                     drain_s: float = 86400.0) -> tuple[list[Decision], DecidingReplay]:
+    """Replay ``jobs`` and return every decision in order (and the replay, for its outcome)."""
+    replay = DecidingReplay(jobs, nodes, policy, mode, drain_s=drain_s)
+    replay.run()
+    return replay.log, replay
+
+
+__all__ = ["BEGIN", "END", "LEAVE", "RECLAIM", "REFUSED", "START", "SUBMIT", "Decision", "DecidingReplay", "Unit",
+           "replay_decisions"]
