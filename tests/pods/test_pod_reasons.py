@@ -24,7 +24,8 @@ class FakeRest:
     cluster = "test"
 
     def __init__(self, pods: list[dict[str, Any]], events: list[dict[str, Any]]) -> None:
-        self.pods, self.events, self.paths = pods, events, []
+        self.pods, self.events = pods, events
+        self.paths: list[tuple[str, Any]] = []
 
     def request(self, method: str, path: str, **kwargs: Any) -> tuple[int, Any]:
         raise AssertionError("only checked reads")
