@@ -16,6 +16,9 @@ from frontend.http import portal_user
 @require_GET
 @login_required
 def allocation_pods(request: HttpRequest, allocation_id: int) -> HttpResponse:
-    """The panel's content for an allocation the viewer may read (else 404)."""
+    """The panel's content for an allocation the viewer may read (else 404); without HTMX (the
+    page's link, followed without JavaScript) the same inside a page of its own."""
     answer = allocation_pending_pods(user=portal_user(request), allocation_id=allocation_id)
-    return render(request, "frontend/_pending_pods.html", {"pods": answer})
+    template = "frontend/_pending_pods.html" if request.headers.get("HX-Request") else "frontend/pending_pods.html"
+    context = {"pods": answer, "allocation_id": allocation_id, "title": f"Pods waiting for allocation #{allocation_id}"}
+    return render(request, template, context)

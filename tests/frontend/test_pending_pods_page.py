@@ -24,7 +24,10 @@ def test_the_page_loads_the_panel_and_the_panel_explains_each_pod(world: World, 
     page = login("nlp_member").get(f"/allocations/{allocation.pk}/").content.decode()
     assert 'id="pending-pods"' in page and f'hx-get="/allocations/{allocation.pk}/pods/"' in page
     assert driver.asked == []  # the page itself does not call the cluster
-    panel = login("nlp_member").get(f"/allocations/{allocation.pk}/pods/").content.decode()
+    panel = login("nlp_member").get(f"/allocations/{allocation.pk}/pods/", headers={"HX-Request": "true"}).content.decode()
+    assert "<html" not in panel
+    alone = login("nlp_member").get(f"/allocations/{allocation.pk}/pods/").content.decode()  # without JavaScript
+    assert "<html" in alone and "<code>pod-asks-more-than-granted</code>" in alone
     assert "<code>pod-asks-more-than-granted</code>" in panel and "the grant is 1" in panel
     assert "<code>pod-unschedulable-node-constraint</code>" in panel and "Fix: " in panel
     assert login("vision_member").get(f"/allocations/{allocation.pk}/pods/").status_code == 404
