@@ -40,11 +40,13 @@ def _reader(kube_cluster: KubeTestCluster, api: client.ApiClient, namespace: str
     return KubernetesDriver(cluster="test", kubeconfig=kube_cluster.user_kubeconfig(user).read_text())
 
 
-def _job(name: str, gpus: int, selector: dict[str, str]) -> dict[str, Any]:
-    template = gpu_pod(name, gpus=gpus, node_selector=selector)
-    template["spec"]["restartPolicy"] = "Never"
-    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
-            "spec": {"backoffLimit": 0, "template": {"spec": template["spec"]}}}
+def _replica_set(name: str, gpus: int, selector: dict[str, str]) -> dict[str, Any]:
+    """One replica of a GPU pod: its controller creates the pod, or records why it could not."""
+    labels = {"app": name}
+    template = gpu_pod(name, gpus=gpus, node_selector=selector, labels=labels)
+    return {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": name},
+            "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels}, "spec": template["spec"]}}}
 
 
 def _explained(driver: KubernetesDriver, namespace: str, name: str, granted: dict[str, int]) -> PodExplanation:
@@ -56,27 +58,27 @@ def _explained(driver: KubernetesDriver, namespace: str, name: str, granted: dic
     return answer
 
 
-def test_a_job_over_its_namespace_quota_and_one_asking_more_than_granted_are_explained(
+def test_a_workload_over_its_namespace_quota_and_one_asking_more_than_granted_are_explained(
     kube_cluster: KubeTestCluster, kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
     pool = _pool()
     kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{pool[POOL]}", gpus=8, labels=pool))
     _grant_quota(kube_api_client, kube_namespace, gpus=1)
-    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    core, apps = client.CoreV1Api(kube_api_client), client.AppsV1Api(kube_api_client)
     core.create_namespaced_pod(kube_namespace, gpu_pod("granted", gpus=1, node_selector=pool))
     _phase_history(kube_api_client, kube_namespace, "granted", until="Running", timeout=30)
-    batch.create_namespaced_job(kube_namespace, _job("one-more", 1, pool))
-    batch.create_namespaced_job(kube_namespace, _job("too-big", 2, pool))
+    apps.create_namespaced_replica_set(kube_namespace, _replica_set("one-more", 1, pool))
+    apps.create_namespaced_replica_set(kube_namespace, _replica_set("too-big", 2, pool))
     driver = _reader(kube_cluster, kube_api_client, kube_namespace)
     granted = {"nvidia.com/gpu": 1}
 
     over = _explained(driver, kube_namespace, "one-more", granted)
-    assert (over.kind, over.code) == ("Job", PodReasonCode.OVER_NAMESPACE_QUOTA)
+    assert (over.kind, over.code) == ("ReplicaSet", PodReasonCode.OVER_NAMESPACE_QUOTA)
     assert over.facts["quota"] == "gpuportal-gpu-quota" and over.facts["resource"] == "nvidia.com/gpu"
     assert (over.facts["requested"], over.facts["used"], over.facts["hard"]) == ("1", "1", "1")
 
     big = _explained(driver, kube_namespace, "too-big", granted)
-    assert (big.kind, big.code) == ("Job", PodReasonCode.ASKS_MORE_THAN_GRANTED)
+    assert (big.kind, big.code) == ("ReplicaSet", PodReasonCode.ASKS_MORE_THAN_GRANTED)
     assert "asks 2 nvidia.com/gpu per pod but the grant is 1" in big.text
     assert "granted" not in {w.name for w in driver.read_pending(namespace=kube_namespace, older_than=datetime.timedelta(0)).workloads}
     driver.close()
