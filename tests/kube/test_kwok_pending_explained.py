@@ -9,14 +9,20 @@ import datetime
 import uuid
 from typing import Any
 
+import pytest
+from django.test import Client
+from django.utils import timezone
 from kubernetes import client
 
+from allocations.grants import services
 from delivery.drivers.kubernetes import KubernetesDriver
 from delivery.pod_reasons import PodExplanation, PodReasonCode, pod_explain
 from kube_testenv import FakeGPUNodes, GPUNodeSpec, wait_for
 from kube_testenv.cluster import KubeTestCluster
 from kube_testenv.kubeapi import wait_for_pod_unschedulable
 from kube_testenv.workloads import gpu_pod
+from tests.clusters.conftest import unique_projects, use_kubeconfig
+from tests.conftest import World
 from tests.kube.test_kwok_pods import POOL, _grant_quota, _phase_history
 
 READER_RULES = [
@@ -106,3 +112,42 @@ def test_a_pod_pinned_away_from_the_free_gpus_is_explained_by_its_selector(
     refused = driver.rest.request("GET", "/api/v1/namespaces/kube-system/events")[0]
     assert refused == 403
     driver.close()
+
+
+@pytest.mark.django_db
+def test_a_pod_made_pending_on_the_cluster_is_explained_on_its_allocations_page_and_api(
+    world: World, kube_cluster: KubeTestCluster, kube_api_client: client.ApiClient, kwok_gpu_nodes: FakeGPUNodes,
+    settings: Any,
+) -> None:
+    """The whole way: the portal's endpoint and page read the cluster through the allocation's
+    cluster driver (Kubernetes, the test cluster) and explain the pod."""
+    unique_projects(world)
+    allocation = services.allocation_request(
+        actor=world.users["nlp_member"], project=world.llm, flavor=world.a100, quantity=1,
+        priority_class=world.standard, starts_at=timezone.now(), ends_at=timezone.now() + datetime.timedelta(days=1),
+        justification="pods",
+    )
+    services.allocation_approve(actor=world.users["nlp_admin"], allocation_id=allocation.pk)
+    use_kubeconfig(world.cluster, kube_cluster.kubeconfig.read_text())
+    settings.GPUPORTAL_PENDING_POD_THRESHOLD_SECONDS = 0
+    namespace = world.llm.slug
+    core = client.CoreV1Api(kube_api_client)
+    core.create_namespace({"metadata": {"name": namespace}})
+    busy, free = _pool(), _pool()
+    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{busy[POOL]}", gpus=1, labels=busy))
+    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{free[POOL]}", gpus=4, labels=free))
+    core.create_namespaced_pod(namespace, gpu_pod("holder", gpus=1, node_selector=busy))
+    _phase_history(kube_api_client, namespace, "holder", until="Running", timeout=30)
+    core.create_namespaced_pod(namespace, gpu_pod("pinned", gpus=1, node_selector=busy))
+    wait_for_pod_unschedulable(kube_api_client, namespace, "pinned")
+
+    data = world.client("nlp_member").get(f"/api/v1/allocations/{allocation.pk}/pods/").json()
+    assert (data["status"], data["namespace"]) == ("read", namespace), data
+    [pod] = data["pods"]
+    assert (pod["kind"], pod["name"], pod["code"]) == ("Pod", "pinned", "pod-unschedulable-node-constraint")
+    browser = Client()
+    browser.force_login(world.users["nlp_member"])
+    panel = browser.get(f"/allocations/{allocation.pk}/pods/", headers={"HX-Request": "true"}).content.decode()
+    assert "<strong>Pod pinned</strong> <code>pod-unschedulable-node-constraint</code>" in panel
+    assert f"the pod&#x27;s nodeSelector {POOL}={busy[POOL]}" in panel
+    core.delete_namespace(namespace)
