@@ -198,6 +198,11 @@ def _scheduling(workload: PendingWorkload, message: str, mig_pending: list[str])
             "Wait: the MIG manager relabels the node when the new partitions exist (usually minutes).",
             {"nodes": mig_pending, "message": message},
         )
+    if any(marker in message for marker in _DENIED):  # the scheduler's binding refused (the booking's policy)
+        return _explained(
+            workload, PodReasonCode.ADMISSION_DENIED, f"An admission policy refused its binding to a node: {message}",
+            "Run it where the message allows (a booked project's pods run only on its booked nodes).", {"message": message},
+        )
     failures = _failures(message)
     if failures["selector_mismatch"] or failures["taints"]:
         return _constraint(workload, failures, message)

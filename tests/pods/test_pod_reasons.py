@@ -112,6 +112,13 @@ def test_an_admission_policy_denial() -> None:
     assert answer.code == PodReasonCode.ADMISSION_DENIED and "booked nodes: a100-0" in answer.text
 
 
+def test_a_binding_the_bookings_policy_refuses_is_an_admission_denial() -> None:
+    refused = ('running Bind plugin "DefaultBinder": pods "p" is forbidden: ValidatingAdmissionPolicy '
+               "'gpuportal-pinning' with binding 'gpuportal-pinning' denied request: booked nodes: a100-0")
+    [answer] = explain([r.pod("p")], [r.event("Pod", "p", "FailedScheduling", refused)])
+    assert answer.code == PodReasonCode.ADMISSION_DENIED and "binding to a node" in answer.text
+
+
 def test_a_pending_pod_without_a_known_cause_is_unknown_with_its_message() -> None:
     pending = r.pod("p", message="0/1 nodes are available: 1 node(s) had volume node affinity conflict.")
     [answer] = explain([pending], [])
