@@ -265,3 +265,22 @@ class AppliedObject(models.Model):
 
     def __str__(self) -> str:
         return f"{self.cluster_id} {self.kind} {self.namespace}/{self.name} {self.input_hash[:12]}"
+
+
+class PendingPodsRead(models.Model):
+    """The last read of what waits in one tenant namespace (``delivery.pending_pods``): how many
+    pods (or refused controllers) wait there by pod reason code (docs/pending.md). The metric
+    ``gpuportal_pending_pods{reason}`` sums these rows, so a scrape never calls a cluster."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="+")
+    namespace = models.CharField(max_length=63)
+    counts = models.JSONField(default=dict, blank=True)
+    read_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace"], name="pending_pods_read_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster_id} {self.namespace} {self.counts}"

@@ -64,3 +64,7 @@ def limitrange_default_cpu() -> str:
 
 def limitrange_default_memory() -> str:
     return setting_str("GPUPORTAL_LIMITRANGE_DEFAULT_MEMORY")
+
+
+def pending_pod_threshold_seconds() -> int:
+    return setting_int("GPUPORTAL_PENDING_POD_THRESHOLD_SECONDS")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import URLPattern, URLResolver, path
 
-from delivery import apis, manifest_apis, usage_guide_apis
+from delivery import apis, manifest_apis, pending_pod_apis, usage_guide_apis
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/", apis.ClusterDetailApi.as_view(), name="api-cluster"),
@@ -14,4 +14,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("clusters/<int:cluster_id>/manifests/", manifest_apis.ClusterManifestsApi.as_view(), name="api-cluster-manifests"),
     path("allocations/<int:allocation_id>/usage-guide/", usage_guide_apis.AllocationUsageGuideApi.as_view(),
          name="api-allocation-usage-guide"),
+    path("allocations/<int:allocation_id>/pods/", pending_pod_apis.AllocationPendingPodsApi.as_view(), name="api-allocation-pods"),
 ]

@@ -10,7 +10,10 @@ from kube_testenv.datadir import ClusterFiles
 #: Controllers the tests rely on: quota status, namespace deletion, service
 #: accounts and their tokens, aggregated roles (``view``/``edit``/``admin`` get
 #: their rules from clusterrole-aggregation), kube-root-ca.crt, and node
-#: lifecycle (lifts the not-ready taint once a node reports Ready).
+#: lifecycle (lifts the not-ready taint once a node reports Ready), and
+#: ReplicaSets (their controller creates their pods, or records FailedCreate
+#: when the namespace's quota refuses them). No job controller: the chart tests
+#: play it, writing their Jobs' status themselves.
 DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "namespace-controller",
     "garbage-collector-controller",
@@ -20,6 +23,7 @@ DEFAULT_CONTROLLERS: tuple[str, ...] = (
     "clusterrole-aggregation-controller",
     "root-ca-certificate-publisher-controller",
     "node-lifecycle-controller",
+    "replicaset-controller",
 )
 
 ADMISSION_PLUGINS = "NamespaceLifecycle,LimitRanger,ServiceAccount,Priority,ResourceQuota"

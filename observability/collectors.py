@@ -21,8 +21,9 @@ from allocations.admission.reasons import WAITING_STATES, ReasonCode
 from allocations.models import Allocation, AllocationState, Quota
 from allocations.quotas.usage import quota_usages
 from audit.models import AuditCheckpoint, AuditEvent
-from clusters.models import Cluster, ClusterDrift, ClusterPush, PushState
+from clusters.models import Cluster, ClusterDrift, ClusterPush, PendingPodsRead, PushState
 from custody.models import CustodyAlarm, CustodyNodeState
+from delivery.pod_reasons import PodReasonCode
 from kernel.clock import clock_now
 from telemetry.models import AllocationUsage, NodeReportState
 
@@ -53,6 +54,7 @@ class PortalCollector(Collector):
         yield from quota_families(now=now)
         yield from allocation_families(now=now)
         yield from waiting_families()
+        yield from pending_pod_families()
         yield from cluster_families()
         yield from node_families(now=now)
         yield from audit_families()
@@ -133,6 +135,24 @@ def waiting_families() -> Iterator[Metric]:
     for code in ReasonCode:
         family.add_metric([code.value], counts.get(code.value, 0))
     family.add_metric(["unread"], counts.get("", 0))
+    yield family
+
+
+def pending_pod_families() -> Iterator[Metric]:
+    """Pods (and refused controllers) that wait on the clusters, by pod reason, as the last read of
+    each tenant namespace found them (``delivery.pending_pods``): one query, no cluster call."""
+    family = GaugeMetricFamily(
+        "gpuportal_pending_pods",
+        "Pods Pending on the clusters longer than the threshold, by pod reason, from the last read of each namespace "
+        "(docs/pending.md).",
+        labels=["reason"],
+    )
+    totals: dict[str, int] = {}
+    for counts in PendingPodsRead.objects.values_list("counts", flat=True):
+        for code, n in (counts or {}).items():
+            totals[code] = totals.get(code, 0) + int(n)
+    for code in PodReasonCode:
+        family.add_metric([code.value], totals.get(code.value, 0))
     yield family
 
 

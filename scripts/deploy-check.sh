@@ -119,6 +119,8 @@ can no list pods -A
 can no get pods -A
 can no list pods -n any-tenant
 can no create pods --subresource=eviction -n any-tenant
+can no list events -A
+can no list events -n any-tenant
 sa_namespace=${as#system:serviceaccount:}; sa_name=${sa_namespace#*:}; sa_namespace=${sa_namespace%%:*}
 evictor_binding() {  # namespace, subject kind, subject name, subject namespace
   cat <<YAML
@@ -141,7 +143,9 @@ for _ in $(seq 1 30); do  # the authorizer sees a new binding a moment later
 done
 can yes list pods -n dc-tenant
 can yes create pods --subresource=eviction -n dc-tenant
+can yes list events -n dc-tenant
 can no list pods -n kube-system
+can no list events -n kube-system
 can no create pods --subresource=eviction -n kube-system
 refused_binding() {  # what it tries, then the YAML on stdin
   if "$KUBECTL" apply --server-side --field-manager=gpuportal -f - --as="$as" >"$work/bind.log" 2>&1; then

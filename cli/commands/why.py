@@ -1,5 +1,6 @@
 """``gpuportal why <allocation>``: why a request waits, what would start now and an estimated start
-(GET allocations/{id}/why/, docs/pending.md)."""
+(GET allocations/{id}/why/), and the pods that wait on the cluster under it, each with its reason
+(GET allocations/{id}/pods/); docs/pending.md."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import click
 
 from cli.app import output_option, state
 from cli.commands.allocations import _when as minutes_utc
+from cli.exits import CliError, Exit
 from cli.output import dump
 
 
@@ -63,15 +65,42 @@ def why_text(body: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def pods_text(body: dict[str, Any]) -> str:
+    """The pods that wait on the cluster, each with its reason and fix; or why none could be read."""
+    if body.get("status") != "read":
+        return f"Pods on the cluster: {body.get('status')}: {body.get('message')}"
+    pods = body.get("pods") or []
+    if not pods:
+        return f"Pods on the cluster: none in {body.get('namespace')} Pending longer than {body.get('threshold_seconds')} s"
+    lines = [f"Pods waiting in {body.get('namespace')} on {body.get('cluster')}:"]
+    for pod in pods:
+        lines += [f"  {pod['kind']} {pod['name']}: {pod['code']}", f"    {pod['text']}", f"    Fix: {pod['fix']}"]
+    return "\n".join(lines)
+
+
 @click.command("why")
 @click.argument("allocation_id", type=int)
 @output_option
 def why(allocation_id: int) -> None:
     """Why a request has not started: the reason, the quota numbers of every level, who holds the
-    room, what would start now and an estimated start."""
-    body = state().api().get(f"allocations/{allocation_id}/why/")
+    room, what would start now and an estimated start; and the pods that wait on the cluster under
+    it (over the namespace's quota, unschedulable, refused), each with its reason and fix."""
+    api = state().api()
+    try:
+        body: dict[str, Any] | None = api.get(f"allocations/{allocation_id}/why/")
+    except CliError as error:
+        if error.code != Exit.CONFLICT:  # 409: it is not waiting (it may have pods that do)
+            raise
+        body = None
+    pods = api.get(f"allocations/{allocation_id}/pods/")
     fmt = state().output
-    click.echo(why_text(body) if fmt == "table" else dump(body, fmt))
+    if fmt != "table":
+        click.echo(dump({**(body or {}), "pods": pods}, fmt))
+        return
+    if body is not None:
+        click.echo(why_text(body))
+    if pods.get("status") != "not-on-cluster":
+        click.echo(pods_text(pods))
 
 
 COMMANDS = [why]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from delivery.eviction import PodEviction
+from delivery.pod_reasons import PendingRead
 
 
 class DriverError(Exception):
@@ -14,6 +16,10 @@ class DriverError(Exception):
 
 class PermanentDriverError(DriverError):
     """Retrying cannot help until someone changes something (a bad kubeconfig, missing rights)."""
+
+
+class NotReadable(PermanentDriverError):
+    """The driver cannot read this from its cluster at all (a manifests folder has no pods)."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,13 @@ class ClusterDriver(Protocol):
     def namespace_exists(self, name: str) -> bool:
         """Whether the namespace ``name`` exists on the cluster (a prerequisite the portal does
         not create, such as the GPU operator's)."""
+        ...
+
+    def read_pending(self, *, namespace: str, older_than: datetime.timedelta) -> PendingRead:
+        """What waits in the tenant namespace ``namespace`` for longer than ``older_than``: its
+        Pending pods and the controllers whose pods were refused, with the events about them
+        (``delivery.drivers.kube_pending``). Read-only; :class:`NotReadable` where the driver
+        has no cluster to read."""
         ...
 
     def close(self) -> None: ...

@@ -10,6 +10,7 @@ lowered GPU quotas are evicted (:meth:`KubernetesDriver.enforce_quotas`).
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import logging
@@ -17,7 +18,7 @@ import ssl
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote
 
@@ -26,7 +27,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
 
-from delivery.drivers import kube_evictions, kube_identity
+from delivery.drivers import kube_evictions, kube_identity, kube_pending
 from delivery.drivers.base import (
     EMPTY_RESULT,
     ApplyResult,
@@ -38,7 +39,9 @@ from delivery.drivers.base import (
 )
 from delivery.drivers.diff import FIELD_MANAGER, differing_fields
 from delivery.eviction import evictions_choose, quota_limits
+from delivery.pod_reasons import PendingRead, mig_pending_nodes
 from delivery.rendering import MANAGED_BY_LABEL, MANAGED_BY_VALUE, PROJECT_KINDS, SCOPE_CLUSTER, SCOPE_LABEL
+from kernel.clock import clock_now
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +220,13 @@ class KubernetesDriver:
 
     def read_nodes(self) -> list[dict[str, Any]]:
         return self._list("Node", selector=None)
+
+    def read_pending(self, *, namespace: str, older_than: datetime.timedelta) -> PendingRead:
+        read = kube_pending.pending_read(self.rest, namespace=namespace, older_than=older_than, now=clock_now())
+        self.reads += 2
+        if not kube_pending.asks_for_mig(read):
+            return read
+        return replace(read, mig_pending=tuple(mig_pending_nodes(self.read_nodes())))
 
     def namespace_exists(self, name: str) -> bool:
         self.reads += 1

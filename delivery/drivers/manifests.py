@@ -9,6 +9,7 @@ the tree untouched; keys are sorted, so the same state always gives the same byt
 
 from __future__ import annotations
 
+import datetime
 import os
 import tempfile
 from pathlib import Path
@@ -16,7 +17,17 @@ from typing import Any
 
 import yaml
 
-from delivery.drivers.base import EMPTY_RESULT, ApplyResult, Change, DriverError, PermanentDriverError, Plan, Scope
+from delivery.drivers.base import (
+    EMPTY_RESULT,
+    ApplyResult,
+    Change,
+    DriverError,
+    NotReadable,
+    PermanentDriverError,
+    Plan,
+    Scope,
+)
+from delivery.pod_reasons import PendingRead
 
 CLUSTER_FOLDER = "cluster"
 
@@ -47,6 +58,9 @@ class ManifestsDriver:
 
     def read_nodes(self) -> list[dict[str, Any]]:
         raise PermanentDriverError(f"cluster {self.directory.name}: a manifests folder has no live nodes to discover")
+
+    def read_pending(self, *, namespace: str, older_than: datetime.timedelta) -> PendingRead:
+        raise NotReadable(f"cluster {self.directory.name}: pending pods are not readable on this driver (a manifests folder)")
 
     def _folder(self, scope: Scope) -> Path:
         if scope.namespace is None:

@@ -22,6 +22,7 @@ from allocations.admission.headroom import quota_chains
 from allocations.admission.reasons import WAITING_STATES
 from allocations.booking.reservations import reservations_where
 from allocations.catalogue.selectors import allocation_get, allocation_may_change, pending_changes
+from allocations.catalogue.states import ON_CLUSTER_STATES
 from allocations.grants.changes import CHANGEABLE_STATES, self_renew_until
 from allocations.grants.services import allocation_release, allocation_request
 from allocations.models import Allocation, AllocationState
@@ -244,6 +245,7 @@ def detail_context(user: User, allocation: Allocation, **overrides: Any) -> dict
         "guide": allocation_usage_guide_or_none(user=user, allocation=allocation),
         "idle_case": idle_case_list(user=user, states=sorted(OPEN_STATES), allocation_id=allocation.pk).first(),
         "why": why_panel(user=user, allocation=allocation),
+        "pods_on_cluster": allocation.cluster_id is not None and allocation.state in ON_CLUSTER_STATES,
     }
     context.update(overrides)
     return context

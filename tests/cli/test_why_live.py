@@ -3,9 +3,11 @@ parent's quota numbers, what would start now and an estimated start."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pytest
+from django.utils import timezone
 
 from tests.cli.conftest import Cli, Portal
 from tests.why.test_reasons import _vision_holds_ten
@@ -32,3 +34,20 @@ def test_why_prints_the_parents_numbers_what_would_start_now_and_when(portal: Po
     as_json = json.loads(cli("why", str(allocation), "-o", "json").stdout)
     assert as_json["reason"]["facts"]["department"] == "acme"
     assert cli("why", "999999").exit_code != 0
+
+
+def test_why_prints_the_pods_of_an_allocation_on_its_cluster(portal: Portal, cli: Cli) -> None:
+    """An approved allocation is not waiting (why/ answers 409): the command says what its cluster's
+    pods are instead; the test cluster is a manifests folder, whose pods are not readable."""
+    response = portal.api("nlp_member", "POST", "allocations/", json={
+        "project": portal.world.llm.pk, "flavor": portal.world.a100.pk, "quantity": 1,
+        "justification": "tests", "starts_at": timezone.now().isoformat(),
+        "ends_at": (timezone.now() + datetime.timedelta(days=1)).isoformat(),
+    })
+    allocation = response.json()["id"]
+    assert portal.api("nlp_admin", "POST", f"allocations/{allocation}/approve/", json={}).status_code == 200
+    cli.login(portal, "nlp_member")
+    result = cli("why", str(allocation))
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("Pods on the cluster: not-readable: ") and "not readable on this driver" in result.stdout
+    assert json.loads(cli("why", str(allocation), "-o", "json").stdout)["pods"]["status"] == "not-readable"

@@ -207,6 +207,7 @@ def test_the_target_role_covers_every_kind_the_driver_pushes_with_exactly_its_ve
         else:
             assert verbs(rules, resource) == {"get", "list", "create", "patch", "delete"}, kind
     assert "pods" not in rules and "pods/eviction" not in rules  # only through the evictor role, per namespace
+    assert "events" not in rules  # the same: why tenants' pods wait is read per namespace
 
 
 def test_the_evictor_role_lists_and_evicts_pods_and_is_bound_by_the_portal_alone() -> None:
@@ -214,7 +215,7 @@ def test_the_evictor_role_lists_and_evicts_pods_and_is_bound_by_the_portal_alone
         objects = render(TARGET, values=[values])
         evictor = find(objects, "ClusterRole", EVICTOR_ROLE)
         rules = rules_by_resource(evictor)
-        expected = {"pods": {"get", "list"}, "pods/eviction": {"create"}} if evicts else {}
+        expected = {"pods": {"get", "list"}, "pods/eviction": {"create"}, "events": {"list"}} if evicts else {}
         assert {resource: verbs(rules, resource) for resource in rules} == expected
         assert not any(b["roleRef"]["name"] == EVICTOR_ROLE for b in objects if b["kind"] in ("RoleBinding", "ClusterRoleBinding"))
     policy = find(render(TARGET, namespace="ops", release="t"), "ValidatingAdmissionPolicy")

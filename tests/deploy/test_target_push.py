@@ -24,6 +24,7 @@ from django.utils import timezone
 from allocations.grants import services as allocation_services
 from allocations.models import Allocation, Flavor, PlacementPolicy, SharingMode
 from clusters.models import Cluster
+from delivery.drivers import driver_for
 from delivery.services import cluster_sync
 from tests.clusters.conftest import operator_namespace, unique_projects, use_kubeconfig
 from tests.conftest import H100, World, build_world
@@ -226,6 +227,9 @@ def test_the_portal_pushes_a_full_tenant_as_the_target_charts_service_account(
                 "metadata": {"name": name}, "spec": {"priorityClassName": "gpu-standard", "containers": [{
                     "name": "main", "image": "registry.k8s.io/pause:3.10",
                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}})  # fmt: skip
+        # What waits there is readable as the same identity (pods and events, never across the cluster).
+        waiting = driver_for(world.cluster).read_pending(namespace=namespace, older_than=datetime.timedelta(0))
+        assert {workload.name for workload in waiting.workloads} <= {"first", "second"}
         allocation_services.allocation_release(actor=world.users["nlp_member"], allocation_id=first.pk)
         gone = {p.metadata.name for p in core.list_namespaced_pod(namespace).items if p.metadata.deletion_timestamp}
         remaining = {p.metadata.name for p in core.list_namespaced_pod(namespace).items} - gone

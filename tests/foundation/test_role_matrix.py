@@ -330,6 +330,7 @@ ROWS = [
     Row("api-allocation-request-preview", "post", PREVIEW_REQUEST, body=allocation_body),
     Row("api-allocation-simulate", "post", PREVIEW_REQUEST, body=allocation_body),
     Row("api-allocation-why", "get", READ_ALLOCATION, kwargs=allocation("pending")),
+    Row("api-allocation-pods", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     Row("api-allocation", "get", READ_ALLOCATION, kwargs=allocation("pending")),
     Row("api-allocation-approve", "post", DECIDE, kwargs=allocation("pending"), body=lambda s, p: {"comment": "yes"}),
     Row("api-allocation-reject", "post", DECIDE, kwargs=allocation("pending"), body=lambda s, p: {"comment": "no"}),
