@@ -185,18 +185,25 @@ class AllocationRequestPreviewApi(ApiView):
 
     @extend_schema(request=AllocationIn, responses={200: RequestPreviewOut, **errors(400, 401, 403)})
     def post(self, request: Request) -> Response:
-        user = actor(request)
-        project = target(AllocationIn, request, "project")
-        if not services.allocation_request_allowed(actor=user, project=project, remember=True):
-            raise NotAllowed(f"You are not a member of project {project.slug}.")
-        fields = validated(AllocationIn, request, project=project)
-        start = fields["starts_at"] or clock_now()
-        hypothetical = Allocation(
-            pk=UNSAVED_PK, project=fields["project"], flavor=fields["flavor"], quantity=fields["quantity"],
-            priority_class=fields["priority_class"], cluster=fields["cluster"], starts_at=start,
-            ends_at=max(fields["ends_at"], start + datetime.timedelta(minutes=1)), state=AllocationState.PENDING,
-        )
-        return Response(RequestPreviewOut(request_preview(allocation=hypothetical)).data)
+        return Response(RequestPreviewOut(request_preview(allocation=hypothetical_request(request))).data)
+
+
+def hypothetical_request(request: Request) -> Allocation:
+    """The request a body of ``AllocationIn`` would make, not saved (``UNSAVED_PK``), checked as
+    submitting it would be: a member of the project, every field valid. The preview and the
+    simulation of why it would wait both decide on it."""
+    user = actor(request)
+    project = target(AllocationIn, request, "project")
+    if not services.allocation_request_allowed(actor=user, project=project, remember=True):
+        raise NotAllowed(f"You are not a member of project {project.slug}.")
+    fields = validated(AllocationIn, request, project=project)
+    start = fields["starts_at"] or clock_now()
+    return Allocation(
+        pk=UNSAVED_PK, project=fields["project"], flavor=fields["flavor"], quantity=fields["quantity"],
+        priority_class=fields["priority_class"], cluster=fields["cluster"], starts_at=start,
+        ends_at=max(fields["ends_at"], start + datetime.timedelta(minutes=1)), state=AllocationState.PENDING,
+        requested_by_id=user.pk,
+    )
 
 
 def request_preview(*, allocation: Allocation) -> dict[str, Any]:

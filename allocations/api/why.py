@@ -4,7 +4,6 @@ for the requests they may read, outsiders get 404."""
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -15,15 +14,12 @@ from rest_framework.response import Response
 from allocations.admission.reasons import WAITING_STATES, ReasonCode
 from allocations.admission.why import allocation_why, request_simulate
 from allocations.api.grants import AllocationIn
-from allocations.api.preview import UNSAVED_PK
+from allocations.api.preview import hypothetical_request
 from allocations.catalogue import selectors
-from allocations.grants import services
-from allocations.models import Allocation, AllocationState
-from kernel.api.base import actor, target, validated
+from kernel.api.base import actor
 from kernel.api.openapi import errors
 from kernel.api.views import ApiView
-from kernel.clock import clock_now
-from kernel.errors import NotAllowed, TransitionNotAllowed
+from kernel.errors import TransitionNotAllowed
 
 
 class ReasonOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -75,15 +71,4 @@ class AllocationSimulateApi(ApiView):
 
 
 def simulated(request: Request) -> dict[str, Any]:
-    user = actor(request)
-    project = target(AllocationIn, request, "project")
-    if not services.allocation_request_allowed(actor=user, project=project, remember=True):
-        raise NotAllowed(f"You are not a member of project {project.slug}.")
-    fields = validated(AllocationIn, request, project=project)
-    start = fields["starts_at"] or clock_now()
-    hypothetical = Allocation(
-        pk=UNSAVED_PK, project=fields["project"], flavor=fields["flavor"], quantity=fields["quantity"],
-        priority_class=fields["priority_class"], cluster=fields["cluster"], starts_at=start,
-        ends_at=max(fields["ends_at"], start + datetime.timedelta(minutes=1)), state=AllocationState.PENDING, requested_by_id=user.pk,
-    )
-    return request_simulate(allocation=hypothetical, viewer=user).as_dict()
+    return request_simulate(allocation=hypothetical_request(request), viewer=actor(request)).as_dict()

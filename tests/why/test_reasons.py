@@ -189,8 +189,11 @@ def test_the_queue_counts_the_requests_the_same_admins_see_oldest_first(world: W
 
 def test_docs_pending_lists_every_code_and_nothing_else() -> None:
     text = (Path(__file__).resolve().parents[2] / "docs" / "pending.md").read_text()
-    documented = set(re.findall(r"^### `([a-z-]+)`", text, flags=re.MULTILINE))
+    requests, pods = text.split("\n## Pending pods\n", 1)
+    documented = set(re.findall(r"^### `([a-z-]+)`", requests, flags=re.MULTILINE))
     assert documented == {code.value for code in ReasonCode}
+    from delivery.pod_reasons import PodReasonCode  # a pod's reasons are the section after the requests'
+    assert set(re.findall(r"^### `([a-z-]+)`", pods, flags=re.MULTILINE)) == {code.value for code in PodReasonCode}
 
 
 def test_a_project_cap_is_a_quota_at_the_projects_level(world: World) -> None:
