@@ -50,6 +50,8 @@ OPERATIONS: dict[str, Binding] = {
     "v1_allocations_create": Binding(R, body="allocation"),
     # What approving a request would do, before it is submitted: the same body, nothing written.
     "v1_allocations_preview_create": Binding(R, body="allocation"),
+    # Why such a request would wait (the same body, nothing written).
+    "v1_allocations_simulate_create": Binding(R, body="allocation"),
     "v1_allocations_approve_create": Binding(D, {"allocation_id": "allocation_pending"}),
     "v1_allocations_reject_create": Binding(D, {"allocation_id": "allocation_pending"}, body="reject"),
     "v1_allocations_release_create": Binding(R, {"allocation_id": "allocation_granted"}),
@@ -123,6 +125,8 @@ OPERATIONS: dict[str, Binding] = {
     "v1_nodes_partial_update": Binding(P, {"node_id": "node_fresh"}, body="node_settings"),
     "v1_nodes_report_create": Binding("node-agent", body="node_report"),
     "v1_audit_checkpoints_create": Binding("auditor"),
+    # A what-if replays the last week under a proposed change (the task runs in-process here).
+    "v1_what_ifs_create": Binding(P, body="what_if"),
     "v1_me_notification_preferences_update": Binding(R),
 }
 

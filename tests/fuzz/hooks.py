@@ -318,6 +318,13 @@ def fix_window(setup: Setup, body: Json, context: Json) -> None:
                  "ends_at": setup.time(begins + datetime.timedelta(hours=3)), "limit_delta": "1"})
 
 
+def fix_what_if(setup: Setup, body: Json, context: Json) -> None:
+    """A what-if of one valid change over the last week's history (a workload text is its own format)."""
+    for name in ("workload", "workload_format", "department"):
+        body.pop(name, None)
+    body.update({"changes": [{"kind": "quota", "department": "nlp", "limit_delta": "1"}], "history_days": 7})
+
+
 def fix_emergency(setup: Setup, body: Json, context: Json) -> None:
     """A change of the rules marked an emergency states its reason (else it is a 400 naming it)."""
     if body.get("emergency") is True and not str(body.get("reason") or "").strip():
@@ -471,7 +478,7 @@ FIXES: dict[str, Callable[[Setup, Json, Json], None]] = {
         fix_allocation, fix_renew, fix_resize, fix_window, fix_quota, fix_quota_numbers, fix_priority_class, fix_flavor,
         fix_cluster, fix_cluster_settings, fix_kubeconfig, fix_department, fix_membership, fix_webhook, fix_project,
         fix_project_caps, fix_idle_policy, fix_rate_card, fix_correction, fix_unlock, fix_node_token, fix_node_report, fix_reject,
-        fix_emergency, fix_idle_reason, fix_priority_class_change, fix_node_settings,
+        fix_emergency, fix_idle_reason, fix_priority_class_change, fix_node_settings, fix_what_if,
     )
 }  # fmt: skip
 
