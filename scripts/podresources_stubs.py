@@ -44,21 +44,25 @@ def upstream_proto() -> Path:
 
 
 def generate(proto: Path, out_root: Path) -> Path:
-    """Write the proto and its stubs under ``out_root/agent/podresources``; returns that directory."""
-    from grpc_tools import protoc  # dev dependency: only regeneration needs it
+    """Write the proto and its stubs under ``out_root/agent/podresources``; returns that directory.
 
+    protoc runs in a process of its own: grpcio-tools' compiler is a C++ extension that aborts when
+    it is loaded into a process already running gRPC's threads (a test's fake kubelet)."""
     target = out_root / PACKAGE_DIR
     target.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(proto, target / "api.proto")
     args = [
-        "protoc",
+        sys.executable,
+        "-m",
+        "grpc_tools.protoc",  # dev dependency: only regeneration needs it
         f"-I{out_root}",
         f"--python_out={out_root}",
         f"--grpc_python_out={out_root}",
         str(PACKAGE_DIR / "api.proto"),
     ]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc failed on " + str(target / "api.proto"))
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        raise SystemExit("protoc failed on " + str(target / "api.proto") + ": " + done.stderr.strip())
     return target
 
 
