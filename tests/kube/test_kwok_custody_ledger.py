@@ -17,7 +17,6 @@ from __future__ import annotations
 import datetime
 import shutil
 import tempfile
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -46,10 +45,10 @@ from tests.agent.nvml_replay import NvmlReplay, load_recording
 from tests.agent.schema_subset import validate
 from tests.conftest import World
 from tests.custody.scene import NODE, h100_grant
+from tests.kube.kwok_scene import node_pool
 from tests.telemetry.fixtures import issue_token, post_report  # noqa: F401 (fixture)
 
 RECORDING = "h200-8gpu-node"
-POOL = "gpuportal.test/pool"
 
 
 class NodeAgent:
@@ -160,7 +159,7 @@ def test_a_granted_pod_runs_ends_and_the_ledger_names_it_while_a_stray_pod_raise
     proc_root.mkdir()
     agent = NodeAgent(token=token, socket=kubelet.socket, proc_root=proc_root)
 
-    pool = {POOL: uuid.uuid4().hex[:12]}
+    pool = node_pool()
     kwok_gpu_nodes.add(GPUNodeSpec(NODE, gpus=len(uuids), product="NVIDIA-H100-80GB-HBM3", labels=pool))
     mirror = KubeletMirror(kubelet, kube_api_client, NODE, [others[0], booked, *others[1:]])
     core = client.CoreV1Api(kube_api_client)

@@ -19,20 +19,15 @@ from delivery.drivers.kubernetes import KubernetesDriver
 from delivery.pod_reasons import PodExplanation, PodReasonCode, pod_explain
 from kube_testenv import FakeGPUNodes, GPUNodeSpec, wait_for
 from kube_testenv.cluster import KubeTestCluster
-from kube_testenv.kubeapi import wait_for_pod_unschedulable
 from kube_testenv.workloads import gpu_pod
 from tests.clusters.conftest import unique_projects, use_kubeconfig
 from tests.conftest import World
-from tests.kube.test_kwok_pods import POOL, _grant_quota, _phase_history
+from tests.kube.kwok_scene import POOL, grant_quota, node_pool, phase_history, pin_away_from_free_gpus
 
 READER_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["list"]},
 ]
-
-
-def _pool() -> dict[str, str]:
-    return {POOL: uuid.uuid4().hex[:12]}
 
 
 def _reader(kube_cluster: KubeTestCluster, api: client.ApiClient, namespace: str) -> KubernetesDriver:
@@ -67,12 +62,12 @@ def _explained(driver: KubernetesDriver, namespace: str, name: str, granted: dic
 def test_a_workload_over_its_namespace_quota_and_one_asking_more_than_granted_are_explained(
     kube_cluster: KubeTestCluster, kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
-    pool = _pool()
+    pool = node_pool()
     kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{pool[POOL]}", gpus=8, labels=pool))
-    _grant_quota(kube_api_client, kube_namespace, gpus=1)
+    grant_quota(kube_api_client, kube_namespace, gpus=1)
     core, apps = client.CoreV1Api(kube_api_client), client.AppsV1Api(kube_api_client)
     core.create_namespaced_pod(kube_namespace, gpu_pod("granted", gpus=1, node_selector=pool))
-    _phase_history(kube_api_client, kube_namespace, "granted", until="Running", timeout=30)
+    phase_history(kube_api_client, kube_namespace, "granted", until="Running", timeout=30)
     apps.create_namespaced_replica_set(kube_namespace, _replica_set("one-more", 1, pool))
     apps.create_namespaced_replica_set(kube_namespace, _replica_set("too-big", 2, pool))
     driver = _reader(kube_cluster, kube_api_client, kube_namespace)
@@ -93,15 +88,8 @@ def test_a_workload_over_its_namespace_quota_and_one_asking_more_than_granted_ar
 def test_a_pod_pinned_away_from_the_free_gpus_is_explained_by_its_selector(
     kube_cluster: KubeTestCluster, kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
-    busy, free = _pool(), _pool()
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{busy[POOL]}", gpus=1, labels=busy))
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{free[POOL]}", gpus=4, labels=free))
-    _grant_quota(kube_api_client, kube_namespace, gpus=4)
-    core = client.CoreV1Api(kube_api_client)
-    core.create_namespaced_pod(kube_namespace, gpu_pod("holder", gpus=1, node_selector=busy))
-    _phase_history(kube_api_client, kube_namespace, "holder", until="Running", timeout=30)
-    core.create_namespaced_pod(kube_namespace, gpu_pod("pinned", gpus=1, node_selector=busy))
-    wait_for_pod_unschedulable(kube_api_client, kube_namespace, "pinned")
+    grant_quota(kube_api_client, kube_namespace, gpus=4)
+    busy, _ = pin_away_from_free_gpus(kube_api_client, kube_namespace, kwok_gpu_nodes)
     driver = _reader(kube_cluster, kube_api_client, kube_namespace)
 
     answer = _explained(driver, kube_namespace, "pinned", {"nvidia.com/gpu": 4})
@@ -133,13 +121,7 @@ def test_a_pod_made_pending_on_the_cluster_is_explained_on_its_allocations_page_
     namespace = world.llm.slug
     core = client.CoreV1Api(kube_api_client)
     core.create_namespace({"metadata": {"name": namespace}})
-    busy, free = _pool(), _pool()
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{busy[POOL]}", gpus=1, labels=busy))
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{free[POOL]}", gpus=4, labels=free))
-    core.create_namespaced_pod(namespace, gpu_pod("holder", gpus=1, node_selector=busy))
-    _phase_history(kube_api_client, namespace, "holder", until="Running", timeout=30)
-    core.create_namespaced_pod(namespace, gpu_pod("pinned", gpus=1, node_selector=busy))
-    wait_for_pod_unschedulable(kube_api_client, namespace, "pinned")
+    busy, _ = pin_away_from_free_gpus(kube_api_client, namespace, kwok_gpu_nodes)
 
     data = world.client("nlp_member").get(f"/api/v1/allocations/{allocation.pk}/pods/").json()
     assert (data["status"], data["namespace"]) == ("read", namespace), data

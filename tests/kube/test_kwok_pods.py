@@ -9,55 +9,18 @@ kube-scheduler, then Running, Succeeded and deleted with kwok writing the status
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from delivery.rendering import GrantedUnits, ProjectState, render_project
 from kube_testenv import FakeGPUNodes, GPUNodeSpec, wait_for
-from kube_testenv.kubeapi import pod_condition, wait_for_pod_unschedulable, wait_for_quota_status
+from kube_testenv.kubeapi import pod_condition
 from kube_testenv.workloads import gpu_pod, with_lifetime
+from tests.kube.kwok_scene import POOL, grant_quota, node_pool, phase_history, pin_away_from_free_gpus
 
 GPU_REQUESTS = "requests.nvidia.com/gpu"
-POOL = "gpuportal.test/pool"
-
-
-def _pool() -> dict[str, str]:
-    return {POOL: uuid.uuid4().hex[:12]}
-
-
-def _grant_quota(api: client.ApiClient, namespace: str, gpus: int) -> None:
-    """The portal's ResourceQuota and LimitRange for a project granted *gpus* whole GPUs."""
-    grant = GrantedUnits("nvidia.com/gpu", gpus, cpu_millicores_per_unit=8000, memory_mib_per_unit=65536)
-    state = ProjectState(cluster="test", namespace=namespace, department="nlp", project="p", grants=(grant,))
-    objects = {obj["kind"]: obj for obj in render_project(state)}
-    core = client.CoreV1Api(api)
-    core.create_namespaced_resource_quota(namespace, objects["ResourceQuota"])
-    core.create_namespaced_limit_range(namespace, objects["LimitRange"])
-    wait_for_quota_status(api, namespace, objects["ResourceQuota"]["metadata"]["name"])
-
-
-def _phase_history(api: client.ApiClient, namespace: str, name: str, until: str, timeout: float) -> list[str]:
-    """The pod's phases as observed by polling, until it reaches *until* or is gone ("Deleted")."""
-    core = client.CoreV1Api(api)
-    seen: list[str] = []
-
-    def probe() -> bool:
-        try:
-            phase: str = core.read_namespaced_pod(name, namespace).status.phase
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            phase = "Deleted"
-        if not seen or seen[-1] != phase:
-            seen.append(phase)
-        return phase == until
-
-    wait_for(probe, timeout=timeout, interval=0.05, what=f"pod {namespace}/{name} to reach {until}")
-    return seen
 
 
 def _read_pod(api: client.ApiClient, namespace: str, name: str) -> Any:
@@ -67,15 +30,15 @@ def _read_pod(api: client.ApiClient, namespace: str, name: str) -> Any:
 def test_a_granted_gpu_pod_is_placed_runs_completes_and_is_deleted(
     kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
-    pool = _pool()
+    pool = node_pool()
     node = f"kwok-{pool[POOL]}"
     kwok_gpu_nodes.add(GPUNodeSpec(node, gpus=2, labels=pool))
-    _grant_quota(kube_api_client, kube_namespace, gpus=1)
+    grant_quota(kube_api_client, kube_namespace, gpus=1)
     core = client.CoreV1Api(kube_api_client)
 
     pod = with_lifetime(gpu_pod("train", gpus=1, node_selector=pool), run_for="2s", remove_after="1s")
     core.create_namespaced_pod(kube_namespace, pod)
-    running = _phase_history(kube_api_client, kube_namespace, "train", until="Running", timeout=30)
+    running = phase_history(kube_api_client, kube_namespace, "train", until="Running", timeout=30)
     live = _read_pod(kube_api_client, kube_namespace, "train")
     assert live.spec.node_name == node  # the real scheduler's choice, the only node of the pool
     assert pod_condition(live, "Ready").status == "True"
@@ -83,14 +46,14 @@ def test_a_granted_gpu_pod_is_placed_runs_completes_and_is_deleted(
     started = container.state.running.started_at
     assert started is not None and live.status.pod_ip
 
-    finished = _phase_history(kube_api_client, kube_namespace, "train", until="Succeeded", timeout=30)
+    finished = phase_history(kube_api_client, kube_namespace, "train", until="Succeeded", timeout=30)
     done = _read_pod(kube_api_client, kube_namespace, "train")
     [container] = done.status.container_statuses
     assert container.state.terminated.reason == "Completed" and container.state.terminated.exit_code == 0
     assert container.state.terminated.started_at == started
     assert (container.state.terminated.finished_at - started).total_seconds() >= 1  # ran about run-for
 
-    gone = _phase_history(kube_api_client, kube_namespace, "train", until="Deleted", timeout=30)
+    gone = phase_history(kube_api_client, kube_namespace, "train", until="Deleted", timeout=30)
     assert running[-1] == "Running" and "Running" not in finished[1:] and gone[-1] == "Deleted"
     quota = core.read_namespaced_resource_quota("gpuportal-gpu-quota", kube_namespace)
     assert quota.status.hard[GPU_REQUESTS] == "1"
@@ -99,12 +62,12 @@ def test_a_granted_gpu_pod_is_placed_runs_completes_and_is_deleted(
 def test_a_pod_over_its_namespace_quota_is_refused_while_the_granted_one_runs(
     kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
-    pool = _pool()
+    pool = node_pool()
     kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{pool[POOL]}", gpus=8, labels=pool))
-    _grant_quota(kube_api_client, kube_namespace, gpus=1)
+    grant_quota(kube_api_client, kube_namespace, gpus=1)
     core = client.CoreV1Api(kube_api_client)
     core.create_namespaced_pod(kube_namespace, gpu_pod("granted", gpus=1, node_selector=pool))
-    _phase_history(kube_api_client, kube_namespace, "granted", until="Running", timeout=30)
+    phase_history(kube_api_client, kube_namespace, "granted", until="Running", timeout=30)
 
     with pytest.raises(ApiException) as refused:
         core.create_namespaced_pod(kube_namespace, gpu_pod("one-more", gpus=1, node_selector=pool))
@@ -122,16 +85,9 @@ def test_a_pod_over_its_namespace_quota_is_refused_while_the_granted_one_runs(
 def test_a_pod_pinned_away_from_the_free_gpus_stays_pending_with_failed_scheduling(
     kube_api_client: client.ApiClient, kube_namespace: str, kwok_gpu_nodes: FakeGPUNodes
 ) -> None:
-    busy, free = _pool(), _pool()
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{busy[POOL]}", gpus=1, labels=busy))
-    kwok_gpu_nodes.add(GPUNodeSpec(f"kwok-{free[POOL]}", gpus=4, labels=free))
-    _grant_quota(kube_api_client, kube_namespace, gpus=4)
+    grant_quota(kube_api_client, kube_namespace, gpus=4)
+    _, pod = pin_away_from_free_gpus(kube_api_client, kube_namespace, kwok_gpu_nodes)
     core = client.CoreV1Api(kube_api_client)
-    core.create_namespaced_pod(kube_namespace, gpu_pod("holder", gpus=1, node_selector=busy))
-    _phase_history(kube_api_client, kube_namespace, "holder", until="Running", timeout=30)
-
-    core.create_namespaced_pod(kube_namespace, gpu_pod("pinned", gpus=1, node_selector=busy))
-    pod = wait_for_pod_unschedulable(kube_api_client, kube_namespace, "pinned")
 
     assert pod.spec.node_name is None and pod.status.phase == "Pending"
     assert "Insufficient nvidia.com/gpu" in pod_condition(pod, "PodScheduled").message
