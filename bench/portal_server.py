@@ -118,3 +118,31 @@ def portal_served(
         shutil.rmtree(manifests, ignore_errors=True)
         if started_services:
             subprocess.run([str(ROOT / "scripts/services.sh"), "down"], check=False)
+
+
+@contextmanager
+def celery_workers(env: dict[str, str], count: int, log_dir: Path) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``count`` Celery worker processes (solo pool: one task at a time each, like one worker
+    container) on the portal's broker and database; logs in ``log_dir``; stopped afterwards."""
+    if not env.get("CELERY_BROKER_URL"):
+        raise RuntimeError("Celery workers need CELERY_BROKER_URL (a Redis URL)")
+    celery = str(Path(PYTHON).parent / "celery")
+    workers = []
+    try:
+        for index in range(count):
+            log = (log_dir / f"worker-{index}.log").open("wb")
+            workers.append(subprocess.Popen(
+                [celery, "-A", "gpuportal", "worker", "--pool=solo", "--loglevel=WARNING", f"--hostname=bench{index}@%h",
+                 "--without-gossip", "--without-mingle", "--without-heartbeat"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            ))  # fmt: skip
+        yield workers
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait(timeout=10)
