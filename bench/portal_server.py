@@ -70,9 +70,11 @@ class ServedPortal:
 
 @contextmanager
 def portal_served(
-    *, prefix: str, seed: str, workers: int, settings_module: str = "gpuportal.settings", use_broker: bool = True
+    *, prefix: str, seed: str, workers: int, settings_module: str = "gpuportal.settings", use_broker: bool = True,
+    gunicorn_args: tuple[str, ...] = (),
 ) -> Iterator[ServedPortal]:
-    """Migrate a fresh database, run ``seed`` in ``manage.py shell``, serve it with gunicorn."""
+    """Migrate a fresh database, run ``seed`` in ``manage.py shell``, serve it with gunicorn (with
+    ``gunicorn_args`` added to its command line)."""
     started_services = "DATABASE_URL" not in os.environ
     env = dict(os.environ)
     if started_services:
@@ -100,7 +102,7 @@ def portal_served(
         port = free_port()
         server = subprocess.Popen(
             [PYTHON, "-m", "gunicorn", "gpuportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
-             "--workers", str(workers), "--log-level", "warning"],
+             "--workers", str(workers), "--log-level", "warning", *gunicorn_args],
             cwd=ROOT, env=env,
         )  # fmt: skip
         for _ in range(200):
