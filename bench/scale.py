@@ -249,10 +249,13 @@ def push_lags(portal: ServedPortal, after: int) -> dict[str, Any]:
                 break
             time.sleep(0.5)
         rows = connection.execute(
-            "SELECT state, extract(epoch FROM completed_at - created_at) FROM clusters_clusterpush WHERE id > %s", (after,)
+            "SELECT push.state, extract(epoch FROM push.completed_at - push.created_at), cluster.driver"
+            " FROM clusters_clusterpush push JOIN clusters_cluster cluster ON cluster.id = push.cluster_id WHERE push.id > %s",
+            (after,),
         ).fetchall()
-    return {"lags": [float(lag) for state, lag in rows if state == "done" and lag is not None],
-            "not_done": sum(state != "done" for state, _ in rows)}
+    done = [(float(lag), driver) for state, lag, driver in rows if state == "done" and lag is not None]
+    return {"lags": [lag for lag, _ in done], "api_server_lags": [lag for lag, driver in done if driver == "kubernetes"],
+            "not_done": sum(state != "done" for state, _, _ in rows)}
 
 
 if __name__ == "__main__":

@@ -76,7 +76,8 @@ def lag_line(phase: str, lag: dict[str, Any], approvals_per_s: float) -> str:
     lags = lag["lags"]
     return (f"push lag ({phase} phase, approval -> applied, from the push rows): {len(lags)} pushes, "
             f"p50 {percentile(lags, 0.5):.2f} s, p99 {percentile(lags, 0.99):.2f} s, at {approvals_per_s:.1f} approvals/s; "
-            f"not delivered {lag['not_done']}")
+            f"not delivered {lag['not_done']}; of them to the test API server: {len(lag['api_server_lags'])}, "
+            f"p50 {percentile(lag['api_server_lags'], 0.5):.2f} s, p99 {percentile(lag['api_server_lags'], 0.99):.2f} s")
 
 
 def target_lines(phases: dict[str, PhaseResult], lag: dict[str, Any]) -> list[str]:
