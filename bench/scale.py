@@ -200,6 +200,7 @@ def _drive(options: argparse.Namespace, portal: ServedPortal, setup: dict[str, A
     for name, lag in lags.items():
         print(lag_line(name, lag, rate(phases[name], "approve")))
     print("\n".join(target_lines(phases, lags["approve"])))
+    print(f"load average at the end {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
 
 
 class Watch:

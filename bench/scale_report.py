@@ -69,6 +69,10 @@ def cpu_lines(phases: dict[str, PhaseResult], cpu: dict[str, Cpu]) -> list[str]:
             f"{phase:<8} server CPU per request {1000 * (used.web + used.database) / requests:7.2f} ms (gunicorn "
             f"{1000 * used.web / requests:.2f} ms, PostgreSQL {1000 * used.database / requests:.2f} ms){per_approval}"
         )
+        if phase == "approve" and approvals and requests == approvals:
+            cores = APPROVALS_TARGET * (used.web + used.database + used.workers) / approvals
+            lines.append(f"{'':<8} {APPROVALS_TARGET:.0f} approvals/s at this CPU per approval (web, PostgreSQL and their "
+                         f"pushes) keep {cores:.1f} cores busy")
     return lines
 
 

@@ -10,7 +10,8 @@ from pytest_django.live_server_helper import LiveServer
 
 from allocations.models import Allocation, AllocationState
 from bench import scale
-from bench.scale_drive import Plan, Tally, client_run
+from bench.scale_drive import PhaseResult, Plan, Tally, client_run
+from bench.scale_report import Cpu, cpu_lines, target_lines
 from bench.scale_seed import DAYS_OF_USAGE, Sizes, clusters_first_push, scale_seed
 from clusters.models import ClusterPush, PushState
 from demo.seed import DEMO_NODES, USERS
@@ -93,3 +94,21 @@ def test_quick_sizes_are_valid_and_the_full_size_is_the_issues() -> None:
     assert (quick.clusters, quick.nodes, quick.clients) == (3, 100, 8)
     assert (full.clusters, full.nodes, full.departments, full.projects, full.users, full.clients, full.web, full.workers) == (
         10, 2500, 500, 5000, 20000, 16, 4, 4)
+
+
+def _phase(elapsed: float, **latencies: list[float]) -> PhaseResult:
+    return PhaseResult(elapsed=elapsed, tallies=[Tally(latencies=dict(latencies))])
+
+
+def test_each_target_gets_one_line_met_or_not_from_the_figures_of_its_phase() -> None:
+    phases = {
+        "get": _phase(1.0, get=[0.01] * 100),  # 100/s, p99 10 ms
+        "submit": _phase(1.0, submit=[0.02] * 60),  # 0.6 of the GET's, p99 2x
+        "approve": _phase(1.0, approve=[0.5] * 45),  # 45/s, p99 0.5 s
+        "mix": _phase(1.0, get=[0.01] * 10, month=[0.03] * 10, feedback=[0.2] * 10),
+    }
+    # the slowest of 200 pushes is above the p99
+    lines = target_lines(phases, {"lags": [1.0] * 199 + [6.0], "api_server_lags": [], "not_done": 0})
+    assert [line.rsplit(": ", 1)[1] for line in lines] == ["MET", "MET", "MET", "NOT MET", "NOT MET"]
+    cpu = {name: Cpu(web=1.0, database=0.5, workers=2.0) for name in phases}
+    assert "40 approvals/s" in "\n".join(cpu_lines(phases, cpu))
