@@ -66,7 +66,7 @@ class Tally:
         self.granted.extend(other.granted)
 
 
-class Session:
+class Line:
     """One keep-alive connection to the portal; a dropped one is opened again (status 0: no answer)."""
 
     def __init__(self, port: int) -> None:
@@ -91,8 +91,8 @@ class Session:
 class Client:
     """One persona's operations (``setup``: the seed's answer; ``persona``: one of its clients)."""
 
-    def __init__(self, session: Session, setup: dict[str, Any], persona: dict[str, Any], tally: Tally) -> None:
-        self.session, self.persona, self.tally = session, persona, tally
+    def __init__(self, line: Line, setup: dict[str, Any], persona: dict[str, Any], tally: Tally) -> None:
+        self.line, self.persona, self.tally = line, persona, tally
         hami = [cluster["id"] for cluster in setup["clusters"] if cluster["hami"]]
         # (flavor, the clusters that offer it): the vGPU flavor only where HAMi runs
         self.choices = [(setup["flavors"][name], hami if "vgpu" in name else [c["id"] for c in setup["clusters"]])
@@ -106,7 +106,7 @@ class Client:
         return {"Authorization": f"Token {token}", "Content-Type": "application/json"}
 
     def get(self) -> None:
-        status, _, elapsed = self.session.call("GET", "/api/v1/me/", self.api(self.persona["researcher_token"]))
+        status, _, elapsed = self.line.call("GET", "/api/v1/me/", self.api(self.persona["researcher_token"]))
         self.tally.note("get", status, 200, elapsed)
 
     def submit(self) -> None:
@@ -114,7 +114,7 @@ class Client:
         flavor, clusters = self.rng.choice(self.choices)
         body = {"project": self.persona["project"], "flavor": flavor, "quantity": 1, "cluster": self.rng.choice(clusters),
                 "priority_class": self.priority_class, "ends_at": _iso(now + 86400), "justification": "scale bench"}
-        status, answer, elapsed = self.session.call("POST", "/api/v1/allocations/", self.api(self.persona["researcher_token"]), body)
+        status, answer, elapsed = self.line.call("POST", "/api/v1/allocations/", self.api(self.persona["researcher_token"]), body)
         if self.tally.note("submit", status, 201, elapsed):
             self.tally.pending.append(int(answer["id"]))
 
@@ -123,7 +123,7 @@ class Client:
             self.submit()
             return
         allocation = self.tally.pending.pop(0)
-        status, _, elapsed = self.session.call("POST", f"/api/v1/allocations/{allocation}/approve/",
+        status, _, elapsed = self.line.call("POST", f"/api/v1/allocations/{allocation}/approve/",
                                                self.api(self.persona["admin_token"]), {"comment": "scale bench"})
         if self.tally.note("approve", status, 200, elapsed):
             self.tally.granted.append(allocation)
@@ -133,21 +133,21 @@ class Client:
             self.get()
             return
         allocation = self.tally.granted.pop(self.rng.randrange(len(self.tally.granted)))
-        status, _, elapsed = self.session.call("POST", f"/api/v1/allocations/{allocation}/release/",
+        status, _, elapsed = self.line.call("POST", f"/api/v1/allocations/{allocation}/release/",
                                                self.api(self.persona["admin_token"]), {})
         self.tally.note("release", status, 200, elapsed)
 
     def month_by_day(self) -> None:
         query = urlencode({"granularity": "day", "department": self.persona["department"], **self.month})
-        status, _, elapsed = self.session.call("GET", f"/api/v1/usage/?{query}", self.api(self.persona["admin_token"]))
+        status, _, elapsed = self.line.call("GET", f"/api/v1/usage/?{query}", self.api(self.persona["admin_token"]))
         self.tally.note("month", status, 200, elapsed)
 
     def feedback(self) -> None:
         query = urlencode({"project": self.persona["project"], "flavor": self.rng.choice(self.flavors),
                            "quantity": self.rng.choice((1, 1, 2, 4)), "priority_class": self.priority_class,
                            "duration_days": 7})
-        headers = {"Cookie": f"sessionid={self.persona['session']}", "HX-Request": "true"}
-        status, _, elapsed = self.session.call("GET", f"/allocations/new/feedback/?{query}", headers)
+        headers = {"Cookie": f"sessionid={self.persona['sign_in']}", "HX-Request": "true"}
+        status, _, elapsed = self.line.call("GET", f"/allocations/new/feedback/?{query}", headers)
         self.tally.note("feedback", status, 200, elapsed)
 
     def operations(self) -> dict[str, Callable[[], None]]:
@@ -163,7 +163,7 @@ def client_run(port: int, setup: dict[str, Any], persona: dict[str, Any], plan: 
     """Run one client in this process: ``carried`` brings its pending requests and grants from an
     earlier phase. Returns its tally (the pending and granted left, for the next phase)."""
     tally = Tally(pending=list(carried.pending) if carried else [], granted=list(carried.granted) if carried else [])
-    client = Client(Session(port), setup, persona, tally)
+    client = Client(Line(port), setup, persona, tally)
     operations = client.operations()
     names = list(plan.weights)
     weights = [plan.weights[name] for name in names]
@@ -173,7 +173,7 @@ def client_run(port: int, setup: dict[str, Any], persona: dict[str, Any], plan: 
     while (plan.count and done < plan.count) or (not plan.count and time.perf_counter() < deadline):
         operations[rng.choices(names, weights)[0]]()
         done += 1
-    client.session.connection.close()
+    client.line.connection.close()
     return tally
 
 

@@ -1,6 +1,6 @@
 """The seeding of ``bench/scale.py``, run inside Django (``manage.py shell``, or a test's database):
 clusters of 8-GPU nodes, a department tree with its projects and people, a month of usage, and
-what each bench client needs (its people's tokens, a researcher's browser session, a project).
+what each bench client needs (its people's tokens, a researcher's sign-in cookie, a project).
 
 Everything is written in bulk (``bulk_create`` in batches) on top of the demo catalogue
 (``demo.seed``: flavors of every sharing mode, priority classes, the demo people), never through
@@ -285,7 +285,7 @@ class Persona:
     project: int
     admin_token: str
     researcher_token: str
-    session: str  # the researcher's signed-in session (the request form is a page, not the API)
+    sign_in: str  # the researcher's sign-in cookie (the request form is a page, not the API)
 
 
 def _clients(sizes: Sizes, departments: list[Any], projects: list[list[Any]]) -> list[dict[str, Any]]:
@@ -311,7 +311,7 @@ def _clients(sizes: Sizes, departments: list[Any], projects: list[list[Any]]) ->
             department=departments[index].pk, project=person_project(researcher_index, total, projects).pk,
             admin_token=access_token_create(actor=admin, name="bench", scope="write").key,
             researcher_token=access_token_create(actor=researcher, name="bench", scope="write").key,
-            session=browser.cookies["sessionid"].value,
+            sign_in=browser.cookies["sessionid"].value,
         )))
     return personas
 
