@@ -28,12 +28,15 @@ SUBMITTED = ("a100-80gb", "h100-80gb", "a100-mig-1g-10gb", "a100-mig-3g-40gb", "
 
 @dataclass(frozen=True)
 class Plan:
-    """What a client does: operations drawn by weight, until ``seconds`` pass or ``count`` are done."""
+    """What a client does: operations drawn by weight, until ``seconds`` pass or ``count`` are done;
+    with ``rate``, at most that many operations a second (paced from the start, no catching up in
+    bursts beyond the schedule), else each as soon as the last is answered."""
 
     weights: dict[str, float]
     seconds: float = 0.0
     count: int = 0
     seed: int = 7
+    rate: float = 0.0
 
 
 @dataclass
@@ -150,9 +153,15 @@ class Client:
         status, _, elapsed = self.line.call("GET", f"/allocations/new/feedback/?{query}", headers)
         self.tally.note("feedback", status, 200, elapsed)
 
+    def grant(self) -> None:
+        """A request submitted and approved at once (the paced phase's step: one approval each)."""
+        self.submit()
+        if self.tally.pending:
+            self.approve()
+
     def operations(self) -> dict[str, Callable[[], None]]:
         return {"get": self.get, "submit": self.submit, "approve": self.approve, "release": self.release,
-                "month": self.month_by_day, "feedback": self.feedback}
+                "month": self.month_by_day, "feedback": self.feedback, "grant": self.grant}
 
 
 def _iso(moment: float) -> str:
@@ -168,9 +177,12 @@ def client_run(port: int, setup: dict[str, Any], persona: dict[str, Any], plan: 
     names = list(plan.weights)
     weights = [plan.weights[name] for name in names]
     rng = random.Random(plan.seed * 7919 + persona["department"])
-    deadline = time.perf_counter() + plan.seconds
+    began = time.perf_counter()
+    deadline = began + plan.seconds
     done = 0
     while (plan.count and done < plan.count) or (not plan.count and time.perf_counter() < deadline):
+        if plan.rate:
+            time.sleep(max(0.0, began + done / plan.rate - time.perf_counter()))
         operations[rng.choices(names, weights)[0]]()
         done += 1
     client.line.connection.close()

@@ -90,7 +90,7 @@ def target_lines(phases: dict[str, PhaseResult], lag: dict[str, Any]) -> list[st
     approve_rate, approve_p99 = rate(phases["approve"], "approve"), p99(phases["approve"], "approve")
     submit_ratio = rate(phases["submit"], "submit") / get_rate if get_rate else 0.0
     submit_p99_ratio = p99(phases["submit"], "submit") / get_p99 if get_p99 else float("inf")
-    lag_p99 = percentile(lag["lags"], 0.99)
+    lag_p99, paced_rate = percentile(lag["lags"], 0.99), rate(phases["paced"], "approve")
     feedback_p99 = p99(phases["mix"], "feedback")
     mix_get_p99 = p99(phases["mix"], "get")
     month_ratio = p99(phases["mix"], "month") / mix_get_p99 if mix_get_p99 else float("inf")
@@ -98,8 +98,8 @@ def target_lines(phases: dict[str, PhaseResult], lag: dict[str, Any]) -> list[st
         (f"approvals {approve_rate:.1f}/s >= {APPROVALS_TARGET:.0f}/s with p99 {approve_p99:.2f} s <= {APPROVAL_P99_TARGET_S:.0f} s",
          approve_rate >= APPROVALS_TARGET and approve_p99 <= APPROVAL_P99_TARGET_S),
         (f"push lag p99 {lag_p99:.2f} s <= {LAG_P99_TARGET_S:.0f} s at {LAG_RATE_TARGET:.0f} approvals/s sustained "
-         f"(reached {approve_rate:.1f}/s, {lag['not_done']} not delivered)",
-         lag_p99 <= LAG_P99_TARGET_S and approve_rate >= 0.95 * LAG_RATE_TARGET and not lag["not_done"]),
+         f"(paced phase: reached {paced_rate:.1f}/s, {lag['not_done']} not delivered)",
+         lag_p99 <= LAG_P99_TARGET_S and paced_rate >= 0.95 * LAG_RATE_TARGET and not lag["not_done"]),
         (f"submit throughput {submit_ratio:.2f} of the GET's >= {SUBMIT_THROUGHPUT_RATIO} with p99 {submit_p99_ratio:.2f}x "
          f"the GET's <= {SUBMIT_P99_RATIO:.0f}x", submit_ratio >= SUBMIT_THROUGHPUT_RATIO and submit_p99_ratio <= SUBMIT_P99_RATIO),
         (f"request-form feedback p99 {1000 * feedback_p99:.0f} ms <= {1000 * FEEDBACK_P99_TARGET_S:.0f} ms (mix)",

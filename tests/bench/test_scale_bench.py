@@ -51,19 +51,21 @@ def test_one_short_drive_does_every_operation_without_an_error_and_the_approvals
     tally = client_run(port, seeded, persona, Plan({"approve": 1}, count=3), tally)
     assert (len(tally.pending), len(tally.granted)) == (1, 3)
     tally = client_run(port, seeded, persona, Plan({"release": 1}, count=1), tally)
+    tally = client_run(port, seeded, persona, Plan({"grant": 1}, count=1, rate=50.0), tally)  # one more, approved
+    assert (len(tally.latencies["submit"]), len(tally.latencies["approve"])) == (1, 1)
     reads = client_run(port, seeded, persona, Plan({"get": 1, "month": 1, "feedback": 1}, count=9, seed=3))
     assert tally.errors == {} and reads.errors == {}
     assert sum(len(values) for values in reads.latencies.values()) == 9
     assert set(reads.latencies) == {"get", "month", "feedback"}
 
     mine = Allocation.objects.filter(justification="scale bench")
-    assert mine.count() == 4
+    assert mine.count() == 5
     assert mine.filter(state=AllocationState.PENDING).count() == 1
     assert mine.filter(state=AllocationState.RELEASED).count() == 1
     assert {allocation.cluster_id for allocation in mine.exclude(state=AllocationState.PENDING)} <= {
         cluster["id"] for cluster in seeded["clusters"]}
     pushes = ClusterPush.objects.filter(allocation__in=mine)
-    assert pushes.count() >= 3 and not pushes.exclude(state=PushState.DONE).exists()
+    assert pushes.count() >= 4 and not pushes.exclude(state=PushState.DONE).exists()
 
 
 def test_a_merged_tally_keeps_every_latency_and_error() -> None:
@@ -78,6 +80,7 @@ def test_a_merged_tally_keeps_every_latency_and_error() -> None:
 @pytest.mark.parametrize(("argv", "named"), [
     (["--nodes", "0"], "--nodes"),
     (["--seconds", "-1"], "--seconds"),
+    (["--approval-rate", "0"], "--approval-rate"),
     (["--departments", "10", "--projects", "5"], "--projects"),
     (["--departments", "10", "--projects", "10", "--users", "15"], "--users"),
     (["--clusters", "1", "--departments", "100", "--projects", "100", "--users", "200", "--nodes", "50"], "--nodes"),
@@ -105,6 +108,7 @@ def test_each_target_gets_one_line_met_or_not_from_the_figures_of_its_phase() ->
         "get": _phase(1.0, get=[0.01] * 100),  # 100/s, p99 10 ms
         "submit": _phase(1.0, submit=[0.02] * 60),  # 0.6 of the GET's, p99 2x
         "approve": _phase(1.0, approve=[0.5] * 45),  # 45/s, p99 0.5 s
+        "paced": _phase(1.0, submit=[0.1] * 20, approve=[0.2] * 20),  # 20 approvals/s
         "mix": _phase(1.0, get=[0.01] * 10, month=[0.03] * 10, feedback=[0.2] * 10),
     }
     # the slowest of 200 pushes is above the p99
