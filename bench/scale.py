@@ -259,7 +259,8 @@ def push_lags(portal: ServedPortal, after: int) -> dict[str, Any]:
             time.sleep(0.5)
         rows = connection.execute(
             "SELECT push.state, extract(epoch FROM push.completed_at - push.created_at), cluster.driver"
-            " FROM clusters_clusterpush push JOIN clusters_cluster cluster ON cluster.id = push.cluster_id WHERE push.id > %s",
+            " FROM clusters_clusterpush push JOIN clusters_cluster cluster ON cluster.id = push.cluster_id WHERE push.id > %s"
+            " ORDER BY push.id",
             (after,),
         ).fetchall()
     done = [(float(lag), driver) for state, lag, driver in rows if state == "done" and lag is not None]

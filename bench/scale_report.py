@@ -77,9 +77,13 @@ def cpu_lines(phases: dict[str, PhaseResult], cpu: dict[str, Cpu]) -> list[str]:
 
 
 def lag_line(phase: str, lag: dict[str, Any], approvals_per_s: float) -> str:
+    """The lags of a phase's pushes (in the order they were queued: the halves' medians say whether
+    the lag grew as the phase went on or came from its start)."""
     lags = lag["lags"]
+    half = len(lags) // 2
     return (f"push lag ({phase} phase, approval -> applied, from the push rows): {len(lags)} pushes, "
-            f"p50 {percentile(lags, 0.5):.2f} s, p99 {percentile(lags, 0.99):.2f} s, at {approvals_per_s:.1f} approvals/s; "
+            f"p50 {percentile(lags, 0.5):.2f} s, p99 {percentile(lags, 0.99):.2f} s, at {approvals_per_s:.1f} approvals/s "
+            f"(p50 of the first half queued {percentile(lags[:half], 0.5):.2f} s, of the second {percentile(lags[half:], 0.5):.2f} s); "
             f"not delivered {lag['not_done']}; of them to the test API server: {len(lag['api_server_lags'])}, "
             f"p50 {percentile(lag['api_server_lags'], 0.5):.2f} s, p99 {percentile(lag['api_server_lags'], 0.99):.2f} s")
 
