@@ -38,7 +38,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -47,6 +47,9 @@ from bench.portal_server import ServedPortal, celery_workers, portal_served  # n
 from bench.scale_drive import PhaseResult, Plan, Tally, phase_run  # noqa: E402
 from bench.scale_report import Cpu, cpu_lines, lag_line, operation_lines, rate, target_lines  # noqa: E402
 from bench.scale_seed import BACKGROUND_KIND, GPUS_PER_NODE, NODE_KINDS, Sizes  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench.scale_kube import ApiServer
 
 FULL = {"clusters": 10, "nodes": 2500, "departments": 500, "projects": 5000, "users": 20000, "clients": 16,
         "seconds": 60.0}
@@ -126,10 +129,10 @@ def _broker() -> None:
 
 
 @contextlib.contextmanager
-def _api_server(options: argparse.Namespace) -> Iterator[str]:
-    """The first cluster's kubeconfig (its API server running), or "" with ``--no-api-server``."""
+def _api_server(options: argparse.Namespace) -> Iterator[ApiServer | None]:
+    """The first cluster's API server, running, or None with ``--no-api-server``."""
     if options.no_api_server:
-        yield ""
+        yield None
         return
     from bench.scale_kube import ApiServerMissing, api_server
 
@@ -137,7 +140,7 @@ def _api_server(options: argparse.Namespace) -> Iterator[str]:
         with api_server(options.nodes) as server:
             print(f"test API server up in {server.started_s:.1f} s, {server.nodes} nodes registered in "
                   f"{server.registered_s:.1f} s", flush=True)
-            yield server.kubeconfig
+            yield server
     except ApiServerMissing as error:
         raise SystemExit(f"{error}\n(run `make kube-testenv`, or pass --no-api-server)") from None
 
@@ -147,9 +150,10 @@ def main(argv: list[str] | None = None) -> int:
     _broker()
     stop_services = os.environ.pop("GPUPORTAL_BENCH_STOP_SERVICES", "") == "1"
     try:
-        with _api_server(options) as kubeconfig, tempfile.TemporaryDirectory(prefix="scale-") as logs:
+        with _api_server(options) as server, tempfile.TemporaryDirectory(prefix="scale-") as logs:
             sizes = Sizes(clusters=options.clusters, nodes=options.nodes, departments=options.departments,
-                          projects=options.projects, users=options.users, clients=options.clients, kubeconfig=kubeconfig)
+                          projects=options.projects, users=options.users, clients=options.clients,
+                          kubeconfig=server.kubeconfig if server else "")
             began = time.perf_counter()
             seed = SEED.format(sizes=json.dumps(sizes.__dict__))
             # A worker busy longer than gunicorn's default 30 s (the placement tables' first build on a
@@ -159,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 setup = json.loads(portal.seed_output.strip().splitlines()[-1])
                 _header(options, setup, time.perf_counter() - began)
                 _drive(options, portal, setup, [worker.pid for worker in workers])
+            if server is not None:
+                print(f"on the test API server after the run: {server.census()}")
     finally:
         if stop_services:
             import subprocess

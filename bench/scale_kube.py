@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from bench.scale_seed import GPUS_PER_NODE, NODE_KINDS, node_name
 
@@ -21,6 +22,20 @@ class ApiServer:
     nodes: int
     started_s: float
     registered_s: float
+    cluster: Any  # the running KubeTestCluster
+
+    def census(self) -> dict[str, int]:
+        """What the portal's pushes left on the API server: the tenants' namespaces, their
+        ResourceQuotas, and the GPU operator's ConfigMaps (node configurations)."""
+        from kubernetes import client
+
+        with self.cluster.api_client() as api:
+            core = client.CoreV1Api(api)
+            system = {"default", "kube-system", "kube-public", "kube-node-lease", "gpu-operator"}
+            namespaces = [item.metadata.name for item in core.list_namespace().items]
+            return {"namespaces": sum(name not in system for name in namespaces),
+                    "resource_quotas": len(core.list_resource_quota_for_all_namespaces().items),
+                    "operator_config_maps": len(core.list_namespaced_config_map("gpu-operator").items)}
 
 
 class ApiServerMissing(RuntimeError):
@@ -42,7 +57,7 @@ def api_server(nodes: int) -> Iterator[ApiServer]:
         began = time.perf_counter()
         _register(cluster, nodes)
         yield ApiServer(kubeconfig=cluster.kubeconfig.read_text(), nodes=nodes, started_s=started,
-                        registered_s=time.perf_counter() - began)
+                        registered_s=time.perf_counter() - began, cluster=cluster)
 
 
 def _register(cluster: object, nodes: int) -> None:
