@@ -1,0 +1,36 @@
+"""The check a web process runs on itself, at ``GET /test-only/kept-state/?seed=N`` (test settings
+only, ``tests/procs/urls.py``): for every cluster, the version of the placement state this process
+kept before the call (None: it kept none), and the differences between that state brought up to
+date and a fresh read and build from the database (``tests/placement/kept_compare.py``)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from django.db import transaction
+from django.http import HttpRequest, JsonResponse
+
+from allocations.booking import kept_views
+from allocations.booking import state as kept
+from clusters.models import Cluster
+from tests.placement.kept_compare import differences
+
+
+def kept_state_check(request: HttpRequest) -> JsonResponse:
+    rng = random.Random(int(request.GET.get("seed", "0")))
+    clusters = []
+    with transaction.atomic():
+        for cluster in Cluster.objects.order_by("pk"):
+            held = kept._STATES.get(cluster.pk)
+            pictures = sum(1 for key in list(kept_views._VIEWS) if key[0] == cluster.pk)
+            state = kept.cluster_state(cluster=cluster)
+            clusters.append({
+                "cluster": cluster.name,
+                "held_version": None if held is None else held.version,
+                "held_pictures": pictures,
+                "version": state.version,
+                "live_rows": len(state.ordered),
+                "differences": differences(state, cluster_id=cluster.pk, rng=rng),
+            })  # fmt: skip
+    return JsonResponse({"pid": os.getpid(), "clusters": clusters})
