@@ -48,7 +48,7 @@ class CapacityWatch:
                 self._asked.acquire()
                 if self._done.is_set():
                     return
-                self.found += capacity_now()
+                self.found += [found for found in capacity_now() if found not in self.found]
                 self.checked += 1
         finally:
             connection.close()

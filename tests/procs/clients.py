@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+ROUND = ("submit", "submit", "approve", "approve", "extend", "release")
+"""What a thread means to do in each round of six steps, in an order its seed shuffles."""
 HOLDING = frozenset({"scheduled", "approved", "provisioning", "active", "failed", "reclaiming"})
 
 
@@ -32,6 +34,9 @@ class Team:
     flavor_ids: tuple[int, ...]
     standard_id: int
     preemptible_id: int
+    opens_with_reclaim: bool = False
+    """Its first four steps make the rules reclaim: a preemptible grant fills its quota, then a
+    standard request of the same team is approved over it (whatever the seed)."""
 
 
 @dataclass
@@ -60,6 +65,7 @@ class Client:
         self.sent = offset
         self.pending: list[int] = []
         self.holding: dict[int, datetime.datetime] = {}  # allocation → its end
+        self.plan: list[str] = []
 
     def call(self, operation: str, method: str, path: str, token: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
         base = self.servers[self.sent % len(self.servers)]
@@ -80,29 +86,38 @@ class Client:
         return status, parsed
 
     def run(self, steps: int, *, after_step: Callable[[], None]) -> None:
+        if self.team.opens_with_reclaim:
+            self.plan = ["approve", "submit standard 2", "approve", "submit preemptible 4"]  # popped from the end
         for _ in range(steps):
-            self.step()
+            if not self.plan:
+                self.plan = list(ROUND)
+                self.rng.shuffle(self.plan)
+            self.step(self.plan.pop())
             after_step()
 
-    def step(self) -> None:
-        choice = self.rng.random()
-        if choice < 0.3 or not (self.pending or self.holding):
-            self.submit()
-        elif choice < 0.6 and self.pending:
+    def step(self, intent: str) -> None:
+        """``intent`` when it can be done, else a submit."""
+        if intent == "approve" and self.pending:
             self.approve(self.pending.pop(self.rng.randrange(len(self.pending))))
-        elif choice < 0.78 and self.holding:
+        elif intent == "release" and self.holding:
             self.release(self.rng.choice(sorted(self.holding)))
-        elif self.holding:
+        elif intent == "extend" and self.holding:
             self.extend(self.rng.choice(sorted(self.holding)))
+        elif intent.startswith("submit "):
+            _, priority, quantity = intent.split()
+            self.submit(quantity=int(quantity), preemptible=priority == "preemptible", first=True)
         else:
             self.submit()
 
-    def submit(self) -> None:
+    def submit(self, *, quantity: int | None = None, preemptible: bool | None = None, first: bool = False) -> None:
         team, rng = self.team, self.rng
-        start = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2 if rng.random() < 0.15 else 0)
+        later = rng.random() < 0.15 and not first
+        start = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=2 if later else 0)
+        preemptible = rng.random() < 0.35 if preemptible is None else preemptible
         body = {
-            "project": team.project_id, "flavor": rng.choice(team.flavor_ids), "quantity": rng.randint(1, 3),
-            "priority_class": team.preemptible_id if rng.random() < 0.35 else team.standard_id,
+            "project": team.project_id, "flavor": team.flavor_ids[0] if first else rng.choice(team.flavor_ids),
+            "quantity": quantity or rng.randint(1, 3),
+            "priority_class": team.preemptible_id if preemptible else team.standard_id,
             "starts_at": start.isoformat(), "ends_at": (start + datetime.timedelta(days=3)).isoformat(),
             "justification": f"many processes, {team.name}",
         }  # fmt: skip

@@ -30,14 +30,16 @@ import os
 import threading
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from allocations.catalogue.states import HOLDING_STATES
-from allocations.models import Allocation, AllocationState, PriorityClass
+from allocations.models import Allocation, AllocationState, PriorityClass, Quota
 from audit import actions
 from audit.models import AuditEvent
 from clusters.models import ClusterPush, Node, NodeSharing, PushState
@@ -51,7 +53,7 @@ from tests.procs.quiet import quiescence_wait
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres()]
 SEED = int(os.environ.get("GPUPORTAL_PROCS_SEED", "20261205"))
-STEPS = 14
+STEPS = 18
 """Operations per client thread."""
 
 
@@ -87,8 +89,15 @@ def teams(world: World) -> list[Team]:
              standard, preemptible),
         Team("speech", token["speech_member"], token["nlp_admin"], world.speech_project.pk, (world.a100.pk, world.mig.pk),
              standard, preemptible),
-        Team("vision", token["vision_member"], token["vision_admin"], world.seg.pk, (world.h100.pk,), standard, preemptible),
+        Team("vision", token["vision_member"], token["vision_admin"], world.seg.pk, (world.h100.pk,), standard, preemptible,
+             opens_with_reclaim=True),
     ]
+
+
+def tighten(world: World) -> None:
+    """Quotas a few approvals fill: refusals, and reclaims of preemptible grants, come early."""
+    Quota.objects.filter(department=world.nlp, flavor=None).update(limit=Decimal(6))
+    Quota.objects.filter(department=world.vision, flavor=world.h100).update(limit=Decimal(4))
 
 
 def drive(fleet: Fleet, world: World, watch: CapacityWatch) -> Tally:
@@ -129,6 +138,7 @@ def test_two_web_processes_and_four_workers_keep_the_placement_state_correct(
     print(f"many processes: seed {SEED} (GPUPORTAL_PROCS_SEED={SEED} replays it)")  # noqa: T201 - shown on failure
     world = build_world(a100_gpus=16, h100_gpus=16)
     Node.objects.filter(name="h100-1").update(sharing=NodeSharing.MPS, sharing_replicas=4)
+    tighten(world)
     settings.GPUPORTAL_MANIFESTS_DIR = tmp_path / "manifests"
     cluster_sync(cluster_id=world.cluster.pk)  # the folder starts as the portal wants it
     queue = f"procs-{uuid.uuid4().hex[:8]}"
@@ -141,14 +151,18 @@ def test_two_web_processes_and_four_workers_keep_the_placement_state_correct(
         quiet = quiescence_wait(broker_url=broker_url, queue=queue)
         reports = kept_state_reports(fleet)
         logs = fleet.log_tails()
-    print(f"answers {dict(sorted(tally.answers.items()))}; snapshots checked {watch.checked}; {quiet}")  # noqa: T201
+    states = dict(Counter(Allocation.objects.values_list("state", flat=True)))
+    forwarded = [(c.get("held_version"), c.get("version")) for report in reports for c in report["clusters"]]
+    print(f"answers {dict(sorted(tally.answers.items()))}; final states {states}; reclaim events {reclaims()}; snapshots checked "  # noqa: T201
+          f"{watch.checked}; {quiet}; kept versions (held, current) {forwarded}")
     context = f"seed {SEED}\n{logs}"
 
     assert not tally.server_errors, f"{context}\n{tally.server_errors}"
     assert watch.checked >= 5 and not watch.found, f"seed {SEED}: {watch.found}"
     assert not watch.final(), f"seed {SEED}: {watch.final()}"
-    assert tally.answers["approve 200"] >= 8 and tally.answers["release 200"] >= 3, f"seed {SEED}: {tally.answers}"
-    assert tally.answers["extend 200"] >= 2, f"seed {SEED}: {tally.answers}"
+    assert tally.answers["approve 200"] >= 6 and tally.answers["release 200"] >= 3, f"seed {SEED}: {tally.answers}"
+    assert tally.answers["extend 200"] >= 3, f"seed {SEED}: {tally.answers}"
+    assert reclaims() >= 1, f"seed {SEED}: no grant was reclaimed"
 
     assert len({report["pid"] for report in reports}) == 2, reports
     for report in reports:
@@ -165,6 +179,12 @@ def test_two_web_processes_and_four_workers_keep_the_placement_state_correct(
     assert not undelivered(tally.approved), f"{context}\nundelivered approvals {undelivered(tally.approved)}"
     for slug in Allocation.objects.filter(state__in=HOLDING_STATES).values_list("project__slug", flat=True).distinct():
         assert (tmp_path / "manifests" / world.cluster.name / "namespaces" / slug).is_dir(), f"seed {SEED}: {slug}"
+
+
+def reclaims() -> int:
+    """Grants (all of them or some units) taken to make room for another request."""
+    return AuditEvent.objects.filter(action=actions.ALLOCATION_RECLAIMING.code).count() + AuditEvent.objects.filter(
+        action=actions.ALLOCATION_RECLAIMED.code).count()
 
 
 def undelivered(approved: dict[int, str]) -> list[int]:
