@@ -19,7 +19,7 @@ from tests.placement.kept_compare import differences
 
 def kept_state_check(request: HttpRequest) -> JsonResponse:
     rng = random.Random(int(request.GET.get("seed", "0")))
-    clusters = []
+    clusters: list[dict[str, object]] = []
     with transaction.atomic():  # reads only; the other processes are quiet by now
         for cluster in Cluster.objects.order_by("pk"):
             held = kept._STATES.get(cluster.pk)
