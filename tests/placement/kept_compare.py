@@ -9,6 +9,7 @@ differences in words, so that a process can report them as data.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from typing import Any
 
 from allocations.booking import kept_views
@@ -58,10 +59,17 @@ def state_differences(state: kept.ClusterState, *, cluster: Cluster) -> list[str
     if kept_rows != live_rows:
         found.append(f"live rows differ: kept only {sorted(set(kept_rows) - set(live_rows))[:5]}, "
                      f"database only {sorted(set(live_rows) - set(kept_rows))[:5]}")
-    if state.allocations() != {row.allocation_id for row in fresh_live}:
-        found.append("the allocations holding rows differ")
-    if state.projects() != set(Allocation.objects.filter(pk__in=state.allocations()).values_list("project_id", flat=True)):
-        found.append("the projects holding rows differ")
+    project_of = dict(Allocation.objects.filter(pk__in={row.allocation_id for row in fresh_live})
+                      .values_list("pk", "project_id"))
+    if state.allocation_rows != dict(Counter(row.allocation_id for row in fresh_live)):
+        found.append("the live rows per allocation differ")
+    if state.project_rows != dict(Counter(project_of[row.allocation_id] for row in fresh_live)):
+        found.append("the live rows per project differ")
+    by_node: dict[int, list[int]] = {}
+    for row in fresh_live:
+        by_node.setdefault(row.node_id, []).append(row.pk)
+    if {node: sorted(row.pk for row in rows) for node, rows in state.by_node.items()} != by_node:
+        found.append("the live rows per node differ")
     return found
 
 
