@@ -123,7 +123,8 @@ def drive(fleet: Fleet, world: World, watch: CapacityWatch) -> Tally:
 
 
 def kept_state_reports(fleet: Fleet) -> list[dict[str, Any]]:
-    """Each web process's own check of its kept state (several calls: both threads of each)."""
+    """Each web process's own check of its kept state, twice: the first brings forward the state it
+    kept through the run, the second asks again with other subsets and exclusions."""
     reports = []
     for base in fleet.web:
         for call in range(2):
