@@ -4,7 +4,8 @@ over HTTP, each request to the next web process in turn.
 
 What a thread does next depends only on its own seed and on what its own requests answered, so a
 seed replays the same intentions (how the processes interleave them is the run's). Every answer is
-counted by operation and status; a 5xx is kept with its body.
+counted by operation and status; a 5xx is kept with its body, and so is a request that got no
+answer at all (status 0).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Tally:
     def count(self, operation: str, status: int, body: Any) -> None:
         with self.lock:
             self.answers[f"{operation} {status}"] += 1
-            if status >= 500:
+            if status >= 500 or status == 0:
                 self.server_errors.append(f"{operation} {status}: {str(body)[:300]}")
 
 
@@ -78,6 +79,8 @@ class Client:
                 status, text = answer.status, answer.read()
         except urllib.error.HTTPError as error:
             status, text = error.code, error.read()
+        except OSError as error:  # no answer at all: counted with the server errors (status 0)
+            status, text = 0, repr(error).encode()
         try:
             parsed = json.loads(text) if text else None
         except ValueError:
