@@ -19,7 +19,8 @@ What the engine needs of a cluster is its inventory (nodes and GPUs) and its liv
 The engine's pictures of a state are kept too (``allocations.booking.kept_views``), brought
 forward by rebuilding only the nodes that changed; ``tests/placement/test_kept_state.py`` checks
 that a kept state and its pictures equal a fresh read and build after random sequences of
-bookings, releases, moves and inventory changes, across processes.
+bookings, releases, moves and inventory changes, across processes, and
+``tests/procs/test_many_processes.py`` that each of two real web processes keeps a state equal to one.
 
 Kept states are immutable snapshots shared between threads; a newer one replaces an older one.
 """

@@ -23,72 +23,21 @@ from django.utils import timezone
 from allocations.booking import kept_views
 from allocations.booking import state as kept
 from allocations.booking.defrag import defrag_apply
-from allocations.booking.sharing import shape_under_reserve
-from allocations.booking.tenancy import Exclusion
-from allocations.booking.view import PlacementView, node_rows, placement_view, unit_shape
 from allocations.catalogue.states import HOLDING_STATES
 from allocations.grants import changes, services
-from allocations.models import Allocation, Flavor, Reservation
+from allocations.models import Allocation, Flavor
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from kernel.errors import ApplicationError
 from tests.conftest import A100, H100, World, build_world, requires_postgres
+from tests.placement.kept_compare import differences
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres()]
 
 
-def picture(view: PlacementView) -> dict[str, Any]:
-    """Everything placement reads of a picture, as plain data."""
-    engine = view.engine
-    return {
-        "nodes": sorted(view.nodes),
-        "left_out": dict(view.left_out),
-        "pinned_free": sorted((node.name, index, start) for node, index, start in view.pinned_free),
-        "pinned_room": dict(view.pinned_room),
-        "engine": None if engine is None else {
-            "inventory": [(node.name, node.cpu_milli, node.memory_mib, node.gpus, node.cpu_used_milli,
-                           node.memory_used_mib) for node in engine.nodes()],
-            "free": (engine.cpu_free.tolist(), engine.mem_free.tolist()),
-        },
-    }
-
-
 def compare(world: World, state: kept.ClusterState, rng: random.Random) -> None:
-    cluster = Cluster.objects.get(pk=world.cluster.pk)
-    fresh_nodes = node_rows(cluster)
-    fresh_live = list(Reservation.objects.filter(released_at__isnull=True, node__cluster=cluster).order_by("pk"))
-    assert state.version == cluster.placement_version
-    assert [(row.node.pk, row.node.name, row.node.is_schedulable, row.node.sharing, row.gpus) for row in state.nodes] == [
-        (row.node.pk, row.node.name, row.node.is_schedulable, row.node.sharing, row.gpus) for row in fresh_nodes
-    ]
-    fields = ("pk", "allocation_id", "node_id", "gpu_indices", "gpu_milli", "mig_profile", "mig_start",
-              "cpu_millicores", "memory_mib")
-    assert [tuple(getattr(row, name) for name in fields) for row in state.reservations()] == [
-        tuple(getattr(row, name) for name in fields) for row in fresh_live
-    ]
-    by_pk = state.ordered
-    assert state.allocations() == {row.allocation_id for row in fresh_live}
-    assert state.projects() == set(
-        Allocation.objects.filter(pk__in=state.allocations()).values_list("project_id", flat=True))
-    for flavor in Flavor.objects.all():
-        nodes = node_rows(cluster, gpu_model=flavor.gpu_model)
-        memory = max((gpu.memory_mib for row in nodes for gpu in row.gpus), default=0)
-        shape = shape_under_reserve(shape=unit_shape(flavor), flavor=flavor, cluster=cluster, gpu_memory_mib=memory)
-        on = {row.node.pk for row in nodes}
-        live = [row for row in fresh_live if row.node_id in on]
-        assert [row.pk for row in state.rows_of_model(flavor.gpu_model)] == [row.pk for row in live]
-        holders = sorted({row.allocation_id for row in live})
-        without = set(rng.sample(holders, k=min(len(holders), rng.randint(0, 3))))
-        subset = [row for row in live if row.allocation_id not in without]
-        exclusion = Exclusion(nodes={row.node.pk: "kept apart" for row in nodes if rng.random() < 0.3})
-        for carve in ((True, False) if flavor.mig_profile else (None,)):
-            for rows, apart in ((live, Exclusion()), (subset, exclusion)):
-                mine = [by_pk.get(row.pk, row) for row in rows]  # the kept rows where it has them
-                derived = kept_views.kept_view(state, cluster=cluster, reservations=mine,
-                                               terms=kept_views.PictureTerms(shape, carve, apart))
-                scratch = placement_view(cluster=cluster, shape=shape, nodes=nodes, reservations=rows,
-                                         open_empty_gpus=carve, exclusion=apart)
-                assert picture(derived) == picture(scratch), (flavor.name, carve, bool(apart))
+    found = differences(state, cluster_id=world.cluster.pk, rng=rng)
+    assert not found, found
 
 
 class Caches:

@@ -28,7 +28,7 @@ from clusters.models import Cluster
 from frontend.feedback import request_feedback
 from kernel.clock import clock_now
 from tests.conftest import A100, World, build_world, requires_postgres
-from tests.placement.test_kept_state import picture
+from tests.placement.kept_compare import picture
 
 pytestmark = [pytest.mark.django_db(transaction=True), requires_postgres()]
 
