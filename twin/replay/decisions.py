@@ -47,6 +47,7 @@ from twin.workload import Job, Shape
 
 _GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
 SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
+RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class Decision:
     """One line of the log. ``piece``: the request's number; ``line``: its workload line;
     ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
     for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
-    many units it asks (``submit``) or gives back (``leave``)."""
+    many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
+    departments by fair-share factor, the least served first, those of equal factor together."""
 
     at: float
     kind: str
@@ -73,6 +75,7 @@ class Decision:
     units: tuple[Unit, ...] = ()
     victims: tuple[tuple[int, int], ...] = ()
     reason: str = ""
+    order: tuple[tuple[str, ...], ...] = ()
 
 
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
@@ -168,7 +171,21 @@ class DecidingReplay(Replay):
 
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
         self._submit_until()
+        self._log_rank(only)
         super()._pass(only)
+
+    def _log_rank(self, only: set[tuple[object, ...] | None] | None) -> None:
+        """With fair share, a pass whose waiting requests of one priority come from two departments
+        or more tries them in the order of the departments' factors: that order is a decision."""
+        if self.fair is None:
+            return
+        heads = [entries[0] for key, entries in self.buckets.items() if entries and (only is None or key in only)]
+        departments: dict[float, set[str]] = {}
+        for entry in heads:
+            departments.setdefault(entry.key[0], set()).add(entry.job.department)
+        if all(len(names) < 2 for names in departments.values()):
+            return
+        self.log.append(Decision(self.now, RANK, 0, 0, order=fair_share_order(self.world.fair_share, self.world.index)))
 
     # ---------------------------------------------------------------- decisions
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
@@ -338,6 +355,15 @@ class DecidingReplay(Replay):
             pools.policies[index] = default_policy(workload)
 
 
+def fair_share_order(factors: dict[int, float], index: dict[str, int]) -> tuple[tuple[str, ...], ...]:
+    """The departments by factor, the highest (least served) first, those of equal factor in one
+    group by name; a department without a factor has 1.0."""
+    groups: dict[float, list[str]] = {}
+    for name, number in index.items():
+        groups.setdefault(factors.get(number, 1.0), []).append(name)
+    return tuple(tuple(sorted(groups[factor])) for factor in sorted(groups, reverse=True))
+
+
 def _with_quantity(job: Job, quantity: int) -> Job:
     return replace(job, quantity=quantity)
 
@@ -350,5 +376,5 @@ def replay_decisions(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy,
     return replay.log, replay
 
 
-__all__ = ["BEGIN", "END", "LEAVE", "RECLAIM", "REFUSED", "START", "SUBMIT", "Decision", "DecidingReplay", "Unit",
-           "replay_decisions"]
+__all__ = ["BEGIN", "END", "LEAVE", "RANK", "RECLAIM", "REFUSED", "START", "SUBMIT", "Decision", "DecidingReplay",
+           "Unit", "fair_share_order", "replay_decisions"]

@@ -5,6 +5,7 @@ that preempt with notice, and one preemptible without notice; some requests ask 
 
 from __future__ import annotations
 
+import datetime
 import random
 from dataclasses import dataclass
 from decimal import Decimal
@@ -13,7 +14,12 @@ from placement import Gpu, Node
 from twin.policy import Department, Policy, PriorityClass
 from twin.workload import Job, Shape
 
+START = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
+"""Virtual time 0 on both sides (the portal's clock, the twin's ``Policy.start``): a 5-minute edge."""
 MODEL = "A100"
+SHARES = {"nlp": 1, "vision": 2, "speech": 1}
+"""Fair-share shares, when a case has fair share: vision's two shares put it first in line until
+it has used twice what the others have."""
 CLASSES = {
     "gpu-production": PriorityClass("gpu-production", 100000, True, Decimal(1), 1800.0),
     "gpu-standard": PriorityClass("gpu-standard", 10000, True, Decimal(1), 900.0),
@@ -31,17 +37,18 @@ class Case:
 
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
-                  scheduled: bool = True, hours: float = 240.0) -> Case:
-    """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs."""
+                  scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None) -> Case:
+    """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
+    waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life)."""
     rng = random.Random(seed)
     cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
     installed = Decimal(8 * nodes)
     weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
-    departments = tuple(Department(name, (installed * share).to_integral_value(), installed)
-                        for name, share in weights.items())
+    departments = tuple(Department(name, (installed * share).to_integral_value(), installed,
+                                   SHARES[name] if half_life_s else 1) for name, share in weights.items())
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    FLAVORS if shares else {"a100": FLAVORS["a100"]})
+                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []
     at = 0.0

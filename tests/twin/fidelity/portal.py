@@ -12,6 +12,9 @@ approval's audit event); a refused request is withdrawn and made again at the tw
 ``end`` asks ``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and
 ``begin`` run the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose
 notice ran out finish, the grants they made room for start) and compare the states it leaves.
+With fair share, the tick (``fair_share_tick``) runs at every instant before its first decision,
+and ``rank`` compares the departments' order by the portal's factors (``fair_share_factors``, the
+approvals queue's and the victim choice's) with the order the twin's pass tried them in.
 """
 
 from __future__ import annotations
@@ -19,19 +22,21 @@ from __future__ import annotations
 import datetime
 from dataclasses import dataclass, field
 
+from allocations.fair_share.reads import fair_share_factors
+from allocations.fair_share.services import fair_share_tick
 from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
 from allocations.tasks import allocations_timeline_task
 from audit import actions
 from audit.models import AuditEvent
-from kernel.clock import clock_set
+from kernel.clock import clock_now, clock_set
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from tests.twin.fidelity.case import START as EPOCH
 from tests.twin.fidelity.world import PortalWorld
-from twin.replay.decisions import BEGIN, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.replay.decisions import BEGIN, LEAVE, RANK, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit, fair_share_order
 from twin.replay.decisions import END as RUN_END
 from twin.workload import Job
 
-EPOCH = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
 END = EPOCH + datetime.timedelta(days=60)
 """Where every request's period ends: one instant for all, after the replay, so that admission,
 which weighs each grant over its whole interval, sees at every instant of a request's interval
@@ -58,12 +63,16 @@ class PortalReplay:
         self.quantities: dict[int, int] = {}  # piece -> the units it asks
         self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
         self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
+        self._fair_ticked: float | None = None
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
-                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
+                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank}
         for decision in log:
             clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
+            if self.world.fair_share and decision.kind in (START, RECLAIM, REFUSED, RANK) and self._fair_ticked != decision.at:
+                fair_share_tick(now=clock_now())  # usage up to now, before anything is decided now
+                self._fair_ticked = decision.at
             try:
                 handlers[decision.kind](decision)
             except ApplicationError as error:
@@ -147,6 +156,17 @@ class PortalReplay:
                                     allocation_id=self.allocations[decision.piece])
         self.result.count(RUN_END)
 
+    def _rank(self, decision: Decision) -> None:
+        """The departments in the order the approvals queue puts their requests (the highest
+        factor first), as the twin's pass tried them."""
+        self.result.count(RANK)
+        factors = fair_share_factors(now=clock_now())
+        index = {name: department.pk for name, department in self.world.departments.items()}
+        order = fair_share_order({pk: factors.get(pk, 1.0) for pk in index.values()}, index)
+        if order != decision.order:
+            self._differ(decision, f"fair-share order {_order_words(order)} in the portal, "
+                                   f"{_order_words(decision.order)} in the twin")
+
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:
             allocations_timeline_task()
@@ -161,6 +181,10 @@ class PortalReplay:
             if live != self.held_units[decision.piece]:
                 self._differ(decision, f"the victim holds {live} units in the portal, "
                                        f"{self.held_units[decision.piece]} in the twin once its notice ended")
+
+
+def _order_words(order: tuple[tuple[str, ...], ...]) -> str:
+    return " > ".join("=".join(group) for group in order)
 
 
 def _words(units: tuple[Unit, ...]) -> str:

@@ -9,11 +9,12 @@ from dataclasses import replace
 
 import pytest
 
+from allocations.fair_share.reads import half_life_seconds
 from tests.conftest import requires_postgres
 from tests.twin.fidelity.case import fidelity_case
 from tests.twin.fidelity.portal import PortalReplay
 from tests.twin.fidelity.world import portal_world_build
-from twin.replay.decisions import REFUSED, START, replay_decisions
+from twin.replay.decisions import RANK, REFUSED, START, replay_decisions
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
 REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
@@ -46,6 +47,16 @@ def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
     assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
     assert compared["submit"] >= REQUESTS
     assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_fair_share_orders_the_waiting_requests_as_the_portal_does() -> None:
+    requests = int(os.environ.get("GPUPORTAL_FIDELITY_RULES_REQUESTS", "200"))
+    compared, differences = _replay_both(requests, nodes=5, hours=requests * 0.45, half_life_s=half_life_seconds())
+    sys.stdout.write(f"fidelity with fair share: {requests} workload lines, decisions compared: {compared}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared.get(RANK, 0) > 0 and compared.get("reclaim", 0) > 0
 
 
 @POSTGRES

@@ -1,7 +1,8 @@
 """The portal's rows for a twin's cluster and policy (``twin.clusters``, ``twin.policy``): one
 organisation whose quota is the installed GPU-equivalents, one department under it per department
 of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
-priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order.
+priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order;
+with fair share, each department's shares.
 
 The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
 GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
@@ -17,7 +18,7 @@ from decimal import Decimal
 from django.contrib.auth.models import User
 
 from allocations.booking.state import kept_states_forget
-from allocations.models import Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
+from allocations.models import FairShare, Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster
 from placement import Node
@@ -38,6 +39,7 @@ class PortalWorld:
     flavors: dict[str, Flavor]
     classes: dict[str, PriorityClass]
     cluster: Cluster
+    fair_share: bool = False  # the departments' fair-share usage is ticked at every instant decided
 
 
 def _flavor(name: str, shape: Shape) -> Flavor:
@@ -78,6 +80,8 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
         requester = make_user(f"{spec.name}-member")
         Membership.objects.create(user=requester, department=department, role=Role.RESEARCHER)
         project.members.add(requester)
+        if policy.fair_share_half_life_s is not None:
+            FairShare.objects.create(department=department, shares=spec.shares)
         departments[spec.name], projects[spec.name], requesters[spec.name] = department, project, requester
     flavors = {name: _flavor(name, shape) for name, shape in policy.flavors.items()}
     classes = {name: _class(name, policy) for name in policy.classes}
@@ -86,4 +90,5 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
         node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
                     gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
     kept_states_forget()
-    return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster)
+    return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster,
+                       policy.fair_share_half_life_s is not None)
