@@ -10,8 +10,10 @@ import random
 from dataclasses import dataclass
 from decimal import Decimal
 
+from allocations.grants.idle_ladder import Rules
 from placement import Gpu, Node
 from twin.policy import Department, Policy, PriorityClass
+from twin.policy_rules import IdleRule
 from twin.workload import Job, Shape
 
 START = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
@@ -20,6 +22,12 @@ MODEL = "A100"
 SHARES = {"nlp": 1, "vision": 2, "speech": 1}
 """Fair-share shares, when a case has fair share: vision's two shares put it first in line until
 it has used twice what the others have."""
+IDLE_RULES = (
+    IdleRule(1, "nlp-standard-idle", "nlp", "gpu-standard", 0.3, Rules(window_minutes=60, grace_minutes=30), "reclaim"),
+    IdleRule(2, "vision-idle", "vision", None, 0.2, Rules(window_minutes=45, grace_minutes=15), "notify"),
+)
+"""Idle policies, when a case has them: nlp's standard grants busy under 30 % are warned after an
+hour and reclaimed half an hour later; vision's under 20 % are warned after 45 minutes."""
 CLASSES = {
     "gpu-production": PriorityClass("gpu-production", 100000, True, Decimal(1), 1800.0),
     "gpu-standard": PriorityClass("gpu-standard", 10000, True, Decimal(1), 900.0),
@@ -37,9 +45,11 @@ class Case:
 
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
-                  scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None) -> Case:
+                  scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
+                  idle: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
-    waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life)."""
+    waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
+    with ``idle``, the ``IDLE_RULES`` watch the grants."""
     rng = random.Random(seed)
     cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
     installed = Decimal(8 * nodes)
@@ -48,7 +58,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                                    SHARES[name] if half_life_s else 1) for name, share in weights.items())
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, fair_share_half_life_s=half_life_s)
+                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, idle_policies=IDLE_RULES if idle else (),
+                    fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []
     at = 0.0

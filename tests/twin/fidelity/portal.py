@@ -32,8 +32,23 @@ from audit.models import AuditEvent
 from kernel.clock import clock_now, clock_set
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from tests.twin.fidelity.case import START as EPOCH
+from tests.twin.fidelity.idle import IdleTicks
 from tests.twin.fidelity.world import PortalWorld
-from twin.replay.decisions import BEGIN, LEAVE, RANK, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit, fair_share_order
+from twin.replay.decisions import (
+    BEGIN,
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    LEAVE,
+    RANK,
+    RECLAIM,
+    REFUSED,
+    START,
+    SUBMIT,
+    Decision,
+    Unit,
+    fair_share_order,
+)
 from twin.replay.decisions import END as RUN_END
 from twin.workload import Job
 
@@ -64,11 +79,19 @@ class PortalReplay:
         self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
         self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
         self._fair_ticked: float | None = None
+        self.idle: IdleTicks | None = None  # the idle evaluation's ticks, where the case has idle policies
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
-                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank}
+                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank,
+                    IDLE_WARN: self._idle_move, IDLE_ACT: self._idle_move, IDLE_END: self._timeline}
+        if self.world.idle:
+            self.idle = IdleTicks(self.world, EPOCH, log, self.pieces)
         for decision in log:
+            if self.idle is not None:
+                self.result.differences.extend(self.idle.until(decision))
+                if self.result.differences:
+                    break
             clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
             if self.world.fair_share and decision.kind in (START, RECLAIM, REFUSED, RANK) and self._fair_ticked != decision.at:
                 fair_share_tick(now=clock_now())  # usage up to now, before anything is decided now
@@ -124,11 +147,22 @@ class PortalReplay:
         self.held_units[decision.piece] = len(units)
         if units != decision.units:
             self._differ(decision, f"placed on {_words(units)} by the portal, on {_words(decision.units)} by the twin")
+        if self.idle is not None and expected == AllocationState.APPROVED:
+            self._activate(decision, allocation_id)
         victims = self._victims(allocation_id)
         if victims != tuple(sorted(decision.victims)):
             self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
                                    "by the twin")
         return None
+
+    def _activate(self, decision: Decision, allocation_id: int) -> None:
+        assert self.idle is not None
+        self.idle.activate(allocation_id, decision.piece, self.jobs[decision.line], self.quantities[decision.piece],
+                           decision.at)
+
+    def _idle_move(self, decision: Decision) -> None:
+        """Compared at the evaluation's tick (``IdleTicks.until``): counted here."""
+        self.result.count(decision.kind)
 
     def _withdraw(self, decision: Decision, allocation_id: int) -> None:
         """A refused request is withdrawn: the twin's waiting request is asked again at its next try."""
@@ -154,6 +188,8 @@ class PortalReplay:
         job = self.jobs[decision.line]
         services.allocation_release(actor=self.world.requesters[job.department],
                                     allocation_id=self.allocations[decision.piece])
+        if self.idle is not None:
+            self.idle.stop(self.allocations[decision.piece])
         self.result.count(RUN_END)
 
     def _rank(self, decision: Decision) -> None:
@@ -173,8 +209,15 @@ class PortalReplay:
             self._ticked = decision.at
         self.result.count(decision.kind)
         allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
-        if decision.kind == BEGIN and allocation.state != AllocationState.APPROVED:
+        if decision.kind == BEGIN and allocation.state not in (AllocationState.APPROVED, AllocationState.ACTIVE):
             self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
+        elif decision.kind == BEGIN and self.idle is not None:
+            self._activate(decision, allocation.pk)
+        if decision.kind == IDLE_END:
+            if self.idle is not None:
+                self.idle.stop(allocation.pk)
+            if allocation.state != AllocationState.RECLAIMED:
+                self._differ(decision, f"the twin ends it (an idle policy reclaimed it); the portal left it {allocation.state}")
         if decision.kind == LEAVE:
             self.held_units[decision.piece] -= decision.quantity
             live = Reservation.objects.filter(allocation_id=allocation.pk, released_at=None).count()

@@ -2,7 +2,7 @@
 organisation whose quota is the installed GPU-equivalents, one department under it per department
 of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
 priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order;
-with fair share, each department's shares.
+with fair share, each department's shares; the idle policies.
 
 The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
 GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
@@ -17,6 +17,7 @@ from decimal import Decimal
 
 from django.contrib.auth.models import User
 
+from accounting.idle_models import IdleAction, IdlePolicy
 from allocations.booking.state import kept_states_forget
 from allocations.models import FairShare, Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
@@ -40,6 +41,7 @@ class PortalWorld:
     classes: dict[str, PriorityClass]
     cluster: Cluster
     fair_share: bool = False  # the departments' fair-share usage is ticked at every instant decided
+    idle: bool = False  # grants are made active and the idle evaluation runs at its ticks
 
 
 def _flavor(name: str, shape: Shape) -> Flavor:
@@ -89,6 +91,13 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     for node in nodes:
         node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
                     gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
+    for rule in policy.idle_policies:  # in their order: the newest last, as the twin numbers them
+        IdlePolicy.objects.create(
+            name=rule.name, department=departments[rule.department] if rule.department else None,
+            priority_class=classes[rule.priority_class] if rule.priority_class else None,
+            threshold=rule.threshold, window_minutes=rule.rules.window_minutes, grace_minutes=rule.rules.grace_minutes,
+            action=IdleAction.RECLAIM if rule.action == "reclaim" else IdleAction.NOTIFY,
+        )
     kept_states_forget()
     return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster,
-                       policy.fair_share_half_life_s is not None)
+                       policy.fair_share_half_life_s is not None, bool(policy.idle_policies))
