@@ -49,6 +49,7 @@ _GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
 SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
 RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
 IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle ladder's moves on a grant
+WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class Decision:
     ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
     for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
     many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
-    departments by fair-share factor, the least served first, those of equal factor together."""
+    departments by fair-share factor, the least served first, those of equal factor together;
+    ``quota``: for ``window``, the department and its effective guarantee and limit from then."""
 
     at: float
     kind: str
@@ -77,6 +79,7 @@ class Decision:
     victims: tuple[tuple[int, int], ...] = ()
     reason: str = ""
     order: tuple[tuple[str, ...], ...] = ()
+    quota: tuple[str, Decimal, Decimal] | None = None
 
 
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
@@ -180,6 +183,15 @@ class DecidingReplay(Replay):
             super()._leave(packed)
         finally:
             self._in_promise = False
+
+    def _window(self, index: int) -> None:
+        """A window's edge during the replay (those in force at 0 are the start's numbers)."""
+        step = self.steps[index]
+        if step.at > 0:
+            self._submit_until()
+            name = self.world.policy.departments[step.department - 1].name
+            self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit)))
+        super()._window(index)
 
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
         self._submit_until()
@@ -430,5 +442,5 @@ def replay_decisions(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy,
     return idle_merged(replay.log, replay._idle_log), replay
 
 
-__all__ = ["BEGIN", "END", "IDLE_ACT", "IDLE_END", "IDLE_WARN", "LEAVE", "RANK", "RECLAIM", "REFUSED", "START", "SUBMIT", "Decision", "DecidingReplay",
-           "Unit", "fair_share_order", "idle_merged", "replay_decisions"]
+__all__ = ["BEGIN", "END", "IDLE_ACT", "IDLE_END", "IDLE_WARN", "LEAVE", "RANK", "RECLAIM", "REFUSED", "START", "SUBMIT",
+           "WINDOW", "Decision", "DecidingReplay", "Unit", "fair_share_order", "idle_merged", "replay_decisions"]

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from allocations.grants.idle_ladder import Rules
+from allocations.quotas.windows import WindowSpec
 from placement import Gpu, Node
 from twin.policy import Department, Policy, PriorityClass
-from twin.policy_rules import IdleRule
+from twin.policy_rules import IdleRule, WindowRule
 from twin.workload import Job, Shape
 
 START = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
@@ -37,6 +38,22 @@ FLAVORS = {"a100": Shape(1, 1000, frozenset({MODEL})), "a100-half": Shape(1, 500
            "a100-quarter": Shape(1, 250, frozenset({MODEL}))}
 
 
+def window_rules(hours: float) -> tuple[WindowRule, ...]:
+    """Two windows that raise a quota from an edge within the replay until after its end (``END``
+    of ``tests/twin/fidelity/portal.py``, where every request's period ends): speech, limited to its
+    guarantee, may borrow 14 more from a third of the way; vision is guaranteed 6 more from two
+    thirds. The portal weighs a request over its whole period, so a window that ends, or lowers a
+    number, within it binds the request before its edge: only raises that last past every request's
+    period decide alike on both sides (docs/twin.md, "Fidelity")."""
+    until = START + datetime.timedelta(days=90)
+
+    def at(fraction: float) -> datetime.datetime:
+        return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
+
+    return (WindowRule("speech", WindowSpec(1, "temporary", at(1 / 3), until, limit_delta=Decimal(14))),
+            WindowRule("vision", WindowSpec(2, "temporary", at(2 / 3), until, guaranteed_delta=Decimal(6))))
+
+
 @dataclass(frozen=True)
 class Case:
     jobs: list[Job]
@@ -46,19 +63,21 @@ class Case:
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
-                  idle: bool = False) -> Case:
+                  idle: bool = False, windows: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
-    with ``idle``, the ``IDLE_RULES`` watch the grants."""
+    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``."""
     rng = random.Random(seed)
     cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
     installed = Decimal(8 * nodes)
     weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
-    departments = tuple(Department(name, (installed * share).to_integral_value(), installed,
-                                   SHARES[name] if half_life_s else 1) for name, share in weights.items())
+    guarantees = {name: (installed * share).to_integral_value() for name, share in weights.items()}
+    limits = {name: guarantees[name] if windows and name == "speech" else installed for name in weights}
+    departments = tuple(Department(name, guarantees[name], limits[name], SHARES[name] if half_life_s else 1)
+                        for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, idle_policies=IDLE_RULES if idle else (),
+                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, window_rules(hours) if windows else (), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from allocations.fair_share.reads import fair_share_factors
 from allocations.fair_share.services import fair_share_tick
 from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
+from allocations.models.windows import QuotaWindowEdge
 from allocations.tasks import allocations_timeline_task
 from audit import actions
 from audit.models import AuditEvent
@@ -45,6 +47,7 @@ from twin.replay.decisions import (
     REFUSED,
     START,
     SUBMIT,
+    WINDOW,
     Decision,
     Unit,
     fair_share_order,
@@ -84,7 +87,8 @@ class PortalReplay:
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
                     RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank,
-                    IDLE_WARN: self._idle_move, IDLE_ACT: self._idle_move, IDLE_END: self._timeline}
+                    IDLE_WARN: self._idle_move, IDLE_ACT: self._idle_move, IDLE_END: self._timeline,
+                    WINDOW: self._window}
         if self.world.idle:
             self.idle = IdleTicks(self.world, EPOCH, log, self.pieces)
         for decision in log:
@@ -202,6 +206,21 @@ class PortalReplay:
         if order != decision.order:
             self._differ(decision, f"fair-share order {_order_words(order)} in the portal, "
                                    f"{_order_words(decision.order)} in the twin")
+
+    def _window(self, decision: Decision) -> None:
+        """A window's edge: the tick (first in the timeline task) records the department's
+        effective numbers from now on; they must be the twin's."""
+        assert decision.quota is not None
+        if self._ticked != decision.at:
+            allocations_timeline_task()
+            self._ticked = decision.at
+        self.result.count(WINDOW)
+        name, guaranteed, limit = decision.quota
+        edges = QuotaWindowEdge.objects.filter(at=clock_now(), window__quota__department=self.world.departments[name])
+        found = [(Decimal(edge.after["guaranteed"]), Decimal(edge.after["limit"])) for edge in edges]
+        if found != [(guaranteed, limit)]:
+            self._differ(decision, f"{name}'s quota from now (guaranteed, limit): {found} in the portal, "
+                                   f"{(guaranteed, limit)} in the twin")
 
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:

@@ -14,7 +14,7 @@ from tests.conftest import requires_postgres
 from tests.twin.fidelity.case import fidelity_case
 from tests.twin.fidelity.portal import PortalReplay
 from tests.twin.fidelity.world import portal_world_build
-from twin.replay.decisions import IDLE_ACT, IDLE_END, IDLE_WARN, RANK, REFUSED, START, replay_decisions
+from twin.replay.decisions import IDLE_ACT, IDLE_END, IDLE_WARN, RANK, REFUSED, START, WINDOW, replay_decisions
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
 REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
@@ -52,14 +52,16 @@ def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
 @POSTGRES
 @pytest.mark.django_db
 def test_the_rules_over_time_decide_as_the_portal_does() -> None:
-    """Fair share orders the waiting requests and idle policies warn and reclaim, on both sides alike."""
+    """Fair share orders the waiting requests, idle policies warn and reclaim, and quota windows'
+    edges change the quotas, on both sides alike."""
     requests = int(os.environ.get("GPUPORTAL_FIDELITY_RULES_REQUESTS", "150"))
     compared, differences = _replay_both(requests, nodes=5, hours=requests * 0.45, half_life_s=half_life_seconds(),
-                                         idle=True)
+                                         idle=True, windows=True)
     sys.stdout.write(f"fidelity with the rules over time: {requests} workload lines, decisions compared: {compared}\n")
     assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
     assert compared.get(RANK, 0) > 0 and compared.get("reclaim", 0) > 0
     assert compared.get(IDLE_WARN, 0) > 0 and compared.get(IDLE_ACT, 0) > 0 and compared.get(IDLE_END, 0) > 0
+    assert compared.get(WINDOW, 0) == 2
 
 
 @POSTGRES

@@ -2,7 +2,7 @@
 organisation whose quota is the installed GPU-equivalents, one department under it per department
 of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
 priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order;
-with fair share, each department's shares; the idle policies.
+with fair share, each department's shares; the quota windows (approved) and the idle policies.
 
 The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
 GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
@@ -20,6 +20,7 @@ from django.contrib.auth.models import User
 from accounting.idle_models import IdleAction, IdlePolicy
 from allocations.booking.state import kept_states_forget
 from allocations.models import FairShare, Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
+from allocations.models.windows import QuotaWindow, WindowState
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster
 from placement import Node
@@ -91,6 +92,15 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     for node in nodes:
         node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
                     gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
+    for window in policy.windows:  # approved, on the department's quota in GPU-equivalents
+        shape = window.spec
+        QuotaWindow.objects.create(
+            quota=Quota.objects.get(department=departments[window.department], flavor=None), kind=shape.kind,
+            state=WindowState.APPROVED, begins_at=shape.begins_at, ends_at=shape.ends_at, rrule=shape.rrule,
+            timezone=shape.timezone if shape.rrule else "", duration_minutes=int(shape.duration.total_seconds() // 60)
+            if shape.duration else None, guaranteed_delta=shape.guaranteed_delta, limit_delta=shape.limit_delta,
+            guaranteed=shape.guaranteed, limit=shape.limit, requested_by=decider, decided_by=decider,
+        )
     for rule in policy.idle_policies:  # in their order: the newest last, as the twin numbers them
         IdlePolicy.objects.create(
             name=rule.name, department=departments[rule.department] if rule.department else None,
