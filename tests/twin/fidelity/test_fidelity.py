@@ -14,7 +14,17 @@ from tests.conftest import requires_postgres
 from tests.twin.fidelity.case import fidelity_case
 from tests.twin.fidelity.portal import PortalReplay
 from tests.twin.fidelity.world import portal_world_build
-from twin.replay.decisions import IDLE_ACT, IDLE_END, IDLE_WARN, RANK, REFUSED, START, WINDOW, replay_decisions
+from twin.replay.decisions import (
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    RANK,
+    REFUSED,
+    START,
+    WINDOW,
+    Decision,
+    replay_decisions,
+)
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
 REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
@@ -75,3 +85,27 @@ def test_a_placement_the_portal_did_not_make_is_named() -> None:
     result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
     assert len(result.differences) == 1
     assert "gpu7" in result.differences[0] and f"line {log[first].line}" in result.differences[0]
+
+
+def _changed(log: list[Decision], kind: str) -> tuple[list[Decision], str, float]:
+    """The twin's log with its first decision of ``kind`` changed; what the difference names, and when."""
+    first = next(index for index, decision in enumerate(log) if decision.kind == kind)
+    decision, before, after = log[first], log[:first], log[first + 1:]
+    if kind == WINDOW:
+        assert decision.quota is not None
+        name, guaranteed, limit = decision.quota
+        return [*before, replace(decision, quota=(name, guaranteed, limit + 1)), *after], "quota from now", decision.at
+    if kind == RANK:
+        return [*before, replace(decision, order=decision.order[::-1]), *after], "fair-share order", decision.at
+    return [*before, *after], "idle evaluation", decision.at  # the twin's warning left out
+
+
+@POSTGRES
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", [WINDOW, RANK, IDLE_WARN])
+def test_a_rule_the_portal_applied_otherwise_is_named(kind: str) -> None:
+    case = fidelity_case(20, nodes=3, hours=8, half_life_s=half_life_seconds(), idle=True, windows=True)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    changed, words, at = _changed(log, kind)
+    differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(changed).differences
+    assert len(differences) == 1 and words in differences[0] and f"t={at:.0f}s" in differences[0], differences
