@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -61,9 +62,11 @@ def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
 
 @POSTGRES
 @pytest.mark.django_db
-def test_the_rules_over_time_decide_as_the_portal_does() -> None:
+def test_the_rules_over_time_decide_as_the_portal_does(settings: Any) -> None:
     """Fair share orders the waiting requests, idle policies warn and reclaim, and quota windows'
-    edges change the quotas, on both sides alike."""
+    edges change the quotas, on both sides alike. A half-life of two hours: the departments' order
+    changes within the case (three orders), not only once."""
+    settings.GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS = 2
     requests = int(os.environ.get("GPUPORTAL_FIDELITY_RULES_REQUESTS", "150"))
     compared, differences = _replay_both(requests, nodes=5, hours=requests * 0.45, half_life_s=half_life_seconds(),
                                          idle=True, windows=True)
