@@ -47,6 +47,9 @@ from twin.workload import Job, Shape
 
 _GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
 SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
+RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
+IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle ladder's moves on a grant
+WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,9 @@ class Decision:
     """One line of the log. ``piece``: the request's number; ``line``: its workload line;
     ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
     for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
-    many units it asks (``submit``) or gives back (``leave``)."""
+    many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
+    departments by fair-share factor, the least served first, those of equal factor together;
+    ``quota``: for ``window``, the department and its effective guarantee and limit from then."""
 
     at: float
     kind: str
@@ -73,6 +78,8 @@ class Decision:
     units: tuple[Unit, ...] = ()
     victims: tuple[tuple[int, int], ...] = ()
     reason: str = ""
+    order: tuple[tuple[str, ...], ...] = ()
+    quota: tuple[str, Decimal, Decimal] | None = None
 
 
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
@@ -101,6 +108,8 @@ class DecidingReplay(Replay):
         self._admitted: dict[int, int] = {}  # piece -> the order it was admitted in
         self._catalogue = {unit_key(shape): 1.0 for shape in policy.flavors.values()}
         self._in_promise = False
+        self._idle_ending = False
+        self._idle_log: list[Decision] = []  # the idle ladder's warnings and actions, merged in by ``idle_merged``
         self._promised: dict[int, algebra.Grant] = {}  # piece -> the grant it will be, while its victims leave
         self._want: dict[_GpuKey, int] = {}  # GPU -> thousandths its leaving units hold
         self._have: dict[_GpuKey, Placement] = {}  # GPU -> the overlay booked on it
@@ -144,9 +153,18 @@ class DecidingReplay(Replay):
         holding = self.world.holdings.get(gid)
         if holding is not None:
             piece = self._piece(holding.job)
-            self.log.append(Decision(self.now, END, piece, holding.job.line))
+            self.log.append(Decision(self.now, IDLE_END if self._idle_ending else END, piece, holding.job.line))
             self._open.pop(piece, None)
         super()._end(gid)
+
+    def _idle_end(self, gid: int) -> None:
+        """An idle policy's reclaim ending the grant once its notice ran out (``idle-end``)."""
+        self._submit_until()
+        self._idle_ending = True
+        try:
+            super()._idle_end(gid)
+        finally:
+            self._idle_ending = False
 
     def _leave(self, packed: int) -> None:
         self._submit_until()
@@ -166,9 +184,32 @@ class DecidingReplay(Replay):
         finally:
             self._in_promise = False
 
+    def _window(self, index: int) -> None:
+        """A window's edge during the replay (those in force at 0 are the start's numbers)."""
+        step = self.steps[index]
+        if step.at > 0:
+            self._submit_until()
+            name = self.world.policy.departments[step.department - 1].name
+            self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit)))
+        super()._window(index)
+
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
         self._submit_until()
+        self._log_rank(only)
         super()._pass(only)
+
+    def _log_rank(self, only: set[tuple[object, ...] | None] | None) -> None:
+        """With fair share, a pass whose waiting requests of one priority come from two departments
+        or more tries them in the order of the departments' factors: that order is a decision."""
+        if self.fair is None:
+            return
+        heads = [entries[0] for key, entries in self.buckets.items() if entries and (only is None or key in only)]
+        departments: dict[float, set[str]] = {}
+        for entry in heads:
+            departments.setdefault(entry.key[0], set()).add(entry.job.department)
+        if all(len(names) < 2 for names in departments.values()):
+            return
+        self.log.append(Decision(self.now, RANK, 0, 0, order=fair_share_order(self.world.fair_share, self.world.index)))
 
     # ---------------------------------------------------------------- decisions
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
@@ -255,6 +296,19 @@ class DecidingReplay(Replay):
         holding.age = self._admitted[self._piece(entry.job)]  # victims rank by admission, as ids do
         if self._in_promise:
             self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
+        self._idle_note(entry.job)
+
+    def _idle_note(self, job: Job) -> None:
+        """The ladder's moves on a grant that starts now, as the replay reckons them at its start
+        (``rules.IdleWatch.times``): a warning at one tick, and, for ``reclaim``, the action at a
+        later one; logged in time order by ``idle_merged`` where the grant still holds then."""
+        times = self.idle.times(job, self.now, self.now + job.runtime_s) if self.idle is not None else None
+        if times is None:
+            return
+        piece = self._piece(job)
+        self._idle_log.append(Decision(times.warned_at, IDLE_WARN, piece, job.line, reason=times.rule.name))
+        if times.acts_at is not None:
+            self._idle_log.append(Decision(times.acts_at, IDLE_ACT, piece, job.line, reason=times.rule.name))
 
     def _overlay_rebuild(self) -> None:
         """The units a reclaim takes stay on their GPUs for everyone else until their notice ends
@@ -338,6 +392,44 @@ class DecidingReplay(Replay):
             pools.policies[index] = default_policy(workload)
 
 
+def idle_merged(log: list[Decision], idle: list[Decision]) -> list[Decision]:
+    """``log`` with the idle ladder's moves in time order: each at its tick, after the runs that end
+    then (and the requests made then), before anything else then; a move on a grant that no longer
+    holds by then (it ended, or a reclaim took all its units: the portal's ``reclaiming``) is left
+    out, as the portal's evaluation watches only active grants."""
+    gone: dict[int, float] = {}  # piece -> when it stops being watched (at or after a reclaim's instant)
+    units: dict[int, int] = {}
+    for decision in log:
+        if decision.kind == SUBMIT:
+            units[decision.piece] = decision.quantity
+        elif decision.kind in (END, IDLE_END):
+            gone.setdefault(decision.piece, decision.at - 1e-9)  # the end comes before the moves then
+        for victim, count in decision.victims:  # a reclaim of all of a grant: no longer watched from then
+            units[victim] -= count
+            if units[victim] <= 0:
+                gone.setdefault(victim, decision.at)
+    moves = sorted((move for move in idle if move.at <= gone.get(move.piece, float("inf"))),
+                   key=lambda move: (move.at, move.kind != IDLE_WARN, move.piece))
+    merged: list[Decision] = []
+    index = 0
+    for decision in log:
+        while index < len(moves) and (moves[index].at < decision.at or (
+                moves[index].at == decision.at and decision.kind not in (SUBMIT, END))):
+            merged.append(moves[index])
+            index += 1
+        merged.append(decision)
+    return [*merged, *moves[index:]]
+
+
+def fair_share_order(factors: dict[int, float], index: dict[str, int]) -> tuple[tuple[str, ...], ...]:
+    """The departments by factor, the highest (least served) first, those of equal factor in one
+    group by name; a department without a factor has 1.0."""
+    groups: dict[float, list[str]] = {}
+    for name, number in index.items():
+        groups.setdefault(factors.get(number, 1.0), []).append(name)
+    return tuple(tuple(sorted(groups[factor])) for factor in sorted(groups, reverse=True))
+
+
 def _with_quantity(job: Job, quantity: int) -> Job:
     return replace(job, quantity=quantity)
 
@@ -347,8 +439,8 @@ def replay_decisions(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy,
     """Replay ``jobs`` and return every decision in order (and the replay, for its outcome)."""
     replay = DecidingReplay(jobs, nodes, policy, mode, drain_s=drain_s)
     replay.run()
-    return replay.log, replay
+    return idle_merged(replay.log, replay._idle_log), replay
 
 
-__all__ = ["BEGIN", "END", "LEAVE", "RECLAIM", "REFUSED", "START", "SUBMIT", "Decision", "DecidingReplay", "Unit",
-           "replay_decisions"]
+__all__ = ["BEGIN", "END", "IDLE_ACT", "IDLE_END", "IDLE_WARN", "LEAVE", "RANK", "RECLAIM", "REFUSED", "START", "SUBMIT",
+           "WINDOW", "Decision", "DecidingReplay", "Unit", "fair_share_order", "idle_merged", "replay_decisions"]

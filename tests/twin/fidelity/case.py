@@ -5,15 +5,30 @@ that preempt with notice, and one preemptible without notice; some requests ask 
 
 from __future__ import annotations
 
+import datetime
 import random
 from dataclasses import dataclass
 from decimal import Decimal
 
+from allocations.grants.idle_ladder import Rules
+from allocations.quotas.windows import WindowSpec
 from placement import Gpu, Node
 from twin.policy import Department, Policy, PriorityClass
+from twin.policy_rules import IdleRule, WindowRule
 from twin.workload import Job, Shape
 
+START = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
+"""Virtual time 0 on both sides (the portal's clock, the twin's ``Policy.start``): a 5-minute edge."""
 MODEL = "A100"
+SHARES = {"nlp": 1, "vision": 2, "speech": 1}
+"""Fair-share shares, when a case has fair share: vision's two shares put it first in line until
+it has used twice what the others have."""
+IDLE_RULES = (
+    IdleRule(1, "nlp-standard-idle", "nlp", "gpu-standard", 0.3, Rules(window_minutes=60, grace_minutes=30), "reclaim"),
+    IdleRule(2, "vision-idle", "vision", None, 0.2, Rules(window_minutes=45, grace_minutes=15), "notify"),
+)
+"""Idle policies, when a case has them: nlp's standard grants busy under 30 % are warned after an
+hour and reclaimed half an hour later; vision's under 20 % are warned after 45 minutes."""
 CLASSES = {
     "gpu-production": PriorityClass("gpu-production", 100000, True, Decimal(1), 1800.0),
     "gpu-standard": PriorityClass("gpu-standard", 10000, True, Decimal(1), 900.0),
@@ -21,6 +36,22 @@ CLASSES = {
 }
 FLAVORS = {"a100": Shape(1, 1000, frozenset({MODEL})), "a100-half": Shape(1, 500, frozenset({MODEL})),
            "a100-quarter": Shape(1, 250, frozenset({MODEL}))}
+
+
+def window_rules(hours: float) -> tuple[WindowRule, ...]:
+    """Two windows that raise a quota from an edge within the replay until after its end (``END``
+    of ``tests/twin/fidelity/portal.py``, where every request's period ends): speech, limited to its
+    guarantee, may borrow 14 more from a third of the way; vision is guaranteed 6 more from two
+    thirds. The portal weighs a request over its whole period, so a window that ends, or lowers a
+    number, within it binds the request before its edge: only raises that last past every request's
+    period decide alike on both sides (docs/twin.md, "Fidelity")."""
+    until = START + datetime.timedelta(days=90)
+
+    def at(fraction: float) -> datetime.datetime:
+        return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
+
+    return (WindowRule("speech", WindowSpec(1, "temporary", at(1 / 3), until, limit_delta=Decimal(14))),
+            WindowRule("vision", WindowSpec(2, "temporary", at(2 / 3), until, guaranteed_delta=Decimal(6))))
 
 
 @dataclass(frozen=True)
@@ -31,17 +62,23 @@ class Case:
 
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
-                  scheduled: bool = True, hours: float = 240.0) -> Case:
-    """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs."""
+                  scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
+                  idle: bool = False, windows: bool = False) -> Case:
+    """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
+    waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
+    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``."""
     rng = random.Random(seed)
     cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
     installed = Decimal(8 * nodes)
     weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
-    departments = tuple(Department(name, (installed * share).to_integral_value(), installed)
-                        for name, share in weights.items())
+    guarantees = {name: (installed * share).to_integral_value() for name, share in weights.items()}
+    limits = {name: guarantees[name] if windows and name == "speech" else installed for name in weights}
+    departments = tuple(Department(name, guarantees[name], limits[name], SHARES[name] if half_life_s else 1)
+                        for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    FLAVORS if shares else {"a100": FLAVORS["a100"]})
+                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, window_rules(hours) if windows else (), IDLE_RULES if idle else (),
+                    fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []
     at = 0.0

@@ -12,26 +12,49 @@ approval's audit event); a refused request is withdrawn and made again at the tw
 ``end`` asks ``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and
 ``begin`` run the timeline task (``allocations_timeline_task``, what beat runs: reclaims whose
 notice ran out finish, the grants they made room for start) and compare the states it leaves.
+With fair share, the tick (``fair_share_tick``) runs at every instant before its first decision,
+and ``rank`` compares the departments' order by the portal's factors (``fair_share_factors``, the
+approvals queue's and the victim choice's) with the order the twin's pass tried them in.
 """
 
 from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from decimal import Decimal
 
+from allocations.fair_share.reads import fair_share_factors
+from allocations.fair_share.services import fair_share_tick
 from allocations.grants import services
 from allocations.models import Allocation, AllocationState, Reservation
+from allocations.models.windows import QuotaWindowEdge
 from allocations.tasks import allocations_timeline_task
 from audit import actions
 from audit.models import AuditEvent
-from kernel.clock import clock_set
+from kernel.clock import clock_now, clock_set
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
+from tests.twin.fidelity.case import START as EPOCH
+from tests.twin.fidelity.idle import IdleTicks
 from tests.twin.fidelity.world import PortalWorld
-from twin.replay.decisions import BEGIN, LEAVE, RECLAIM, REFUSED, START, SUBMIT, Decision, Unit
+from twin.replay.decisions import (
+    BEGIN,
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    LEAVE,
+    RANK,
+    RECLAIM,
+    REFUSED,
+    START,
+    SUBMIT,
+    WINDOW,
+    Decision,
+    Unit,
+    fair_share_order,
+)
 from twin.replay.decisions import END as RUN_END
 from twin.workload import Job
 
-EPOCH = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
 END = EPOCH + datetime.timedelta(days=60)
 """Where every request's period ends: one instant for all, after the replay, so that admission,
 which weighs each grant over its whole interval, sees at every instant of a request's interval
@@ -58,12 +81,25 @@ class PortalReplay:
         self.quantities: dict[int, int] = {}  # piece -> the units it asks
         self.notice_s: dict[int, int] = {}  # piece -> the notice its class gives a reclaimed grant
         self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
+        self._fair_ticked: float | None = None
+        self.idle: IdleTicks | None = None  # the idle evaluation's ticks, where the case has idle policies
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
-                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline}
+                    RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank,
+                    IDLE_WARN: self._idle_move, IDLE_ACT: self._idle_move, IDLE_END: self._timeline,
+                    WINDOW: self._window}
+        if self.world.idle:
+            self.idle = IdleTicks(self.world, EPOCH, log, self.pieces)
         for decision in log:
+            if self.idle is not None:
+                self.result.differences.extend(self.idle.until(decision))
+                if self.result.differences:
+                    break
             clock_set(EPOCH + datetime.timedelta(seconds=decision.at))
+            if self.world.fair_share and decision.kind in (START, RECLAIM, REFUSED, RANK) and self._fair_ticked != decision.at:
+                fair_share_tick(now=clock_now())  # usage up to now, before anything is decided now
+                self._fair_ticked = decision.at
             try:
                 handlers[decision.kind](decision)
             except ApplicationError as error:
@@ -115,11 +151,22 @@ class PortalReplay:
         self.held_units[decision.piece] = len(units)
         if units != decision.units:
             self._differ(decision, f"placed on {_words(units)} by the portal, on {_words(decision.units)} by the twin")
+        if self.idle is not None and expected == AllocationState.APPROVED:
+            self._activate(decision, allocation_id)
         victims = self._victims(allocation_id)
         if victims != tuple(sorted(decision.victims)):
             self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
                                    "by the twin")
         return None
+
+    def _activate(self, decision: Decision, allocation_id: int) -> None:
+        assert self.idle is not None
+        self.idle.activate(allocation_id, decision.piece, self.jobs[decision.line], self.quantities[decision.piece],
+                           decision.at)
+
+    def _idle_move(self, decision: Decision) -> None:
+        """Compared at the evaluation's tick (``IdleTicks.until``): counted here."""
+        self.result.count(decision.kind)
 
     def _withdraw(self, decision: Decision, allocation_id: int) -> None:
         """A refused request is withdrawn: the twin's waiting request is asked again at its next try."""
@@ -145,7 +192,35 @@ class PortalReplay:
         job = self.jobs[decision.line]
         services.allocation_release(actor=self.world.requesters[job.department],
                                     allocation_id=self.allocations[decision.piece])
+        if self.idle is not None:
+            self.idle.stop(self.allocations[decision.piece])
         self.result.count(RUN_END)
+
+    def _rank(self, decision: Decision) -> None:
+        """The departments in the order the approvals queue puts their requests (the highest
+        factor first), as the twin's pass tried them."""
+        self.result.count(RANK)
+        factors = fair_share_factors(now=clock_now())
+        index = {name: department.pk for name, department in self.world.departments.items()}
+        order = fair_share_order({pk: factors.get(pk, 1.0) for pk in index.values()}, index)
+        if order != decision.order:
+            self._differ(decision, f"fair-share order {_order_words(order)} in the portal, "
+                                   f"{_order_words(decision.order)} in the twin")
+
+    def _window(self, decision: Decision) -> None:
+        """A window's edge: the tick (first in the timeline task) records the department's
+        effective numbers from now on; they must be the twin's."""
+        assert decision.quota is not None
+        if self._ticked != decision.at:
+            allocations_timeline_task()
+            self._ticked = decision.at
+        self.result.count(WINDOW)
+        name, guaranteed, limit = decision.quota
+        edges = QuotaWindowEdge.objects.filter(at=clock_now(), window__quota__department=self.world.departments[name])
+        found = [(Decimal(edge.after["guaranteed"]), Decimal(edge.after["limit"])) for edge in edges]
+        if found != [(guaranteed, limit)]:
+            self._differ(decision, f"{name}'s quota from now (guaranteed, limit): {found} in the portal, "
+                                   f"{(guaranteed, limit)} in the twin")
 
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:
@@ -153,14 +228,25 @@ class PortalReplay:
             self._ticked = decision.at
         self.result.count(decision.kind)
         allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
-        if decision.kind == BEGIN and allocation.state != AllocationState.APPROVED:
+        if decision.kind == BEGIN and allocation.state not in (AllocationState.APPROVED, AllocationState.ACTIVE):
             self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
+        elif decision.kind == BEGIN and self.idle is not None:
+            self._activate(decision, allocation.pk)
+        if decision.kind == IDLE_END:
+            if self.idle is not None:
+                self.idle.stop(allocation.pk)
+            if allocation.state != AllocationState.RECLAIMED:
+                self._differ(decision, f"the twin ends it (an idle policy reclaimed it); the portal left it {allocation.state}")
         if decision.kind == LEAVE:
             self.held_units[decision.piece] -= decision.quantity
             live = Reservation.objects.filter(allocation_id=allocation.pk, released_at=None).count()
             if live != self.held_units[decision.piece]:
                 self._differ(decision, f"the victim holds {live} units in the portal, "
                                        f"{self.held_units[decision.piece]} in the twin once its notice ended")
+
+
+def _order_words(order: tuple[tuple[str, ...], ...]) -> str:
+    return " > ".join("=".join(group) for group in order)
 
 
 def _words(units: tuple[Unit, ...]) -> str:

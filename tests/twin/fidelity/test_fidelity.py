@@ -6,14 +6,26 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
+from allocations.fair_share.reads import half_life_seconds
 from tests.conftest import requires_postgres
 from tests.twin.fidelity.case import fidelity_case
 from tests.twin.fidelity.portal import PortalReplay
 from tests.twin.fidelity.world import portal_world_build
-from twin.replay.decisions import REFUSED, START, replay_decisions
+from twin.replay.decisions import (
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    RANK,
+    REFUSED,
+    START,
+    WINDOW,
+    Decision,
+    replay_decisions,
+)
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
 REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
@@ -50,6 +62,23 @@ def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
 
 @POSTGRES
 @pytest.mark.django_db
+def test_the_rules_over_time_decide_as_the_portal_does(settings: Any) -> None:
+    """Fair share orders the waiting requests, idle policies warn and reclaim, and quota windows'
+    edges change the quotas, on both sides alike. A half-life of two hours: the departments' order
+    changes within the case (three orders), not only once."""
+    settings.GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS = 2
+    requests = int(os.environ.get("GPUPORTAL_FIDELITY_RULES_REQUESTS", "150"))
+    compared, differences = _replay_both(requests, nodes=5, hours=requests * 0.45, half_life_s=half_life_seconds(),
+                                         idle=True, windows=True)
+    sys.stdout.write(f"fidelity with the rules over time: {requests} workload lines, decisions compared: {compared}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared.get(RANK, 0) > 0 and compared.get("reclaim", 0) > 0
+    assert compared.get(IDLE_WARN, 0) > 0 and compared.get(IDLE_ACT, 0) > 0 and compared.get(IDLE_END, 0) > 0
+    assert compared.get(WINDOW, 0) == 2
+
+
+@POSTGRES
+@pytest.mark.django_db
 def test_a_placement_the_portal_did_not_make_is_named() -> None:
     case = fidelity_case(20, shares=False, classes=False, scheduled=False, nodes=2, hours=8)
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
@@ -59,3 +88,27 @@ def test_a_placement_the_portal_did_not_make_is_named() -> None:
     result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
     assert len(result.differences) == 1
     assert "gpu7" in result.differences[0] and f"line {log[first].line}" in result.differences[0]
+
+
+def _changed(log: list[Decision], kind: str) -> tuple[list[Decision], str, float]:
+    """The twin's log with its first decision of ``kind`` changed; what the difference names, and when."""
+    first = next(index for index, decision in enumerate(log) if decision.kind == kind)
+    decision, before, after = log[first], log[:first], log[first + 1:]
+    if kind == WINDOW:
+        assert decision.quota is not None
+        name, guaranteed, limit = decision.quota
+        return [*before, replace(decision, quota=(name, guaranteed, limit + 1)), *after], "quota from now", decision.at
+    if kind == RANK:
+        return [*before, replace(decision, order=decision.order[::-1]), *after], "fair-share order", decision.at
+    return [*before, *after], "idle evaluation", decision.at  # the twin's warning left out
+
+
+@POSTGRES
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", [WINDOW, RANK, IDLE_WARN])
+def test_a_rule_the_portal_applied_otherwise_is_named(kind: str) -> None:
+    case = fidelity_case(20, nodes=3, hours=8, half_life_s=half_life_seconds(), idle=True, windows=True)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    changed, words, at = _changed(log, kind)
+    differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(changed).differences
+    assert len(differences) == 1 and words in differences[0] and f"t={at:.0f}s" in differences[0], differences

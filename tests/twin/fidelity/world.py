@@ -1,7 +1,8 @@
 """The portal's rows for a twin's cluster and policy (``twin.clusters``, ``twin.policy``): one
 organisation whose quota is the installed GPU-equivalents, one department under it per department
 of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
-priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order.
+priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order;
+with fair share, each department's shares; the quota windows (approved) and the idle policies.
 
 The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
 GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
@@ -16,8 +17,10 @@ from decimal import Decimal
 
 from django.contrib.auth.models import User
 
+from accounting.idle_models import IdleAction, IdlePolicy
 from allocations.booking.state import kept_states_forget
-from allocations.models import Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
+from allocations.models import FairShare, Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
+from allocations.models.windows import QuotaWindow, WindowState
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster
 from placement import Node
@@ -38,6 +41,8 @@ class PortalWorld:
     flavors: dict[str, Flavor]
     classes: dict[str, PriorityClass]
     cluster: Cluster
+    fair_share: bool = False  # the departments' fair-share usage is ticked at every instant decided
+    idle: bool = False  # grants are made active and the idle evaluation runs at its ticks
 
 
 def _flavor(name: str, shape: Shape) -> Flavor:
@@ -78,6 +83,8 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
         requester = make_user(f"{spec.name}-member")
         Membership.objects.create(user=requester, department=department, role=Role.RESEARCHER)
         project.members.add(requester)
+        if policy.fair_share_half_life_s is not None:
+            FairShare.objects.create(department=department, shares=spec.shares)
         departments[spec.name], projects[spec.name], requesters[spec.name] = department, project, requester
     flavors = {name: _flavor(name, shape) for name, shape in policy.flavors.items()}
     classes = {name: _class(name, policy) for name in policy.classes}
@@ -85,5 +92,22 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     for node in nodes:
         node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
                     gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
+    for window in policy.windows:  # approved, on the department's quota in GPU-equivalents
+        shape = window.spec
+        QuotaWindow.objects.create(
+            quota=Quota.objects.get(department=departments[window.department], flavor=None), kind=shape.kind,
+            state=WindowState.APPROVED, begins_at=shape.begins_at, ends_at=shape.ends_at, rrule=shape.rrule,
+            timezone=shape.timezone if shape.rrule else "", duration_minutes=int(shape.duration.total_seconds() // 60)
+            if shape.duration else None, guaranteed_delta=shape.guaranteed_delta, limit_delta=shape.limit_delta,
+            guaranteed=shape.guaranteed, limit=shape.limit, requested_by=decider, decided_by=decider,
+        )
+    for rule in policy.idle_policies:  # in their order: the newest last, as the twin numbers them
+        IdlePolicy.objects.create(
+            name=rule.name, department=departments[rule.department] if rule.department else None,
+            priority_class=classes[rule.priority_class] if rule.priority_class else None,
+            threshold=rule.threshold, window_minutes=rule.rules.window_minutes, grace_minutes=rule.rules.grace_minutes,
+            action=IdleAction.RECLAIM if rule.action == "reclaim" else IdleAction.NOTIFY,
+        )
     kept_states_forget()
-    return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster)
+    return PortalWorld(departments, projects, requesters, decider, flavors, classes, cluster,
+                       policy.fair_share_half_life_s is not None, bool(policy.idle_policies))
