@@ -35,7 +35,7 @@ from kernel.limits import QUANTITY_MAX, TEXT_LIMIT
 from kernel.numbers import plain
 from tenants.access import access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
-from tenants.selectors import project_list
+from tenants.selectors import project_list_for_requester
 
 # Every write checks the caller's permission before it reads the body (the services check again):
 # a body names its target first when the permission depends on it, and an invisible target reads as
@@ -197,7 +197,7 @@ class TargetProjectField(ScopedRelatedField):
 
 
 class AllocationIn(serializers.Serializer):  # type: ignore[type-arg]
-    project = TargetProjectField(scope=lambda user: project_list(user=user))
+    project = TargetProjectField(scope=lambda user: project_list_for_requester(user=user))
     flavor = ScopedRelatedField(scope=lambda user: selectors.flavor_list(user=user))
     quantity = serializers.IntegerField(min_value=1, max_value=QUANTITY_MAX)
     priority_class = ScopedRelatedField(scope=lambda user: selectors.priority_class_list(user=user), required=False)

@@ -31,10 +31,11 @@ from tenants.access_tokens import access_token_create
 from tenants.models import Department, Membership, Project, Role
 from tests.conftest import H100, World
 
-SUBMIT_QUERIES = 15
-"""Token; the caller's roles and the department tree; the project; membership; flavor; default
-priority class; savepoint; the class held FOR KEY SHARE; the insert; the recipients (tree and
-admins); the notification; the audit event; savepoint released. Nothing to serialise the answer.
+SUBMIT_QUERIES = 13
+"""Token; the caller's roles and the department tree; the project with the caller's membership;
+flavor; default priority class; savepoint; the class held FOR KEY SHARE; the insert; the
+recipients (the admins up the tree, one query); the notification; the audit event; savepoint
+released. Nothing to serialise the answer.
 (SQLite appends an audit event in three statements, PostgreSQL in one: ``submit_queries``.)"""
 APPROVE_QUERIES_AROUND_THE_SERVICE = 7
 """Token; roles; tree; the allocation, visible; after the service: the allocation for the answer,
