@@ -53,8 +53,9 @@ def notification_enqueue_with_row(
     row_id_column = f"inserted.{connection.ops.quote_name(meta.pk.column)}"
     note_sql, note_params = _notification_select(notification, connection, id_key=id_key, row_id=row_id_column)
     table = connection.ops.quote_name(Notification._meta.db_table)
+    # Quoted names and Django's compiled insert: every value is a parameter.
     sql = (
-        f"WITH inserted AS ({row_sql}), "
+        f"WITH inserted AS ({row_sql}), "  # noqa: S608
         f"noted AS (INSERT INTO {table} {note_sql} FROM inserted RETURNING {table}.id) "
         f"SELECT {row_id_column}, noted.id FROM inserted CROSS JOIN noted"
     )

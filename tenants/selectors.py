@@ -48,8 +48,9 @@ def project_list_for_requester(*, user: AbstractBaseUser | AnonymousUser) -> Que
     """``project_list``, each project read with whether ``user`` is one of its members, so that
     ``project_is_member`` of the same user answers without a second query (a request's body names
     its project, and the request is then allowed for members)."""
-    members = Project.members.through.objects.filter(project_id=OuterRef("pk"), user_id=user.pk)
-    return project_list(user=user).annotate(member_checked_for=Value(user.pk), checked_user_is_member=Exists(members))
+    user_id = int(user.pk) if user.is_authenticated else 0  # no account has id 0: nobody's member
+    members = Project.members.through.objects.filter(project_id=OuterRef("pk"), user_id=user_id)
+    return project_list(user=user).annotate(member_checked_for=Value(user_id), checked_user_is_member=Exists(members))
 
 
 def project_is_member(*, project: Project, user: AbstractBaseUser | AnonymousUser) -> bool:
