@@ -152,9 +152,7 @@ def allocation_request(
     allocation.full_clean(
         exclude=["project", "flavor", "priority_class", "cluster", "requested_by"], validate_constraints=False
     )
-    allocation_insert_notified(
-        events.SUBMITTED, allocation, requested_by=actor.get_username(), justification=justification[:1000]
-    )
+    allocation_insert_notified(events.SUBMITTED, allocation, requested_by=actor.get_username(), justification=justification[:1000])
     _audit(
         actor=actor,
         action=actions.ALLOCATION_REQUESTED,
