@@ -8,6 +8,11 @@ line with each target (``summary``) and whether this run met it.
 
     DATABASE_URL=postgres://owner:pw@127.0.0.1:5432/db .venv/bin/python bench/api_load.py --clients 16
 
+``--baseline PATH`` (a checkout of an earlier commit: ``mkdir ../before && git archive <commit> |
+tar -x -C ../before``) runs the same phases against that code's portal first, each with its own
+GET baseline, and ends with both submit/GET ratios. Set ``CELERY_BROKER_URL`` to measure the
+hand-over to a broker as in production (without one, tasks run in the request).
+
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
 Not a test: it prints figures, it asserts nothing.
 """
@@ -30,7 +35,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.agent_ingest import CpuWatch  # noqa: E402
-from bench.portal_server import ServedPortal, portal_served  # noqa: E402
+from bench.portal_server import ROOT, ServedPortal, portal_served  # noqa: E402
 
 SEED = """
 from decimal import Decimal
@@ -195,9 +200,27 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per phase")
     parser.add_argument("--workers", type=int, default=4, help="gunicorn worker processes")
+    parser.add_argument("--baseline", help="a checkout of an earlier commit, measured the same way in the same run")
     options = parser.parse_args()
+    codes = {"this checkout": ROOT} | ({"baseline": Path(options.baseline).resolve()} if options.baseline else {})
+    measured = {}
+    for label, root in reversed(codes.items()):  # the baseline first, as the older code
+        print(f"== {label} ({root.name})")
+        measured[label] = measure(root, options)
+    if options.baseline:
+        print("== submit / GET, both in the same run (load average "
+              f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")  # fmt: skip
+        for label, figures in measured.items():
+            rates, p99s, cpus = figures
+            print(f"{label:<14} throughput {rates['submit'] / rates['GET /me']:.2f}, p99 {p99s['submit'] / p99s['GET /me']:.2f}x,"
+                  f" server CPU per request {cpus['submit'] / cpus['GET /me']:.2f}x (submit {cpus['submit'] * 1000:.2f} ms)")  # fmt: skip
+    return 0
 
-    with portal_served(prefix="bench", seed=SEED, workers=options.workers) as portal:
+
+def measure(root: Path, options: argparse.Namespace) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """The three phases against the portal of checkout ``root``; prints their figures and targets and
+    returns throughput, p99 and server CPU per request by phase."""
+    with portal_served(prefix="bench", seed=SEED, workers=options.workers, root=root) as portal:
         setup = json.loads(portal.seed_output.strip().splitlines()[-1])
         port = portal.port
         broker = "Redis (tasks enqueued)" if portal.env.get("CELERY_BROKER_URL") else "in-process tasks"
@@ -212,24 +235,22 @@ def main() -> int:
         submitted = run_phase("submit", port, setup, Load(options.clients, options.duration), portal=portal)
         created = list(submitted["created"])  # type: ignore[call-overload]
         approved = run_phase("approve", port, setup, Load(options.clients, options.duration), todo=created, portal=portal)
-        lines = []
-        rates, p99s = {}, {}
-        for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
-            latencies = list(phase["latencies"])  # type: ignore[call-overload]
-            rates[name], line = describe(name, latencies, float(phase["elapsed"]))  # type: ignore[arg-type]
-            p99s[name] = percentile(latencies, 0.99)
-            lines.append(line)
-        print("\n".join(lines))
-        cpus = {}
-        for name, phase in (("GET /me", baseline), ("submit", submitted), ("approve", approved)):
-            cpus[name], line = cpu_line(name, phase)
-            print(line)
-        print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
-        print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
-        print(f"ratio baseline / submit server CPU per request: {cpus['GET /me'] / cpus['submit']:.2f} (the throughput"
-              f" ratio on cores of their own, clients aside; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
-        print(summary(rates=rates, p99s=p99s, clients=options.clients))
-    return 0
+    phases = (("GET /me", baseline), ("submit", submitted), ("approve", approved))
+    rates, p99s, cpus = {}, {}, {}
+    for name, phase in phases:
+        latencies = list(phase["latencies"])  # type: ignore[call-overload]
+        rates[name], line = describe(name, latencies, float(phase["elapsed"]))  # type: ignore[arg-type]
+        p99s[name] = percentile(latencies, 0.99)
+        print(line)
+    for name, phase in phases:
+        cpus[name], line = cpu_line(name, phase)
+        print(line)
+    print(f"errors: baseline {baseline['errors']}, submit {submitted['errors']}, approve {approved['errors']}")
+    print(f"ratio submit-throughput / baseline-throughput: {rates['submit'] / rates['GET /me']:.2f}")
+    print(f"ratio baseline / submit server CPU per request: {cpus['GET /me'] / cpus['submit']:.2f} (the throughput"
+          f" ratio on cores of their own, clients aside; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)")
+    print(summary(rates=rates, p99s=p99s, clients=options.clients))
+    return rates, p99s, cpus
 
 
 THROUGHPUT_RATIO_TARGET = 0.5

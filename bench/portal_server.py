@@ -71,10 +71,11 @@ class ServedPortal:
 @contextmanager
 def portal_served(
     *, prefix: str, seed: str, workers: int, settings_module: str = "gpuportal.settings", use_broker: bool = True,
-    gunicorn_args: tuple[str, ...] = (),
+    gunicorn_args: tuple[str, ...] = (), root: Path = ROOT,
 ) -> Iterator[ServedPortal]:
     """Migrate a fresh database, run ``seed`` in ``manage.py shell``, serve it with gunicorn (with
-    ``gunicorn_args`` added to its command line)."""
+    ``gunicorn_args`` added to its command line); the portal's code is ``root``'s (another
+    checkout's for a benchmark's baseline)."""
     started_services = "DATABASE_URL" not in os.environ
     env = dict(os.environ)
     if started_services:
@@ -95,15 +96,15 @@ def portal_served(
     })  # fmt: skip
     server = None
     try:
-        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+        subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v0"], cwd=root, env=env, check=True)
         seeded = subprocess.run(
-            [PYTHON, "manage.py", "shell", "-c", seed], cwd=ROOT, env=env, check=True, capture_output=True, text=True
+            [PYTHON, "manage.py", "shell", "-c", seed], cwd=root, env=env, check=True, capture_output=True, text=True
         ).stdout
         port = free_port()
         server = subprocess.Popen(
             [PYTHON, "-m", "gunicorn", "gpuportal.wsgi:application", "--bind", f"127.0.0.1:{port}",
              "--workers", str(workers), "--log-level", "warning", *gunicorn_args],
-            cwd=ROOT, env=env,
+            cwd=root, env=env,
         )  # fmt: skip
         for _ in range(200):
             try:

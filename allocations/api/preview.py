@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from allocations.admission.planning import admission_decide
-from allocations.api.grants import AllocationIn
+from allocations.api.submit_body import AllocationIn
 from allocations.booking.preview import candidate_clusters, placement_preview
 from allocations.catalogue import selectors
 from allocations.grants import services

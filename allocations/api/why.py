@@ -13,8 +13,8 @@ from rest_framework.response import Response
 
 from allocations.admission.reasons import WAITING_STATES, ReasonCode
 from allocations.admission.why import allocation_why, request_simulate
-from allocations.api.grants import AllocationIn
 from allocations.api.preview import hypothetical_request
+from allocations.api.submit_body import AllocationIn
 from allocations.catalogue import selectors
 from kernel.api.base import actor
 from kernel.api.openapi import errors

@@ -15,6 +15,7 @@ from kernel.clock import clock_now
 from notifications import events
 from notifications.events import Event
 from notifications.outbox import notification_enqueue
+from notifications.outbox_with_row import notification_enqueue_with_row
 from notifications.recipients import department_admins, platform_admins
 
 EXPIRY_THRESHOLDS_DAYS = (7, 1)
@@ -48,6 +49,16 @@ def allocation_notify(event: Event, allocation: Allocation, *, dedupe_key: str |
         event=event, recipients=_recipients(event, allocation), department_id=allocation.project.department_id,
         subject=f"allocation:{allocation.pk}", payload={**allocation_payload(allocation), **extra}, dedupe_key=dedupe_key,
     ) is not None
+
+
+def allocation_insert_notified(event: Event, allocation: Allocation, **extra: Any) -> None:
+    """Insert the new ``allocation`` and tell the people ``event`` is for about it, together (in the
+    caller's transaction; one statement on PostgreSQL): what ``allocation.save()`` then
+    ``allocation_notify`` write, in one round trip instead of two."""
+    notification_enqueue_with_row(
+        row=allocation, event=event, recipients=_recipients(event, allocation), department_id=allocation.project.department_id,
+        subject_prefix="allocation:", payload={**allocation_payload(allocation), **extra}, id_key="allocation",
+    )
 
 
 def allocations_expiry_notices(*, now: datetime.datetime | None = None) -> int:

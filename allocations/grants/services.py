@@ -25,7 +25,7 @@ from allocations.booking.preview import candidate_clusters
 from allocations.booking.state import ClusterState, cluster_state
 from allocations.catalogue.selectors import allocation_may_change
 from allocations.catalogue.states import FINAL_STATES, HOLDING_STATES, can_transition
-from allocations.grants.notices import allocation_notify
+from allocations.grants.notices import allocation_insert_notified, allocation_notify
 from allocations.grants.reclaims import reclaims_start, victims_lock
 from allocations.grants.transitions import (
     allocation_audit,
@@ -152,8 +152,7 @@ def allocation_request(
     allocation.full_clean(
         exclude=["project", "flavor", "priority_class", "cluster", "requested_by"], validate_constraints=False
     )
-    allocation.save()
-    allocation_notify(events.SUBMITTED, allocation, requested_by=actor.get_username(), justification=justification[:1000])
+    allocation_insert_notified(events.SUBMITTED, allocation, requested_by=actor.get_username(), justification=justification[:1000])
     _audit(
         actor=actor,
         action=actions.ALLOCATION_REQUESTED,
