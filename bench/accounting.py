@@ -186,7 +186,8 @@ def _report_in_process(found: dict[str, dict[str, list[float]]]) -> None:
 
 def _load(port: int, token: str, paths: dict[str, str], options: argparse.Namespace, label: str) -> float:
     """The HTTP phases on one server; returns the one department phase's p99 over the trivial GET's."""
-    run_clients(port, token, "/api/v1/me/", 2, 2.0)  # warm up
+    for path in ["/api/v1/me/", *paths.values()]:  # warm up every worker on every path (a cold start is not measured)
+        run_clients(port, token, path, options.workers * 2, 3.0)
     baseline = run_clients(port, token, "/api/v1/me/", options.clients, options.duration)
     base_rate, line = describe("GET /me", baseline.latencies, baseline.elapsed)
     base_p99 = _p99(baseline.latencies)

@@ -50,6 +50,7 @@ def department_ancestor_ids(*, department_id: int, parents: dict[int, int | None
 
 
 Signature = tuple[int, int, int]
+_KNOWN_SUBTREES = 4096  # subtrees one tree keeps (a few per user's roles): bounded, whatever asks
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,8 @@ class DepartmentTree:
 
     parents: dict[int, int | None]
     children: dict[int, tuple[int, ...]] = field(repr=False, compare=False)
+    # subtrees already asked for (the same roles' roots on every request of a user): kept with the tree
+    known: dict[frozenset[int], frozenset[int]] = field(default_factory=dict, repr=False, compare=False)
 
     @staticmethod
     def of(parents: dict[int, int | None]) -> DepartmentTree:
@@ -70,7 +73,12 @@ class DepartmentTree:
         return DepartmentTree(parents=parents, children={parent: tuple(kids) for parent, kids in children.items()})
 
     def subtree(self, *root_ids: int) -> frozenset[int]:
-        """What ``department_subtree_ids`` answers, from the index (no pass over every department)."""
+        """What ``department_subtree_ids`` answers, from the index (no pass over every department),
+        and kept for the next request that asks for the same roots while the tree stands."""
+        roots = frozenset(root_ids)
+        found = self.known.get(roots)
+        if found is not None:
+            return found
         seen: set[int] = set()
         stack = list(root_ids)
         while stack:
@@ -78,7 +86,10 @@ class DepartmentTree:
             if current not in seen:
                 seen.add(current)
                 stack.extend(self.children.get(current, ()))
-        return frozenset(seen)
+        found = frozenset(seen)
+        if len(self.known) < _KNOWN_SUBTREES:
+            self.known[roots] = found
+        return found
 
     def ancestors(self, department_id: int) -> list[int]:
         """The department itself and its ancestors, nearest first."""

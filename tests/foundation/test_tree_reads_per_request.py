@@ -17,8 +17,10 @@ from django.db import connection, transaction
 from django.http import StreamingHttpResponse
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tenants.access import access_forget
+from tenants.access import DepartmentTree, access_forget, department_subtree_ids
 from tests.foundation.conftest_matrix import Scene, audit_keys_fixture, scene_fixture  # noqa: F401 (fixtures)
 from tests.foundation.test_role_matrix import ROWS, Row
 
@@ -63,10 +65,25 @@ def test_every_scoped_read_reads_the_tree_at_most_once(scene: Scene, persona: st
     assert any(reads == 1 for _, reads in answered.values())
 
 
+@pytest.mark.parametrize("route", ["api-usage", "api-idle-cases"])
 @pytest.mark.parametrize("persona", PERSONAS)
-def test_a_departments_usage_reads_the_tree_once(scene: Scene, persona: str) -> None:
-    """The usage of one department (its subtree, and its quotas' subtrees) takes every subtree from
-    the tree the access check read."""
-    usage = next(row for row in READS if row.route == "api-usage")
-    one = Row(usage.route, "get", usage.expect, body=lambda s, p: {"department": s.world.nlp.pk, "granularity": "day"})
+def test_a_departments_reads_take_its_subtree_from_the_same_tree(scene: Scene, persona: str, route: str) -> None:
+    """Narrowed to one department (its subtree; for the usage, its quotas' subtrees too), a read
+    takes every subtree from the tree the access check read."""
+    listed = next(row for row in READS if row.route == route)
+    one = Row(route, "get", listed.expect, body=lambda s, p: {"department": s.world.nlp.pk})
     assert tree_reads(scene, one, persona) == (200, 1)
+
+
+@given(st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=40),
+       st.lists(st.integers(min_value=0, max_value=45), max_size=4))
+def test_the_indexed_tree_answers_what_the_parent_walk_answers(picks: list[int], roots: list[int]) -> None:
+    """``DepartmentTree.subtree`` (children indexed once, answers kept) equals
+    ``department_subtree_ids`` on any forest, asked once or again."""
+    parents: dict[int, int | None] = {1: None}
+    for child, pick in enumerate(picks, start=2):
+        parents[child] = None if pick == 0 else 1 + pick % (child - 1)  # an earlier department, or a new root
+    tree = DepartmentTree.of(parents)
+    expected = department_subtree_ids(root_ids=roots, parents=parents)
+    assert tree.subtree(*roots) == expected
+    assert tree.subtree(*reversed(roots)) == expected  # kept: the same roots in any order
