@@ -30,8 +30,8 @@ from allocations.catalogue.selectors import quota_list
 from allocations.quotas.usage import QuotaSpan, QuotaUsage, quota_spans, quota_usages
 from clusters.models import Cluster
 from kernel.reads import SharedReads
-from tenants.access import access_for, department_parent_map, department_subtree_ids
-from tenants.models import Department, Project
+from tenants.access import access_for
+from tenants.models import Project
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -140,16 +140,15 @@ def usage_quotas(
     """The quotas of the departments the report covers (``department``: its subtree; ``project``:
     its department), each at ``at`` and over ``[start, end)`` (``allocations.quotas.usage``): what the
     grants holding at that instant hold, and the most they hold at any one moment of the range."""
-    reads = SharedReads()
+    reads, tree = SharedReads(), access_for(user).tree  # the tree the access check read: not read again
     quotas = quota_list(user=user)
     if department_id is not None:
-        parents = reads.once(("parents",), department_parent_map)
-        quotas = quotas.filter(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
+        quotas = quotas.filter(department_id__in=sorted(tree.subtree(department_id)))
     if project_id is not None:
         quotas = quotas.filter(department__projects__pk=project_id)
     found = list(quotas)
-    usages = quota_usages(quotas=found, at=at, reads=reads)
-    spans = quota_spans(quotas=found, start=start, end=end, reads=reads)
+    usages = quota_usages(quotas=found, at=at, reads=reads, tree=tree)
+    spans = quota_spans(quotas=found, start=start, end=end, reads=reads, tree=tree)
     return [QuotaInUse(at=usage, over=span) for usage, span in zip(usages, spans, strict=True)]
 
 
@@ -161,7 +160,8 @@ def _day_ceil(moment: datetime.datetime) -> datetime.datetime:
 def _grouped(rows: QuerySet[Any], period: Any, keys: list[str]) -> list[dict[str, Any]]:
     """The sums of ``rows`` per period and group key (one query)."""
     sums = {"granted_sum": Sum("granted"), "measured_sum": Sum("measured"), "used_sum": Sum("used")}
-    return list(rows.annotate(period=period).values(*keys).annotate(**sums).order_by(*keys))
+    # unordered: the caller sorts the rows; a sort in SQL would sort every summed row first
+    return list(rows.annotate(period=period).values(*keys).annotate(**sums).order_by())
 
 
 def _readable(user: User, *, department_id: int | None, project_id: int | None, cluster_id: int | None) -> Q:
@@ -172,13 +172,14 @@ def _readable(user: User, *, department_id: int | None, project_id: int | None, 
     if not access.has_any_role:
         raise Http404("No usage to show.")
     scope = Q()
-    if not access.reads_everything:
-        scope &= Q(department_id__in=access.readable)
+    # A department the user reads lies inside what they read with its whole subtree (a role covers
+    # a subtree): narrowed to it, the scope needs no condition on everything they read.
+    if not access.reads_everything and department_id is None:
+        scope &= Q(department_id__in=sorted(access.readable))
     if department_id is not None:
-        parents: dict[int, int | None] = dict(Department.objects.values_list("pk", "parent_id"))
-        if not access.can_read_department(department_id) or department_id not in parents:
+        if not access.can_read_department(department_id) or department_id not in access.tree.parents:
             raise Http404("No such department.")
-        scope &= Q(department_id__in=department_subtree_ids(root_ids=[department_id], parents=parents))
+        scope &= Q(department_id__in=sorted(access.tree.subtree(department_id)))
     if project_id is not None:
         department = Project.objects.filter(pk=project_id).values_list("department_id", flat=True).first()
         if department is None or not access.can_read_department(department):

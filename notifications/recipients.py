@@ -6,6 +6,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Q
 
+from tenants.access import DepartmentTree
 from tenants.models import Department, Membership, Role
 
 # The department and its ancestors (``depth`` 0 for itself, nearest first), walked up in the
@@ -28,10 +29,14 @@ WHERE held.role = %s AND account.is_active = %s
 """
 
 
-def department_admins(*, department_id: int, exclude: int | None = None) -> list[int]:
+def department_admins(*, department_id: int, exclude: int | None = None, tree: DepartmentTree | None = None) -> list[int]:
     """The admins of the department, or, when it has none, of its nearest ancestor that has some
     (a role holds over the department's subtree); ``exclude`` (the requester: nobody decides their
-    own request) is left out. Active accounts only."""
+    own request) is left out. Active accounts only. ``tree``: the department tree, when the caller
+    has read it already (the chain is then known and one query reads the memberships); else the
+    chain is walked up in the database, joined with the memberships, in one query."""
+    if tree is not None:
+        return _admins_of_chain(chain=tree.ancestors(department_id), exclude=exclude)
     sql = _ADMINS_UP_THE_TREE.format(
         department=connection.ops.quote_name(Department._meta.db_table),
         membership=connection.ops.quote_name(Membership._meta.db_table),
@@ -44,6 +49,19 @@ def department_admins(*, department_id: int, exclude: int | None = None) -> list
             if user_id != exclude:
                 by_depth.setdefault(int(depth), set()).add(int(user_id))
     return sorted(by_depth[min(by_depth)]) if by_depth else []
+
+
+def _admins_of_chain(*, chain: list[int], exclude: int | None) -> list[int]:
+    """The active department admins of the first department of ``chain`` (nearest first) that has any."""
+    rows = Membership.objects.filter(department_id__in=chain, role=Role.DEPARTMENT_ADMIN, user__is_active=True)
+    by_department: dict[int, set[int]] = {}
+    for held_in, user_id in rows.values_list("department_id", "user_id"):
+        if user_id != exclude:
+            by_department.setdefault(held_in, set()).add(user_id)
+    for held_in in chain:
+        if by_department.get(held_in):
+            return sorted(by_department[held_in])
+    return []
 
 
 def platform_admins() -> list[int]:

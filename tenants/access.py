@@ -50,12 +50,59 @@ def department_ancestor_ids(*, department_id: int, parents: dict[int, int | None
 
 
 Signature = tuple[int, int, int]
+_KNOWN_SUBTREES = 4096  # subtrees one tree keeps (a few per user's roles): bounded, whatever asks
+
+
+@dataclass(frozen=True)
+class DepartmentTree:
+    """Each department's parent, and its children indexed once: the tree one access check was
+    computed from, which the scoped reads of the same request ask for subtrees and ancestors
+    instead of reading the tree again. Treat it as read only: it may be shared by the process."""
+
+    parents: dict[int, int | None]
+    children: dict[int, tuple[int, ...]] = field(repr=False, compare=False)
+    # subtrees already asked for (the same roles' roots on every request of a user): kept with the tree
+    known: dict[frozenset[int], frozenset[int]] = field(default_factory=dict, repr=False, compare=False)
+
+    @staticmethod
+    def of(parents: dict[int, int | None]) -> DepartmentTree:
+        children: dict[int, list[int]] = defaultdict(list)
+        for child, parent in parents.items():
+            if parent is not None:
+                children[parent].append(child)
+        return DepartmentTree(parents=parents, children={parent: tuple(kids) for parent, kids in children.items()})
+
+    def subtree(self, *root_ids: int) -> frozenset[int]:
+        """What ``department_subtree_ids`` answers, from the index (no pass over every department),
+        and kept for the next request that asks for the same roots while the tree stands."""
+        roots = frozenset(root_ids)
+        found = self.known.get(roots)
+        if found is not None:
+            return found
+        seen: set[int] = set()
+        stack = list(root_ids)
+        while stack:
+            current = stack.pop()
+            if current not in seen:
+                seen.add(current)
+                stack.extend(self.children.get(current, ()))
+        found = frozenset(seen)
+        if len(self.known) < _KNOWN_SUBTREES:
+            self.known[roots] = found
+        return found
+
+    def ancestors(self, department_id: int) -> list[int]:
+        """The department itself and its ancestors, nearest first."""
+        return department_ancestor_ids(department_id=department_id, parents=self.parents)
+
+
+EMPTY_TREE = DepartmentTree(parents={}, children={})
 
 
 @dataclass(frozen=True)
 class _Tree:
     signature: Signature
-    parents: dict[int, int | None]
+    tree: DepartmentTree
 
 
 _tree: _Tree | None = None
@@ -69,20 +116,30 @@ def department_tree_signature() -> Signature:
     return int(found["count"]), int(found["top"] or 0), int(found["stamps"] or 0)
 
 
-def department_parent_map() -> dict[int, int | None]:
-    """Each department's parent. Outside a transaction, kept in the process and read again only
-    when the tree's signature changed (the access check of every scoped request reads it); inside
-    one, always read (the transaction's own writes would make the signature ambiguous)."""
+def _parents_read() -> dict[int, int | None]:
+    return dict(Department.objects.order_by().values_list("id", "parent_id"))  # unordered: no sort by slug
+
+
+def department_tree() -> DepartmentTree:
+    """The department tree. Outside a transaction, kept in the process and read again only when
+    the tree's signature changed (one small aggregate); inside one, always read (the transaction's
+    own writes would make the signature ambiguous). Within a request, ask ``access_for(user).tree``
+    instead: the tree that request's access check was computed from, read once."""
     global _tree
     if transaction.get_connection().in_atomic_block:
-        return dict(Department.objects.values_list("id", "parent_id"))
+        return DepartmentTree.of(_parents_read())
     signature = department_tree_signature()  # before the parents: a tree moved meanwhile is read again next time
     kept = _tree
     if kept is None or kept.signature != signature:
-        kept = _Tree(signature=signature, parents=dict(Department.objects.values_list("id", "parent_id")))
+        kept = _Tree(signature=signature, tree=DepartmentTree.of(_parents_read()))
         with _tree_guard:
             _tree = kept
-    return dict(kept.parents)
+    return kept.tree
+
+
+def department_parent_map() -> dict[int, int | None]:
+    """Each department's parent (``department_tree``), a copy the caller may change."""
+    return dict(department_tree().parents)
 
 
 def department_chain(*, department_id: int, lock: bool = False) -> tuple[list[Department], dict[int, int | None]]:
@@ -106,6 +163,8 @@ class Access:
     readable: frozenset[int] = field(default_factory=frozenset)
     administered: frozenset[int] = field(default_factory=frozenset)
     audited: frozenset[int] = field(default_factory=frozenset)
+    # the tree the sets were computed from: the request's scoped reads take subtrees from it
+    tree: DepartmentTree = field(default=EMPTY_TREE, repr=False, compare=False)
 
     @property
     def reads_everything(self) -> bool:
@@ -125,7 +184,9 @@ class Access:
         return self.is_platform_admin or department_id in self.audited
 
 
-def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
+def access_for(user: AbstractBaseUser | AnonymousUser, *, tree: DepartmentTree | None = None) -> Access:
+    """What ``user`` may do, kept on the user object for the request. ``tree``: a department tree
+    this request read already (another user's access check's), else the tree is read here."""
     if not user.is_authenticated:
         return Access(user_id=None)
     cached: Access | None = getattr(user, "_gpuportal_access", None)
@@ -136,12 +197,13 @@ def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
     for department_id, role in Membership.objects.filter(user_id=user.pk).order_by().values_list("department_id", "role"):
         roles[role].append(department_id)
     is_platform_admin = bool(roles.get(Role.PLATFORM_ADMIN)) or bool(getattr(user, "is_superuser", False))
-    parents = department_parent_map() if roles else {}
+    if not (roles or is_platform_admin):
+        tree = EMPTY_TREE
+    elif tree is None:
+        tree = department_tree()
 
     def subtree(*role_names: str) -> frozenset[int]:
-        return department_subtree_ids(
-            root_ids=[dep for name in role_names for dep in roles.get(name, [])], parents=parents
-        )
+        return tree.subtree(*[dep for name in role_names for dep in roles.get(name, [])])
 
     access = Access(
         user_id=user.pk,
@@ -149,6 +211,7 @@ def access_for(user: AbstractBaseUser | AnonymousUser) -> Access:
         readable=subtree(Role.RESEARCHER, Role.DEPARTMENT_ADMIN, Role.AUDITOR, Role.PLATFORM_ADMIN),
         administered=subtree(Role.DEPARTMENT_ADMIN),
         audited=subtree(Role.AUDITOR),
+        tree=tree,
     )
     setattr(user, "_gpuportal_access", access)  # noqa: B010 - a per-request cache on the user object
     return access

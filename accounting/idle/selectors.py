@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from accounting.idle_models import IdleCase, IdlePolicy
-from tenants.access import access_for, department_parent_map, department_subtree_ids
+from tenants.access import access_for
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -49,8 +49,7 @@ def idle_case_list(
     if department_id is not None:
         if not access.can_read_department(department_id):
             raise Http404("No such department.")
-        subtree = department_subtree_ids(root_ids=[department_id], parents=department_parent_map())
-        rows = rows.filter(allocation__project__department_id__in=subtree)
+        rows = rows.filter(allocation__project__department_id__in=sorted(access.tree.subtree(department_id)))
     if allocation_id is not None:
         rows = rows.filter(allocation_id=allocation_id)
     if states:

@@ -113,13 +113,16 @@ def _chain_groups(tree: algebra.Tree, totals: dict[tuple[int, algebra.Scope], De
     return groups
 
 
-def quota_chains(*, department_ids: list[int], at: datetime.datetime | None = None) -> list[QuotaChain]:
+def quota_chains(
+    *, department_ids: list[int], at: datetime.datetime | None = None, parents: dict[int, int | None] | None = None
+) -> list[QuotaChain]:
     """For each department, every quota its projects' requests must fit now, with the room each
-    leaves by admission's rule, and the tightest of each group marked."""
+    leaves by admission's rule, and the tightest of each group marked. ``parents``: the department
+    tree already read (a request's access check's), else read here."""
     if not department_ids:
         return []
     at = at or clock_now()
-    parents = department_parent_map()
+    parents = parents if parents is not None else department_parent_map()
     tree = QuotaView.read(parents=parents).tree(at, at + INSTANT)
     chains = {department_id: tree.chain(department_id) for department_id in department_ids}
     roots = sorted({chain[-1] for chain in chains.values()})

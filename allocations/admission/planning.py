@@ -47,7 +47,7 @@ from kernel.clock import clock_now
 from kernel.errors import ApplicationError, CapacityExceeded, QuotaExceeded
 from kernel.reads import SharedReads
 from placement import Workload
-from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
+from tenants.access import DepartmentTree, department_ancestor_ids, department_parent_map, department_subtree_ids
 from tenants.models import Department
 
 ZERO = Decimal(0)
@@ -281,6 +281,14 @@ def _shared(reads: SharedReads | None, key: str, read: Callable[[], T]) -> T:
     """``read()``, once per page when the caller shares its reads (the tree of departments, the
     quotas and their windows, the departments' names: the same for every request of the moment)."""
     return reads.once(("admission", key), read) if reads is not None else read()
+
+
+def admission_reads(*, tree: DepartmentTree) -> SharedReads:
+    """Shared reads for ``admission_decide`` that start from a department tree already read (the
+    one a request's access check read): a read-only answer reads the tree once."""
+    reads = SharedReads()
+    reads.once(("admission", "department-parents"), lambda: dict(tree.parents))
+    return reads
 
 
 def admission_decide(

@@ -21,7 +21,7 @@ from django.db.models import Q
 
 from allocations.admission import reasons as why_reasons
 from allocations.admission.headroom import QuotaLevel, quota_chains
-from allocations.admission.planning import Decision, admission_decide
+from allocations.admission.planning import Decision, admission_decide, admission_reads
 from allocations.admission.reasons import Reason, ReasonCode, Verdict
 from allocations.admission.why_alternatives import alternatives_find
 from allocations.admission.why_estimate import RELIABILITY, Estimate, earliest_start
@@ -39,7 +39,7 @@ from kernel.numbers import plain
 from kernel.reads import SharedReads
 from notifications.recipients import department_admins, platform_admins
 from placement import Workload
-from tenants.access import access_for, department_ancestor_ids, department_parent_map, department_subtree_ids
+from tenants.access import DepartmentTree, access_for
 from tenants.models import Department, Membership, Role
 
 
@@ -92,22 +92,22 @@ class _Decider:
                                 states={cluster.pk: self.states[cluster.pk] for cluster in clusters}, reads=self.reads)
 
 
-def _deciders(allocation: Allocation) -> tuple[list[str], bool]:
+def _deciders(allocation: Allocation, tree: DepartmentTree | None) -> tuple[list[str], bool]:
     """Who may decide (the nearest admins of the department's chain, less the requester; else the
     platform admins), and whether the requester is one of its admins (four-eyes)."""
     department_id = allocation.project.department_id
-    ids = department_admins(department_id=department_id, exclude=allocation.requested_by_id) or platform_admins()
+    ids = department_admins(department_id=department_id, exclude=allocation.requested_by_id, tree=tree) or platform_admins()
     names = sorted(User.objects.filter(pk__in=ids).values_list("username", flat=True))
     requester = allocation.requested_by_id
     requester_decides = bool(settings.GPUPORTAL_FOUR_EYES) and requester is not None and access_for(
-        User(pk=requester)).can_administer_department(department_id)
+        User(pk=requester), tree=tree).can_administer_department(department_id)
     return names, requester_decides
 
 
-def _quota_lines(allocation: Allocation, decision: Decision) -> list[dict[str, Any]]:
+def _quota_lines(allocation: Allocation, decision: Decision, tree: DepartmentTree) -> list[dict[str, Any]]:
     """Admission's lines, each with whether it fits and the limit in force now (``headroom``)."""
     now_levels: dict[tuple[str, str], QuotaLevel] = {}
-    for chain in quota_chains(department_ids=[allocation.project.department_id]):
+    for chain in quota_chains(department_ids=[allocation.project.department_id], parents=dict(tree.parents)):
         for group in chain.groups:
             for found in group:
                 now_levels[(found.department, found.what)] = found
@@ -124,17 +124,16 @@ def _quota_lines(allocation: Allocation, decision: Decision) -> list[dict[str, A
     return lines
 
 
-def _queue(allocation: Allocation) -> dict[str, Any] | None:
+def _queue(allocation: Allocation, tree: DepartmentTree) -> dict[str, Any] | None:
     """Where the request stands among the pending requests its deciders see (oldest first)."""
     if allocation.state != AllocationState.PENDING:
         return None
-    parents = department_parent_map()
-    chain = department_ancestor_ids(department_id=allocation.project.department_id, parents=parents)
+    chain = tree.ancestors(allocation.project.department_id)
     with_admins = set(Membership.objects.filter(department_id__in=chain, role=Role.DEPARTMENT_ADMIN)
                       .values_list("department_id", flat=True))
     level = next((department for department in chain if department in with_admins), chain[-1])
     seen = Allocation.objects.filter(state=AllocationState.PENDING,
-                                     project__department_id__in=sorted(department_subtree_ids(root_ids=[level], parents=parents)))
+                                     project__department_id__in=sorted(tree.subtree(level)))
     total = seen.count()
     if not allocation.pk:
         return {"position": total + 1, "of": total + 1, "ahead": total}
@@ -148,10 +147,9 @@ def _holders(allocation: Allocation, primary: Reason, viewer: AbstractBaseUser |
     access = access_for(viewer)
     interval = (allocation.starts_at, allocation.ends_at)
     if primary.code in (ReasonCode.QUOTA, ReasonCode.OUTSIDE_WINDOW) and primary.facts.get("level") == "department":
-        parents = department_parent_map()
         slug = str(primary.facts.get("department"))
         found = list(Department.objects.filter(slug=slug).values_list("pk", flat=True))
-        ids = sorted(department_subtree_ids(root_ids=found, parents=parents))
+        ids = sorted(access.tree.subtree(*found))
         return {"for": f"quota of department {slug}", **holders_read(access=access, interval=interval, department_ids=ids)}
     if primary.code == ReasonCode.NO_FIT:
         return {"for": f"{allocation.flavor.gpu_model} GPUs", **holders_read(
@@ -171,11 +169,11 @@ class _Read:
     decide: _Decider
 
 
-def _read(allocation: Allocation, now: datetime.datetime) -> _Read:
+def _read(allocation: Allocation, now: datetime.datetime, tree: DepartmentTree | None = None) -> _Read:
     clusters = _clusters(allocation)
-    decider = _Decider(clusters)
+    decider = _Decider(clusters) if tree is None else _Decider(clusters, reads=admission_reads(tree=tree))
     decision = decider(allocation)
-    deciders, requester_decides = _deciders(allocation)
+    deciders, requester_decides = _deciders(allocation, tree)
     notice = max((victim.notice_minutes for victim in decision.victims), default=0)
     verdict = Verdict(refusal=decision.refusal, reclaims=len(decision.victims), notice_minutes=notice,
                       starts_at=allocation.starts_at, now=now)
@@ -186,10 +184,11 @@ def _read(allocation: Allocation, now: datetime.datetime) -> _Read:
 
 
 def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, now: datetime.datetime) -> Why:
-    read = _read(allocation, now)
+    tree = access_for(viewer).tree  # the tree the viewer's access check read: every part below reads it
+    read = _read(allocation, now, tree)
     decision, primary, clusters = read.decision, read.primary, read.clusters
     why = Why(allocation=allocation.pk or None, state=allocation.state, primary=primary, secondary=read.secondary,
-              quota=_quota_lines(allocation, decision), queue=_queue(allocation))
+              quota=_quota_lines(allocation, decision, tree), queue=_queue(allocation, tree))
     if decision.admitted:
         why.estimate = Estimate(max(now, allocation.starts_at), "It fits now: it starts once approved (at its start "
                                 "when that is later).", RELIABILITY)
@@ -198,7 +197,7 @@ def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, n
     why.holders = _holders(allocation, primary, viewer, clusters)
     why.alternatives = alternatives_find(allocation=allocation, decide=decide)
     why.estimate = earliest_start(allocation=allocation, decide=decide, cluster_ids=[cluster.pk for cluster in clusters],
-                                  now=now)
+                                  now=now, parents=dict(tree.parents))
     if why.estimate.starts_at is not None:
         why.alternatives.append({"kind": "later-start", "text": "The same request would be admitted starting then.",
                                  "flavor": allocation.flavor.name, "quantity": allocation.quantity, "cluster": None,

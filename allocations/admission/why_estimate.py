@@ -49,13 +49,14 @@ class Estimate:
 
 
 def change_moments(
-    *, allocation: Allocation, cluster_ids: list[int], now: datetime.datetime
+    *, allocation: Allocation, cluster_ids: list[int], now: datetime.datetime, parents: dict[int, int | None] | None = None
 ) -> tuple[list[datetime.datetime], list[datetime.datetime]]:
     """Every moment within the horizon where what the request meets may change: the ends and
     starts of the grants of its quota tree or on its clusters, reclaims' deadlines and the ends of
     approved quota windows; and, apart, the begins of approved quota windows (where a limit may
-    rise for a while only: the one thing that makes a later start not always better). Two queries."""
-    parents = department_parent_map()
+    rise for a while only: the one thing that makes a later start not always better). Two queries
+    (three without ``parents``, the department tree)."""
+    parents = parents if parents is not None else department_parent_map()
     chain = department_ancestor_ids(department_id=allocation.project.department_id, parents=parents)
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
     horizon = now + HORIZON
@@ -93,12 +94,12 @@ RELIABILITY = (
 
 
 def earliest_start(*, allocation: Allocation, decide: Decide, cluster_ids: list[int],
-                   now: datetime.datetime | None = None) -> Estimate:
+                   now: datetime.datetime | None = None, parents: dict[int, int | None] | None = None) -> Estimate:
     """The earliest change moment at which admission would admit the request moved there: halving
     among the moments where grants end or start, and each of the nearest windows' begins tried."""
     now = now or clock_now()
     after = max(now, allocation.starts_at)
-    found, begins = change_moments(allocation=allocation, cluster_ids=cluster_ids, now=now)
+    found, begins = change_moments(allocation=allocation, cluster_ids=cluster_ids, now=now, parents=parents)
     moments = [moment for moment in found if moment > after]
     tried = 0
     fits: list[datetime.datetime] = []

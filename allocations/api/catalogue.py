@@ -28,7 +28,7 @@ from kernel.api.ordering import ordered
 from kernel.api.pagination import Pagination
 from kernel.api.views import ApiView
 from kernel.clock import clock_now
-from tenants.access import require_platform_admin
+from tenants.access import DepartmentTree, access_for, require_platform_admin
 from tenants.models import NAMESPACE_SLUG_VALIDATOR
 from tenants.selectors import department_list
 
@@ -217,9 +217,9 @@ class AtFilter(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-def _quota_out(quota: Any, at: datetime.datetime | None = None) -> dict[str, Any]:
+def _quota_out(quota: Any, at: datetime.datetime | None = None, *, tree: DepartmentTree | None = None) -> dict[str, Any]:
     pending = rule_changes.rule_changes_pending(quota_ids=[quota.pk])
-    return dict(QuotaOut(quota_usages(quotas=[quota], at=at)[0], context={"pending": pending}).data)
+    return dict(QuotaOut(quota_usages(quotas=[quota], at=at, tree=tree)[0], context={"pending": pending}).data)
 
 
 class QuotaListApi(ApiView):
@@ -235,7 +235,7 @@ class QuotaListApi(ApiView):
         quotas = selectors.quota_list(user=request.user, department_id=params.get("department"))
         paginator = Pagination()
         page = paginator.paginate_queryset(ordered(quotas, view=self, request=request), request, view=self) or []
-        usages = quota_usages(quotas=list(page), at=params.get("at"))
+        usages = quota_usages(quotas=list(page), at=params.get("at"), tree=access_for(request.user).tree)
         pending = rule_changes.rule_changes_pending(quota_ids=[usage.quota.pk for usage in usages])
         return paginator.get_paginated_response(QuotaOut(usages, many=True, context={"pending": pending}).data)
 
@@ -258,7 +258,8 @@ class QuotaDetailApi(ApiView):
     @extend_schema(parameters=[AtFilter], responses={200: QuotaOut, **errors(400, 401, 404)})
     def get(self, request: Request, quota_id: int) -> Response:
         at = filters(AtFilter, request).get("at")
-        return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id), at))
+        return Response(_quota_out(selectors.quota_get(user=request.user, quota_id=quota_id), at,
+                                   tree=access_for(request.user).tree))
 
     @extend_schema(
         request=QuotaNumbersIn(partial=True), responses={200: QuotaOut, 202: RuleChangeOut, **errors(400, 401, 403, 404)},

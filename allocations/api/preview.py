@@ -12,7 +12,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from allocations.admission.planning import admission_decide
+from allocations.admission.planning import admission_decide, admission_reads
 from allocations.api.submit_body import AllocationIn
 from allocations.booking.preview import candidate_clusters, placement_preview
 from allocations.catalogue import selectors
@@ -25,6 +25,7 @@ from kernel.api.views import ApiView
 from kernel.clock import clock_now
 from kernel.errors import NotAllowed, TransitionNotAllowed
 from kernel.words import counted
+from tenants.access import DepartmentTree, access_for
 
 
 class ClusterFitOut(serializers.Serializer):  # type: ignore[type-arg]
@@ -136,17 +137,19 @@ class AllocationPlacementPreviewApi(ApiView):
         fits = placement_preview(flavor=allocation.flavor, quantity=allocation.quantity, cluster=allocation.cluster,
                                  project=allocation.project)
         body: dict[str, Any] = {"allocation": allocation.pk, "fits": any(fit.fits for fit in fits), "clusters": fits}
-        body.update(admission_preview(allocation_id=allocation.pk))
+        body.update(admission_preview(allocation_id=allocation.pk, tree=access_for(request.user).tree))
         return Response(PlacementPreviewOut(body).data)
 
 
-def admission_preview(*, allocation_id: int) -> dict[str, Any]:
-    """The admission part of the preview (a selector's work: read-only, no locks)."""
+def admission_preview(*, allocation_id: int, tree: DepartmentTree | None = None) -> dict[str, Any]:
+    """The admission part of the preview (a selector's work: read-only, no locks); ``tree``: the
+    department tree the request's access check read, so that the preview does not read it again."""
     allocation = Allocation.objects.select_related("project", "flavor", "priority_class", "cluster").get(
         pk=allocation_id
     )
     clusters = list(candidate_clusters(flavor=allocation.flavor, cluster=allocation.cluster))
-    decision = admission_decide(allocation=allocation, clusters=clusters)
+    decision = admission_decide(allocation=allocation, clusters=clusters,
+                                reads=admission_reads(tree=tree) if tree is not None else None)
     refusal = decision.refusal
     starts = None
     if refusal is None:
@@ -156,7 +159,7 @@ def admission_preview(*, allocation_id: int) -> dict[str, Any]:
         "admitted": refusal is None,
         "starts": starts,
         "reclaim": [victim.as_details() for victim in decision.victims],
-        "quota_checks": checks_with_segments(allocation=allocation, checks=decision.checks),
+        "quota_checks": checks_with_segments(allocation=allocation, checks=decision.checks, tree=tree),
         "refusal": {"code": refusal.code, "message": refusal.message} if refusal is not None else None,
     }
 

@@ -30,7 +30,7 @@ from allocations.quotas.window_reading import approved_window_specs
 from kernel.clock import clock_now
 from kernel.numbers import plain
 from kernel.reads import SharedReads
-from tenants.access import department_ancestor_ids, department_parent_map, department_subtree_ids
+from tenants.access import DepartmentTree, department_tree
 
 _GPU_EQ = ExpressionWrapper(F("quantity") * F("flavor__gpu_equivalents"), output_field=DecimalField(max_digits=14, decimal_places=4))
 _HELD_FIELDS = ("project__department_id", "flavor_id", "flavor__gpu_equivalents", "quantity", "priority_class_id",
@@ -63,18 +63,26 @@ def department_usage(
 def department_usages(
     *, scopes: list[tuple[frozenset[int], int | None]], at: datetime.datetime | None = None
 ) -> list[Decimal]:
-    """What :func:`department_usage` returns for each (department ids, flavor id or None), in one query."""
+    """What :func:`department_usage` returns for each (department ids, flavor id or None), in one
+    query: what holds at ``at`` summed per department and flavor in SQL, then added up per scope
+    (exact: the units are integers and the GPU-equivalents decimals of four places)."""
     if not scopes:
         return []
-    totals: dict[str, Any] = {}
-    for index, (department_ids, flavor_id) in enumerate(scopes):
-        where = Q(project__department_id__in=department_ids)
+    departments = frozenset().union(*(department_ids for department_ids, _ in scopes))
+    held = (
+        holding_at(at or clock_now()).filter(project__department_id__in=sorted(departments)).order_by()
+        .values_list("project__department_id", "flavor_id").annotate(units=Sum("quantity"), equivalents=Sum(_GPU_EQ))
+    )  # fmt: skip
+    rows = list(held)
+    found = []
+    for department_ids, flavor_id in scopes:
         if flavor_id is not None:
-            totals[f"u{index}"] = Coalesce(Sum("quantity", filter=where & Q(flavor_id=flavor_id)), 0)
+            units = sum(units for department, flavor, units, _ in rows if flavor == flavor_id and department in department_ids)
+            found.append(Decimal(units))
         else:
-            totals[f"u{index}"] = Sum(_GPU_EQ, filter=where)
-    found = holding_at(at or clock_now()).aggregate(**totals)
-    return [Decimal(found[f"u{index}"] or 0) for index in range(len(scopes))]
+            equivalents = [amount for department, _, _, amount in rows if department in department_ids and amount is not None]
+            found.append(sum(equivalents[1:], equivalents[0]) if equivalents else Decimal(0))
+    return found
 
 
 @dataclass(frozen=True)
@@ -108,26 +116,31 @@ class QuotaUsage:
         return max(self.in_use - self.effective.guaranteed, Decimal(0))
 
 
-def _subtrees(quotas: list[Quota], parents: dict[int, int | None]) -> list[frozenset[int]]:
-    return [department_subtree_ids(root_ids=[quota.department_id], parents=parents) for quota in quotas]
+def _subtrees(quotas: list[Quota], tree: DepartmentTree) -> list[frozenset[int]]:
+    return [tree.subtree(quota.department_id) for quota in quotas]
 
 
-def _shared(reads: SharedReads | None) -> tuple[dict[int, int | None], dict[int, list[windows.WindowSpec]]]:
-    """The department tree and the approved windows, read once per ``reads``."""
+def _shared(
+    reads: SharedReads | None, tree: DepartmentTree | None
+) -> tuple[DepartmentTree, dict[int, list[windows.WindowSpec]]]:
+    """The department tree (``tree``: the one the request's access check read) and the approved
+    windows, read once per ``reads``."""
     reads = reads if reads is not None else SharedReads()
-    return reads.once(("parents",), department_parent_map), reads.once(("approved windows",), approved_window_specs)
+    tree = tree if tree is not None else reads.once(("tree",), department_tree)
+    return tree, reads.once(("approved windows",), approved_window_specs)
 
 
 def quota_usages(
-    *, quotas: list[Quota], at: datetime.datetime | None = None, reads: SharedReads | None = None
-) -> list[QuotaUsage]:
+    *, quotas: list[Quota], at: datetime.datetime | None = None, reads: SharedReads | None = None,
+    tree: DepartmentTree | None = None,
+) -> list[QuotaUsage]:  # fmt: skip
     """Each quota at ``at`` (default now): three queries, however many quotas (one, with ``reads``
-    that read the tree and the windows already)."""
+    that read the tree and the windows already, or a ``tree`` and such ``reads``)."""
     if not quotas:
         return []
     at = at or clock_now()
-    parents, specs = _shared(reads)
-    subtrees = _subtrees(quotas, parents)
+    tree, specs = _shared(reads, tree)
+    subtrees = _subtrees(quotas, tree)
     used = department_usages(scopes=[(ids, quota.flavor_id) for ids, quota in zip(subtrees, quotas, strict=True)], at=at)
     return [
         QuotaUsage(quota=quota, in_use=amount, at=at, effective=windows.effective(
@@ -196,31 +209,34 @@ def quota_span(
 
 
 def quota_spans(
-    *, quotas: list[Quota], start: datetime.datetime, end: datetime.datetime, reads: SharedReads | None = None
-) -> list[QuotaSpan]:
+    *, quotas: list[Quota], start: datetime.datetime, end: datetime.datetime, reads: SharedReads | None = None,
+    tree: DepartmentTree | None = None,
+) -> list[QuotaSpan]:  # fmt: skip
     """Each quota over ``[start, end)``: three queries, however many quotas (one, with ``reads``
-    that read the tree and the windows already)."""
+    that read the tree and the windows already, or a ``tree`` and such ``reads``)."""
     if not quotas:
         return []
-    parents, specs = _shared(reads)
-    subtrees = _subtrees(quotas, parents)
+    tree, specs = _shared(reads, tree)
+    subtrees = _subtrees(quotas, tree)
     rows = held_rows(department_ids=frozenset().union(*subtrees), span=(start, end))
     return [quota_span(quota=quota, subtree=subtree, rows=rows, specs=specs.get(quota.pk, []), span=(start, end))
             for quota, subtree in zip(quotas, subtrees, strict=True)]
 
 
-def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def checks_with_segments(
+    *, allocation: Allocation, checks: list[dict[str, Any]], tree: DepartmentTree | None = None
+) -> list[dict[str, Any]]:
     """The quota lines of a request's preview (``admission_decide``'s checks) with their time: each
     line's interval (``from``, ``until``: the step of time admission checked it in, or the request's
     whole interval) and, within it, every segment where what holds or the limit in force changes
     (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four queries."""
-    parents = department_parent_map()
-    chain = department_ancestor_ids(department_id=allocation.project.department_id, parents=parents)
+    tree = tree if tree is not None else department_tree()
+    chain = tree.ancestors(allocation.project.department_id)
     scopes = Q(flavor_id=allocation.flavor_id) | Q(flavor__isnull=True)
     quotas = {(quota.department.slug, quota.flavor_id): quota
               for quota in Quota.objects.filter(scopes, department_id__in=chain).select_related("department")}
     whole = (allocation.starts_at, allocation.ends_at)
-    rows = held_rows(department_ids=department_subtree_ids(root_ids=chain[-1:], parents=parents), span=whole)
+    rows = held_rows(department_ids=tree.subtree(*chain[-1:]), span=whole)
     specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas.values()])
     out = []
     for check in checks:
@@ -228,7 +244,7 @@ def checks_with_segments(*, allocation: Allocation, checks: list[dict[str, Any]]
                 if "from" in check else whole)
         quota = quotas.get((check["department"], allocation.flavor_id if check["flavor"] is not None else None))
         found = [] if quota is None else quota_span(
-            quota=quota, subtree=department_subtree_ids(root_ids=[quota.department_id], parents=parents), rows=rows,
+            quota=quota, subtree=tree.subtree(quota.department_id), rows=rows,
             specs=specs.get(quota.pk, []), span=span,
             priority_class_id=allocation.priority_class_id if "priority_class" in check else None,
         ).segments
