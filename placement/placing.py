@@ -7,9 +7,12 @@ data, then policies and explanations, then this.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .cluster import Cluster
-from .decisions import Placement, Rejection, RejectionKind, Request
+from .decisions import Placement, Rejection, RejectionKind, Request, RequestKind
 from .explain import explain_rejection
+from .inventory import GPU_MILLI
 from .policies import Policy, default_policy
 
 
@@ -36,3 +39,47 @@ def place(cluster: Cluster, request: Request, policy: Policy | None = None, *, e
     node, slots, starts = policy.choose(cluster, request, feasible)
     labels = tuple(int(cluster.gpu_label[node, j]) for j in slots)
     return Placement(request, cluster.names[node], labels, tuple(starts), policy.name)
+
+
+def free_units(cluster: Cluster, request: Request, limit: int) -> int | None:
+    """How many units of ``request`` placing them one after another would book on ``cluster`` (at
+    most ``limit``), counted without placing any; None where the count cannot be exact this way
+    (MIG instances and CPU-only requests): place them one by one then.
+
+    The sequence it mirrors: ``place`` then ``cluster.apply``, unit after unit, until ``place``
+    rejects one (or ``limit`` units are booked), under any policy. Why the count is the same, for
+    a share of one GPU (``RequestKind.SHARED``, ``gpu_milli`` = s) or k whole GPUs
+    (``RequestKind.WHOLE``):
+
+    * ``place`` rejects a well-formed request exactly when no node is feasible
+      (``Cluster.feasible``); a policy only chooses among feasible nodes, and ``apply`` refuses a
+      placement on a GPU that cannot take its part, so every booked unit lands on a feasible node.
+    * Give node n the number u(n) = min(free CPU // cpu, free memory // memory, g(n)), where g(n) is
+      Σ over its GPUs of the allowed models with free ≥ s of free // s (a share), or the number of
+      its free whole GPUs of the allowed models // k (whole GPUs). Node n is feasible exactly when
+      u(n) ≥ 1: that is ``resource_fit`` and ``gpu_fit`` (whose per-node shortcut through
+      ``max_free``/``full_count`` agrees with the per-GPU test where it is taken).
+    * Booking one unit on node n, wherever on n the policy puts it, lowers u(n) by exactly one and
+      no other node's u: the CPU and memory terms drop by one; a share takes s from one GPU with
+      free f ≥ s, and (f - s) // s = f // s - 1; k whole GPUs go from free to none. MIG state and
+      the tags the policies read are not in u.
+
+    So whatever the policy chooses, every placement lowers Σ u by one, and the sequence stops when
+    no node is feasible, that is when Σ u = 0: it books min(limit, Σ u) units. Where units would go
+    is the policy's business; the count is not. A resource the unit does not ask for (cpu = 0)
+    sets no bound."""
+    kind = request.kind
+    if kind not in (RequestKind.SHARED, RequestKind.WHOLE):
+        return None
+    if request.problem() is not None or limit <= 0:
+        return 0
+    gpu_ok = cluster.model_masks(request.allowed_models)[0]
+    free = cluster.gpu_free
+    if kind is RequestKind.SHARED:
+        per_gpu = np.where(gpu_ok & (free >= request.gpu_milli), free // request.gpu_milli, 0)
+        units = per_gpu.sum(axis=1)
+    else:
+        units = (gpu_ok & (free == GPU_MILLI)).sum(axis=1) // request.gpu_count
+    for left, need in ((cluster.cpu_free, request.cpu_milli), (cluster.mem_free, request.memory_mib)):
+        units = np.minimum(units, np.maximum(left, 0) // need) if need > 0 else np.where(left >= 0, units, 0)
+    return int(min(limit, int(units.sum())))
