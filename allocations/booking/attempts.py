@@ -38,7 +38,7 @@ from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Flavor, Reservation
 from clusters.models import Cluster, Node
 from placement import Placement, Policy, Rejection, Request
-from placement.placing import place
+from placement.placing import free_units, place
 
 CAUSE_DRIVER_MINIMUM = "driver-minimum"
 """Every node that would offer the unit reports a driver or CUDA older than the flavor's minimum."""
@@ -76,10 +76,24 @@ class Attempt:
     kind: str = ""
     cause: str = ""
     """What in the portal's rules kept the next unit out, when one did (``CAUSES``); empty: plain room."""
+    counted: int | None = None
+    """Units past the bookings that would still find a place, counted without placing them
+    (``AttemptAsk.count_to``); None: not counted (the bookings go on as far as the count asked)."""
 
     @property
     def complete(self) -> bool:
         return len(self.bookings) == self.quantity
+
+    @property
+    def free(self) -> int:
+        """Units that would find a place now, one after another: the bookings and those counted."""
+        return len(self.bookings) + (self.counted or 0)
+
+    def knows(self, units: int) -> bool:
+        """Whether ``first(units)`` is this attempt's placement of that many units: they were
+        placed one by one, or the attempt ran out of room before them (a longer request fails as
+        it did). An attempt that stopped at its quantity says nothing of a longer one."""
+        return units <= len(self.bookings) or not self.complete
 
     def first(self, units: int) -> Attempt:
         """The attempt of the first ``units`` units: placing one after another, a longer attempt
@@ -117,13 +131,16 @@ def booking_rows(bookings: list[Booking], *, shape: UnitShape) -> list[Reservati
 @dataclass(frozen=True)
 class AttemptAsk:
     """What an attempt places: ``quantity`` units of ``flavor`` on ``cluster`` where ``policy``
-    chooses, for ``tenant`` (None: an unnamed project)."""
+    chooses, for ``tenant`` (None: an unnamed project). ``count_to``: once every unit is placed,
+    how many units in all would find a place, up to this many (``Attempt.counted``: counted by the
+    engine's arithmetic where it is exact, else by placing more units one by one)."""
 
     cluster: Cluster
     flavor: Flavor
     quantity: int
     policy: Policy
     tenant: Tenant | None = None
+    count_to: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,7 +208,10 @@ def placement_attempt(
         attempt.reason, attempt.kind = _not_offered(view, nodes)
         attempt.cause = _not_offered_cause(view, nodes)
         return attempt
-    _Placing(attempt=attempt, policy=ask.policy, pictures=pictures, view=view).run()
+    placing = _Placing(attempt=attempt, policy=ask.policy, pictures=pictures, view=view)
+    placing.run()
+    if ask.count_to > ask.quantity and attempt.complete:
+        placing.count(ask.count_to)
     return attempt
 
 
@@ -256,7 +276,7 @@ class _Placing:
     def run(self) -> None:
         """Stops at the first unit no strategy places, with the attempt's reason and kind."""
         attempt, shape = self.attempt, self.pictures.shape
-        for unit in range(attempt.quantity):
+        for unit in range(len(attempt.bookings), attempt.quantity):
             if self._place_pinned():
                 continue
             if self.view.engine is None:
@@ -266,6 +286,22 @@ class _Placing:
             request = shape.request(name=f"unit {unit}")
             if not self._place_on_carved(request) and not self._place_by_policy(request):
                 return
+
+    def count(self, limit: int) -> None:
+        """After every unit is placed: how many units in all would find a place, up to ``limit``.
+        Where only the policy's picture can take a unit (no free pinned instance, no carved-first
+        picture: not a MIG unit) and the engine counts the shape exactly
+        (``placement.placing.free_units``: a share of one GPU, whole GPUs), it is counted on that
+        picture, which is what placing them one by one would have found; otherwise the attempt
+        goes on placing them one by one."""
+        attempt, engine = self.attempt, self.view.engine
+        if engine is not None and self.carved is None and not self.pinned:
+            counted = free_units(engine, self.pictures.shape.request(), limit - attempt.quantity)
+            if counted is not None:
+                attempt.counted = counted
+                return
+        attempt.quantity = limit
+        self.run()
 
     def _place_pinned(self) -> bool:
         """A free pinned MIG instance on a node with the CPU and memory left for the unit."""
