@@ -1,7 +1,8 @@
 """Benchmark (not a timed test): does an approval slow down with the size of the cluster?
 
     DATABASE_URL=postgres://OWNER:PW@HOST:PORT/DB .venv/bin/python bench/approval_scale.py \\
-        [--sizes 24,2500] [--approvals 300] [--rounds 2] [--fill 0.3] [--seed 7]
+        [--sizes 24,2500] [--approvals 300] [--rounds 2] [--fill 0.3] [--seed 7] [--feedback 200] \\
+        [--baseline PATH]
 
 For each size it creates a scratch PostgreSQL database next to DB (``<DB>_approval_<size>``,
 dropped first and after), migrates it and seeds one cluster of that many nodes of 8 GPUs (A100
@@ -20,7 +21,11 @@ ratio of the largest size's p50 to the smallest's (the target: at most 2). Then,
 size, the request form's live feedback (``GET /allocations/new/feedback/`` through Django's test
 client, in process: the placement dry run counting up to 32 free units, and what approval would
 do), each call after an approval or a release moved the cluster: p50 and p99 (the target: p99
-under 100 ms).
+under 100 ms). ``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before
+<commit>``, or ``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
+feedback stream on the same database in the same run, its rounds alternating with this
+checkout's, so that both see the same machine; its p50/p99 are printed beside this checkout's.
+``--approvals 0`` leaves the approval rounds out (the feedback alone).
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
 """
 
@@ -249,11 +254,13 @@ def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup
     return {"latencies": latencies, "refused": refused}
 
 
-def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[str, Any]:
+def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str = "") -> dict[str, Any]:
     """The request form's live feedback (GET /allocations/new/feedback/, the placement dry run on
     the cluster and what approval would do), as a researcher's browser asks for it, timed in
     process; between calls an approval or a release moves the cluster, so each call first brings
-    the kept state forward."""
+    the kept state forward. ``code``: the checkout whose portal answers (this one by default)."""
+    if code:
+        sys.path.insert(0, code)
     stream = stream_open(url)
     from django.test import Client
 
@@ -289,9 +296,9 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
     return {"latencies": latencies}
 
 
-def run_child(name: str, *arguments: Any) -> dict[str, Any]:
+def run_child(name: str, *arguments: Any, cwd: Path = ROOT) -> dict[str, Any]:
     result = subprocess.run([sys.executable, __file__, "--child", name, json.dumps(arguments)],
-                            capture_output=True, text=True, cwd=ROOT, check=False)
+                            capture_output=True, text=True, cwd=cwd, check=False)
     if result.returncode != 0:
         raise SystemExit(f"step {name} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -312,7 +319,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--fill", type=float, default=0.3, help="share of nodes half booked before the stream")
     parser.add_argument("--lifetime", type=float, default=60.0, help="mean approvals a grant lives")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--feedback", type=int, default=200, help="feedback calls timed on the largest size (0: none)")
+    parser.add_argument("--feedback", type=int, default=200,
+                        help="feedback calls timed on the largest size per round (0: none)")
+    parser.add_argument("--baseline", help="a checkout of an earlier commit: its feedback measured in the same run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -356,6 +365,14 @@ def _measure(args: argparse.Namespace, owner: str, sizes: list[int], names: dict
     for size in sizes:
         print(f"seeded {json.dumps(run_child('seed', with_database(owner, names[size]), size, args.fill, args.seed))}",
               flush=True)
+    if args.approvals:
+        _approvals(args, owner, sizes, names)
+    if args.feedback:
+        _feedback(args, with_database(owner, names[sizes[-1]]), sizes[-1])
+
+
+def _approvals(args: argparse.Namespace, owner: str, sizes: list[int], names: dict[int, str]) -> None:
+    """The approval rounds, the sizes alternating, and their figures."""
     results: dict[int, list[float]] = {size: [] for size in sizes}
     refused: dict[int, int] = dict.fromkeys(sizes, 0)
     for round_number in range(args.rounds):
@@ -376,14 +393,36 @@ def _measure(args: argparse.Namespace, owner: str, sizes: list[int], names: dict
     small, large = sizes[0], sizes[-1]
     ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
     print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
-    if args.feedback:
-        feedback = run_child("feedback", with_database(owner, names[large]), args.feedback, args.seed, args.warmup)
-        values = feedback["latencies"]
-        p99 = percentile(values, 0.99)
-        print(f"request form feedback (GET /allocations/new/feedback/, in process) on {large} nodes, {len(values)} "
-              f"calls: p50 {percentile(values, 0.5):.1f} ms  p99 {p99:.1f} ms "
-              f"(target p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
 
+
+FEEDBACK_TARGET_MS = 100.0
+
+
+def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
+    """The feedback rounds on the largest size: this checkout's, and the baseline's beside it (the
+    same stream per round, the order flipped each round), then p50/p99 of each and MET / NOT MET."""
+    codes = {"this checkout": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
+    values: dict[str, list[float]] = {label: [] for label in codes}
+    for round_number in range(args.rounds):
+        order = list(codes) if round_number % 2 == 0 else list(reversed(codes))
+        for label in order:
+            code = codes[label]
+            figures = run_child("feedback", url, args.feedback, args.seed + round_number, args.warmup, str(code),
+                                cwd=code)
+            values[label] += figures["latencies"]
+            print(f"feedback round {round_number + 1}, {label}: p99 {percentile(figures['latencies'], 0.99):.1f} ms",
+                  flush=True)
+    print(f"request form feedback (GET /allocations/new/feedback/, in process) on {size} nodes, "
+          f"{args.feedback} calls per round, {args.rounds} rounds:")
+    for label, latencies in values.items():
+        p99 = percentile(latencies, 0.99)
+        verdict = "MET" if p99 <= FEEDBACK_TARGET_MS else "NOT MET"
+        print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {p99:6.1f} ms  "
+              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  (target p99 <= {FEEDBACK_TARGET_MS:.0f} ms: {verdict})")
+    if args.baseline:
+        for share, name in ((0.5, "p50"), (0.99, "p99")):
+            ratio = percentile(values["baseline"], share) / percentile(values["this checkout"], share)
+            print(f"  {name} baseline / this checkout: {ratio:.2f}x")
 
 if __name__ == "__main__":
     main()
