@@ -8,7 +8,7 @@ then wherever the policy chooses (``_place_by_policy``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from allocations.booking.kept_views import PictureTerms, kept_exclusion, kept_view
@@ -288,20 +288,34 @@ class _Placing:
                 return
 
     def count(self, limit: int) -> None:
-        """After every unit is placed: how many units in all would find a place, up to ``limit``.
-        Where only the policy's picture can take a unit (no free pinned instance, no carved-first
-        picture: not a MIG unit) and the engine counts the shape exactly
-        (``placement.placing.free_units``: a share of one GPU, whole GPUs), it is counted on that
-        picture, which is what placing them one by one would have found; otherwise the attempt
-        goes on placing them one by one."""
+        """After every unit is placed: how many units in all would find a place, up to ``limit``,
+        counted without placing them where the engine counts the shape exactly
+        (``placement.placing.free_units``), else by placing them one by one. Placing goes on in a
+        fixed order whose count is the sum of two: the free pinned instances first, each taken
+        by the first unit that finds CPU and memory on its node (``_pinned_units``); then the
+        policy's picture, where a unit that goes to a GPU already carved (the carved-first
+        picture) is booked on the policy's picture too, at a start legal there, so the engine's
+        count of that picture is the rest, whichever picture each unit went through."""
         attempt, engine = self.attempt, self.view.engine
-        if engine is not None and self.carved is None and not self.pinned:
-            counted = free_units(engine, self.pictures.shape.request(), limit - attempt.quantity)
-            if counted is not None:
-                attempt.counted = counted
-                return
-        attempt.quantity = limit
-        self.run()
+        left = limit - attempt.quantity
+        counted = 0 if engine is None else free_units(engine, self.pictures.shape.request(), left)
+        if counted is None:
+            attempt.quantity = limit
+            self.run()
+            return
+        attempt.counted = min(left, self._pinned_units() + counted)
+
+    def _pinned_units(self) -> int:
+        """Units the free pinned instances would still take: on each pinned node, as many as it
+        has free instances and CPU and memory left for (a claim takes from its node only)."""
+        shape = self.pictures.shape
+        instances = Counter(node.name for node, _index, _start in self.pinned)
+        total = 0
+        for name, count in instances.items():
+            for left, need in zip(self.room[name], (shape.cpu_millicores, shape.memory_mib), strict=True):
+                count = min(count, max(left, 0) // need) if need > 0 else (count if left >= 0 else 0)
+            total += count
+        return total
 
     def _place_pinned(self) -> bool:
         """A free pinned MIG instance on a node with the CPU and memory left for the unit."""

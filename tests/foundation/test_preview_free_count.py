@@ -1,8 +1,9 @@
 """The request form's free count (``placement_preview``, the dry run behind the live feedback)
-places the request's own units one by one and counts the rest of a share or of whole GPUs without
-placing them (``placement.placing.free_units``): its answer is the one placing every unit one after
-another gives (the free count, whether it is a lower bound, where the request's units go), and the
-engine is asked for no unit past the request's. A MIG unit is still counted by placing units.
+places the request's own units one by one and counts the rest of a share, of whole GPUs or of MIG
+instances without placing them (``placement.placing.free_units``, and the free pinned instances):
+its answer is the one placing every unit one after another gives (the free count, whether it is a
+lower bound, where the request's units go), and the engine is asked for no unit past the
+request's.
 
 The one-by-one answer is the preview as it was: one attempt of ``max(quantity, 32)`` units."""
 
@@ -97,10 +98,9 @@ def test_the_free_count_is_what_placing_every_unit_one_by_one_gives(
     assert fit.placed == min(quantity, len(expected.bookings))
     assert fit.where == (expected.where(quantity) if fit.fits else {})
     assert (fit.reason, fit.kind) == (("", "") if fit.fits else (expected.reason, expected.kind))
-    if flavor_name != "mig":  # a share or whole GPUs: the engine is asked only for the request's units
-        assert placements[0] <= quantity + (0 if fit.fits else 1)
-    else:  # a MIG unit: placed one by one up to the limit, as before
-        assert placements[0] >= min(fit.free, LIMIT)
+    # The engine is asked only for the request's units (a MIG unit: the carved-first picture, then
+    # the policy's), and once more for the unit that finds no place.
+    assert placements[0] <= 2 * quantity + (0 if fit.fits else 2)
 
 
 def test_the_count_spares_the_engine_the_units_past_the_request(wide: World, placements: list[int]) -> None:
@@ -111,3 +111,29 @@ def test_the_count_spares_the_engine_the_units_past_the_request(wide: World, pla
     placements[0] = 0
     fit = preview(wide, wide.a100, 1, wide.llm)
     assert (fit.free, fit.free_is_lower_bound, placements[0]) == (LIMIT, True, 1)
+
+
+@pytest.mark.parametrize("quantity", [1, 3, 9, 40])
+@pytest.mark.parametrize("who", ["nlp_llm", "vision_seg"])
+@pytest.mark.parametrize("others", ["open", "all but one cordoned", "cordoned"])
+def test_free_pinned_instances_are_counted_as_placing_them_would_take_them(
+    wide: World, placements: list[int], quantity: int, who: str, others: str,
+) -> None:
+    """A node whose layout is pinned offers its free instances first, then the policy's picture the
+    rest: the count adds both, as placing every unit one by one does (the other A100 nodes open,
+    all but a100-0 cordoned, or all cordoned: no policy's picture, the pinned instances alone)."""
+    Node.objects.filter(name="a100-1").update(
+        mig_layout=[{"devices": [0, 1, 2], "mig-devices": {"1g.10gb": 2}}, {"devices": [3], "mig-devices": {"3g.40gb": 2}}]
+    )
+    cordoned = {"open": [], "all but one cordoned": ["a100-2", "a100-3", "a100-4", "a100-5"],
+                "cordoned": ["a100-0", "a100-2", "a100-3", "a100-4", "a100-5"]}[others]
+    Node.objects.filter(name__in=cordoned).update(is_schedulable=False)
+    project = wide.llm if who == "nlp_llm" else wide.seg
+    expected = one_by_one(wide, wide.mig, quantity, project)
+    assert any(booking.policy == "pinned-layout" for booking in expected.bookings)
+    placements[0] = 0
+    fit = preview(wide, wide.mig, quantity, project)
+    assert (fit.free, fit.free_is_lower_bound, fit.fits) == (len(expected.bookings), expected.complete,
+                                                             len(expected.bookings) >= quantity)
+    assert fit.where == (expected.where(quantity) if fit.fits else {})
+    assert placements[0] <= 2 * quantity + (0 if fit.fits else 2)

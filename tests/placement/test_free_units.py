@@ -1,7 +1,8 @@
 """``placing.free_units`` (the arithmetic count of the request form's free units) equals placing
 the units one after another under every policy, on random inventories with random bookings already
-made, for random shares and whole-GPU shapes; and it places none of them (its work is counted:
-the policy is never asked).
+made, for random shares, whole-GPU shapes and MIG instances; and it places none of them (its work
+is counted: the policy is never asked). ``mig_tables.chain_counts`` calls no state UNSURE for any
+profile of any geometry known, so the count never falls back for a single MIG instance.
 
 The count it is compared with is the engine's own sequence (``place`` then ``apply`` until a
 rejection or the limit), not a formula: the test can fail whenever the argument in
@@ -15,7 +16,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from placement import GEOMETRIES, Cluster, Gpu, Node, Placement, Request, make_policy
+from placement import GEOMETRIES, Cluster, Gpu, Node, Placement, Request, make_policy, mig_tables
 from placement.placing import free_units, place
 from placement.policies import Policy
 
@@ -69,13 +70,16 @@ def inventories(draw: st.DrawFn, share: int = 500) -> list[Node]:
 
 @st.composite
 def shapes(draw: st.DrawFn) -> Request:
-    """A unit the count covers: a share of one GPU or one to three whole GPUs, some CPU and memory
-    (or none), of some models (or any)."""
+    """A unit the count covers: a share of one GPU, one to three whole GPUs or a MIG instance on
+    one GPU, some CPU and memory (or none), of some models (or any)."""
     cpu = draw(st.sampled_from([0, 500, 1000, 4000, 8000]))
     memory = draw(st.sampled_from([0, 1024, 16384, 32768]))
     models = draw(st.frozensets(st.sampled_from(MODELS), max_size=2))
-    if draw(st.booleans()):
+    kind = draw(st.sampled_from(["shared", "whole", "mig"]))
+    if kind == "shared":
         return Request(cpu, memory, 1, draw(st.sampled_from([1, 100, 125, 250, 300, 333, 500, 999])), None, models)
+    if kind == "mig":
+        return Request(cpu, memory, 1, 0, draw(st.sampled_from(MIG_PROFILES)), models)
     return Request(cpu, memory, draw(st.integers(1, 3)), 1000, None, models)
 
 
@@ -152,12 +156,22 @@ def test_the_count_leaves_the_cluster_as_it_found_it(nodes: list[Node], earlier:
     assert cluster.snapshot() == before
 
 
-def test_the_count_stops_at_its_limit_and_says_nothing_of_mig_or_cpu_only_units() -> None:
+def test_the_count_stops_at_its_limit_and_says_nothing_of_multi_gpu_mig_or_cpu_only_units() -> None:
     cluster = Cluster([Node("n0", 64_000, 512 * 1024, tuple(Gpu(i, "A", 80 * 1024) for i in range(8)))])
     assert free_units(cluster, Request(1000, 1024, 1, 250), 1000) == 32  # four quarters on each of 8 GPUs
     assert free_units(cluster, Request(1000, 1024, 1, 250), 5) == 5
     assert free_units(cluster, Request(16_000, 1024, 1, 1000), 32) == 4  # the CPU binds before the GPUs
     assert free_units(cluster, Request(1000, 1024, 3, 1000), 32) == 2
     assert free_units(cluster, Request(1000, 1024, 1, 1000, allowed_models=frozenset({"B"})), 32) == 0
-    assert free_units(cluster, Request(1000, 1024, 1, 0, "1g.10gb"), 32) is None
+    assert free_units(cluster, Request(1000, 1024, 1, 0, "1g.10gb"), 32) == 0  # no GPU in MIG mode
+    carved = Cluster([Node("m0", 64_000, 512 * 1024, tuple(Gpu(i, "A", 80 * 1024, 0, "A100-80GB") for i in range(2)))])
+    carved.apply(Placement(Request(1000, 1024, 1, 0, "3g.40gb"), "m0", (0,), (4,)))
+    assert free_units(carved, Request(1000, 1024, 1, 0, "3g.40gb"), 32) == 3  # one left on GPU 0, two on GPU 1
+    assert free_units(carved, Request(1000, 1024, 1, 0, "1g.10gb"), 32) == 4 + 7
+    assert free_units(carved, Request(1000, 1024, 2, 0, "1g.10gb"), 32) is None
     assert free_units(cluster, Request(1000, 1024), 32) is None
+
+
+def test_no_mig_state_of_any_known_profile_has_a_count_that_depends_on_the_starts() -> None:
+    for profile in MIG_PROFILES:
+        assert not (mig_tables.chain_counts(profile) == mig_tables.UNSURE).any(), profile
