@@ -21,7 +21,7 @@ ratio of the largest size's p50 to the smallest's (the target: at most 2). Then,
 size, the request form's live feedback (``GET /allocations/new/feedback/`` through Django's test
 client, in process: the placement dry run counting up to 32 free units, and what approval would
 do), each call after an approval or a release moved the cluster: p50 and p99 (the target: p99
-under 100 ms). ``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before
+under 100 ms), and the placement dry run alone (``placement_preview``, timed after each call). ``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before
 <commit>``, or ``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
 feedback stream on the same database in the same run, its rounds alternating with this
 checkout's, so that both see the same machine; its p50/p99 are printed beside this checkout's.
@@ -264,6 +264,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
     stream = stream_open(url)
     from django.test import Client
 
+    from allocations.booking.preview import placement_preview
     from allocations.grants import services
     from kernel.errors import ApplicationError
 
@@ -274,6 +275,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
     weights = [STREAM[name][0] for name in names]
     granted: list[int] = []
     latencies: list[float] = []
+    dry_runs: list[float] = []
     for step in range(calls + warmup):
         if granted and rng.random() < 0.4:
             services.allocation_release(actor=stream.admin, allocation_id=granted.pop(rng.randrange(len(granted))))
@@ -291,9 +293,12 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
         elapsed = time.perf_counter() - began
         if response.status_code != 200:
             raise SystemExit(f"feedback answered {response.status_code}")
+        began = time.perf_counter()  # the dry run alone, on the kept state the call brought forward
+        placement_preview(flavor=stream.flavors[name], quantity=params["quantity"], project=stream.project)
         if step >= warmup:
             latencies.append(elapsed)
-    return {"latencies": latencies}
+            dry_runs.append(time.perf_counter() - began)
+    return {"latencies": latencies, "dry_runs": dry_runs}
 
 
 def run_child(name: str, *arguments: Any, cwd: Path = ROOT) -> dict[str, Any]:
@@ -403,6 +408,7 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
     same stream per round, the order flipped each round), then p50/p99 of each and MET / NOT MET."""
     codes = {"this checkout": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
     values: dict[str, list[float]] = {label: [] for label in codes}
+    dry_runs: dict[str, list[float]] = {label: [] for label in codes}
     for round_number in range(args.rounds):
         order = list(codes) if round_number % 2 == 0 else list(reversed(codes))
         for label in order:
@@ -410,6 +416,7 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
             figures = run_child("feedback", url, args.feedback, args.seed + round_number, args.warmup, str(code),
                                 cwd=code)
             values[label] += figures["latencies"]
+            dry_runs[label] += figures["dry_runs"]
             print(f"feedback round {round_number + 1}, {label}: p99 {percentile(figures['latencies'], 0.99):.1f} ms",
                   flush=True)
     print(f"request form feedback (GET /allocations/new/feedback/, in process) on {size} nodes, "
@@ -419,10 +426,15 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
         verdict = "MET" if p99 <= FEEDBACK_TARGET_MS else "NOT MET"
         print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {p99:6.1f} ms  "
               f"mean {1000 * statistics.fmean(latencies):6.1f} ms  (target p99 <= {FEEDBACK_TARGET_MS:.0f} ms: {verdict})")
+    print("  of which the placement dry run (placement_preview alone, timed after each call):")
+    for label, latencies in dry_runs.items():
+        print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {percentile(latencies, 0.99):6.1f} ms  "
+              f"mean {1000 * statistics.fmean(latencies):6.1f} ms")
     if args.baseline:
-        for share, name in ((0.5, "p50"), (0.99, "p99")):
-            ratio = percentile(values["baseline"], share) / percentile(values["this checkout"], share)
-            print(f"  {name} baseline / this checkout: {ratio:.2f}x")
+        for what, figures in (("feedback", values), ("dry run", dry_runs)):
+            ratios = [percentile(figures["baseline"], share) / percentile(figures["this checkout"], share)
+                      for share in (0.5, 0.99)]
+            print(f"  {what}: baseline / this checkout p50 {ratios[0]:.2f}x, p99 {ratios[1]:.2f}x")
 
 if __name__ == "__main__":
     main()
