@@ -21,8 +21,10 @@ ratio of the largest size's p50 to the smallest's (the target: at most 2). Then,
 size, the request form's live feedback (``GET /allocations/new/feedback/`` through Django's test
 client, in process: the placement dry run counting up to 32 free units, and what approval would
 do), each call after an approval or a release moved the cluster: p50 and p99 (the target: p99
-under 100 ms), and the placement dry run alone (``placement_preview``, timed after each call). ``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before
-<commit>``, or ``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
+under 100 ms), and the placement dry run alone (``placement_preview``, timed after each call, with
+the number of the engine's decisions it asked for: work counted, not only timed).
+``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before <commit>``, or
+``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
 feedback stream on the same database in the same run, its rounds alternating with this
 checkout's, so that both see the same machine; its p50/p99 are printed beside this checkout's.
 ``--approvals 0`` leaves the approval rounds out (the feedback alone).
@@ -264,10 +266,19 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
     stream = stream_open(url)
     from django.test import Client
 
+    from allocations.booking import attempts
     from allocations.booking.preview import placement_preview
     from allocations.grants import services
     from kernel.errors import ApplicationError
 
+    decisions = [0]  # the engine's decisions (placing.place) the dry runs ask for
+    place = vars(attempts)["place"]
+
+    def counted_place(*args: Any, **kwargs: Any) -> Any:
+        decisions[0] += 1
+        return place(*args, **kwargs)
+
+    vars(attempts)["place"] = counted_place
     browser = Client(HTTP_HOST="localhost")
     browser.force_login(stream.member)
     rng = random.Random(seed_value)
@@ -276,6 +287,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
     granted: list[int] = []
     latencies: list[float] = []
     dry_runs: list[float] = []
+    placed: list[int] = []
     for step in range(calls + warmup):
         if granted and rng.random() < 0.4:
             services.allocation_release(actor=stream.admin, allocation_id=granted.pop(rng.randrange(len(granted))))
@@ -293,12 +305,14 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
         elapsed = time.perf_counter() - began
         if response.status_code != 200:
             raise SystemExit(f"feedback answered {response.status_code}")
-        began = time.perf_counter()  # the dry run alone, on the kept state the call brought forward
+        # The dry run alone, on the kept state the call brought forward.
+        began, asked = time.perf_counter(), decisions[0]
         placement_preview(flavor=stream.flavors[name], quantity=params["quantity"], project=stream.project)
         if step >= warmup:
             latencies.append(elapsed)
             dry_runs.append(time.perf_counter() - began)
-    return {"latencies": latencies, "dry_runs": dry_runs}
+            placed.append(decisions[0] - asked)
+    return {"latencies": latencies, "dry_runs": dry_runs, "decisions": placed}
 
 
 def run_child(name: str, *arguments: Any, cwd: Path = ROOT) -> dict[str, Any]:
@@ -409,6 +423,7 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
     codes = {"this checkout": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
     values: dict[str, list[float]] = {label: [] for label in codes}
     dry_runs: dict[str, list[float]] = {label: [] for label in codes}
+    decisions: dict[str, list[int]] = {label: [] for label in codes}
     for round_number in range(args.rounds):
         order = list(codes) if round_number % 2 == 0 else list(reversed(codes))
         for label in order:
@@ -417,6 +432,7 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
                                 cwd=code)
             values[label] += figures["latencies"]
             dry_runs[label] += figures["dry_runs"]
+            decisions[label] += figures["decisions"]
             print(f"feedback round {round_number + 1}, {label}: p99 {percentile(figures['latencies'], 0.99):.1f} ms",
                   flush=True)
     print(f"request form feedback (GET /allocations/new/feedback/, in process) on {size} nodes, "
@@ -425,11 +441,13 @@ def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
         p99 = percentile(latencies, 0.99)
         verdict = "MET" if p99 <= FEEDBACK_TARGET_MS else "NOT MET"
         print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {p99:6.1f} ms  "
-              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  (target p99 <= {FEEDBACK_TARGET_MS:.0f} ms: {verdict})")
+              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  "
+              f"(target p99 <= {FEEDBACK_TARGET_MS:.0f} ms: {verdict})")
     print("  of which the placement dry run (placement_preview alone, timed after each call):")
     for label, latencies in dry_runs.items():
         print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {percentile(latencies, 0.99):6.1f} ms  "
-              f"mean {1000 * statistics.fmean(latencies):6.1f} ms")
+              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  engine decisions per dry run: mean "
+              f"{statistics.fmean(decisions[label]):.1f}, most {max(decisions[label])}")
     if args.baseline:
         for what, figures in (("feedback", values), ("dry run", dry_runs)):
             ratios = [percentile(figures["baseline"], share) / percentile(figures["this checkout"], share)
