@@ -26,8 +26,8 @@ the number of the engine's decisions it asked for: work counted, not only timed)
 ``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before <commit>``, or
 ``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
 feedback stream on the same database in the same run, its rounds alternating with this
-checkout's, so that both see the same machine; its p50/p99 are printed beside this checkout's.
-``--approvals 0`` leaves the approval rounds out (the feedback alone).
+checkout's, so that both see the same machine, its figures beside this checkout's. ``--approvals
+0`` leaves the approval rounds out (the feedback alone).
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
 """
 
@@ -285,9 +285,7 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
     names = list(STREAM)
     weights = [STREAM[name][0] for name in names]
     granted: list[int] = []
-    latencies: list[float] = []
-    dry_runs: list[float] = []
-    placed: list[int] = []
+    out: dict[str, list[Any]] = {"latencies": [], "dry_runs": [], "decisions": []}
     for step in range(calls + warmup):
         if granted and rng.random() < 0.4:
             services.allocation_release(actor=stream.admin, allocation_id=granted.pop(rng.randrange(len(granted))))
@@ -309,10 +307,10 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str
         began, asked = time.perf_counter(), decisions[0]
         placement_preview(flavor=stream.flavors[name], quantity=params["quantity"], project=stream.project)
         if step >= warmup:
-            latencies.append(elapsed)
-            dry_runs.append(time.perf_counter() - began)
-            placed.append(decisions[0] - asked)
-    return {"latencies": latencies, "dry_runs": dry_runs, "decisions": placed}
+            for key, value in (("latencies", elapsed), ("dry_runs", time.perf_counter() - began),
+                               ("decisions", decisions[0] - asked)):
+                out[key].append(value)
+    return out
 
 
 def run_child(name: str, *arguments: Any, cwd: Path = ROOT) -> dict[str, Any]:
@@ -414,45 +412,26 @@ def _approvals(args: argparse.Namespace, owner: str, sizes: list[int], names: di
     print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
 
 
-FEEDBACK_TARGET_MS = 100.0
-
-
 def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
     """The feedback rounds on the largest size: this checkout's, and the baseline's beside it (the
-    same stream per round, the order flipped each round), then p50/p99 of each and MET / NOT MET."""
+    same stream per round, the order flipped each round), then their figures."""
     codes = {"this checkout": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
-    values: dict[str, list[float]] = {label: [] for label in codes}
-    dry_runs: dict[str, list[float]] = {label: [] for label in codes}
-    decisions: dict[str, list[int]] = {label: [] for label in codes}
+    seen: dict[str, dict[str, list[Any]]] = {label: {"latencies": [], "dry_runs": [], "decisions": []}
+                                             for label in codes}
     for round_number in range(args.rounds):
-        order = list(codes) if round_number % 2 == 0 else list(reversed(codes))
-        for label in order:
-            code = codes[label]
-            figures = run_child("feedback", url, args.feedback, args.seed + round_number, args.warmup, str(code),
-                                cwd=code)
-            values[label] += figures["latencies"]
-            dry_runs[label] += figures["dry_runs"]
-            decisions[label] += figures["decisions"]
+        for label in list(codes) if round_number % 2 == 0 else list(reversed(codes)):
+            figures = run_child("feedback", url, args.feedback, args.seed + round_number, args.warmup,
+                                str(codes[label]), cwd=codes[label])
+            for key, values in seen[label].items():
+                values += figures[key]
             print(f"feedback round {round_number + 1}, {label}: p99 {percentile(figures['latencies'], 0.99):.1f} ms",
                   flush=True)
+    from bench.feedback_report import feedback_report
+
     print(f"request form feedback (GET /allocations/new/feedback/, in process) on {size} nodes, "
           f"{args.feedback} calls per round, {args.rounds} rounds:")
-    for label, latencies in values.items():
-        p99 = percentile(latencies, 0.99)
-        verdict = "MET" if p99 <= FEEDBACK_TARGET_MS else "NOT MET"
-        print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {p99:6.1f} ms  "
-              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  "
-              f"(target p99 <= {FEEDBACK_TARGET_MS:.0f} ms: {verdict})")
-    print("  of which the placement dry run (placement_preview alone, timed after each call):")
-    for label, latencies in dry_runs.items():
-        print(f"  {label:>13}: p50 {percentile(latencies, 0.5):6.1f} ms  p99 {percentile(latencies, 0.99):6.1f} ms  "
-              f"mean {1000 * statistics.fmean(latencies):6.1f} ms  engine decisions per dry run: mean "
-              f"{statistics.fmean(decisions[label]):.1f}, most {max(decisions[label])}")
-    if args.baseline:
-        for what, figures in (("feedback", values), ("dry run", dry_runs)):
-            ratios = [percentile(figures["baseline"], share) / percentile(figures["this checkout"], share)
-                      for share in (0.5, 0.99)]
-            print(f"  {what}: baseline / this checkout p50 {ratios[0]:.2f}x, p99 {ratios[1]:.2f}x")
+    feedback_report(seen)
+
 
 if __name__ == "__main__":
     main()
