@@ -1,7 +1,8 @@
 """Benchmark (not a timed test): does an approval slow down with the size of the cluster?
 
     DATABASE_URL=postgres://OWNER:PW@HOST:PORT/DB .venv/bin/python bench/approval_scale.py \\
-        [--sizes 24,2500] [--approvals 300] [--rounds 2] [--fill 0.3] [--seed 7]
+        [--sizes 24,2500] [--approvals 300] [--rounds 2] [--fill 0.3] [--seed 7] [--feedback 200] \\
+        [--baseline PATH]
 
 For each size it creates a scratch PostgreSQL database next to DB (``<DB>_approval_<size>``,
 dropped first and after), migrates it and seeds one cluster of that many nodes of 8 GPUs (A100
@@ -20,7 +21,13 @@ ratio of the largest size's p50 to the smallest's (the target: at most 2). Then,
 size, the request form's live feedback (``GET /allocations/new/feedback/`` through Django's test
 client, in process: the placement dry run counting up to 32 free units, and what approval would
 do), each call after an approval or a release moved the cluster: p50 and p99 (the target: p99
-under 100 ms).
+under 100 ms), and the placement dry run alone (``placement_preview``, timed after each call, with
+the number of the engine's decisions it asked for: work counted, not only timed).
+``--baseline PATH``: a checkout of an earlier commit (``git worktree add ../before <commit>``, or
+``git archive <commit> | tar -x -C ../before``) whose portal code answers the same
+feedback stream on the same database in the same run, its rounds alternating with this
+checkout's, so that both see the same machine, its figures beside this checkout's. ``--approvals
+0`` leaves the approval rounds out (the feedback alone).
 Without DATABASE_URL it starts PostgreSQL and Redis with scripts/services.sh and stops them after.
 """
 
@@ -249,24 +256,36 @@ def child_run(url: str, approvals: int, seed_value: int, lifetime: float, warmup
     return {"latencies": latencies, "refused": refused}
 
 
-def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[str, Any]:
+def child_feedback(url: str, calls: int, seed_value: int, warmup: int, code: str = "") -> dict[str, Any]:
     """The request form's live feedback (GET /allocations/new/feedback/, the placement dry run on
     the cluster and what approval would do), as a researcher's browser asks for it, timed in
     process; between calls an approval or a release moves the cluster, so each call first brings
-    the kept state forward."""
+    the kept state forward. ``code``: the checkout whose portal answers (this one by default)."""
+    if code:
+        sys.path.insert(0, code)
     stream = stream_open(url)
     from django.test import Client
 
+    from allocations.booking import attempts
+    from allocations.booking.preview import placement_preview
     from allocations.grants import services
     from kernel.errors import ApplicationError
 
+    decisions = [0]  # the engine's decisions (placing.place) the dry runs ask for
+    place = vars(attempts)["place"]
+
+    def counted_place(*args: Any, **kwargs: Any) -> Any:
+        decisions[0] += 1
+        return place(*args, **kwargs)
+
+    vars(attempts)["place"] = counted_place
     browser = Client(HTTP_HOST="localhost")
     browser.force_login(stream.member)
     rng = random.Random(seed_value)
     names = list(STREAM)
     weights = [STREAM[name][0] for name in names]
     granted: list[int] = []
-    latencies: list[float] = []
+    out: dict[str, list[Any]] = {"latencies": [], "dry_runs": [], "decisions": []}
     for step in range(calls + warmup):
         if granted and rng.random() < 0.4:
             services.allocation_release(actor=stream.admin, allocation_id=granted.pop(rng.randrange(len(granted))))
@@ -284,14 +303,19 @@ def child_feedback(url: str, calls: int, seed_value: int, warmup: int) -> dict[s
         elapsed = time.perf_counter() - began
         if response.status_code != 200:
             raise SystemExit(f"feedback answered {response.status_code}")
+        # The dry run alone, on the kept state the call brought forward.
+        began, asked = time.perf_counter(), decisions[0]
+        placement_preview(flavor=stream.flavors[name], quantity=params["quantity"], project=stream.project)
         if step >= warmup:
-            latencies.append(elapsed)
-    return {"latencies": latencies}
+            for key, value in (("latencies", elapsed), ("dry_runs", time.perf_counter() - began),
+                               ("decisions", decisions[0] - asked)):
+                out[key].append(value)
+    return out
 
 
-def run_child(name: str, *arguments: Any) -> dict[str, Any]:
+def run_child(name: str, *arguments: Any, cwd: Path = ROOT) -> dict[str, Any]:
     result = subprocess.run([sys.executable, __file__, "--child", name, json.dumps(arguments)],
-                            capture_output=True, text=True, cwd=ROOT, check=False)
+                            capture_output=True, text=True, cwd=cwd, check=False)
     if result.returncode != 0:
         raise SystemExit(f"step {name} failed:\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
     figures: dict[str, Any] = json.loads(result.stdout.strip().splitlines()[-1])
@@ -312,7 +336,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--fill", type=float, default=0.3, help="share of nodes half booked before the stream")
     parser.add_argument("--lifetime", type=float, default=60.0, help="mean approvals a grant lives")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--feedback", type=int, default=200, help="feedback calls timed on the largest size (0: none)")
+    parser.add_argument("--feedback", type=int, default=200,
+                        help="feedback calls timed on the largest size per round (0: none)")
+    parser.add_argument("--baseline", help="a checkout of an earlier commit: its feedback measured in the same run")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("arguments", nargs="?", help=argparse.SUPPRESS)
     return parser.parse_args()
@@ -356,6 +382,14 @@ def _measure(args: argparse.Namespace, owner: str, sizes: list[int], names: dict
     for size in sizes:
         print(f"seeded {json.dumps(run_child('seed', with_database(owner, names[size]), size, args.fill, args.seed))}",
               flush=True)
+    if args.approvals:
+        _approvals(args, owner, sizes, names)
+    if args.feedback:
+        _feedback(args, with_database(owner, names[sizes[-1]]), sizes[-1])
+
+
+def _approvals(args: argparse.Namespace, owner: str, sizes: list[int], names: dict[int, str]) -> None:
+    """The approval rounds, the sizes alternating, and their figures."""
     results: dict[int, list[float]] = {size: [] for size in sizes}
     refused: dict[int, int] = dict.fromkeys(sizes, 0)
     for round_number in range(args.rounds):
@@ -376,13 +410,27 @@ def _measure(args: argparse.Namespace, owner: str, sizes: list[int], names: dict
     small, large = sizes[0], sizes[-1]
     ratio = percentile(results[large], 0.5) / percentile(results[small], 0.5)
     print(f"ratio p50 {large} / {small} nodes: {ratio:.2f} (target <= 2: {'met' if ratio <= 2 else 'NOT met'})")
-    if args.feedback:
-        feedback = run_child("feedback", with_database(owner, names[large]), args.feedback, args.seed, args.warmup)
-        values = feedback["latencies"]
-        p99 = percentile(values, 0.99)
-        print(f"request form feedback (GET /allocations/new/feedback/, in process) on {large} nodes, {len(values)} "
-              f"calls: p50 {percentile(values, 0.5):.1f} ms  p99 {p99:.1f} ms "
-              f"(target p99 < 100 ms: {'met' if p99 < 100 else 'NOT met'})")
+
+
+def _feedback(args: argparse.Namespace, url: str, size: int) -> None:
+    """The feedback rounds on the largest size: this checkout's, and the baseline's beside it (the
+    same stream per round, the order flipped each round), then their figures."""
+    codes = {"this checkout": ROOT} | ({"baseline": Path(args.baseline).resolve()} if args.baseline else {})
+    seen: dict[str, dict[str, list[Any]]] = {label: {"latencies": [], "dry_runs": [], "decisions": []}
+                                             for label in codes}
+    for round_number in range(args.rounds):
+        for label in list(codes) if round_number % 2 == 0 else list(reversed(codes)):
+            figures = run_child("feedback", url, args.feedback, args.seed + round_number, args.warmup,
+                                str(codes[label]), cwd=codes[label])
+            for key, values in seen[label].items():
+                values += figures[key]
+            print(f"feedback round {round_number + 1}, {label}: p99 {percentile(figures['latencies'], 0.99):.1f} ms",
+                  flush=True)
+    from bench.feedback_report import feedback_report
+
+    print(f"request form feedback (GET /allocations/new/feedback/, in process) on {size} nodes, "
+          f"{args.feedback} calls per round, {args.rounds} rounds:")
+    feedback_report(seen)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,8 @@ class QuotaLine:
 ClusterLine = ClusterFit
 
 FREE_COUNT_LIMIT = 32
-"""Free units are counted by placing units one after another; past this many (or the request's
+"""Free units are those that placing units one after another would book (counted without placing
+them where the engine can, ``placement.placing.free_units``); past this many (or the request's
 quantity, if larger) the count stops and is shown as "at least"."""
 
 

@@ -89,4 +89,39 @@ def tables_build() -> int:
     for name in names:
         legal_table(name)
         transitions(name)
+        chain_counts(name)
     return len(names)
+
+
+UNSURE = -1
+"""A state of :func:`chain_counts` whose count depends on where the instances start."""
+
+
+@cache
+def chain_counts(profile_name: str) -> IntArray:
+    """``table[state_index]``: how many ``profile_name`` instances can be added to a GPU in that
+    state one after another, wherever each starts; :data:`UNSURE` where the starts chosen change it.
+
+    Worked out over every state: a state with no legal start counts 0; a state whose every legal
+    start leads to a state of one same known count c counts c + 1; any other state is UNSURE. So
+    where the table is not UNSURE, adding one instance anywhere legal lowers the count by exactly
+    one (what ``placing.free_units`` rests on); the table checks this itself, state by state,
+    rather than trusting an argument about aligned starts."""
+    after, _ = transitions(profile_name)
+    counts = np.full(TABLE_SIZE, UNSURE, dtype=np.int64)
+    pending = {int(i) for i in np.flatnonzero((after >= 0).any(axis=1))}
+    counts[[i for i in range(TABLE_SIZE) if i not in pending]] = 0
+    while pending:  # an instance adds memory slices, so every chain ends: each pass settles the next
+        settled = {}
+        for index in pending:
+            following = [int(n) for n in after[index] if n >= 0]
+            if any(n in pending for n in following):
+                continue
+            nexts = {int(counts[n]) for n in following}
+            settled[index] = nexts.pop() + 1 if len(nexts) == 1 and UNSURE not in nexts else UNSURE
+        if not settled:
+            raise AssertionError("MIG transitions with a cycle")
+        for index, count in settled.items():
+            counts[index] = count
+        pending -= settled.keys()
+    return counts

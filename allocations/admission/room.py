@@ -86,12 +86,14 @@ class Room:
 
     def _dry_run(self, cluster: Cluster) -> Attempt | None:
         """The page's dry run of the request on ``cluster`` (``allocations.booking.preview``), when
-        it saw exactly these rows: its first units are this attempt."""
+        it saw exactly these rows and placed (or failed to place) this request's units one by one:
+        its first units are this attempt."""
         state = self.states[cluster.pk]
         if self.reads is None or self.rows[cluster.pk] is not state.rows_of_model(self.allocation.flavor.gpu_model):
             return None
         dry = self.reads.known(dry_run_key(cluster=cluster, flavor=self.allocation.flavor, tenant=self.tenant))
-        return dry.first(self.allocation.quantity) if isinstance(dry, Attempt) else None
+        quantity = self.allocation.quantity
+        return dry.first(quantity) if isinstance(dry, Attempt) and dry.knows(quantity) else None
 
     def attempts(self, victims: Cut) -> list[Attempt]:
         if victims not in self.tried:

@@ -8,7 +8,7 @@ then wherever the policy chooses (``_place_by_policy``).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from allocations.booking.kept_views import PictureTerms, kept_exclusion, kept_view
@@ -38,7 +38,7 @@ from allocations.catalogue.selectors import live_reservations_on
 from allocations.models import Flavor, Reservation
 from clusters.models import Cluster, Node
 from placement import Placement, Policy, Rejection, Request
-from placement.placing import place
+from placement.placing import free_units, place
 
 CAUSE_DRIVER_MINIMUM = "driver-minimum"
 """Every node that would offer the unit reports a driver or CUDA older than the flavor's minimum."""
@@ -76,10 +76,24 @@ class Attempt:
     kind: str = ""
     cause: str = ""
     """What in the portal's rules kept the next unit out, when one did (``CAUSES``); empty: plain room."""
+    counted: int | None = None
+    """Units past the bookings that would still find a place, counted without placing them
+    (``AttemptAsk.count_to``); None: not counted (the bookings go on as far as the count asked)."""
 
     @property
     def complete(self) -> bool:
         return len(self.bookings) == self.quantity
+
+    @property
+    def free(self) -> int:
+        """Units that would find a place now, one after another: the bookings and those counted."""
+        return len(self.bookings) + (self.counted or 0)
+
+    def knows(self, units: int) -> bool:
+        """Whether ``first(units)`` is this attempt's placement of that many units: they were
+        placed one by one, or the attempt ran out of room before them (a longer request fails as
+        it did). An attempt that stopped at its quantity says nothing of a longer one."""
+        return units <= len(self.bookings) or not self.complete
 
     def first(self, units: int) -> Attempt:
         """The attempt of the first ``units`` units: placing one after another, a longer attempt
@@ -117,13 +131,16 @@ def booking_rows(bookings: list[Booking], *, shape: UnitShape) -> list[Reservati
 @dataclass(frozen=True)
 class AttemptAsk:
     """What an attempt places: ``quantity`` units of ``flavor`` on ``cluster`` where ``policy``
-    chooses, for ``tenant`` (None: an unnamed project)."""
+    chooses, for ``tenant`` (None: an unnamed project). ``count_to``: once every unit is placed,
+    how many units in all would find a place, up to this many (``Attempt.counted``: counted by the
+    engine's arithmetic where it is exact, else by placing more units one by one)."""
 
     cluster: Cluster
     flavor: Flavor
     quantity: int
     policy: Policy
     tenant: Tenant | None = None
+    count_to: int = 0
 
 
 @dataclass(frozen=True)
@@ -191,7 +208,10 @@ def placement_attempt(
         attempt.reason, attempt.kind = _not_offered(view, nodes)
         attempt.cause = _not_offered_cause(view, nodes)
         return attempt
-    _Placing(attempt=attempt, policy=ask.policy, pictures=pictures, view=view).run()
+    placing = _Placing(attempt=attempt, policy=ask.policy, pictures=pictures, view=view)
+    placing.run()
+    if ask.count_to > ask.quantity and attempt.complete:
+        placing.count(ask.count_to)
     return attempt
 
 
@@ -256,7 +276,7 @@ class _Placing:
     def run(self) -> None:
         """Stops at the first unit no strategy places, with the attempt's reason and kind."""
         attempt, shape = self.attempt, self.pictures.shape
-        for unit in range(attempt.quantity):
+        for unit in range(len(attempt.bookings), attempt.quantity):
             if self._place_pinned():
                 continue
             if self.view.engine is None:
@@ -266,6 +286,36 @@ class _Placing:
             request = shape.request(name=f"unit {unit}")
             if not self._place_on_carved(request) and not self._place_by_policy(request):
                 return
+
+    def count(self, limit: int) -> None:
+        """After every unit is placed: how many units in all would find a place, up to ``limit``,
+        counted without placing them where the engine counts the shape exactly
+        (``placement.placing.free_units``), else by placing them one by one. Placing goes on in a
+        fixed order whose count is the sum of two: the free pinned instances first, each taken
+        by the first unit that finds CPU and memory on its node (``_pinned_units``); then the
+        policy's picture, where a unit that goes to a GPU already carved (the carved-first
+        picture) is booked on the policy's picture too, at a start legal there, so the engine's
+        count of that picture is the rest, whichever picture each unit went through."""
+        attempt, engine = self.attempt, self.view.engine
+        left = limit - attempt.quantity
+        counted = 0 if engine is None else free_units(engine, self.pictures.shape.request(), left)
+        if counted is None:
+            attempt.quantity = limit
+            self.run()
+            return
+        attempt.counted = min(left, self._pinned_units() + counted)
+
+    def _pinned_units(self) -> int:
+        """Units the free pinned instances would still take: on each pinned node, as many as it
+        has free instances and CPU and memory left for (a claim takes from its node only)."""
+        shape = self.pictures.shape
+        instances = Counter(node.name for node, _index, _start in self.pinned)
+        total = 0
+        for name, count in instances.items():
+            for left, need in zip(self.room[name], (shape.cpu_millicores, shape.memory_mib), strict=True):
+                count = min(count, max(left, 0) // need) if need > 0 else (count if left >= 0 else 0)
+            total += count
+        return total
 
     def _place_pinned(self) -> bool:
         """A free pinned MIG instance on a node with the CPU and memory left for the unit."""

@@ -113,9 +113,11 @@ def _candidates(*, flavor: Flavor, cluster: Cluster | None) -> list[Cluster]:
 
 def _cluster_fit(ask: AttemptAsk, *, quantity: int, pending_adoption: int, state: ClusterState,
                  reads: SharedReads) -> ClusterFit:
-    # One attempt answers both questions: units are placed one by one, so its first ``quantity``
-    # bookings are the request's, and it goes on (up to the limit, ``ask.quantity``) to count what
-    # else is free. The cluster is seen through its kept placement state (allocations.booking.state).
+    # One attempt answers both questions: the request's ``quantity`` units are placed one by one,
+    # as approval would place them, and then it counts what else is free (up to the limit,
+    # ``ask.count_to``): by the engine's arithmetic for a share of one GPU or whole GPUs (the same
+    # count, placement.placing.free_units), else by placing more units one by one. The cluster is
+    # seen through its kept placement state (allocations.booking.state).
     cluster, flavor, tenant = ask.cluster, ask.flavor, ask.tenant
     model = flavor.gpu_model
     exclusion = reads.once(("tenancy", cluster.pk, model, tenant.project_id if tenant else 0), _exclusion,
@@ -130,8 +132,8 @@ def _cluster_fit(ask: AttemptAsk, *, quantity: int, pending_adoption: int, state
         requested=quantity,
         fits=fits,
         placed=placed,
-        free=len(attempt.bookings),
-        free_is_lower_bound=attempt.complete,
+        free=attempt.free,
+        free_is_lower_bound=attempt.free >= ask.count_to,
         reason="" if fits else attempt.reason,
         kind="" if fits else attempt.kind,
         where=attempt.where(quantity) if fits else {},
@@ -144,8 +146,9 @@ def placement_preview(
     reads: SharedReads | None = None, project: Project | None = None,
 ) -> list[ClusterFit]:
     """Per candidate cluster: would ``quantity`` units of ``flavor`` fit now, where, and if not, why.
-    Free units are counted by placing units one after another up to ``free_limit`` (or the
-    request's quantity, if larger). ``reads`` shares the database reads among the previews of
+    Free units are those that placing units one after another would book, up to ``free_limit``
+    (or the request's quantity, if larger): counted without placing them past the request's own
+    where the engine can (``placement.placing.free_units``). ``reads`` shares the database reads among the previews of
     many requests (one page's), so that each distinct read runs once. ``project`` is who asks: its
     tenancy rules apply (None: an unnamed project, kept off every other department's MPS node and
     every dedicated pool)."""
@@ -158,8 +161,8 @@ def placement_preview(
                          candidates, states)
     tenant = None if project is None else reads.once(("tenant", project.pk), tenant_of, project)
     return [
-        _cluster_fit(AttemptAsk(candidate, flavor, max(quantity, free_limit), placement_policy_for(flavor, workload),
-                                tenant),
+        _cluster_fit(AttemptAsk(candidate, flavor, quantity, placement_policy_for(flavor, workload), tenant,
+                                count_to=max(quantity, free_limit)),
                      quantity=quantity, pending_adoption=waiting.get(candidate.pk, 0), state=states[candidate.pk],
                      reads=reads)
         for candidate in candidates
