@@ -104,13 +104,15 @@ def binding_of(binding: Binding, name: str, p95_min: float) -> dict[str, Any]:
     share of them (``twin.replay.binding``), and the sentence the page and the CLI print."""
     levels = binding.levels(name)
     total = sum(level.gpu_h for level in levels)
-    rows = [{"kind": level.kind, "department": level.department, "gpu_h": round(level.gpu_h, 3),
-             "pct": round(100 * level.gpu_h / total, 1) if total else 0.0} for level in levels]
+    shares = [round(100 * level.gpu_h / total, 1) if total else 0.0 for level in levels]
+    rows: list[dict[str, Any]] = [
+        {"kind": level.kind, "department": level.department, "gpu_h": round(level.gpu_h, 3), "pct": share}
+        for level, share in zip(levels, shares, strict=True)]
     if not total:
         return {"waiting_gpu_h": 0.0, "levels": rows, "words": f"{name}: no demand waited"}
-    ranked = sorted(zip(levels, rows, strict=True), key=lambda pair: -pair[0].gpu_h)
-    parts = [f"{_level_words(level)} {_percent(row['pct'])}" for level, row in ranked]
-    parts[0] = f"{_level_words(ranked[0][0])} bound {_percent(ranked[0][1]['pct'])} of the GPU-hours waiting"
+    ranked = sorted(zip(levels, shares, strict=True), key=lambda pair: -pair[0].gpu_h)
+    parts = [f"{_level_words(level)} {_percent(share)}" for level, share in ranked]
+    parts[0] = f"{_level_words(ranked[0][0])} bound {_percent(ranked[0][1])} of the GPU-hours waiting"
     words = f"{name}: waited {p95_min:,.0f} min at p95; {', '.join(parts)}"
     return {"waiting_gpu_h": round(total, 3), "levels": rows, "words": words}
 
