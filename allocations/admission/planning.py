@@ -369,7 +369,7 @@ def _taking(asking: _Asking, *, department_ids: Iterable[int], untakeable: Itera
         capacity = victims.room_facts(tree, grants, ask, local=room.on_clusters())
     plan = victims.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
-    if not plan.admitted and not plan.failing and room.clusters:  # the GPUs alone refused: room on one node
+    if not plan.admitted and room.clusters:  # quota could be freed (above), the GPUs refused: room on one node
         plan = node_room_plan(tree, grants, ask, units_on=room.units_on(), capacity_fits=room.fits) or plan
     checks = words.lines(list(plan.checks))
     refusal: ApplicationError

@@ -1,6 +1,6 @@
-"""Room on one node, pure: when a request within its guarantee fits its quotas but no victims the
-plan may take leave a place for its units (``victims.plan`` refused for the GPUs alone), the
-victims are chosen node by node (``docs/quotas.md``, "Room on one node").
+"""Room on one node, pure: when a request within its guarantee, whose quotas the victims it may take
+would let it in, finds no victims that leave a place for its units (``victims.plan`` refused for
+the GPUs), the victims are chosen node by node (``docs/quotas.md``, "Room on one node").
 
 ``victims.plan`` frees grants, not nodes: a guarantee protects a department's grants ranked first
 (highest priority, then oldest), wherever they run, so a unit of several whole GPUs may find no node
@@ -9,8 +9,8 @@ guarantees. A guarantee promises an amount, not particular grants: here, on each
 grant with units there of a department outside the request's subtree gives back its units from
 its first one on that node to its last (the last units leave first, as a partial reclaim gives them
 back); the node may be emptied so when no department gives back more than it holds beyond its
-guarantee line (``View.guarantee_line``: what stays is still at least its guarantee) and every
-grant is takeable. Among the nodes where the request then fits (``capacity_fits``), the one that
+guarantee line (``View.guarantee_line``: what stays is still at least its guarantee), every grant
+is takeable, and every quota check of the request passes once they are gone. Among the nodes where the request then fits (``capacity_fits``), the one that
 takes the fewest GPU-equivalents wins, then the node's key. Each victim's fact is ``borrowed`` on
 the basis ``surplus``: its department held ``held`` against a guarantee line of ``line``.
 """
@@ -76,12 +76,10 @@ def node_room_plan(
     capacity_fits: Callable[[Cut], bool],
 ) -> Plan | None:
     """The victims that empty one node for ``ask`` (see the module's docstring), or None where the
-    request is not within its guarantee, does not fit its quotas, or no node can be emptied for it.
+    request is not within its guarantee or no node can be emptied for it.
     ``units_on``: grant id → the node of each of its units, in order (the last leave first)."""
-    holdings = _Holdings(tree, grants)
-    checks = _checks(tree, holdings, ask)
     view = View(tree, grants)
-    if not all(check.fits for check in checks) or not within_guarantee(view, ask):
+    if not within_guarantee(view, ask):
         return None
     scopes = sorted({scope for grant in grants for scope in grant.amounts}, key=str)
     found: tuple[Decimal, str, dict[int, int]] | None = None
@@ -89,13 +87,24 @@ def node_room_plan(
         weight = sum((part(view.by_id[g], units).amounts.get(None, ZERO) for g, units in takes.items()), ZERO)
         if found is not None and (weight, str(node)) >= found[:2]:
             continue
-        if _spends(view, takes, scopes) and capacity_fits(frozenset(takes.items())):
+        if _spends(view, takes, scopes) and _quota_passes(tree, grants, ask, takes) and \
+                capacity_fits(frozenset(takes.items())):
             found = (weight, str(node), takes)
     if found is None:
         return None
     ranked = sorted(found[2], key=lambda g: (view.by_id[g].priority, view.by_id[g].fair_share, -view.by_id[g].age, g))
     victims = tuple(Victim(g, "borrowed", found[2][g], _fact(view, view.by_id[g])) for g in ranked)
-    return Plan(admitted=True, victims=victims, checks=tuple(checks))
+    return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, _Holdings(tree, grants), ask)))
+
+
+def _quota_passes(tree: Tree, grants: list[Grant], ask: Ask, takes: Mapping[int, int]) -> bool:
+    """Whether every quota check of ``ask`` passes once ``takes`` are gone (they are counted until
+    their notice ends, as any victim's)."""
+    holdings = _Holdings(tree, grants)
+    by_id = {grant.allocation_id: grant for grant in grants}
+    for grant_id, units in takes.items():
+        holdings.without(part(by_id[grant_id], units))
+    return all(check.fits for check in _checks(tree, holdings, ask))
 
 
 def _fact(view: View, grant: Grant) -> Fact:

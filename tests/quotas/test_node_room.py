@@ -91,3 +91,19 @@ def test_a_grant_gives_back_its_units_from_the_first_on_the_node_to_its_last() -
     assert plan is not None and {(v.allocation_id, v.units) for v in plan.victims} == {(1, 1), (2, 2)}
     assert node_room_plan(tree(), spread, ASK, units_on=units_on,
                           capacity_fits=fits_when_a_node_is_empty(units_on, spread)) is None  # 3 beyond a surplus of 2
+
+
+def test_the_node_emptied_may_also_free_the_quota_the_request_needs() -> None:
+    full = tree()
+    limits = dict(full.limits)
+    limits[(ROOT, None)] = algebra.Limit(ROOT, None, D(4), D(4))  # the borrower's 4 fill the root's limit
+    full = algebra.Tree(parents=full.parents, limits=limits)
+    fits = fits_when_a_node_is_empty(UNITS_ON, GRANTS)
+    assert not victims.plan(full, GRANTS, ASK, capacity_fits=fits,
+                            capacity_candidates=victims.room_facts(full, GRANTS, ASK, local={1, 2, 3, 4})).admitted
+    plan = node_room_plan(full, GRANTS, ASK, units_on=UNITS_ON, capacity_fits=fits)
+    assert plan is not None and {v.allocation_id for v in plan.victims} == {1, 3}  # 2 + 2 of the root's 4
+    smaller = dict(limits)
+    smaller[(ROOT, None)] = algebra.Limit(ROOT, None, D(3), D(3))  # 4 - 2 + 2 is beyond 3: no node frees enough
+    assert node_room_plan(algebra.Tree(parents=full.parents, limits=smaller), GRANTS, ASK, units_on=UNITS_ON,
+                          capacity_fits=fits) is None

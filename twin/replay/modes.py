@@ -11,7 +11,8 @@
   choice of ``allocations.quotas.victims.plan`` (borrowed grants reclaimed for a request within
   its guarantee, grants beyond a limit, lower priorities for a class that preempts), the GPUs asked
   through the same capacity callback as the portal's admission (``room_facts`` for room; where
-  the GPUs alone refuse a request within its guarantee, room on one node, ``node_room_plan``).
+  the GPUs refuse a request within its guarantee whose quota victims could free, room on one
+  node, ``node_room_plan``).
 """
 
 from __future__ import annotations
@@ -136,8 +137,8 @@ def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quanti
 def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
           quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     chosen = _grants_plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
-    if chosen is None and quota_ok:  # the GPUs alone refused: room on one node, as admission tries next
-        chosen = _node_plan(world, ask, pool, request, quantity)
+    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask).admitted):
+        chosen = _node_plan(world, ask, pool, request, quantity)  # the GPUs refused: room on one node, as admission
     return chosen
 
 
