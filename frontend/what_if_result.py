@@ -1,6 +1,7 @@
 """A what-if's result as the page shows it: per department, each figure current, proposed and the
 difference; its allocation over time under both (the utilisation page's chart: held and busy
-GPU-equivalents); and how long its requests waited, binned."""
+GPU-equivalents); how long its requests waited, binned; and which level of its quota chain held
+its waiting demand back, in the words the replay stored."""
 
 from __future__ import annotations
 
@@ -41,12 +42,30 @@ class WaitRow:
 
 
 @dataclass(frozen=True)
+class LevelRow:
+    """One level of the department's quota chain (or the GPUs, or a reclaim's notice) and the share
+    of the GPU-hours waiting it held back, under each policy, as the replay recorded them."""
+
+    label: str
+    current_pct: float
+    proposed_pct: float
+
+
+@dataclass(frozen=True)
+class HeldBack:
+    current: str
+    proposed: str
+    levels: list[LevelRow]
+
+
+@dataclass(frozen=True)
 class DepartmentView:
     name: str
     rows: list[FigureRow]
     current_chart: SafeString
     proposed_chart: SafeString
     waits: list[WaitRow]
+    held_back: HeldBack | None = None  # None: stored before the replay recorded it
 
 
 def _rows(row: dict[str, Any], figures: list[str]) -> list[FigureRow]:
@@ -88,6 +107,25 @@ def _waits(result: dict[str, Any], name: str) -> list[WaitRow]:
             for i, (c, p) in enumerate(zip(current, proposed, strict=True))]
 
 
+LEVEL_LABELS = {"own": "{}'s own limit", "parent": "{}'s limit", "window": "{}'s limit (a quota window)",
+                "organisation": "the organisation's limit", "capacity": "no room on the GPUs",
+                "notice": "reclaimed grants' notice"}
+
+
+def _held_back(row: dict[str, Any]) -> HeldBack | None:
+    """The words and shares the replay stored (``whatifs.compare.binding_of``), side by side."""
+    binding = row.get("binding")
+    if not binding:
+        return None
+    shares: dict[tuple[str, str], list[float]] = {}
+    for index, side in enumerate(("current", "proposed")):
+        for level in binding[side]["levels"]:
+            shares.setdefault((level["kind"], level["department"]), [0.0, 0.0])[index] = level["pct"]
+    levels = [LevelRow(LEVEL_LABELS.get(kind, kind).format(department), current, proposed)
+              for (kind, department), (current, proposed) in shares.items()]
+    return HeldBack(binding["current"]["words"], binding["proposed"]["words"], levels)
+
+
 def result_view(what_if: WhatIf) -> list[DepartmentView]:
     """Each department's comparison (empty until the what-if is done)."""
     result = what_if.result
@@ -104,6 +142,6 @@ def result_view(what_if: WhatIf) -> list[DepartmentView]:
                                  title=f"{name}: GPU-equivalents held, current policy", ident=f"wi-{name}-current"),
             proposed_chart=_chart(result["proposed"]["series"][name], origin=origin, step=step,
                                   title=f"{name}: GPU-equivalents held, proposed", ident=f"wi-{name}-proposed"),
-            waits=_waits(result, name),
+            waits=_waits(result, name), held_back=_held_back(row),
         ))
     return views

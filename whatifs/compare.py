@@ -11,7 +11,8 @@ from typing import Any
 
 from placement import Node
 from twin.policy import Policy
-from twin.replay.engine import Outcome, replay
+from twin.replay.binding import CAPACITY, NOTICE, ORGANISATION, OWN, WINDOW, Binding, Level, binding_replay
+from twin.replay.engine import Outcome
 from twin.replay.metrics import Share, measure
 from twin.workload import Job
 
@@ -75,13 +76,55 @@ def wait_histogram(outcome: Outcome) -> dict[str, list[int]]:
     return counts
 
 
-def _side(outcome: Outcome) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
+def _level_words(level: Level) -> str:
+    if level.kind == OWN:
+        return f"{level.department}'s own limit"
+    if level.kind == WINDOW:
+        return f"{level.department}'s limit as a quota window set it"
+    if level.kind == ORGANISATION:
+        return "the organisation's limit (the GPUs installed)"
+    if level.kind == CAPACITY:
+        return "the GPUs (no room on them)"
+    if level.kind == NOTICE:
+        return "the notice of grants reclaimed for it"
+    return f"{level.department}'s limit"
+
+
+def _percent(pct: float) -> str:
+    """A whole percent, or ``under 1 %`` for a share that rounds to 0 but is not (nor to 100 but is not)."""
+    if 0 < pct < 0.5:
+        return "under 1 %"
+    if 99.5 <= pct < 100:
+        return "over 99 %"
+    return f"{pct:.0f} %"
+
+
+def binding_of(binding: Binding, name: str, p95_min: float) -> dict[str, Any]:
+    """Which level held the department's waiting demand back: each level's GPU-hours waiting and
+    share of them (``twin.replay.binding``), and the sentence the page and the CLI print."""
+    levels = binding.levels(name)
+    total = sum(level.gpu_h for level in levels)
+    shares = [round(100 * level.gpu_h / total, 1) if total else 0.0 for level in levels]
+    rows: list[dict[str, Any]] = [
+        {"kind": level.kind, "department": level.department, "gpu_h": round(level.gpu_h, 3), "pct": share}
+        for level, share in zip(levels, shares, strict=True)]
+    if not total:
+        return {"waiting_gpu_h": 0.0, "levels": rows, "words": f"{name}: no demand waited"}
+    ranked = sorted(zip(levels, shares, strict=True), key=lambda pair: -pair[0].gpu_h)
+    parts = [f"{_level_words(level)} {_percent(share)}" for level, share in ranked]
+    parts[0] = f"{_level_words(ranked[0][0])} bound {_percent(ranked[0][1])} of the GPU-hours waiting"
+    words = f"{name}: waited {p95_min:,.0f} min at p95; {', '.join(parts)}"
+    return {"waiting_gpu_h": round(total, 3), "levels": rows, "words": words}
+
+
+def _side(outcome: Outcome, binding: Binding) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
     metrics = measure(outcome)
     per_department = {share.name: _figures(share) for share in metrics.departments}
+    held_back = {name: binding_of(binding, name, figures["wait_p95_min"]) for name, figures in per_department.items()}
     summary = {"total": _figures(metrics.total), "jain": round(metrics.jain, 4), "wall_s": round(outcome.wall_s, 3),
                "idle_warnings": metrics.idle_warnings, "idle_reclaims": metrics.idle_reclaims,
                "window_edges": metrics.window_edges,
-               "series": allocation_series(outcome), "waits": wait_histogram(outcome)}
+               "series": allocation_series(outcome), "waits": wait_histogram(outcome), "binding": held_back}
     return summary, per_department
 
 
@@ -90,20 +133,24 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
     """Replay ``demand`` under both policies; the result as stored with the what-if."""
     report = progress or (lambda _: None)
     report(10)
-    before, before_departments = _side(replay(demand.jobs, demand.nodes, current, POLICY, horizon=demand.horizon))
+    before, before_departments = _side(*binding_replay(demand.jobs, demand.nodes, current, POLICY,
+                                                       horizon=demand.horizon))
     report(55)
-    after, after_departments = _side(replay(demand.jobs, demand.nodes, proposed, POLICY, horizon=demand.horizon))
+    after, after_departments = _side(*binding_replay(demand.jobs, demand.nodes, proposed, POLICY,
+                                                     horizon=demand.horizon))
     report(95)
     horizon = demand.horizon if demand.horizon is not None else max((job.eligible_at for job in demand.jobs), default=0.0)
     departments = [
         {"department": name, "current": before_departments[name], "proposed": after_departments[name],
-         "difference": _difference(before_departments[name], after_departments[name])}
+         "difference": _difference(before_departments[name], after_departments[name]),
+         "binding": {"current": before["binding"][name], "proposed": after["binding"][name]}}
         for name in before_departments
         if before_departments[name]["requests"] or after_departments[name]["requests"]
         or before_departments[name]["allocation_pct"] or after_departments[name]["allocation_pct"]
     ]
     shown = {row["department"] for row in departments}
     for side in (before, after):
+        del side["binding"]  # per department, with its row
         side["series"] = {name: values for name, values in side["series"].items() if name in shown}
         side["waits"] = {name: values for name, values in side["waits"].items() if name in shown}
     return {

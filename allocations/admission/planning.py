@@ -40,6 +40,7 @@ from allocations.models import Allocation, AllocationState, PreemptionPolicy
 from allocations.quotas import algebra, victims
 from allocations.quotas import in_use as timed
 from allocations.quotas.effective_tree import QuotaView, SteppedTree, binding_checks
+from allocations.quotas.node_room import node_room_plan
 from allocations.quotas.victim_info import VictimInfo, victim_infos
 from allocations.quotas.wording import QuotaWords, no_quota_words
 from clusters.models import Cluster
@@ -376,6 +377,8 @@ def _taking(asking: _Asking, *, department_ids: Iterable[int], untakeable: Itera
         capacity = victims.room_facts(tree, grants, ask, local=room.on_clusters())
     plan = victims.plan(tree, grants, ask, capacity_fits=room.fits if room.clusters else (lambda _: False),
                         capacity_candidates=capacity)
+    if not plan.admitted and room.clusters:  # quota could be freed (above), the GPUs refused: room on one node
+        plan = node_room_plan(tree, grants, ask, units_on=room.units_on(), capacity_fits=room.fits) or plan
     checks = words.lines(list(plan.checks))
     refusal: ApplicationError
     if not plan.admitted:

@@ -134,6 +134,19 @@ class Room:
             return self.attempts(frozenset())[-1]
         return None
 
+    def units_on(self) -> dict[int, list[str]]:
+        """Each grant's units in the candidate clusters' GPUs: the node (``cluster/node``) of each,
+        in unit order (the highest-numbered leave first), for room on one node."""
+        out: dict[int, list[str]] = defaultdict(list)
+        for cluster in self.clusters:
+            self.read(cluster)
+            names = {row.pk: f"{cluster.name}/{row.node.name}" for row in self.nodes[cluster.pk]}
+            keys = self.states[cluster.pk].keys
+            for row in sorted(self.rows[cluster.pk], key=lambda found: (keys[id(found)].allocation, found.unit)):
+                key = keys[id(row)]
+                out[key.allocation].append(names.get(key.node, f"{cluster.name}/#{key.node}"))
+        return dict(out)
+
     def on_clusters(self) -> set[int]:
         for cluster in self.clusters:
             self.read(cluster)

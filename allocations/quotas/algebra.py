@@ -142,7 +142,9 @@ class Fact:
     """What makes a grant a victim, as it stands when the plan is made: ``why`` (``borrowed``,
     ``oversubscribed``, ``lower-priority``) and ``basis``: ``guarantee`` (the grant lies beyond the
     guarantee of ``department``, whose grants hold ``held`` there against ``line``), ``own-projects``
-    (it is held by ``department``'s own projects, which no team's guarantee covers), ``limit`` (it
+    (it is held by ``department``'s own projects, which no team's guarantee covers), ``surplus`` (room
+    on one node: ``department`` holds ``held`` against a guarantee line ``line``, beyond it by at
+    least what its grants there give back, ``allocations.quotas.node_room``), ``limit`` (it
     lies beyond ``department``'s limit: ``held`` against ``line``) or ``priority`` (a request of
     priority ``line`` in ``department``, whose subtree holds it at priority ``held``). ``units``: how
     many of its units may go for it: those beyond a guarantee, all of them for the other bases."""

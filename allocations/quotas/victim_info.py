@@ -60,6 +60,10 @@ def fact_words(
     if fact.basis == "own-projects":
         return (f"it is held by department {where}'s own projects ({plain(fact.held)} {what}), which no team's "
                 "guarantee covers, while the request's team stays within its guarantee")
+    if fact.basis == "surplus":
+        return (f"it ran on the one node where the request's units fit, and department {where} held "
+                f"{plain(fact.held)} {what} against a guarantee of {plain(fact.line)}: beyond it by at least what "
+                "it gives back there")
     if fact.basis == "guarantee":
         return (f"it borrowed beyond the guarantee of department {where}, which held {plain(fact.held)} {what} "
                 f"against a guarantee of {plain(fact.line)}")

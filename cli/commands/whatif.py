@@ -93,6 +93,19 @@ def figure_rows(what_if: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def held_back_lines(what_if: dict[str, Any]) -> list[str]:
+    """Which level of each department's quota chain held its waiting demand back, current then
+    proposed, in the words the portal stored with the result."""
+    rows = [row for row in (what_if.get("result") or {}).get("departments", []) if row.get("binding")]
+    if not rows:
+        return []
+    lines = ["held back (share of the GPU-hours waiting):"]
+    for row in rows:
+        for side in ("current", "proposed"):
+            lines.append(f"  {side}: {row['binding'][side]['words']}")
+    return lines
+
+
 def emit_result(what_if: dict[str, Any], fmt: str) -> None:
     if fmt != "table":
         click.echo(dump(what_if, fmt))
@@ -107,6 +120,8 @@ def emit_result(what_if: dict[str, Any], fmt: str) -> None:
     click.echo(f"what-if #{what_if['id']}: {result['requests']} requests on {result['installed_gpus']} GPUs, "
                f"the portal's rules now against the proposed ones")
     click.echo(table(figure_rows(what_if), FIGURE_COLUMNS))
+    for line in held_back_lines(what_if):
+        click.echo(line)
     if result.get("not_replayed"):
         click.echo(f"not replayed (run before the replay had windows and idle policies): {', '.join(result['not_replayed'])}")
 

@@ -23,6 +23,8 @@ def test_raising_nlps_limit_prints_the_difference_per_department(portal: Portal,
     p99 = next(row for row in rows if row[:2] == ["nlp", "wait_p99_min"])
     assert float(p99[2]) > float(p99[3]) and float(p99[4]) < 0  # current, proposed, difference
     assert any(row[:2] == ["vision", "wait_p99_min"] and float(row[4]) == 0 for row in rows)
+    assert "  current: nlp: waited 2,820 min at p95; nlp's own limit bound 100 % of the GPU-hours waiting, " \
+        "acme's limit 0 %" in result.stdout.splitlines()  # which level held it back, as the portal words it
     listed = json.loads(cli("what-if", "list", "-o", "json").stdout)
     assert [item["title"] for item in listed] == ["raise nlp"]
     shown = json.loads(cli("what-if", "show", str(listed[0]["id"]), "-o", "json").stdout)

@@ -45,6 +45,11 @@ def test_a_department_admin_asks_for_a_what_if_and_reads_its_comparison(
     assert "<li>Quota nlp · GPU-equivalents: limit +4</li>" in shown  # the change in words, not JSON
     assert "Wait p99 (min)" in shown and "(better)" in shown
     assert 'id="wi-nlp-current"' in shown and 'id="wi-nlp-proposed"' in shown  # the charts, inline SVG
+    held_back = re.search(r'<ul class="changes" id="what-if-held-back-nlp">(.*?)</ul>', shown, re.S)
+    assert held_back is not None  # the words the replay stored: nlp's own limit held it back, then nothing
+    assert "Current: nlp: waited 2,820 min at p95; nlp&#x27;s own limit bound 100 %" in held_back.group(1)
+    assert "Proposed: nlp: no demand waited." in held_back.group(1)
+    assert 'id="what-if-levels-nlp"' in shown and "acme&#x27;s limit" in shown
     assert client_of(world, "vision_admin").get(answer["Location"]).status_code == 404
 
 

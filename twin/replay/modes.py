@@ -10,7 +10,9 @@
 * ``full``: the portal's policy: the same checks, and when they or the GPUs refuse, the victim
   choice of ``allocations.quotas.victims.plan`` (borrowed grants reclaimed for a request within
   its guarantee, grants beyond a limit, lower priorities for a class that preempts), the GPUs asked
-  through the same capacity callback as the portal's admission (``room_facts`` for room).
+  through the same capacity callback as the portal's admission (``room_facts`` for room; where
+  the GPUs refuse a request within its guarantee whose quota victims could free, room on one
+  node, ``node_room_plan``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
+from allocations.quotas.node_room import node_room_plan
 from placement import Placement, Request
 from twin.replay.shortcuts import room_after
 from twin.replay.state import unit_request
@@ -133,6 +136,26 @@ def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quanti
 
 def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
           quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
+    chosen = _grants_plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
+    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask).admitted):
+        chosen = _node_plan(world, ask, pool, request, quantity)  # the GPUs refused: room on one node, as admission
+    return chosen
+
+
+def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
+               quantity: int) -> tuple[algebra.Victim, ...] | None:
+    units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
+    view = world.cut_view(pool)
+    try:
+        plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,
+                              capacity_fits=lambda cut: view.fits(request, quantity, cut))
+    finally:
+        view.restore()
+    return plan.victims if plan is not None and plan.victims else None
+
+
+def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+                 quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     if not quota_ok and not victims.plan(world.tree, world.grants(), ask).admitted:
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
