@@ -248,21 +248,34 @@ class _Holdings:
         for grant in grants:
             for scope, amount in grant.amounts.items():
                 self.own[(grant.department_id, scope)] += amount
+        # inner() without ``extra``, kept until ``own`` changes: a parent's sum over its children
+        # is asked again for every check of every ask (and the twin asks many per instant)
+        self._inner: dict[tuple[int, Scope], Decimal] = {}
 
     def without(self, grant: Grant) -> None:
+        self._inner.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] -= amount
 
     def with_back(self, grant: Grant) -> None:
+        self._inner.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] += amount
 
     def inner(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
         """What the department holds before its own unlent guarantee: its projects' use plus what
         its children hold, with ``extra`` (department → amount) added where it lands."""
+        if extra and not any(department_id in self.tree.chain(landing) for landing in extra):
+            extra = {}  # it lands outside this subtree: the same sum as without it
+        if not extra:
+            known = self._inner.get((department_id, scope))
+            if known is not None:
+                return known
         total = self.own[(department_id, scope)] + extra.get(department_id, ZERO)
         for child in self.tree.children.get(department_id, ()):
             total += self.reserved(child, scope, extra)
+        if not extra:
+            self._inner[(department_id, scope)] = total
         return total
 
     def reserved(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
@@ -289,4 +302,16 @@ def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
 def checks_from_totals(tree: Tree, totals: Mapping[tuple[int, Scope], Decimal], ask: Ask) -> list[Check]:
     """The checks of ``ask`` from what each department's own projects use per scope (no grant
     detail): enough when nothing needs taking, which is most approvals."""
-    return _checks(tree, _Holdings(tree, (), totals), ask)
+    return TotalsChecks(tree, totals).checks(ask)
+
+
+class TotalsChecks:
+    """``checks_from_totals`` for many asks against the same tree and totals: what each department
+    holds is summed once, not once per ask. The totals are copied: later changes are not seen."""
+
+    def __init__(self, tree: Tree, totals: Mapping[tuple[int, Scope], Decimal]) -> None:
+        self.tree = tree
+        self._holdings = _Holdings(tree, (), totals)
+
+    def checks(self, ask: Ask) -> list[Check]:
+        return _checks(self.tree, self._holdings, ask)

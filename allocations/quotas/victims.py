@@ -91,6 +91,7 @@ class View:
         self._subtrees: dict[int, set[int]] = {}
         self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
         self._kept: dict[tuple[int, Scope], Decimal] = {}  # idle_kept: the grants never change in a view
+        self._held: dict[tuple[int, Scope], Decimal] = {}  # held, for the same reason
 
     def subtree(self, department_id: int) -> set[int]:
         if department_id not in self._subtrees:
@@ -101,7 +102,10 @@ class View:
         return [grant for node in self.subtree(department_id) for grant in self.by_department.get(node, ())]
 
     def held(self, department_id: int, scope: Scope) -> Decimal:
-        return sum((staying(grant, scope) for grant in self.members(department_id)), ZERO)
+        key = (department_id, scope)
+        if key not in self._held:
+            self._held[key] = sum((staying(grant, scope) for grant in self.members(department_id)), ZERO)
+        return self._held[key]
 
     def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
         """What the department's teams keep of their guarantees and do not lend, beyond their use."""
