@@ -251,6 +251,7 @@ class _Holdings:
         # inner() without ``extra``, kept until ``own`` changes: a parent's sum over its children
         # is asked again for every check of every ask (and the twin asks many per instant)
         self._inner: dict[tuple[int, Scope], Decimal] = {}
+        self._touches: dict[tuple[int, ...], frozenset[int]] = {}  # extra's departments → their chains
 
     def without(self, grant: Grant) -> None:
         self._inner.clear()
@@ -265,23 +266,39 @@ class _Holdings:
     def inner(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
         """What the department holds before its own unlent guarantee: its projects' use plus what
         its children hold, with ``extra`` (department → amount) added where it lands."""
-        if extra and not any(department_id in self.tree.chain(landing) for landing in extra):
-            extra = {}  # it lands outside this subtree: the same sum as without it
         if not extra:
-            known = self._inner.get((department_id, scope))
-            if known is not None:
-                return known
+            return self._bare(department_id, scope)
+        key = tuple(extra)
+        touched = self._touches.get(key)
+        if touched is None:
+            touched = self._touches[key] = frozenset().union(*(self.tree.chain(landing) for landing in extra))
+        return self._with_extra(department_id, scope, extra, touched)
+
+    def _with_extra(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal],
+                    touched: frozenset[int]) -> Decimal:
+        """``inner`` where ``extra`` lands: a subtree it does not land in sums as without it."""
+        if department_id not in touched:
+            return self._bare(department_id, scope)
         total = self.own[(department_id, scope)] + extra.get(department_id, ZERO)
         for child in self.tree.children.get(department_id, ()):
-            total += self.reserved(child, scope, extra)
-        if not extra:
-            self._inner[(department_id, scope)] = total
+            total += self._reserve(child, scope, self._with_extra(child, scope, extra, touched))
         return total
 
-    def reserved(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
-        inner = self.inner(department_id, scope, extra)
+    def _bare(self, department_id: int, scope: Scope) -> Decimal:
+        known = self._inner.get((department_id, scope))
+        if known is None:
+            known = self.own[(department_id, scope)] + ZERO
+            for child in self.tree.children.get(department_id, ()):
+                known += self._reserve(child, scope, self._bare(child, scope))
+            self._inner[(department_id, scope)] = known
+        return known
+
+    def _reserve(self, department_id: int, scope: Scope, inner: Decimal) -> Decimal:
         limit = self.tree.limits.get((department_id, scope))
         return max(inner, limit.unlent) if limit is not None else inner
+
+    def reserved(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
+        return self._reserve(department_id, scope, self.inner(department_id, scope, extra))
 
 
 def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:

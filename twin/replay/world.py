@@ -43,6 +43,7 @@ class World:
         self.index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
         self.nested = any(d.parent is not None for d in policy.departments)  # a parent's quota binds its children
         self.holdings: dict[int, Holding] = {}
+        self.on_pool: dict[int, set[int]] = {}  # pool → the grants holding units there
         self.held: dict[tuple[int, algebra.Scope], Decimal] = {(k, None): ZERO for k in self.index.values()}
         self.native = dict.fromkeys(self.index.values(), 0.0)  # GPU-equivalents the requests themselves ask
         self.waiting = dict.fromkeys(self.index.values(), 0.0)  # the same, of the requests waiting
@@ -105,6 +106,7 @@ class World:
                           0.0)
         self._next += 1
         self.holdings[holding.gid] = holding
+        self.on_pool.setdefault(pool, set()).add(holding.gid)
         self._grant_of[holding.gid] = self._make_grant(holding)  # its place in the grants' order
         self._stale.add(holding.gid)  # made again when asked: its caller may set its age first
         self._count(holding, len(units), +1)
@@ -154,6 +156,7 @@ class World:
         self._stale.add(holding.gid)
         if not holding.units:
             del self.holdings[holding.gid]
+            self.on_pool[holding.pool].discard(holding.gid)
             self._grant_of.pop(holding.gid, None)
             if not was_leaving:
                 self._takeable(holding, -1)
