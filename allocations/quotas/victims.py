@@ -80,18 +80,20 @@ def _units_of(grant: Grant, scope: Scope, amount: Decimal) -> int:
 class View:
     """The grants as the facts read them, with what each department's subtree holds, ranked."""
 
-    def __init__(self, tree: Tree, grants: Iterable[Grant]):
+    def __init__(self, tree: Tree, grants: Iterable[Grant], holdings: _Holdings | None = None):
+        """``holdings``: the same grants' holdings, already summed (copied, not changed)."""
         self.tree = tree
         self.grants = list(grants)
         self.by_id = {grant.allocation_id: grant for grant in self.grants}
         self.by_department: dict[int, list[Grant]] = defaultdict(list)
         for grant in self.grants:
             self.by_department[grant.department_id].append(grant)
-        self.holdings = _Holdings(tree, self.grants)
+        self.holdings = _Holdings(tree, (), holdings.own) if holdings is not None else _Holdings(tree, self.grants)
         self._subtrees: dict[int, set[int]] = {}
         self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
         self._kept: dict[tuple[int, Scope], Decimal] = {}  # idle_kept: the grants never change in a view
         self._held: dict[tuple[int, Scope], Decimal] = {}  # held, for the same reason
+        self._own: dict[tuple[int, Scope], Decimal] = {}  # what each department's own grants hold
         self._sorted: dict[tuple[int, Scope], list[tuple[int, Decimal]]] = {}  # beyond's ranking, any line
         self._nearest: dict[tuple[int, Scope], int | None] = {}  # free_units: the quota that protects a grant
 
@@ -106,8 +108,15 @@ class View:
     def held(self, department_id: int, scope: Scope) -> Decimal:
         key = (department_id, scope)
         if key not in self._held:
-            self._held[key] = sum((staying(grant, scope) for grant in self.members(department_id)), ZERO)
+            self._held[key] = sum((self._own_held(node, scope) for node in self.subtree(department_id)), ZERO)
         return self._held[key]
+
+    def _own_held(self, department_id: int, scope: Scope) -> Decimal:
+        """What the department's own grants hold (exact sums: the order they add up in is no matter)."""
+        key = (department_id, scope)
+        if key not in self._own:
+            self._own[key] = sum((staying(grant, scope) for grant in self.by_department.get(department_id, ())), ZERO)
+        return self._own[key]
 
     def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
         """What the department's teams keep of their guarantees and do not lend, beyond their use."""
@@ -327,7 +336,7 @@ def plan(
     if all(check.fits for check in checks) and fits_now:
         return Plan(admitted=True, victims=(), checks=tuple(checks))
     failing = [check for check in checks if not check.fits]
-    view = View(tree, grants)
+    view = View(tree, grants, holdings)
     facts = quota_facts(view, ask, failing) if failing else {}
     room_ids = set(capacity_candidates or {}) if not fits_now else set()
     if room_ids:
