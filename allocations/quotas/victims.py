@@ -348,20 +348,15 @@ def plan(
             grant.amounts.get(scope, ZERO) > 0 and grant.department_id in subtree for subtree, scope in failing_keys
         )
 
-    def cap(grant: Grant) -> int:
-        return min(facts[grant.allocation_id].units, grant.units - grant.leaving, view.free_units(grant, ask))
-
     # Each victim's cap (the units it may give) is counted as the plan reaches it, not for every
     # candidate first: most plans stop after a few. A grant that may give nothing has no place.
-    candidates = sorted((grant for grant_id in facts for grant in (by_id.get(grant_id),)
-                         if grant is not None and grant.takeable and helps(grant)),
-                        key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share,
-                                       -g.age, g.allocation_id))
+    candidates = _in_order(facts, [grant for grant_id in facts for grant in (by_id.get(grant_id),)
+                                   if grant is not None and grant.takeable and helps(grant)])
     taking = _Taking(tree, ask, by_id, holdings, capacity_fits)
     ok, now, room = False, checks, fits_now
     order: list[Grant] = []
     for grant in candidates:
-        units = cap(grant)
+        units = min(facts[grant.allocation_id].units, grant.units - grant.leaving, view.free_units(grant, ask))
         if units <= 0:
             continue
         order.append(grant)
@@ -381,6 +376,13 @@ def plan(
         if not fact_holds(view, ask, victim):
             raise RuntimeError(f"Victim #{victim.allocation_id}: its fact does not hold ({victim.fact}).")
     return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, holdings, ask)))
+
+
+def _in_order(facts: Mapping[int, Fact], grants: list[Grant]) -> list[Grant]:
+    """The order victims are taken in: oversubscribed first, then lowest priority, the department
+    furthest over its fair share, newest."""
+    return sorted(grants, key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share,
+                                         -g.age, g.allocation_id))
 
 
 class _Taking:
