@@ -250,27 +250,57 @@ class _Holdings:
         for grant in grants:
             for scope, amount in grant.amounts.items():
                 self.own[(grant.department_id, scope)] += amount
+        # inner() without ``extra``, kept until ``own`` changes: a parent's sum over its children
+        # is asked again for every check of every ask (and the twin asks many per instant)
+        self._inner: dict[tuple[int, Scope], Decimal] = {}
+        self._touches: dict[tuple[int, ...], frozenset[int]] = {}  # extra's departments → their chains
 
     def without(self, grant: Grant) -> None:
+        self._inner.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] -= amount
 
     def with_back(self, grant: Grant) -> None:
+        self._inner.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] += amount
 
     def inner(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
         """What the department holds before its own unlent guarantee: its projects' use plus what
         its children hold, with ``extra`` (department → amount) added where it lands."""
+        if not extra:
+            return self._bare(department_id, scope)
+        key = tuple(extra)
+        touched = self._touches.get(key)
+        if touched is None:
+            touched = self._touches[key] = frozenset().union(*(self.tree.chain(landing) for landing in extra))
+        return self._with_extra(department_id, scope, extra, touched)
+
+    def _with_extra(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal],
+                    touched: frozenset[int]) -> Decimal:
+        """``inner`` where ``extra`` lands: a subtree it does not land in sums as without it."""
+        if department_id not in touched:
+            return self._bare(department_id, scope)
         total = self.own[(department_id, scope)] + extra.get(department_id, ZERO)
         for child in self.tree.children.get(department_id, ()):
-            total += self.reserved(child, scope, extra)
+            total += self._reserve(child, scope, self._with_extra(child, scope, extra, touched))
         return total
 
-    def reserved(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
-        inner = self.inner(department_id, scope, extra)
+    def _bare(self, department_id: int, scope: Scope) -> Decimal:
+        known = self._inner.get((department_id, scope))
+        if known is None:
+            known = self.own[(department_id, scope)] + ZERO
+            for child in self.tree.children.get(department_id, ()):
+                known += self._reserve(child, scope, self._bare(child, scope))
+            self._inner[(department_id, scope)] = known
+        return known
+
+    def _reserve(self, department_id: int, scope: Scope, inner: Decimal) -> Decimal:
         limit = self.tree.limits.get((department_id, scope))
         return max(inner, limit.unlent) if limit is not None else inner
+
+    def reserved(self, department_id: int, scope: Scope, extra: Mapping[int, Decimal]) -> Decimal:
+        return self._reserve(department_id, scope, self.inner(department_id, scope, extra))
 
 
 def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
@@ -291,4 +321,16 @@ def _checks(tree: Tree, holdings: _Holdings, ask: Ask) -> list[Check]:
 def checks_from_totals(tree: Tree, totals: Mapping[tuple[int, Scope], Decimal], ask: Ask) -> list[Check]:
     """The checks of ``ask`` from what each department's own projects use per scope (no grant
     detail): enough when nothing needs taking, which is most approvals."""
-    return _checks(tree, _Holdings(tree, (), totals), ask)
+    return TotalsChecks(tree, totals).checks(ask)
+
+
+class TotalsChecks:
+    """``checks_from_totals`` for many asks against the same tree and totals: what each department
+    holds is summed once, not once per ask. The totals are copied: later changes are not seen."""
+
+    def __init__(self, tree: Tree, totals: Mapping[tuple[int, Scope], Decimal]) -> None:
+        self.tree = tree
+        self._holdings = _Holdings(tree, (), totals)
+
+    def checks(self, ask: Ask) -> list[Check]:
+        return _checks(self.tree, self._holdings, ask)

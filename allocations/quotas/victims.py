@@ -80,17 +80,22 @@ def _units_of(grant: Grant, scope: Scope, amount: Decimal) -> int:
 class View:
     """The grants as the facts read them, with what each department's subtree holds, ranked."""
 
-    def __init__(self, tree: Tree, grants: Iterable[Grant]):
+    def __init__(self, tree: Tree, grants: Iterable[Grant], holdings: _Holdings | None = None):
+        """``holdings``: the same grants' holdings, already summed (copied, not changed)."""
         self.tree = tree
         self.grants = list(grants)
         self.by_id = {grant.allocation_id: grant for grant in self.grants}
         self.by_department: dict[int, list[Grant]] = defaultdict(list)
         for grant in self.grants:
             self.by_department[grant.department_id].append(grant)
-        self.holdings = _Holdings(tree, self.grants)
+        self.holdings = _Holdings(tree, (), holdings.own) if holdings is not None else _Holdings(tree, self.grants)
         self._subtrees: dict[int, set[int]] = {}
         self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
         self._kept: dict[tuple[int, Scope], Decimal] = {}  # idle_kept: the grants never change in a view
+        self._held: dict[tuple[int, Scope], Decimal] = {}  # held, for the same reason
+        self._own: dict[tuple[int, Scope], Decimal] = {}  # what each department's own grants hold
+        self._sorted: dict[tuple[int, Scope], list[tuple[int, Decimal]]] = {}  # beyond's ranking, any line
+        self._nearest: dict[tuple[int, Scope], int | None] = {}  # free_units: the quota that protects a grant
 
     def subtree(self, department_id: int) -> set[int]:
         if department_id not in self._subtrees:
@@ -101,7 +106,17 @@ class View:
         return [grant for node in self.subtree(department_id) for grant in self.by_department.get(node, ())]
 
     def held(self, department_id: int, scope: Scope) -> Decimal:
-        return sum((staying(grant, scope) for grant in self.members(department_id)), ZERO)
+        key = (department_id, scope)
+        if key not in self._held:
+            self._held[key] = sum((self._own_held(node, scope) for node in self.subtree(department_id)), ZERO)
+        return self._held[key]
+
+    def _own_held(self, department_id: int, scope: Scope) -> Decimal:
+        """What the department's own grants hold (exact sums: the order they add up in is no matter)."""
+        key = (department_id, scope)
+        if key not in self._own:
+            self._own[key] = sum((staying(grant, scope) for grant in self.by_department.get(department_id, ())), ZERO)
+        return self._own[key]
 
     def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
         """What the department's teams keep of their guarantees and do not lend, beyond their use."""
@@ -110,6 +125,13 @@ class View:
             used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
             self._kept[key] = self.holdings.inner(department_id, scope, {}) - used
         return self._kept[key]
+
+    def nearest(self, department_id: int, scope: Scope) -> int | None:
+        """The nearest department on the chain with a quota in ``scope``."""
+        key = (department_id, scope)
+        if key not in self._nearest:
+            self._nearest[key] = next((d for d in self.tree.chain(department_id) if (d, scope) in self.tree.limits), None)
+        return self._nearest[key]
 
     def guarantee_line(self, department_id: int, scope: Scope) -> Decimal:
         limit = self.tree.limits.get((department_id, scope))
@@ -123,15 +145,25 @@ class View:
         if key not in self._ranked:
             out: dict[int, Decimal] = {}
             running = ZERO
-            for grant in sorted(self.members(department_id), key=lambda g: (-g.priority, g.age)):
-                amount = staying(grant, scope)
-                if amount <= 0:
-                    continue
+            if self.held(department_id, scope) <= line:
+                self._ranked[key] = out  # all of it within the line: nothing to rank
+                return out
+            for grant_id, amount in self._ranking(department_id, scope):
                 start, running = running, running + amount
                 if running > line:
-                    out[grant.allocation_id] = running - max(start, line)
+                    out[grant_id] = running - max(start, line)
             self._ranked[key] = out
         return self._ranked[key]
+
+    def _ranking(self, department_id: int, scope: Scope) -> list[tuple[int, Decimal]]:
+        """The subtree's grants that weigh in ``scope``, ranked, with what each weighs (the same
+        for every line)."""
+        key = (department_id, scope)
+        if key not in self._sorted:
+            ranked = sorted(self.members(department_id), key=lambda g: (-g.priority, g.age))
+            self._sorted[key] = [(grant.allocation_id, amount) for grant in ranked
+                                 for amount in (staying(grant, scope),) if amount > 0]
+        return self._sorted[key]
 
     def beyond_facts(self, department_id: int, scope: Scope, line: Decimal, *, why: str, basis: str) -> dict[int, Fact]:
         """The grants beyond ``line``: for a guarantee, the units beyond it may go; for a limit, all
@@ -155,7 +187,7 @@ class View:
             return grant.units
         best, covered = 0, False
         for scope, amount in grant.amounts.items():
-            nearest = next((d for d in self.tree.chain(grant.department_id) if (d, scope) in self.tree.limits), None)
+            nearest = self.nearest(grant.department_id, scope)
             if amount <= 0 or nearest is None or ask.department_id in self.subtree(nearest):
                 continue
             covered = True
@@ -304,18 +336,11 @@ def plan(
     if all(check.fits for check in checks) and fits_now:
         return Plan(admitted=True, victims=(), checks=tuple(checks))
     failing = [check for check in checks if not check.fits]
-    view = View(tree, grants)
+    view = View(tree, grants, holdings)
     facts = quota_facts(view, ask, failing) if failing else {}
     room_ids = set(capacity_candidates or {}) if not fits_now else set()
     if room_ids:
         _note(facts, {gid: fact for gid, fact in (capacity_candidates or {}).items()})
-    caps: dict[int, int] = {}
-    for grant_id, fact in facts.items():
-        grant = by_id.get(grant_id)
-        if grant is not None and grant.takeable:
-            cap = min(fact.units, grant.units - grant.leaving, view.free_units(grant, ask))
-            if cap > 0:
-                caps[grant_id] = cap
     failing_keys = [(tree.subtree(check.department_id), check.scope) for check in failing]
 
     def helps(grant: Grant) -> bool:
@@ -323,13 +348,19 @@ def plan(
             grant.amounts.get(scope, ZERO) > 0 and grant.department_id in subtree for subtree, scope in failing_keys
         )
 
-    order = sorted((by_id[grant_id] for grant_id in caps if helps(by_id[grant_id])),
-                   key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share, -g.age,
-                                  g.allocation_id))
+    # Each victim's cap (the units it may give) is counted as the plan reaches it, not for every
+    # candidate first: most plans stop after a few. A grant that may give nothing has no place.
+    candidates = _in_order(facts, [grant for grant_id in facts for grant in (by_id.get(grant_id),)
+                                   if grant is not None and grant.takeable and helps(grant)])
     taking = _Taking(tree, ask, by_id, holdings, capacity_fits)
     ok, now, room = False, checks, fits_now
-    for grant in order:
-        taking.put(grant.allocation_id, caps[grant.allocation_id])
+    order: list[Grant] = []
+    for grant in candidates:
+        units = min(facts[grant.allocation_id].units, grant.units - grant.leaving, view.free_units(grant, ask))
+        if units <= 0:
+            continue
+        order.append(grant)
+        taking.put(grant.allocation_id, units)
         ok, now, room = taking.passes()
         if ok:
             break
@@ -345,6 +376,13 @@ def plan(
         if not fact_holds(view, ask, victim):
             raise RuntimeError(f"Victim #{victim.allocation_id}: its fact does not hold ({victim.fact}).")
     return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, holdings, ask)))
+
+
+def _in_order(facts: Mapping[int, Fact], grants: list[Grant]) -> list[Grant]:
+    """The order victims are taken in: oversubscribed first, then lowest priority, the department
+    furthest over its fair share, newest."""
+    return sorted(grants, key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share,
+                                         -g.age, g.allocation_id))
 
 
 class _Taking:

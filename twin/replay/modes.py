@@ -170,8 +170,7 @@ def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, qu
             if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
                     pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
-            local = {h.gid for h in world.holdings.values() if h.pool == pool}
-            room = victims.room_facts(world.tree, world.grants(), ask, local=local)
+            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()))
             if world.shortcuts and quota_ok and quantity == 1 and not room_after(
                     world.pools, pool, request, (world.holdings[gid] for gid in room)):
                 return None  # no room even with every candidate gone (``shortcuts``)

@@ -43,6 +43,7 @@ class World:
         self.index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
         self.nested = any(d.parent is not None for d in policy.departments)  # a parent's quota binds its children
         self.holdings: dict[int, Holding] = {}
+        self.on_pool: dict[int, set[int]] = {}  # pool → the grants holding units there
         self.held: dict[tuple[int, algebra.Scope], Decimal] = {(k, None): ZERO for k in self.index.values()}
         self.native = dict.fromkeys(self.index.values(), 0.0)  # GPU-equivalents the requests themselves ask
         self.waiting = dict.fromkeys(self.index.values(), 0.0)  # the same, of the requests waiting
@@ -50,7 +51,10 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._stale: set[int] = set()  # holdings whose grant must be made again (``grants``)
+        self._all_stale = False  # a fair-share factor changed: every grant
         self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
+        self._totals = algebra.TotalsChecks(self.tree, self.held)  # the checks' sums at that version
         self._grant_of: dict[int, algebra.Grant] = {}  # each holding's last grant (``_grant``)
         self.shares = HeldShares(pools)  # what each department's grants hold on each GPU (``shortcuts``)
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
@@ -89,9 +93,10 @@ class World:
             return all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
         if self._fits[0] != self._version:
             self._fits = (self._version, {})
+            self._totals = algebra.TotalsChecks(self.tree, self.held)  # what each department holds, summed once
         known = self._fits[1].get(key)
         if known is None:
-            known = all(check.fits for check in algebra.checks_from_totals(self.tree, self.held, ask))
+            known = all(check.fits for check in self._totals.checks(ask))
             self._fits[1][key] = known
         return known
 
@@ -101,6 +106,9 @@ class World:
                           0.0)
         self._next += 1
         self.holdings[holding.gid] = holding
+        self.on_pool.setdefault(pool, set()).add(holding.gid)
+        self._grant_of[holding.gid] = self._make_grant(holding)  # its place in the grants' order
+        self._stale.add(holding.gid)  # made again when asked: its caller may set its age first
         self._count(holding, len(units), +1)
         self._takeable(holding, +1)
         self.shares.add(holding, units, +1)
@@ -145,8 +153,10 @@ class World:
         del holding.units[len(holding.units) - units:]
         holding.leaving = max(0, holding.leaving - units)
         self._count(holding, units, -1)
+        self._stale.add(holding.gid)
         if not holding.units:
             del self.holdings[holding.gid]
+            self.on_pool[holding.pool].discard(holding.gid)
             self._grant_of.pop(holding.gid, None)
             if not was_leaving:
                 self._takeable(holding, -1)
@@ -155,24 +165,20 @@ class World:
         return gone
 
     def grants(self) -> list[algebra.Grant]:
-        """The grants as the algebra sees them (kept until a grant starts, leaves or ends)."""
+        """The grants as the algebra sees them, in the order they started (kept until a grant
+        starts, leaves or ends; only those that changed are made again)."""
         if self._grants[0] != self._version:
-            self._grants = (self._version, [self._grant(h) for h in self.holdings.values()])
+            stale = self.holdings.keys() if self._all_stale else self._stale & self.holdings.keys()
+            for gid in stale:
+                self._grant_of[gid] = self._make_grant(self.holdings[gid])
+            self._stale, self._all_stale = set(), False
+            self._grants = (self._version, list(self._grant_of.values()))
         return self._grants[1]
 
-    def _grant(self, h: Holding) -> algebra.Grant:
-        """One grant as the algebra sees it, made again only when its units, its leaving units or
-        its department's fair-share factor changed."""
-        fair_share = self.fair_share.get(h.department, 1.0)
-        known = self._grant_of.get(h.gid)
-        if known is not None and known.units == len(h.units) and known.leaving == h.leaving and \
-                known.fair_share == fair_share:
-            return known
-        grant = algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                              priority=h.priority, age=h.age or h.gid, takeable=not h.leaving, units=len(h.units),
-                              leaving=h.leaving, fair_share=fair_share)
-        self._grant_of[h.gid] = grant
-        return grant
+    def _make_grant(self, h: Holding) -> algebra.Grant:
+        return algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
+                             priority=h.priority, age=h.age or h.gid, takeable=not h.leaving, units=len(h.units),
+                             leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
 
     def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
         """A quota window's edge: the department's effective numbers from now on."""
@@ -184,6 +190,7 @@ class World:
     def set_fair_share(self, factors: dict[int, float]) -> None:
         if factors != self.fair_share:
             self.fair_share = dict(factors)
+            self._all_stale = True
             self._version += 1
 
     def cut_view(self, pool: int) -> CutView:
@@ -204,6 +211,7 @@ class World:
         if not holding.leaving:
             self._takeable(holding, -1)
         holding.leaving += victim.units
+        self._stale.add(holding.gid)
         self._version += 1
         return holding
 

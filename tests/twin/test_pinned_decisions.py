@@ -1,0 +1,141 @@
+"""The replay's speed work changes no decision (docs/twin.md, "Speed"): seeded replays, plain and
+with every decision written down (``twin.replay.decisions``), hash to the digests the replay gave
+before its hot paths were made incremental.
+
+A digest may legitimately change only when a rule changes what the replay decides (the victim
+choice, the placement engine's scoring, the generator's distributions, the order of the queue):
+then check that the change is the one intended (``tests/twin/fidelity`` still passes) and print
+the new digests with ``.venv/bin/python -m tests.twin.test_pinned_decisions``. A change made only
+for speed must leave them as they are.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+import pytest
+
+from placement import Gpu, Node
+from tests.twin.fidelity.case import fidelity_case
+from twin.policy import Policy, policy_with_rules
+from twin.replay.decisions import Decision, replay_decisions
+from twin.replay.engine import Outcome, Replay
+from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate
+from twin.workload import Job
+
+# nodes of three sizes and two models, so that whole GPUs, shares and 4- or 8-GPU units compete
+NODES = [Node(f"n{k}", 96000, 393216, tuple(Gpu(i, "G" if k % 4 else "H") for i in range((8, 2, 4)[k % 3])))
+         for k in range(12)]
+RULES_OVER_TIME = """
+windows:
+  - {department: nlp, kind: recurring, begins_at: 2026-03-02T18:00:00Z, rrule: FREQ=DAILY, duration_minutes: 600,
+     limit_delta: -12}
+idle_policies:
+  - {name: idle, threshold: 0.1, window_minutes: 60, grace_minutes: 30, action: reclaim}
+fair_share: {half_life_hours: 24}
+"""
+
+
+def month(seed: int, rules: bool) -> tuple[list[Job], Policy]:
+    spec = GeneratorSpec(seed=seed, days=5, requests=500, installed_gpus=sum(len(n.gpus) for n in NODES),
+                         offered_load=1.5)
+    policy = generated_policy(spec)
+    return workload_generate(spec), policy_with_rules(policy, RULES_OVER_TIME) if rules else policy
+
+
+def digest(lines: Iterable[object]) -> str:
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(repr(line).encode())
+        h.update(b"\n")
+    return h.hexdigest()[:16]
+
+
+def outcome_digest(outcome: Outcome) -> str:
+    """Every run, every request's first start, finish and restarts, and the replay's counts."""
+    return digest([*outcome.runs, *((r.first_start, r.finish, r.restarts, r.in_guarantee) for r in outcome.records),
+                   (outcome.reclaims, outcome.events, outcome.idle_warnings, outcome.idle_reclaims,
+                    outcome.window_edges)])
+
+
+def log_digest(log: list[Decision]) -> str:
+    return digest(log)
+
+
+def plain(seed: int, rules: bool, mode: str) -> str:
+    jobs, policy = month(seed, rules)
+    return outcome_digest(Replay(jobs, NODES, policy, mode).run())
+
+
+def logged(seed: int, rules: bool) -> str:
+    jobs, policy = month(seed, rules)
+    return log_digest(replay_decisions(jobs, NODES, policy, "full")[0])
+
+
+def fidelity_logged(seed: int) -> str:
+    case = fidelity_case(300, seed=seed)
+    return log_digest(replay_decisions(case.jobs, case.nodes, case.policy, "full")[0])
+
+
+PLAIN = {
+    (1, False, 'full'): 'f5e868dbba6ce4c5',
+    (1, True, 'full'): 'b1f993038b5f4857',
+    (1, False, 'borrow'): '0d99db4ca51958ac',
+    (1, False, 'static'): 'cb623fb0c8eec88e',
+    (1, False, 'pool'): 'a4a1037a6b9cd4ad',
+    (2, False, 'full'): 'a835a53979c3fffb',
+    (2, True, 'full'): '8023e34d84718792',
+    (2, False, 'borrow'): '607b36a4d14b7976',
+    (2, False, 'static'): 'b4bbce68accc7f5b',
+    (2, False, 'pool'): 'd91fc14440c5944a',
+    (3, False, 'full'): '3222b1c8abd31e08',
+    (3, True, 'full'): 'e857c29e7db6e36c',
+    (3, False, 'borrow'): 'c97a86e4afd993b0',
+    (3, False, 'static'): '58c39e1775dd84bb',
+    (3, False, 'pool'): '3f6b1cb59dc1c011',
+}
+LOGGED = {
+    (1, False): 'c579da823b94dc72',
+    (1, True): '7913f158a88a454c',
+    (2, False): 'c04e3bddb6adf146',
+    (2, True): '660db5ad431743b5',
+}
+FIDELITY = {
+    1: '972cf66e6313bbfd',
+    2: 'a7f93bde96b79891',
+}
+
+
+@pytest.mark.parametrize(("seed", "rules", "mode"), list(PLAIN))
+def test_a_plain_replay_decides_as_it_did(seed: int, rules: bool, mode: str) -> None:
+    assert plain(seed, rules, mode) == PLAIN[(seed, rules, mode)]
+
+
+@pytest.mark.parametrize(("seed", "rules"), list(LOGGED))
+def test_the_decision_log_of_a_generated_month_is_as_it_was(seed: int, rules: bool) -> None:
+    assert logged(seed, rules) == LOGGED[(seed, rules)]
+
+
+@pytest.mark.parametrize("seed", list(FIDELITY))
+def test_the_decision_log_of_the_fidelity_workload_is_as_it_was(seed: int) -> None:
+    assert fidelity_logged(seed) == FIDELITY[seed]
+
+
+def pins() -> str:
+    """The three tables above as they stand now, to paste there when a rule changed on purpose."""
+    out = ["PLAIN = {"]
+    for seed in (1, 2, 3):
+        for rules, mode in ((False, "full"), (True, "full"), (False, "borrow"), (False, "static"), (False, "pool")):
+            out.append(f"    ({seed}, {rules}, {mode!r}): {plain(seed, rules, mode)!r},")
+    out.append("}\nLOGGED = {")
+    out += [f"    ({seed}, {rules}): {logged(seed, rules)!r}," for seed in (1, 2) for rules in (False, True)]
+    out.append("}\nFIDELITY = {")
+    out += [f"    {seed}: {fidelity_logged(seed)!r}," for seed in (1, 2)]
+    return "\n".join([*out, "}", ""])
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.stdout.write(pins())
