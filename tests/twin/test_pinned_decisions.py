@@ -79,7 +79,7 @@ def fidelity_logged(seed: int) -> str:
 
 
 PLAIN = {
-    (1, False, 'full'): 'f5e868dbba6ce4c5',
+    (1, False, 'full'): 'fe0b438eb5eee2c9',
     (1, True, 'full'): 'b1f993038b5f4857',
     (1, False, 'borrow'): '0d99db4ca51958ac',
     (1, False, 'static'): 'cb623fb0c8eec88e',
@@ -96,14 +96,14 @@ PLAIN = {
     (3, False, 'pool'): '3f6b1cb59dc1c011',
 }
 LOGGED = {
-    (1, False): 'c579da823b94dc72',
-    (1, True): '7913f158a88a454c',
-    (2, False): 'c04e3bddb6adf146',
-    (2, True): '660db5ad431743b5',
+    (1, False): '61e52673670fc706',
+    (1, True): '1b27e907c6bf0d28',
+    (2, False): '738796bdab0636c6',
+    (2, True): '257295b68c4259ef',
 }
 FIDELITY = {
-    1: '972cf66e6313bbfd',
-    2: 'a7f93bde96b79891',
+    1: 'e91f0621204b6d76',
+    2: 'ea7898ec7906142f',
 }
 
 
