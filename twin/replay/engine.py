@@ -28,7 +28,7 @@ from twin.replay.state import Holding, Pools, partition, workload_of
 from twin.replay.world import World
 from twin.workload import Job
 
-END, LEAVE, IDLE, WINDOW, ARRIVE = 0, 1, 2, 3, 4  # at one instant: what frees first, quota edges, then arrivals
+END, LEAVE, IDLE, WINDOW, NOTICE, ARRIVE = 0, 1, 2, 3, 4, 5  # at one instant: what frees first, quota edges, then arrivals
 
 
 @dataclass
@@ -150,6 +150,8 @@ class Replay:
                 count += 1
                 if kind == ARRIVE:
                     fresh.add(self._arrive(payload))
+                elif kind == NOTICE:
+                    self._idle_notice(payload)
                 else:
                     freed = True
                     (self._end, self._leave, self._idle_end, self._window)[kind](payload)
@@ -215,7 +217,16 @@ class Replay:
         if idle is not None:
             self.idle_warnings += 1
             if idle.acts_at is not None:
+                self._push(idle.acts_at, NOTICE, holding.gid)
                 self._push(idle.acts_at + self.world.priority_class(entry.job).notice_s, IDLE, holding.gid)
+
+    def _idle_notice(self, gid: int) -> None:
+        """An idle policy reclaims the grant: from now until its notice ends no reclaim may take it
+        (the portal's grant is already being reclaimed: ``algebra.Grant.takeable``). It frees
+        nothing, so the waiting requests are not tried again for it."""
+        holding = self.world.holdings.get(gid)
+        if holding is not None:
+            self.world.mark_idle_notice(holding)
 
     def _idle_end(self, gid: int) -> None:
         """An idle policy's reclaim: the grant's notice has run out; it ends (its request is done,

@@ -29,6 +29,7 @@ class Holding:
     pool: int
     start: float
     leaving: int = 0  # units on their way out (a reclaim's notice runs)
+    idle_notice: bool = False  # an idle policy reclaims it (its notice runs): no reclaim may take it
     record: int = 0  # the index of the request's record
     age: int = 0  # how victims of equal priority rank (newest first): the grant's number unless set
 

@@ -158,9 +158,9 @@ class World:
             del self.holdings[holding.gid]
             self.on_pool[holding.pool].discard(holding.gid)
             self._grant_of.pop(holding.gid, None)
-            if not was_leaving:
+            if not was_leaving and not holding.idle_notice:
                 self._takeable(holding, -1)
-        elif was_leaving and not holding.leaving:
+        elif was_leaving and not holding.leaving and not holding.idle_notice:
             self._takeable(holding, +1)
         return gone
 
@@ -177,7 +177,7 @@ class World:
 
     def _make_grant(self, h: Holding) -> algebra.Grant:
         return algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
-                             priority=h.priority, age=h.age or h.gid, takeable=not h.leaving, units=len(h.units),
+                             priority=h.priority, age=h.age or h.gid, takeable=not (h.leaving or h.idle_notice), units=len(h.units),
                              leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
 
     def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
@@ -196,6 +196,17 @@ class World:
     def cut_view(self, pool: int) -> CutView:
         return CutView(self, pool)
 
+    def mark_idle_notice(self, holding: Holding) -> None:
+        """An idle policy's reclaim began: the grant keeps its units and its quota until its notice
+        ends, but no reclaim may take it any more."""
+        if holding.idle_notice:
+            return
+        if not holding.leaving:
+            self._takeable(holding, -1)
+        holding.idle_notice = True
+        self._stale.add(holding.gid)
+        self._version += 1
+
     def mark_leaving(self, victim: algebra.Victim) -> Holding:
         """The victim's units go to the end of its list (the last ones leave first), marked leaving,
         and leave the GPUs at once: the request they are reclaimed for is booked there now (as the
@@ -208,7 +219,7 @@ class World:
         holding.units.extend(moving)
         self.pools.release(holding.pool, moving)
         self.shares.add(holding, moving, -1)
-        if not holding.leaving:
+        if not holding.leaving and not holding.idle_notice:
             self._takeable(holding, -1)
         holding.leaving += victim.units
         self._stale.add(holding.gid)
