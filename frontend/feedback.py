@@ -19,6 +19,7 @@ from decimal import Decimal
 from typing import Any
 
 from allocations.booking.preview import ClusterFit, placement_preview
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor
 from allocations.quotas.usage import checks_with_segments
 from allocations.quotas.wording import counted_words
@@ -90,13 +91,25 @@ def _what(check: dict[str, Any]) -> str:
     return counted_words(check["flavor"], check.get("priority_class"))
 
 
+def _held_rows(admission: Admission) -> list[dict[str, Any]] | None:
+    """What the department tree's grants hold over the request's interval, from the rows its
+    decision was made on (``Decision.rows``, grouped: ``units`` is the group's quantity), so that
+    the quota lines do not read every grant of the tree again. None (read them) when the decision
+    has none, or when the request holds itself: the decision leaves the request's own grant out,
+    and the segments count it."""
+    allocation, rows = admission.allocation, admission.decision.rows
+    if rows is None or (allocation.pk is not None and allocation.state in HOLDING_STATES):
+        return None
+    return [{**row, "quantity": row["units"]} for row in rows]
+
+
 def quota_lines(admission: Admission) -> list[QuotaLine]:
     """The quota lines of a request: its decision's checks, each with the decision's verdict."""
     allocation, decision = admission.allocation, admission.decision
     if not decision.checks:
         return []
     factor = allocation.priority_class.oversubscription_factor
-    timed = checks_with_segments(allocation=allocation, checks=decision.checks)
+    timed = checks_with_segments(allocation=allocation, checks=decision.checks, rows=_held_rows(admission))
     return [
         QuotaLine(
             department=str(check["department"]), what=_what(check), requested=Decimal(check["requested"]),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -64,6 +64,10 @@ class Decision:
     victims: list[VictimInfo] = field(default_factory=list)
     attempt: Attempt | None = None  # where its units go (admitted only)
     refusal: ApplicationError | None = None
+    # What the department tree's grants hold over the request's interval, as it was decided on
+    # (``department_rows``; None when it was refused before they were read): a page that shows
+    # the checks' segments cuts them from these rows instead of reading the grants again.
+    rows: list[dict[str, Any]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def admitted(self) -> bool:
@@ -333,8 +337,9 @@ def admission_decide(
         room = asking.placing.room(allocation)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
-            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=asking.words.lines(quick), attempt=attempt)
-    return _taking(asking, department_ids=tree_ids, untakeable=untakeable)
+            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=asking.words.lines(quick), attempt=attempt,
+                            rows=rows)
+    return replace(_taking(asking, department_ids=tree_ids, untakeable=untakeable), rows=rows)
 
 
 def _no_quota(allocation: Allocation, *, department: str) -> Decision:

@@ -224,19 +224,24 @@ def quota_spans(
 
 
 def checks_with_segments(
-    *, allocation: Allocation, checks: list[dict[str, Any]], tree: DepartmentTree | None = None
+    *, allocation: Allocation, checks: list[dict[str, Any]], tree: DepartmentTree | None = None,
+    rows: list[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """The quota lines of a request's preview (``admission_decide``'s checks) with their time: each
     line's interval (``from``, ``until``: the step of time admission checked it in, or the request's
     whole interval) and, within it, every segment where what holds or the limit in force changes
-    (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four queries."""
+    (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four
+    queries; three with ``rows``: what the department tree's grants hold over the request's
+    interval when the caller read it already (``held_rows``' fields, or grouped rows whose
+    ``quantity`` is the sum of the group's: a segment adds the amounts up either way)."""
     tree = tree if tree is not None else department_tree()
     chain = tree.ancestors(allocation.project.department_id)
     scopes = Q(flavor_id=allocation.flavor_id) | Q(flavor__isnull=True)
     quotas = {(quota.department.slug, quota.flavor_id): quota
               for quota in Quota.objects.filter(scopes, department_id__in=chain).select_related("department")}
     whole = (allocation.starts_at, allocation.ends_at)
-    rows = held_rows(department_ids=tree.subtree(*chain[-1:]), span=whole)
+    if rows is None:
+        rows = held_rows(department_ids=tree.subtree(*chain[-1:]), span=whole)
     specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas.values()])
     out = []
     for check in checks:
