@@ -21,7 +21,7 @@ from typing import Any
 from allocations.booking.preview import ClusterFit, placement_preview
 from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor
-from allocations.quotas.usage import checks_with_segments
+from allocations.quotas.usage import DecidedReads, checks_with_segments
 from allocations.quotas.wording import counted_words
 from clusters.models import Cluster
 from frontend.outlook import Admission, admission_read
@@ -91,16 +91,14 @@ def _what(check: dict[str, Any]) -> str:
     return counted_words(check["flavor"], check.get("priority_class"))
 
 
-def _held_rows(admission: Admission) -> list[dict[str, Any]] | None:
-    """What the department tree's grants hold over the request's interval, from the rows its
-    decision was made on (``Decision.rows``, grouped: ``units`` is the group's quantity), so that
-    the quota lines do not read every grant of the tree again. None (read them) when the decision
-    has none, or when the request holds itself: the decision leaves the request's own grant out,
-    and the segments count it."""
-    allocation, rows = admission.allocation, admission.decision.rows
-    if rows is None or (allocation.pk is not None and allocation.state in HOLDING_STATES):
+def _decided(admission: Admission) -> DecidedReads | None:
+    """What the request's decision read (``Decision.decided``), so that its quota lines read none
+    of it again; None (read them) when it has none, or when the request holds itself: the
+    decision leaves the request's own grant out, and the segments count it."""
+    allocation, decided = admission.allocation, admission.decision.decided
+    if decided is None or (allocation.pk is not None and allocation.state in HOLDING_STATES):
         return None
-    return [{**row, "quantity": row["units"]} for row in rows]
+    return decided
 
 
 def quota_lines(admission: Admission) -> list[QuotaLine]:
@@ -109,7 +107,7 @@ def quota_lines(admission: Admission) -> list[QuotaLine]:
     if not decision.checks:
         return []
     factor = allocation.priority_class.oversubscription_factor
-    timed = checks_with_segments(allocation=allocation, checks=decision.checks, rows=_held_rows(admission))
+    timed = checks_with_segments(allocation=allocation, checks=decision.checks, decided=_decided(admission))
     return [
         QuotaLine(
             department=str(check["department"]), what=_what(check), requested=Decimal(check["requested"]),

@@ -1,6 +1,6 @@
 """The request form's live feedback reads the department tree's grants once: its quota lines' segments
-are cut from the rows its decision was made on (``Decision.rows``), not read again, and say
-exactly what reading the grants again says. The feedback call's queries are counted, so that a
+are cut from what its decision read (``Decision.decided``: the tree, the quotas, their windows and
+the grant rows), not read again, and say exactly what reading them again says. The feedback call's queries are counted, so that a
 read added back (or one per grant) fails here."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from allocations.grants import services
 from allocations.models import Allocation, Flavor, PriorityClass
 from allocations.quotas import usage
 from allocations.quotas.usage import checks_with_segments
-from frontend.feedback import _held_rows
+from frontend.feedback import _decided
 from frontend.outlook import admission_read, request_allocation
 from tenants.models import Project
 from tests.conftest import World
@@ -26,11 +26,12 @@ from tests.frontend.conftest import Login
 pytestmark = pytest.mark.django_db
 DAY = datetime.timedelta(days=1)
 
-FEEDBACK_QUERIES = 35
+FEEDBACK_QUERIES = 32
 """The feedback call on the role-matrix world (one candidate cluster, PostgreSQL): the session and
-the access check, the form's choices, the placement dry run (the kept state's version, the
-workload), the decision (quota tree, windows, caps, the tree's grants once) and the quota lines
-(their quotas and windows). One more is the grants read again."""
+the access check, the form's choices, the placement dry run (the candidate clusters, the kept
+state's version, the workload), the decision (quota tree, windows, caps, the tree's grants once);
+the quota lines read nothing of their own (they read the tree, the quotas, their windows and the
+grants again before: 36)."""
 
 
 def grant(world: World, *, project: Project, flavor: Flavor, quantity: int, priority_class: PriorityClass,
@@ -72,11 +73,11 @@ def test_segments_from_the_decisions_rows_equal_the_grants_read_again(
                                      priority_class=getattr(world, priority), cluster=None,
                                      span=(start, start + datetime.timedelta(days=days)))
         admission = admission_read(allocation=request)
-        rows = _held_rows(admission)
-        assert rows is not None, admission.decision
+        decided = _decided(admission)
+        assert decided is not None, admission.decision
         checks = admission.decision.checks
         assert checks
-        assert checks_with_segments(allocation=request, checks=checks, rows=rows) == checks_with_segments(
+        assert checks_with_segments(allocation=request, checks=checks, decided=decided) == checks_with_segments(
             allocation=request, checks=checks)
 
 
@@ -84,7 +85,7 @@ def test_a_request_that_holds_itself_reads_the_grants_again(world: World) -> Non
     """The decision leaves the request's own grant out; its segments count it, so they are read."""
     held = grant(world, project=world.llm, flavor=world.a100, quantity=2, priority_class=world.standard,
                  starts_in=datetime.timedelta(0), days=2)
-    assert _held_rows(admission_read(allocation=held)) is None
+    assert _decided(admission_read(allocation=held)) is None
 
 
 def feedback_params(world: World) -> dict[str, Any]:
