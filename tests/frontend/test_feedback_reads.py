@@ -99,7 +99,12 @@ def test_the_feedback_reads_the_trees_grants_once(world: World, login: Login, mo
     assert client.get("/allocations/new/feedback/", feedback_params(world)).status_code == 200  # warm the kept state
     read_again: list[object] = []
     held_rows = usage.held_rows
-    monkeypatch.setattr(usage, "held_rows", lambda **kwargs: read_again.append(kwargs) or held_rows(**kwargs))
+
+    def counted(**kwargs: Any) -> list[dict[str, Any]]:
+        read_again.append(kwargs)
+        return held_rows(**kwargs)
+
+    monkeypatch.setattr(usage, "held_rows", counted)
     with CaptureQueriesContext(connection) as queries:
         response = client.get("/allocations/new/feedback/", feedback_params(world))
     assert response.status_code == 200
