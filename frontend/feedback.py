@@ -19,8 +19,9 @@ from decimal import Decimal
 from typing import Any
 
 from allocations.booking.preview import ClusterFit, placement_preview
+from allocations.catalogue.states import HOLDING_STATES
 from allocations.models import Allocation, Flavor
-from allocations.quotas.usage import checks_with_segments
+from allocations.quotas.usage import DecidedReads, checks_with_segments
 from allocations.quotas.wording import counted_words
 from clusters.models import Cluster
 from frontend.outlook import Admission, admission_read
@@ -90,13 +91,23 @@ def _what(check: dict[str, Any]) -> str:
     return counted_words(check["flavor"], check.get("priority_class"))
 
 
+def _decided(admission: Admission) -> DecidedReads | None:
+    """What the request's decision read (``Decision.decided``), so that its quota lines read none
+    of it again; None (read them) when it has none, or when the request holds itself: the
+    decision leaves the request's own grant out, and the segments count it."""
+    allocation, decided = admission.allocation, admission.decision.decided
+    if decided is None or (allocation.pk is not None and allocation.state in HOLDING_STATES):
+        return None
+    return decided
+
+
 def quota_lines(admission: Admission) -> list[QuotaLine]:
     """The quota lines of a request: its decision's checks, each with the decision's verdict."""
     allocation, decision = admission.allocation, admission.decision
     if not decision.checks:
         return []
     factor = allocation.priority_class.oversubscription_factor
-    timed = checks_with_segments(allocation=allocation, checks=decision.checks)
+    timed = checks_with_segments(allocation=allocation, checks=decision.checks, decided=_decided(admission))
     return [
         QuotaLine(
             department=str(check["department"]), what=_what(check), requested=Decimal(check["requested"]),

@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ from allocations.quotas import algebra, victims
 from allocations.quotas import in_use as timed
 from allocations.quotas.effective_tree import QuotaView, SteppedTree, binding_checks
 from allocations.quotas.node_room import node_room_plan
+from allocations.quotas.usage import DecidedReads
 from allocations.quotas.victim_info import VictimInfo, victim_infos
 from allocations.quotas.wording import QuotaWords, no_quota_words
 from clusters.models import Cluster
@@ -64,6 +65,9 @@ class Decision:
     victims: list[VictimInfo] = field(default_factory=list)
     attempt: Attempt | None = None  # where its units go (admitted only)
     refusal: ApplicationError | None = None
+    # What it was decided on (None when it was refused before the grants were read): a page that
+    # shows the checks' segments cuts them from these reads instead of reading them again.
+    decided: DecidedReads | None = field(default=None, compare=False, repr=False)
 
     @property
     def admitted(self) -> bool:
@@ -319,6 +323,7 @@ def admission_decide(
         return _no_quota(allocation, department=names[department_id])
     tree_ids = department_subtree_ids(root_ids=[chain[-1]], parents=parents)
     rows = department_rows(allocation=allocation, department_ids=tree_ids)
+    decided = DecidedReads(parents=parents, slugs=names, quotas=view.rows, specs=view.specs, rows=rows)
     tree = interval_tree(view, rows=rows, start=start, end=end)  # step by step where what holds or a limit changes
     asking = _Asking(
         allocation=allocation, tree=tree, ask=_ask(allocation, tree, amounts),
@@ -333,8 +338,9 @@ def admission_decide(
         room = asking.placing.room(allocation)
         if room.clusters and room.fits(frozenset()):
             attempt = room.placed(frozenset())
-            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=asking.words.lines(quick), attempt=attempt)
-    return _taking(asking, department_ids=tree_ids, untakeable=untakeable)
+            return Decision(plan=algebra.Plan(True, (), tuple(quick)), checks=asking.words.lines(quick), attempt=attempt,
+                            decided=decided)
+    return replace(_taking(asking, department_ids=tree_ids, untakeable=untakeable), decided=decided)
 
 
 def _no_quota(allocation: Allocation, *, department: str) -> Decision:

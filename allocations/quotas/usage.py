@@ -223,21 +223,60 @@ def quota_spans(
             for quota, subtree in zip(quotas, subtrees, strict=True)]
 
 
+@dataclass(frozen=True)
+class DecidedReads:
+    """What a request's decision (``admission_decide``) read already, from which its quota lines'
+    segments are cut without reading any of it again: the department tree's parents and slugs,
+    the quota rows (``QuotaView.rows``: pk, department, flavor, guaranteed, limit, lending limit)
+    and their approved windows by quota, and what the tree's grants hold over the request's
+    interval (``department_rows``: grouped, ``units`` the sum of the group's quantities; a segment
+    adds the amounts up, so grouped rows give the same segments as one row per grant)."""
+
+    parents: dict[int, int | None]
+    slugs: dict[int, str]
+    quotas: list[tuple[Any, ...]]
+    specs: dict[int, list[windows.WindowSpec]]
+    rows: list[dict[str, Any]]
+
+
+def _decided_quotas(decided: DecidedReads, *, chain: list[int], flavor_id: int) -> dict[tuple[str, int | None], Quota]:
+    """The quotas of ``chain`` for the flavor or for GPU-equivalents, from the decision's rows."""
+    return {
+        (decided.slugs[department_id], quota_flavor): Quota(
+            pk=pk, department_id=department_id, flavor_id=quota_flavor, guaranteed=guaranteed, limit=limit,
+            lending_limit=lending,
+        )
+        for pk, department_id, quota_flavor, guaranteed, limit, lending in decided.quotas
+        if department_id in chain and quota_flavor in (flavor_id, None)
+    }
+
+
 def checks_with_segments(
-    *, allocation: Allocation, checks: list[dict[str, Any]], tree: DepartmentTree | None = None
+    *, allocation: Allocation, checks: list[dict[str, Any]], tree: DepartmentTree | None = None,
+    decided: DecidedReads | None = None,
 ) -> list[dict[str, Any]]:
     """The quota lines of a request's preview (``admission_decide``'s checks) with their time: each
     line's interval (``from``, ``until``: the step of time admission checked it in, or the request's
     whole interval) and, within it, every segment where what holds or the limit in force changes
-    (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four queries."""
+    (``segments``: ``in_use`` at each moment, never grants that do not overlap added up). Four
+    queries; none with ``decided``, what the decision read (only for a request that does not hold
+    itself: the decision's grant rows leave the request's own grant out)."""
+    if decided is not None:
+        tree = DepartmentTree.of(decided.parents)
     tree = tree if tree is not None else department_tree()
     chain = tree.ancestors(allocation.project.department_id)
-    scopes = Q(flavor_id=allocation.flavor_id) | Q(flavor__isnull=True)
-    quotas = {(quota.department.slug, quota.flavor_id): quota
-              for quota in Quota.objects.filter(scopes, department_id__in=chain).select_related("department")}
     whole = (allocation.starts_at, allocation.ends_at)
-    rows = held_rows(department_ids=tree.subtree(*chain[-1:]), span=whole)
-    specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas.values()])
+    rows: list[dict[str, Any]]
+    if decided is not None:
+        quotas = _decided_quotas(decided, chain=chain, flavor_id=allocation.flavor_id)
+        rows = [{**row, "quantity": row["units"]} for row in decided.rows]
+        specs = decided.specs
+    else:
+        scopes = Q(flavor_id=allocation.flavor_id) | Q(flavor__isnull=True)
+        quotas = {(quota.department.slug, quota.flavor_id): quota
+                  for quota in Quota.objects.filter(scopes, department_id__in=chain).select_related("department")}
+        rows = held_rows(department_ids=tree.subtree(*chain[-1:]), span=whole)
+        specs = approved_window_specs(quota_ids=[quota.pk for quota in quotas.values()])
     out = []
     for check in checks:
         span = ((datetime.datetime.fromisoformat(check["from"]), datetime.datetime.fromisoformat(check["until"]))
