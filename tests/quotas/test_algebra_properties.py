@@ -339,7 +339,28 @@ def promised(step: Step) -> bool:
     if not all(within_guarantee(step.tree, grants, ask, d, s) for d in below_root for s in counted):
         return False
     taken = borrowers_of(step.tree, grants, ask)
+    if any(guarded_elsewhere(step.tree, grants, ask, g) for g in grants if g.allocation_id in taken):
+        return False
     return fits(step.tree, [g for g in grants if g.allocation_id not in taken], ask)
+
+
+def guarded_elsewhere(tree: algebra.Tree, grants: list[algebra.Grant], ask: algebra.Ask, grant: algebra.Grant) -> bool:
+    """Whether the grant lies within a guarantee that protects it from the requester, in every scope
+    where one does: the nearest quota on the grant's chain in a scope it weighs in, held by a
+    department whose subtree the requester is outside (``victims.View.free_units``). Then the two
+    guarantees conflict (a flavor's guarantee of one department and a GPU-equivalent guarantee of
+    another summing beyond their parent's limit), and the grant's own one wins: nothing is promised."""
+    covered = False
+    for scope, amount in grant.amounts.items():
+        nearest = next((d for d in chain(tree, grant.department_id) if (d, scope) in tree.limits), None)
+        if amount <= 0 or nearest is None or ask.department_id in subtree(tree, nearest):
+            continue
+        covered = True
+        side = [g for g in grants if g.department_id in subtree(tree, nearest)]
+        reserved_idle = inner(tree, grants, nearest, scope) - sum((g.amounts.get(scope, D(0)) for g in side), D(0))
+        if grant.allocation_id in ranked_beyond(side, scope, tree.limits[(nearest, scope)].guaranteed - reserved_idle):
+            return False
+    return covered
 
 
 @SETTINGS
@@ -393,4 +414,26 @@ def test_a_department_within_its_guarantee_reclaims_what_a_sibling_borrows_past_
     assert victims.plan(tree, [], algebra.Ask(sibling, {None: D(1)}, 1000)).admitted  # the sibling: 1 + 1 <= 2
     borrowing = algebra.Grant(1, sibling, {None: D(1)}, 1000, age=1)  # the sibling holds 2, its guarantee is 1
     plan = victims.plan(tree, [borrowing], algebra.Ask(department, {None: D(1)}, 1000))
+    assert plan.admitted and [(v.allocation_id, v.why) for v in plan.victims] == [(1, "borrowed")]
+
+
+def test_a_flavor_guarantee_keeps_its_grant_against_a_gpu_equivalent_guarantee_it_conflicts_with() -> None:
+    """Hypothesis's example: the flavor team holds its whole flavor guarantee (2), which is also 2
+    GPU-equivalents, all the root allows; the other team's GPU-equivalent guarantee of 1 cannot be
+    kept as well. The grant's own guarantee protects it (``victims.View.free_units``): the request
+    is refused, and the properties above promise nothing here (``guarded_elsewhere``)."""
+    root, flavor_team, other = 1, 2, 3
+    flavor = 7
+    tree = algebra.Tree(
+        parents={root: None, flavor_team: root, other: root},
+        limits={(root, None): limit(root, 0, 2), (other, None): limit(other, 1, 1),
+                (root, flavor): algebra.Limit(root, flavor, D(0), D(2)),
+                (flavor_team, flavor): algebra.Limit(flavor_team, flavor, D(2), D(2))},
+    )
+    held = algebra.Grant(1, flavor_team, {flavor: D(2), None: D(2)}, 100, age=1)
+    ask = algebra.Ask(other, {None: D("0.5")}, 10000, preempts_lower=True)
+    assert guarded_elsewhere(tree, [held], ask, held)
+    assert not victims.plan(tree, [held], ask).admitted
+    unguarded = algebra.Grant(1, flavor_team, {None: D(2)}, 100, age=1)  # no flavor guarantee in the way
+    plan = victims.plan(tree, [unguarded], ask)
     assert plan.admitted and [(v.allocation_id, v.why) for v in plan.victims] == [(1, "borrowed")]
