@@ -27,18 +27,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import statistics
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.api_load import describe  # noqa: E402
-from bench.portal_server import ROOT, free_port, portal_served  # noqa: E402
+from bench.portal_server import ROOT, free_port, port_wait, portal_served  # noqa: E402
 from bench.usage_load import run_clients  # noqa: E402
 
 SEED = """
@@ -146,12 +144,7 @@ def _served(code: str, env: dict[str, str], workers: int) -> Iterator[int]:
          "--workers", str(workers), "--log-level", "warning"], cwd=code, env=env,
     )  # fmt: skip
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        port_wait(port)
         yield port
     finally:
         server.terminate()

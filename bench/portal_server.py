@@ -68,6 +68,16 @@ class ServedPortal:
     server: subprocess.Popen[bytes]
 
 
+def port_wait(port: int) -> None:
+    """Wait up to about 20 s for a server to listen on the loopback ``port``."""
+    for _ in range(200):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+
+
 @contextmanager
 def portal_served(
     *, prefix: str, seed: str, workers: int, settings_module: str = "gpuportal.settings", use_broker: bool = True,
@@ -106,12 +116,7 @@ def portal_served(
              "--workers", str(workers), "--log-level", "warning", *gunicorn_args],
             cwd=root, env=env,
         )  # fmt: skip
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        port_wait(port)
         yield ServedPortal(port=port, env=env, seed_output=seeded, server=server)
     finally:
         if server is not None:

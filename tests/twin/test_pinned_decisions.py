@@ -18,6 +18,7 @@ import pytest
 
 from placement import Gpu, Node
 from tests.twin.fidelity.case import fidelity_case
+from tests.twin.test_shortcuts import RULES_OVER_TIME
 from twin.policy import Policy, policy_with_rules
 from twin.replay.decisions import Decision, replay_decisions
 from twin.replay.engine import Outcome, Replay
@@ -27,14 +28,6 @@ from twin.workload import Job
 # nodes of three sizes and two models, so that whole GPUs, shares and 4- or 8-GPU units compete
 NODES = [Node(f"n{k}", 96000, 393216, tuple(Gpu(i, "G" if k % 4 else "H") for i in range((8, 2, 4)[k % 3])))
          for k in range(12)]
-RULES_OVER_TIME = """
-windows:
-  - {department: nlp, kind: recurring, begins_at: 2026-03-02T18:00:00Z, rrule: FREQ=DAILY, duration_minutes: 600,
-     limit_delta: -12}
-idle_policies:
-  - {name: idle, threshold: 0.1, window_minutes: 60, grace_minutes: 30, action: reclaim}
-fair_share: {half_life_hours: 24}
-"""
 
 
 def month(seed: int, rules: bool) -> tuple[list[Job], Policy]:
