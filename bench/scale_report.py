@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from bench.api_load import percentile
 from bench.scale_drive import PhaseResult
 
 APPROVALS_TARGET = 40.0
@@ -16,13 +17,6 @@ SUBMIT_THROUGHPUT_RATIO = 0.5
 SUBMIT_P99_RATIO = 2.0
 FEEDBACK_P99_TARGET_S = 0.1
 MONTH_P99_RATIO = 2.0
-
-
-def percentile(values: list[float], share: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
 def rate(result: PhaseResult, kind: str) -> float:

@@ -207,6 +207,17 @@ class KubeTestCluster:
         with self.api_client() as api:
             return kubeapi.create_namespace(api, name, labels)
 
+    def delete_namespace(self, name: str) -> None:
+        """Delete a namespace (already gone is fine)."""
+        from kubernetes.client.rest import ApiException
+
+        with self.api_client() as api:
+            try:
+                client.CoreV1Api(api).delete_namespace(name)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+
     # ------------------------------------------------------------ internals
     def _start_once(self) -> None:
         began = time.monotonic()

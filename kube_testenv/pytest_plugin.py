@@ -70,19 +70,11 @@ def kube_api_client(kube_cluster: KubeTestCluster) -> Iterator[client.ApiClient]
 @pytest.fixture
 def kube_namespace(kube_cluster: KubeTestCluster, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace whose ``default`` service account exists; deleted after the test."""
-    from kubernetes import client
-    from kubernetes.client.rest import ApiException
-
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base or 'test'}-{uuid.uuid4().hex[:6]}"
     kube_cluster.create_namespace(name)
     yield name
-    with kube_cluster.api_client() as api:
-        try:
-            client.CoreV1Api(api).delete_namespace(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    kube_cluster.delete_namespace(name)
 
 
 @pytest.fixture

@@ -93,12 +93,7 @@ def tenant_namespace(world: World, kube_cluster: KubeTestCluster) -> Iterator[st
     name = world.seg.slug
     kube_cluster.create_namespace(name)
     yield name
-    with kube_cluster.api_client() as api:
-        try:
-            client.CoreV1Api(api).delete_namespace(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+    kube_cluster.delete_namespace(name)
 
 
 def _phase(core: client.CoreV1Api, namespace: str, name: str, phase: str) -> Any:
