@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db.models import Case, Count, FloatField, Q, QuerySet, Value, When
+from django.db.models import Count, Q, QuerySet
 from django.urls import reverse
 
 from allocations.booking.view import node_offers, unit_shape
 from allocations.catalogue.selectors import allocation_list, allocation_may_change, quota_list
 from allocations.catalogue.states import HOLDING_STATES
+from allocations.fair_share.reads import pending_in_queue_order
 from allocations.grants.changes import allocation_change_list
 from allocations.models import Allocation, AllocationChange, AllocationState, ChangeState, Flavor, Quota
 from allocations.quotas.usage import department_usages, quota_usages
@@ -98,25 +99,19 @@ def allocation_changeable(*, user: User, allocation: Allocation) -> bool:
     return allocation_may_change(user=user, allocation=allocation)
 
 
-def pending_for_decision(*, user: User, factors: Mapping[int, float] | None = None) -> QuerySet[Allocation]:
+def pending_for_decision(*, user: User, factors: dict[int, float] | None = None) -> QuerySet[Allocation]:
     """Pending requests in the departments the user administers, oldest first; with ``factors``
     (department id → the fair-share factor of its own projects, ``allocations.fair_share.reads``),
-    the highest factor first (the department least served for its shares), then oldest first. In
-    the database, so that the queue's limit keeps the requests that come first."""
+    in the queue's order (``pending_in_queue_order``: the higher priority class, then the
+    department least served for its shares, then the oldest). In the database, so that the queue's
+    limit keeps the requests that come first."""
     access = access_for(user)
     pending = allocation_list(user=user, state=[AllocationState.PENDING])
     if not access.is_platform_admin:
         pending = pending.filter(project__department_id__in=access.administered)
     if factors is None:
         return pending.order_by("created_at", "id")
-    by_factor: dict[float, list[int]] = defaultdict(list)
-    for department_id, factor in factors.items():
-        by_factor[factor].append(department_id)
-    factor_of = Case(
-        *(When(project__department_id__in=ids, then=Value(factor)) for factor, ids in sorted(by_factor.items())),
-        default=Value(1.0), output_field=FloatField(),
-    )  # fmt: skip
-    return pending.annotate(fair_share_factor=factor_of).order_by("-fair_share_factor", "created_at", "id")
+    return pending_in_queue_order(pending, factors=factors)
 
 
 def pending_changes_for_decision(*, user: User) -> QuerySet[AllocationChange]:

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
-from django.db.models import Q
 
 from allocations.admission import reasons as why_reasons
 from allocations.admission.headroom import QuotaLevel, quota_chains
@@ -26,6 +25,7 @@ from allocations.admission.reasons import Reason, ReasonCode, Verdict
 from allocations.admission.why_alternatives import alternatives_find
 from allocations.admission.why_estimate import RELIABILITY, Estimate, earliest_start
 from allocations.admission.why_holders import holders_read
+from allocations.admission.why_queue import queue_position
 from allocations.admission.why_windows import outside_window
 from allocations.booking.preview import candidate_clusters
 from allocations.booking.reservations import placement_workload
@@ -40,7 +40,7 @@ from kernel.reads import SharedReads
 from notifications.recipients import department_admins, platform_admins
 from placement import Workload
 from tenants.access import DepartmentTree, access_for
-from tenants.models import Department, Membership, Role
+from tenants.models import Department
 
 
 @dataclass
@@ -124,24 +124,6 @@ def _quota_lines(allocation: Allocation, decision: Decision, tree: DepartmentTre
     return lines
 
 
-def _queue(allocation: Allocation, tree: DepartmentTree) -> dict[str, Any] | None:
-    """Where the request stands among the pending requests its deciders see (oldest first)."""
-    if allocation.state != AllocationState.PENDING:
-        return None
-    chain = tree.ancestors(allocation.project.department_id)
-    with_admins = set(Membership.objects.filter(department_id__in=chain, role=Role.DEPARTMENT_ADMIN)
-                      .values_list("department_id", flat=True))
-    level = next((department for department in chain if department in with_admins), chain[-1])
-    seen = Allocation.objects.filter(state=AllocationState.PENDING,
-                                     project__department_id__in=sorted(tree.subtree(level)))
-    total = seen.count()
-    if not allocation.pk:
-        return {"position": total + 1, "of": total + 1, "ahead": total}
-    ahead = seen.filter(Q(created_at__lt=allocation.created_at) | Q(created_at=allocation.created_at,
-                                                                  pk__lt=allocation.pk)).count()
-    return {"position": ahead + 1, "of": total, "ahead": ahead}
-
-
 def _holders(allocation: Allocation, primary: Reason, viewer: AbstractBaseUser | AnonymousUser,
              clusters: list[Cluster]) -> dict[str, Any] | None:
     access = access_for(viewer)
@@ -188,7 +170,7 @@ def _pending(allocation: Allocation, viewer: AbstractBaseUser | AnonymousUser, n
     read = _read(allocation, now, tree)
     decision, primary, clusters = read.decision, read.primary, read.clusters
     why = Why(allocation=allocation.pk or None, state=allocation.state, primary=primary, secondary=read.secondary,
-              quota=_quota_lines(allocation, decision, tree), queue=_queue(allocation, tree))
+              quota=_quota_lines(allocation, decision, tree), queue=queue_position(allocation=allocation, tree=tree, now=now))
     if decision.admitted:
         why.estimate = Estimate(max(now, allocation.starts_at), "It fits now: it starts once approved (at its start "
                                 "when that is later).", RELIABILITY)

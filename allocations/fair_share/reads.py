@@ -17,9 +17,12 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import Case, FloatField, QuerySet, Value, When
 from django.http import Http404
 
+from allocations.fair_share.queue import NO_FACTOR
 from allocations.fair_share.tree import Node, decayed, fair_tree
+from allocations.models import Allocation
 from allocations.models.fair_share import FairShare
 from kernel.conf import setting_int
 from tenants.access import access_for
@@ -157,3 +160,20 @@ def fair_share_department_get(*, user: User, department_id: int) -> Department:
     if department is None or not access_for(user).can_read_department(department_id):
         raise Http404("No such department.")
     return department
+
+
+def pending_in_queue_order(pending: QuerySet[Allocation], *, factors: dict[int, float]) -> QuerySet[Allocation]:
+    """``pending`` in the queue's order (``allocations.fair_share.queue.queue_key``, here in SQL so
+    that a limit keeps the requests that come first): the higher priority class, then the higher
+    fair-share factor of the request's department (``factors``: ``fair_share_factors``), then the
+    oldest, then the lowest id."""
+    by_factor: dict[float, list[int]] = defaultdict(list)
+    for department_id, factor in factors.items():
+        by_factor[factor].append(department_id)
+    factor_of = Case(
+        *(When(project__department_id__in=ids, then=Value(factor)) for factor, ids in sorted(by_factor.items())),
+        default=Value(NO_FACTOR), output_field=FloatField(),
+    )  # fmt: skip
+    return pending.annotate(fair_share_factor=factor_of).order_by(
+        "-priority_class__value", "-fair_share_factor", "created_at", "id"
+    )

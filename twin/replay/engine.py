@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+from allocations.fair_share.queue import factor_of, queue_key
 from placement import Node
 from twin.policy import Policy
 from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
@@ -192,8 +193,9 @@ class Replay:
         factor, the least served first, then submission."""
         if self.fair is None:
             return entry.key
-        factor = self.world.fair_share.get(self.world.department(entry.job), 1.0)
-        return (entry.key[0], -factor, *entry.key[1:])
+        priority, submitted, line = entry.key
+        factor = factor_of(self.world.fair_share, self.world.department(entry.job))
+        return queue_key(priority=-int(priority), factor=factor, submitted=submitted, tiebreak=int(line))
 
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
         outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
