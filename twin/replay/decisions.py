@@ -52,13 +52,20 @@ IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle 
 WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Unit:
-    """Where one unit went: the node's name, its GPU indices and the thousandths of each it takes."""
+    """Where one unit went: the node's name, its GPU indices and the thousandths of each it takes;
+    for a MIG instance (``mig``) its profile and first memory slice, and no thousandths (0), as the
+    portal's reservation row holds it."""
 
     node: str
     gpus: tuple[int, ...]
     milli: int
+    mig: tuple[str, int] | None = None
+
+    def __repr__(self) -> str:  # a unit without MIG reads as it always did (the pinned digests)
+        text = f"Unit(node={self.node!r}, gpus={self.gpus!r}, milli={self.milli!r}"
+        return text + (f", mig={self.mig!r})" if self.mig is not None else ")")
 
 
 @dataclass(frozen=True)
@@ -83,13 +90,17 @@ class Decision:
 
 
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
-    return tuple(Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli) for p in placements)
+    return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
+                 if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)
+                 for p in placements)
 
 
 def unit_key(shape: Shape) -> UnitKey:
     """The unit as the portal's catalogue counts it (one GPU of one model, no CPU or memory:
-    the workload format has none)."""
+    the workload format has none; a MIG instance: its profile, no thousandths)."""
     model = next(iter(shape.models)) if len(shape.models) == 1 else ""
+    if shape.mig_profile is not None:
+        return (0, 0, model, shape.mig_profile, 0)
     return (0, shape.gpu_milli, model, None, 0)
 
 
@@ -114,6 +125,8 @@ class DecidingReplay(Replay):
         self._want: dict[_GpuKey, int] = {}  # GPU -> thousandths its leaving units hold
         self._have: dict[_GpuKey, Placement] = {}  # GPU -> the overlay booked on it
         self._models: dict[_GpuKey, frozenset[str]] = {}
+        self._want_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> the MIG instances leaving from it
+        self._have_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> those of them booked again on it
         pools = self.world.pools
         self._pool_release = pools.release
         pools.release = self._release_settling  # type: ignore[method-assign]
@@ -319,8 +332,12 @@ class DecidingReplay(Replay):
         at most to the whole, and the overlay follows every unit that leaves or comes back to a GPU
         while the try goes on (the victim choice's cuts)."""
         want: dict[_GpuKey, int] = {}
+        want_mig: dict[_GpuKey, list[Placement]] = {}
         for holding in self.world.holdings.values():
             for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving else ():
+                if unit.request.mig_profile is not None:
+                    want_mig.setdefault((holding.pool, unit.node, unit.gpu_indices[0]), []).append(unit)
+                    continue
                 for gpu in unit.gpu_indices:
                     key = (holding.pool, unit.node, gpu)
                     want[key] = want.get(key, 0) + unit.request.gpu_milli
@@ -329,6 +346,31 @@ class DecidingReplay(Replay):
         self._want = want
         for key in keys:
             self._settle(key)
+        mig_keys = set(want_mig) | set(self._want_mig)
+        self._want_mig = want_mig
+        for key in mig_keys:
+            self._settle_mig(key)
+
+    def _settle_mig(self, key: _GpuKey) -> None:
+        """The MIG instances leaving from one GPU booked on it again where their slices are still
+        free (where the request they were taken for sits on them, it holds them already: the
+        portal's picture holds the two, which never meet in time, on the same slices)."""
+        pool = key[0]
+        cluster, modes = self.world.pools.clusters[pool], self.world.pools.modes[pool]
+        booked = self._have_mig.pop(key, [])
+        for unit in reversed(booked):
+            cluster.release(unit)
+        modes.settle(booked)
+        again = []
+        for unit in self._want_mig.get(key, []):
+            modes.ready(unit)
+            if cluster.check(unit) is None:
+                cluster.apply(unit)
+                again.append(unit)
+            else:
+                modes.settle([unit])
+        if again:
+            self._have_mig[key] = again
 
     def _settle(self, key: _GpuKey) -> None:
         """The overlay on one GPU: what leaves from it, at most what is free."""
@@ -353,16 +395,29 @@ class DecidingReplay(Replay):
         for key in self._keys(pool, units):
             if key in self._want:
                 self._settle(key)
+            if key in self._want_mig:
+                self._settle_mig(key)
 
     def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
-        cluster = self.world.pools.clusters[pool]
+        pools = self.world.pools
+        cluster = pools.clusters[pool]
         for unit in units:
             keys = [key for key in self._keys(pool, [unit]) if key in self._have]
             for key in keys:
                 cluster.release(self._have.pop(key))
+            mig_keys = [key for key in self._keys(pool, [unit]) if key in self._have_mig]
+            for key in mig_keys:
+                booked = self._have_mig.pop(key)
+                for overlay in reversed(booked):
+                    cluster.release(overlay)
+                pools.modes[pool].settle(booked)
+            if pools.modes[pool]:
+                pools.modes[pool].ready(unit)
             cluster.apply(unit)
             for key in keys:
                 self._settle(key)
+            for key in mig_keys:
+                self._settle_mig(key)
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``

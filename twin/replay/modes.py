@@ -80,7 +80,9 @@ class PassMemo:
 
 def per_unit(mode: Mode, job: Job) -> Decimal:
     shape = job.shape
-    return Decimal(shape.num_gpu) if mode.whole else Decimal(shape.milli) * PER_MILLI
+    if mode.whole:
+        return Decimal(shape.num_gpu)
+    return shape.mig_weight if shape.mig_profile is not None else Decimal(shape.milli) * PER_MILLI
 
 
 def _place(world: World, job: Job, pool: int, request: Request, memo: PassMemo) -> list[Placement] | None:

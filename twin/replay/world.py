@@ -259,7 +259,7 @@ class CutView:
                 self._take(gid, units)
         self.last = cut
         if quantity == 1:  # one unit fits where the engine finds a feasible node: no need to choose one
-            return bool(self.world.pools.clusters[self.pool].feasible(request).any())
+            return self.world.pools.fits(self.pool, request)
         placed = self.world.pools.place_all(self.pool, request, quantity)
         if placed is not None:
             self.world.pools.release(self.pool, placed)
