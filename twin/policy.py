@@ -36,6 +36,7 @@ from twin.policy_rules import (
     window_rule,
     window_write,
 )
+from twin.mig import MigAskError
 from twin.workload import GPU_MILLI, Job, Shape, mig_shape
 
 PREEMPTION = ("PreemptLowerPriority", "Never")
@@ -193,8 +194,8 @@ def _mig_flavor(entry: _Entry) -> Shape:
     models = frozenset(m.strip() for m in str(model).split("|") if m.strip()) if model else frozenset()
     try:
         return mig_shape(entry.text("mig_profile"), models)
-    except ValueError as problem:
-        entry.fail("gpu_model" if "GPU model" in str(problem) else "mig_profile", str(problem))
+    except MigAskError as problem:
+        entry.fail(problem.field, str(problem))
 
 
 def _flavor_write(name: str, shape: Shape) -> dict[str, Any]:

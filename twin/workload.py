@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any, NoReturn
 
 from twin.errors import TwinInputError
-from twin.mig import profile_weight
+from twin.mig import MigAskError, profile_weight
 
 FIELDS = ("submit_at", "department", "project", "flavor", "num_gpu", "gpu_milli", "gpu_model", "mig_profile",
           "quantity", "runtime_s", "requested_s", "priority_class", "busy", "starts_at")
@@ -54,8 +54,8 @@ class Shape:
 
 
 def mig_shape(profile: str, models: frozenset[str]) -> Shape:
-    """The shape of one MIG instance of ``profile`` on one of ``models``; ``ValueError`` where no
-    such instance exists (``twin.mig.profile_weight``)."""
+    """The shape of one MIG instance of ``profile`` on one of ``models``; ``MigAskError`` where
+    no such instance exists (``twin.mig.profile_weight``)."""
     weight = profile_weight(profile, models)
     return Shape(1, int((weight * GPU_MILLI).to_integral_value()), models, profile, weight)
 
@@ -203,8 +203,8 @@ def _mig_shape(raw: _Line) -> Shape:
     models = _models(raw)
     try:
         return mig_shape(raw.text("mig_profile"), models)
-    except ValueError as problem:
-        raw.fail("gpu_model" if "GPU model" in str(problem) else "mig_profile", str(problem))
+    except MigAskError as problem:
+        raw.fail(problem.field, str(problem))
 
 
 def _models(raw: _Line) -> frozenset[str]:

@@ -36,7 +36,9 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
-from placement import Node, Placement, Request, Workload, default_policy
+from placement import Cluster, Node, Placement, Request, Workload, default_policy
+from placement.mig import GEOMETRIES
+from placement.mig_tables import GEOMETRY_NAMES, NO_MIG, decode
 from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
@@ -127,6 +129,7 @@ class DecidingReplay(Replay):
         self._models: dict[_GpuKey, frozenset[str]] = {}
         self._want_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> the MIG instances leaving from it
         self._have_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> those of them booked again on it
+        self._mig_gpu_sets: dict[int, set[tuple[str, int]]] = {}
         pools = self.world.pools
         self._pool_release = pools.release
         pools.release = self._release_settling  # type: ignore[method-assign]
@@ -346,29 +349,48 @@ class DecidingReplay(Replay):
         self._want = want
         for key in keys:
             self._settle(key)
-        mig_keys = set(want_mig) | set(self._want_mig)
+        mig_keys = set(want_mig) | set(self._want_mig) | set(self._have_mig) | {
+            key for key in want if key[1:] in self._mig_gpus(key[0])}
         self._want_mig = want_mig
         for key in mig_keys:
             self._settle_mig(key)
 
+    def _mig_gpus(self, pool: int) -> set[tuple[str, int]]:
+        """The (node, GPU index) of the pool's GPUs on MIG nodes."""
+        known = self._mig_gpu_sets.get(pool)
+        if known is None:
+            cluster = self.world.pools.clusters[pool]
+            known = self._mig_gpu_sets[pool] = {(cluster.names[row], int(cluster.gpu_label[row, slot]))
+                                                for row, slot in self.world.pools.modes[pool].geometry}
+        return known
+
     def _settle_mig(self, key: _GpuKey) -> None:
-        """The MIG instances leaving from one GPU booked on it again where their slices are still
-        free (where the request they were taken for sits on them, it holds them already: the
-        portal's picture holds the two, which never meet in time, on the same slices)."""
-        pool = key[0]
+        """The MIG instances leaving from one GPU booked on it again. The portal's picture holds
+        a victim's rows over its whole interval, which the request it was taken for (from the end
+        of the notice) shares: where an instance leaving sits on slices now booked to another, the
+        two cannot be held at once and the portal shows the GPU full (``allocations.booking.view``,
+        ``_instances_fit``), as it does a GPU holding both an instance and a share; here the GPU's
+        free slices are then filled (``_fill``)."""
+        pool, node, gpu = key
         cluster, modes = self.world.pools.clusters[pool], self.world.pools.modes[pool]
         booked = self._have_mig.pop(key, [])
         for unit in reversed(booked):
             cluster.release(unit)
         modes.settle(booked)
-        again = []
+        again: list[Placement] = []
+        row = cluster.index[node]
+        slot = cluster._slot[row][gpu]
+        conflict = self._want.get(key, 0) > 0 and cluster.mig_state[row, slot] != NO_MIG
         for unit in self._want_mig.get(key, []):
             modes.ready(unit)
             if cluster.check(unit) is None:
                 cluster.apply(unit)
                 again.append(unit)
             else:
+                conflict = True
                 modes.settle([unit])
+        if conflict and cluster.mig_state[row, slot] != NO_MIG:
+            again.extend(_fill(cluster, node, gpu))
         if again:
             self._have_mig[key] = again
 
@@ -395,7 +417,7 @@ class DecidingReplay(Replay):
         for key in self._keys(pool, units):
             if key in self._want:
                 self._settle(key)
-            if key in self._want_mig:
+            if key in self._want_mig or key in self._have_mig:
                 self._settle_mig(key)
 
     def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
@@ -445,6 +467,20 @@ class DecidingReplay(Replay):
         for index, cluster in enumerate(pools.clusters):
             cluster.cache.pop(("deltas", id(pools.policies[index])), None)
             pools.policies[index] = default_policy(workload)
+
+
+def _fill(cluster: Cluster, node: str, gpu: int) -> list[Placement]:
+    """Instances booked on a MIG-mode GPU's free slices, the smallest first, until no profile
+    fits there: the GPU shown full."""
+    row = cluster.index[node]
+    slot = cluster._slot[row][gpu]
+    geometry = GEOMETRIES[GEOMETRY_NAMES[decode(int(cluster.mig_state[row, slot]))[0]]]
+    filled: list[Placement] = []
+    for profile in sorted(geometry.profiles, key=lambda p: (p.compute, p.memory_slices, p.name)):
+        request = Request(0, 0, 1, 1000, profile.name)
+        while starts := cluster.legal_mig_starts(row, slot, request):
+            filled.append(cluster.apply(Placement(request, node, (gpu,), (starts[0],))))
+    return filled
 
 
 def idle_merged(log: list[Decision], idle: list[Decision]) -> list[Decision]:

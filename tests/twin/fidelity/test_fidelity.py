@@ -115,11 +115,13 @@ def test_a_rule_the_portal_applied_otherwise_is_named(kind: str) -> None:
 
 
 MIG_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_MIG_REQUESTS", "150"))
-"""Lines of the MIG case (2 MIG-mode nodes and 2 shared-mode nodes of 8 A100s)."""
+"""Lines of the MIG case (2 MIG-mode nodes and 2 shared-mode nodes of 8 A100s, a line every half
+hour); ``GPUPORTAL_FIDELITY_MIG_SEED`` draws another workload of the same kind (3 by default)."""
+MIG_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_MIG_SEED", "3"))
 
 
 def _mig_case(requests: int) -> Any:
-    return fidelity_case(requests, nodes=4, mig_nodes=2, hours=requests * 0.5, seed=3)
+    return fidelity_case(requests, nodes=4, mig_nodes=2, hours=requests * 0.5, seed=MIG_SEED)
 
 
 @POSTGRES
