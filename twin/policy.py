@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 import yaml
 
 from twin.errors import TwinInputError
+from twin.mig import MigAskError
 from twin.policy_rules import (
     DEFAULT_START,
     IdleRule,
@@ -36,7 +37,6 @@ from twin.policy_rules import (
     window_rule,
     window_write,
 )
-from twin.mig import MigAskError
 from twin.workload import GPU_MILLI, Job, Shape, mig_shape
 
 PREEMPTION = ("PreemptLowerPriority", "Never")

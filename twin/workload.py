@@ -16,8 +16,8 @@ import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from pathlib import Path
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, NoReturn
 
 from twin.errors import TwinInputError

@@ -32,65 +32,39 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
-from placement import Cluster, Node, Placement, Request, Workload, default_policy
-from placement.mig import GEOMETRIES
-from placement.mig_tables import GEOMETRY_NAMES, NO_MIG, decode
+from placement import Node, Placement, Request, Workload, default_policy
 from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
 from twin.replay.engine import Replay, _Entry, _unpack
+from twin.replay.log import (
+    BEGIN,
+    END,
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    LEAVE,
+    RANK,
+    RECLAIM,
+    REFUSED,
+    START,
+    SUBMIT,
+    WINDOW,
+    Decision,
+    Unit,
+    fair_share_order,
+    idle_merged,
+)
+from twin.replay.mig_overlay import GpuKey, MigOverlay
 from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
 from twin.replay.state import Holding
 from twin.workload import Job, Shape
 
-_GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
-SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
-RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
-IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle ladder's moves on a grant
-WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
-
-
-@dataclass(frozen=True, repr=False)
-class Unit:
-    """Where one unit went: the node's name, its GPU indices and the thousandths of each it takes;
-    for a MIG instance (``mig``) its profile and first memory slice, and no thousandths (0), as the
-    portal's reservation row holds it."""
-
-    node: str
-    gpus: tuple[int, ...]
-    milli: int
-    mig: tuple[str, int] | None = None
-
-    def __repr__(self) -> str:  # a unit without MIG reads as it always did (the pinned digests)
-        text = f"Unit(node={self.node!r}, gpus={self.gpus!r}, milli={self.milli!r}"
-        return text + (f", mig={self.mig!r})" if self.mig is not None else ")")
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One line of the log. ``piece``: the request's number; ``line``: its workload line;
-    ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
-    for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
-    many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
-    departments by fair-share factor, the least served first, those of equal factor together;
-    ``quota``: for ``window``, the department and its effective guarantee and limit from then."""
-
-    at: float
-    kind: str
-    piece: int
-    line: int
-    quantity: int = 0
-    units: tuple[Unit, ...] = ()
-    victims: tuple[tuple[int, int], ...] = ()
-    reason: str = ""
-    order: tuple[tuple[str, ...], ...] = ()
-    quota: tuple[str, Decimal, Decimal] | None = None
-
-
+_GpuKey = GpuKey
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
     return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
                  if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)
@@ -106,7 +80,7 @@ def unit_key(shape: Shape) -> UnitKey:
     return (0, shape.gpu_milli, model, None, 0)
 
 
-class DecidingReplay(Replay):
+class DecidingReplay(MigOverlay, Replay):
     """The replay, writing each decision into ``log`` (see the module's docstring)."""
 
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
@@ -355,45 +329,6 @@ class DecidingReplay(Replay):
         for key in mig_keys:
             self._settle_mig(key)
 
-    def _mig_gpus(self, pool: int) -> set[tuple[str, int]]:
-        """The (node, GPU index) of the pool's GPUs on MIG nodes."""
-        known = self._mig_gpu_sets.get(pool)
-        if known is None:
-            cluster = self.world.pools.clusters[pool]
-            known = self._mig_gpu_sets[pool] = {(cluster.names[row], int(cluster.gpu_label[row, slot]))
-                                                for row, slot in self.world.pools.modes[pool].geometry}
-        return known
-
-    def _settle_mig(self, key: _GpuKey) -> None:
-        """The MIG instances leaving from one GPU booked on it again. The portal's picture holds
-        a victim's rows over its whole interval, which the request it was taken for (from the end
-        of the notice) shares: where an instance leaving sits on slices now booked to another, the
-        two cannot be held at once and the portal shows the GPU full (``allocations.booking.view``,
-        ``_instances_fit``), as it does a GPU holding both an instance and a share; here the GPU's
-        free slices are then filled (``_fill``)."""
-        pool, node, gpu = key
-        cluster, modes = self.world.pools.clusters[pool], self.world.pools.modes[pool]
-        booked = self._have_mig.pop(key, [])
-        for unit in reversed(booked):
-            cluster.release(unit)
-        modes.settle(booked)
-        again: list[Placement] = []
-        row = cluster.index[node]
-        slot = cluster._slot[row][gpu]
-        conflict = self._want.get(key, 0) > 0 and cluster.mig_state[row, slot] != NO_MIG
-        for unit in self._want_mig.get(key, []):
-            modes.ready(unit)
-            if cluster.check(unit) is None:
-                cluster.apply(unit)
-                again.append(unit)
-            else:
-                conflict = True
-                modes.settle([unit])
-        if conflict and cluster.mig_state[row, slot] != NO_MIG:
-            again.extend(_fill(cluster, node, gpu))
-        if again:
-            self._have_mig[key] = again
-
     def _settle(self, key: _GpuKey) -> None:
         """The overlay on one GPU: what leaves from it, at most what is free."""
         pool, node, gpu = key
@@ -467,58 +402,6 @@ class DecidingReplay(Replay):
         for index, cluster in enumerate(pools.clusters):
             cluster.cache.pop(("deltas", id(pools.policies[index])), None)
             pools.policies[index] = default_policy(workload)
-
-
-def _fill(cluster: Cluster, node: str, gpu: int) -> list[Placement]:
-    """Instances booked on a MIG-mode GPU's free slices, the smallest first, until no profile
-    fits there: the GPU shown full."""
-    row = cluster.index[node]
-    slot = cluster._slot[row][gpu]
-    geometry = GEOMETRIES[GEOMETRY_NAMES[decode(int(cluster.mig_state[row, slot]))[0]]]
-    filled: list[Placement] = []
-    for profile in sorted(geometry.profiles, key=lambda p: (p.compute, p.memory_slices, p.name)):
-        request = Request(0, 0, 1, 1000, profile.name)
-        while starts := cluster.legal_mig_starts(row, slot, request):
-            filled.append(cluster.apply(Placement(request, node, (gpu,), (starts[0],))))
-    return filled
-
-
-def idle_merged(log: list[Decision], idle: list[Decision]) -> list[Decision]:
-    """``log`` with the idle ladder's moves in time order: each at its tick, after the runs that end
-    then (and the requests made then), before anything else then; a move on a grant that no longer
-    holds by then (it ended, or a reclaim took all its units: the portal's ``reclaiming``) is left
-    out, as the portal's evaluation watches only active grants."""
-    gone: dict[int, float] = {}  # piece -> when it stops being watched (at or after a reclaim's instant)
-    units: dict[int, int] = {}
-    for decision in log:
-        if decision.kind == SUBMIT:
-            units[decision.piece] = decision.quantity
-        elif decision.kind in (END, IDLE_END):
-            gone.setdefault(decision.piece, decision.at - 1e-9)  # the end comes before the moves then
-        for victim, count in decision.victims:  # a reclaim of all of a grant: no longer watched from then
-            units[victim] -= count
-            if units[victim] <= 0:
-                gone.setdefault(victim, decision.at)
-    moves = sorted((move for move in idle if move.at <= gone.get(move.piece, float("inf"))),
-                   key=lambda move: (move.at, move.kind != IDLE_WARN, move.piece))
-    merged: list[Decision] = []
-    index = 0
-    for decision in log:
-        while index < len(moves) and (moves[index].at < decision.at or (
-                moves[index].at == decision.at and decision.kind not in (SUBMIT, END))):
-            merged.append(moves[index])
-            index += 1
-        merged.append(decision)
-    return [*merged, *moves[index:]]
-
-
-def fair_share_order(factors: dict[int, float], index: dict[str, int]) -> tuple[tuple[str, ...], ...]:
-    """The departments by factor, the highest (least served) first, those of equal factor in one
-    group by name; a department without a factor has 1.0."""
-    groups: dict[float, list[str]] = {}
-    for name, number in index.items():
-        groups.setdefault(factors.get(number, 1.0), []).append(name)
-    return tuple(tuple(sorted(groups[factor])) for factor in sorted(groups, reverse=True))
 
 
 def _with_quantity(job: Job, quantity: int) -> Job:
