@@ -64,7 +64,7 @@ from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
 from twin.replay.state import Holding
 from twin.workload import Job, Shape
 
-_GpuKey = GpuKey
+_GpuKey = GpuKey  # (pool, node, GPU index)
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
     return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
                  if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)

@@ -132,7 +132,7 @@ def test_mig_instances_are_placed_on_the_slices_the_portal_books() -> None:
     case = _mig_case(MIG_REQUESTS)
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
-    slices = sum(1 for decision in log[: len(log)] for unit in decision.units if unit.mig is not None)
+    slices = sum(1 for decision in log for unit in decision.units if unit.mig is not None)
     sys.stdout.write(f"fidelity with MIG: {MIG_REQUESTS} workload lines, {slices} MIG units placed, "
                      f"decisions compared: {result.compared}\n")
     assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
