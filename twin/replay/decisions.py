@@ -229,6 +229,7 @@ class DecidingReplay(MigOverlay, Replay):
                                  victims=victims))
         if promise.start is not None:
             self._promise_counts(entry, reclaim.per_unit, +1)
+            self.world.promised_on[-self._piece(entry.job)] = (promise.start.pool, [u.node for u in promise.start.units])
         self._leave_at_once(promise_id)
 
     def _leave_at_once(self, promise_id: int) -> None:
@@ -246,7 +247,8 @@ class DecidingReplay(MigOverlay, Replay):
     def _promise_counts(self, entry: _Entry, unit: Decimal, sign: int) -> None:
         """A request booked where its victims were counts for quota from the reclaim on, as the
         portal's scheduled grant does (next to the victims, until their notice ends), and is never
-        taken itself (``planning.reclaim_beneficiaries``)."""
+        taken itself (``planning.reclaim_beneficiaries``); room on one node finds its units on
+        their nodes (``World.promised_on``), so a node it is booked on is not emptied for another."""
         job, world = entry.job, self.world
         piece = self._piece(job)
         amount = unit * job.quantity
@@ -258,6 +260,7 @@ class DecidingReplay(MigOverlay, Replay):
                 priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
         else:
             del self._promised[piece]
+            world.promised_on.pop(-piece, None)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a

@@ -147,6 +147,7 @@ def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity:
 def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
                quantity: int) -> tuple[algebra.Victim, ...] | None:
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
+    units_on.update({gid: nodes for gid, (where, nodes) in world.promised_on.items() if where == pool})
     view = world.cut_view(pool)
     try:
         plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,
