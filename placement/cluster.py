@@ -182,6 +182,30 @@ class Cluster:
         self.version[i] = next(_stamp)
         return True
 
+    def gpu_mode_set(self, i: int, j: int, geometry: str | None) -> None:
+        """Turn the empty GPU in row ``i``, slot ``j`` to MIG mode of ``geometry`` (None: shared
+        mode), as a GPU of a node under the mixed MIG strategy becomes whichever its first unit
+        needs (the portal's ``allocations.booking.view``). Raises ``ValueError`` where anything is
+        booked on it or the geometry is unknown."""
+        if self.gpu_model[i, j] < 0:
+            raise ValueError(f"no GPU in slot {j} of node {self.names[i]}")
+        empty = not self.mig_instances.get((i, j)) if self.mig_state[i, j] != mig_tables.NO_MIG \
+            else self.gpu_free[i, j] == GPU_MILLI
+        if not empty:
+            raise ValueError(f"GPU {self.gpu_label[i, j]} on {self.names[i]} is in use: its mode cannot change")
+        if geometry is not None and geometry not in GEOMETRIES:
+            raise ValueError(f"unknown MIG geometry {geometry!r}")
+        self.mig_instances.pop((i, j), None)
+        if geometry is None:
+            self.mig_state[i, j], self.gpu_free[i, j] = mig_tables.NO_MIG, GPU_MILLI
+        else:
+            self.mig_state[i, j], self.gpu_free[i, j] = _empty_mig_state(geometry), -1
+        self.shared_gpu[i, j] = geometry is None
+        self.gpu_cap_milli = int(self.shared_gpu.sum()) * GPU_MILLI
+        self.mig_gpus = int((self.gpu_present & ~self.shared_gpu).sum())
+        self._refresh_aggregates([i])
+        self.version[i] = next(_stamp)
+
     # ----------------------------------------------------------------- derived views
     def _refresh_aggregates(self, rows: IntArray | list[int]) -> None:
         free = self.gpu_free[rows]

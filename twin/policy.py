@@ -10,6 +10,7 @@ flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU i
          notice_minutes: 15, preemptible: false}
     flavors:
       - {name: a100-half, num_gpu: 1, gpu_milli: 500, gpu_model: A100}
+      - {name: a100-mig-3g, mig_profile: 3g.40gb, gpu_model: A100-80GB}   # a MIG instance
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, NoReturn
 import yaml
 
 from twin.errors import TwinInputError
+from twin.mig import MigAskError
 from twin.policy_rules import (
     DEFAULT_START,
     IdleRule,
@@ -35,7 +37,7 @@ from twin.policy_rules import (
     window_rule,
     window_write,
 )
-from twin.workload import GPU_MILLI, Job, Shape
+from twin.workload import GPU_MILLI, Job, Shape, mig_shape
 
 PREEMPTION = ("PreemptLowerPriority", "Never")
 SECTIONS = ("start", "departments", "priority_classes", "flavors", "windows", "idle_policies", "fair_share")
@@ -172,6 +174,8 @@ def _priority_class(entry: _Entry) -> PriorityClass:
 
 
 def _flavor(entry: _Entry) -> tuple[str, Shape]:
+    if "mig_profile" in entry.data:
+        return entry.text("name"), _mig_flavor(entry)
     count = entry.integer("num_gpu", 1, low=1, high=64)
     milli = entry.integer("gpu_milli", GPU_MILLI, low=1, high=GPU_MILLI)
     if count > 1 and milli != GPU_MILLI:
@@ -179,6 +183,27 @@ def _flavor(entry: _Entry) -> tuple[str, Shape]:
     model = entry.data.get("gpu_model")
     models = frozenset(m.strip() for m in str(model).split("|") if m.strip()) if model else frozenset()
     return entry.text("name"), Shape(count, milli, models)
+
+
+def _mig_flavor(entry: _Entry) -> Shape:
+    """A MIG instance's flavor: one instance of ``mig_profile`` on one GPU of ``gpu_model``."""
+    for key in ("num_gpu", "gpu_milli"):
+        if key in entry.data:
+            entry.fail(key, "a MIG flavor (mig_profile) is one instance on one GPU: no num_gpu or gpu_milli")
+    model = entry.data.get("gpu_model")
+    models = frozenset(m.strip() for m in str(model).split("|") if m.strip()) if model else frozenset()
+    try:
+        return mig_shape(entry.text("mig_profile"), models)
+    except MigAskError as problem:
+        entry.fail(problem.field, str(problem))
+
+
+def _flavor_write(name: str, shape: Shape) -> dict[str, Any]:
+    if shape.mig_profile is not None:
+        return {"name": name, "mig_profile": shape.mig_profile,
+                **({"gpu_model": "|".join(sorted(shape.models))} if shape.models else {})}
+    return {"name": name, "num_gpu": shape.num_gpu, "gpu_milli": shape.gpu_milli,
+            **({"gpu_model": "|".join(sorted(shape.models))} if shape.models else {})}
 
 
 def _section(source: str, data: dict[str, Any], key: str, *, required: bool) -> list[_Entry]:
@@ -243,9 +268,7 @@ def policy_write(policy: Policy) -> str:
              "preemptible": c.notice_s == 0}
             for c in policy.classes.values()
         ],
-        "flavors": [{"name": name, "num_gpu": s.num_gpu, "gpu_milli": s.gpu_milli,
-                     **({"gpu_model": "|".join(sorted(s.models))} if s.models else {})}
-                    for name, s in policy.flavors.items()],
+        "flavors": [_flavor_write(name, shape) for name, shape in policy.flavors.items()],
         "windows": [window_write(rule) for rule in policy.windows],
         "idle_policies": [idle_write(rule) for rule in policy.idle_policies],
     }

@@ -2,7 +2,7 @@
 
 Fields: ``submit_at`` (seconds from the start, or ISO 8601 with a time zone), ``department``,
 ``project``, either ``flavor`` (a name of the policy's catalogue) or a shape (``num_gpu``,
-``gpu_milli``, ``gpu_model``), ``quantity``, ``runtime_s`` (how long the work really runs),
+``gpu_milli``, ``gpu_model``, or ``mig_profile`` with ``gpu_model`` for a MIG instance), ``quantity``, ``runtime_s`` (how long the work really runs),
 ``requested_s`` (the period asked for, at least ``runtime_s``), ``priority_class``, ``busy`` (the
 fraction of the grant its GPUs are busy) and, optionally, ``starts_at`` (a later start asked for).
 Every bad value is a :class:`~twin.errors.TwinInputError` naming the line and the field.
@@ -16,13 +16,15 @@ import io
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
 from twin.errors import TwinInputError
+from twin.mig import MigAskError, profile_weight
 
-FIELDS = ("submit_at", "department", "project", "flavor", "num_gpu", "gpu_milli", "gpu_model", "quantity",
-          "runtime_s", "requested_s", "priority_class", "busy", "starts_at")
+FIELDS = ("submit_at", "department", "project", "flavor", "num_gpu", "gpu_milli", "gpu_model", "mig_profile",
+          "quantity", "runtime_s", "requested_s", "priority_class", "busy", "starts_at")
 REQUIRED = ("submit_at", "department", "project", "quantity", "runtime_s", "requested_s", "priority_class", "busy")
 GPU_MILLI = 1000
 
@@ -30,16 +32,32 @@ GPU_MILLI = 1000
 @dataclass(frozen=True)
 class Shape:
     """One unit of a request: ``num_gpu`` GPUs, ``gpu_milli`` thousandths of each (below 1000 only
-    for one GPU), of one of ``models`` (empty: any model)."""
+    for one GPU), of one of ``models`` (empty: any model). A MIG instance (``mig_profile``) is one
+    GPU's instance of that profile weighing ``mig_weight`` GPU-equivalents (``twin.mig``); its
+    ``gpu_milli`` is that weight in whole thousandths, for the metrics' sums only."""
 
     num_gpu: int
     gpu_milli: int = GPU_MILLI
     models: frozenset[str] = frozenset()
+    mig_profile: str | None = None
+    mig_weight: Decimal = Decimal(0)
 
     @property
     def milli(self) -> int:
         """The unit's GPU demand in thousandths of a GPU (its GPU-equivalents × 1000)."""
         return self.num_gpu * self.gpu_milli
+
+    @property
+    def equivalents(self) -> Decimal:
+        """What one unit weighs in GPU-equivalents, exactly (a MIG instance: its profile's weight)."""
+        return self.mig_weight if self.mig_profile is not None else Decimal(self.milli) / GPU_MILLI
+
+
+def mig_shape(profile: str, models: frozenset[str]) -> Shape:
+    """The shape of one MIG instance of ``profile`` on one of ``models``; ``MigAskError`` where
+    no such instance exists (``twin.mig.profile_weight``)."""
+    weight = profile_weight(profile, models)
+    return Shape(1, int((weight * GPU_MILLI).to_integral_value()), models, profile, weight)
 
 
 @dataclass(frozen=True)
@@ -157,23 +175,42 @@ def job_parse(raw: _Line, flavors: Mapping[str, Shape] | None = None) -> Job:
 
 def _shape(raw: _Line, flavors: Mapping[str, Shape] | None) -> Shape:
     if raw.has("flavor"):
-        for field in ("num_gpu", "gpu_milli", "gpu_model"):
+        for field in ("num_gpu", "gpu_milli", "gpu_model", "mig_profile"):
             if raw.has(field):
-                raw.fail(field, "give either a flavor or a shape (num_gpu, gpu_milli, gpu_model), not both")
+                raw.fail(field, "give either a flavor or a shape (num_gpu, gpu_milli, gpu_model, mig_profile), not both")
         name = raw.text("flavor")
         if flavors is None:
             return Shape(1)  # resolved against the policy's catalogue later (``jobs_resolve``)
         if name not in flavors:
             raw.fail("flavor", f"no flavor {name!r} in the catalogue (known: {', '.join(sorted(flavors)) or 'none'})")
         return flavors[name]
+    if raw.has("mig_profile"):
+        return _mig_shape(raw)
     if not raw.has("num_gpu"):
         raw.fail("num_gpu", "required when no flavor is given")
     count = raw.integer("num_gpu", low=1, high=64)
     milli = raw.integer("gpu_milli", low=1, high=GPU_MILLI) if raw.has("gpu_milli") else GPU_MILLI
     if count > 1 and milli != GPU_MILLI:
         raw.fail("gpu_milli", "a share below a whole GPU (1000) is only possible with num_gpu 1")
-    models = frozenset(m.strip() for m in raw.text("gpu_model").split("|") if m.strip()) if raw.has("gpu_model") else frozenset()
-    return Shape(count, milli, models)
+    return Shape(count, milli, _models(raw))
+
+
+def _mig_shape(raw: _Line) -> Shape:
+    """A MIG instance: one GPU's instance of the profile, on the models named (or any)."""
+    for field in ("num_gpu", "gpu_milli"):
+        if raw.has(field):
+            raw.fail(field, "a MIG instance (mig_profile) is one instance on one GPU: no num_gpu or gpu_milli")
+    models = _models(raw)
+    try:
+        return mig_shape(raw.text("mig_profile"), models)
+    except MigAskError as problem:
+        raw.fail(problem.field, str(problem))
+
+
+def _models(raw: _Line) -> frozenset[str]:
+    if not raw.has("gpu_model"):
+        return frozenset()
+    return frozenset(m.strip() for m in raw.text("gpu_model").split("|") if m.strip())
 
 
 def _relative(parsed: list[tuple[Job, set[str]]], source: str) -> list[Job]:
@@ -241,6 +278,10 @@ def job_record(job: Job) -> dict[str, Any]:
                               "project": job.project}
     if job.flavor is not None:
         record["flavor"] = job.flavor
+    elif job.shape.mig_profile is not None:
+        record["mig_profile"] = job.shape.mig_profile
+        if job.shape.models:
+            record["gpu_model"] = "|".join(sorted(job.shape.models))
     else:
         record.update(num_gpu=job.shape.num_gpu, gpu_milli=job.shape.gpu_milli)
         if job.shape.models:

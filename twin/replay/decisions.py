@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
@@ -41,59 +41,46 @@ from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
 from twin.replay.engine import Replay, _Entry, _unpack
+from twin.replay.log import (
+    BEGIN,
+    END,
+    IDLE_ACT,
+    IDLE_END,
+    IDLE_WARN,
+    LEAVE,
+    RANK,
+    RECLAIM,
+    REFUSED,
+    START,
+    SUBMIT,
+    WINDOW,
+    Decision,
+    Unit,
+    fair_share_order,
+    idle_merged,
+)
+from twin.replay.mig_overlay import GpuKey, MigOverlay
 from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
 from twin.replay.state import Holding
 from twin.workload import Job, Shape
 
-_GpuKey = tuple[int, str, int]  # (pool, node, GPU index)
-SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
-RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
-IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle ladder's moves on a grant
-WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
-
-
-@dataclass(frozen=True)
-class Unit:
-    """Where one unit went: the node's name, its GPU indices and the thousandths of each it takes."""
-
-    node: str
-    gpus: tuple[int, ...]
-    milli: int
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One line of the log. ``piece``: the request's number; ``line``: its workload line;
-    ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
-    for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
-    many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
-    departments by fair-share factor, the least served first, those of equal factor together;
-    ``quota``: for ``window``, the department and its effective guarantee and limit from then."""
-
-    at: float
-    kind: str
-    piece: int
-    line: int
-    quantity: int = 0
-    units: tuple[Unit, ...] = ()
-    victims: tuple[tuple[int, int], ...] = ()
-    reason: str = ""
-    order: tuple[tuple[str, ...], ...] = ()
-    quota: tuple[str, Decimal, Decimal] | None = None
-
-
+_GpuKey = GpuKey  # (pool, node, GPU index)
 def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
-    return tuple(Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli) for p in placements)
+    return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
+                 if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)
+                 for p in placements)
 
 
 def unit_key(shape: Shape) -> UnitKey:
     """The unit as the portal's catalogue counts it (one GPU of one model, no CPU or memory:
-    the workload format has none)."""
+    the workload format has none; a MIG instance: its profile, no thousandths)."""
     model = next(iter(shape.models)) if len(shape.models) == 1 else ""
+    if shape.mig_profile is not None:
+        return (0, 0, model, shape.mig_profile, 0)
     return (0, shape.gpu_milli, model, None, 0)
 
 
-class DecidingReplay(Replay):
+class DecidingReplay(MigOverlay, Replay):
     """The replay, writing each decision into ``log`` (see the module's docstring)."""
 
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
@@ -114,6 +101,9 @@ class DecidingReplay(Replay):
         self._want: dict[_GpuKey, int] = {}  # GPU -> thousandths its leaving units hold
         self._have: dict[_GpuKey, Placement] = {}  # GPU -> the overlay booked on it
         self._models: dict[_GpuKey, frozenset[str]] = {}
+        self._want_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> the MIG instances leaving from it
+        self._have_mig: dict[_GpuKey, list[Placement]] = {}  # GPU -> those of them booked again on it
+        self._mig_gpu_sets: dict[int, set[tuple[str, int]]] = {}
         pools = self.world.pools
         self._pool_release = pools.release
         pools.release = self._release_settling  # type: ignore[method-assign]
@@ -239,6 +229,7 @@ class DecidingReplay(Replay):
                                  victims=victims))
         if promise.start is not None:
             self._promise_counts(entry, reclaim.per_unit, +1)
+            self.world.promised_on[-self._piece(entry.job)] = (promise.start.pool, [u.node for u in promise.start.units])
         self._leave_at_once(promise_id)
 
     def _leave_at_once(self, promise_id: int) -> None:
@@ -256,7 +247,8 @@ class DecidingReplay(Replay):
     def _promise_counts(self, entry: _Entry, unit: Decimal, sign: int) -> None:
         """A request booked where its victims were counts for quota from the reclaim on, as the
         portal's scheduled grant does (next to the victims, until their notice ends), and is never
-        taken itself (``planning.reclaim_beneficiaries``)."""
+        taken itself (``planning.reclaim_beneficiaries``); room on one node finds its units on
+        their nodes (``World.promised_on``), so a node it is booked on is not emptied for another."""
         job, world = entry.job, self.world
         piece = self._piece(job)
         amount = unit * job.quantity
@@ -268,6 +260,7 @@ class DecidingReplay(Replay):
                 priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
         else:
             del self._promised[piece]
+            world.promised_on.pop(-piece, None)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a
@@ -319,8 +312,12 @@ class DecidingReplay(Replay):
         at most to the whole, and the overlay follows every unit that leaves or comes back to a GPU
         while the try goes on (the victim choice's cuts)."""
         want: dict[_GpuKey, int] = {}
+        want_mig: dict[_GpuKey, list[Placement]] = {}
         for holding in self.world.holdings.values():
             for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving else ():
+                if unit.request.mig_profile is not None:
+                    want_mig.setdefault((holding.pool, unit.node, unit.gpu_indices[0]), []).append(unit)
+                    continue
                 for gpu in unit.gpu_indices:
                     key = (holding.pool, unit.node, gpu)
                     want[key] = want.get(key, 0) + unit.request.gpu_milli
@@ -329,6 +326,11 @@ class DecidingReplay(Replay):
         self._want = want
         for key in keys:
             self._settle(key)
+        mig_keys = set(want_mig) | set(self._want_mig) | set(self._have_mig) | {
+            key for key in want if key[1:] in self._mig_gpus(key[0])}
+        self._want_mig = want_mig
+        for key in mig_keys:
+            self._settle_mig(key)
 
     def _settle(self, key: _GpuKey) -> None:
         """The overlay on one GPU: what leaves from it, at most what is free."""
@@ -353,16 +355,29 @@ class DecidingReplay(Replay):
         for key in self._keys(pool, units):
             if key in self._want:
                 self._settle(key)
+            if key in self._want_mig or key in self._have_mig:
+                self._settle_mig(key)
 
     def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
-        cluster = self.world.pools.clusters[pool]
+        pools = self.world.pools
+        cluster = pools.clusters[pool]
         for unit in units:
             keys = [key for key in self._keys(pool, [unit]) if key in self._have]
             for key in keys:
                 cluster.release(self._have.pop(key))
+            mig_keys = [key for key in self._keys(pool, [unit]) if key in self._have_mig]
+            for key in mig_keys:
+                booked = self._have_mig.pop(key)
+                for overlay in reversed(booked):
+                    cluster.release(overlay)
+                pools.modes[pool].settle(booked)
+            if pools.modes[pool]:
+                pools.modes[pool].ready(unit)
             cluster.apply(unit)
             for key in keys:
                 self._settle(key)
+            for key in mig_keys:
+                self._settle_mig(key)
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``
@@ -390,44 +405,6 @@ class DecidingReplay(Replay):
         for index, cluster in enumerate(pools.clusters):
             cluster.cache.pop(("deltas", id(pools.policies[index])), None)
             pools.policies[index] = default_policy(workload)
-
-
-def idle_merged(log: list[Decision], idle: list[Decision]) -> list[Decision]:
-    """``log`` with the idle ladder's moves in time order: each at its tick, after the runs that end
-    then (and the requests made then), before anything else then; a move on a grant that no longer
-    holds by then (it ended, or a reclaim took all its units: the portal's ``reclaiming``) is left
-    out, as the portal's evaluation watches only active grants."""
-    gone: dict[int, float] = {}  # piece -> when it stops being watched (at or after a reclaim's instant)
-    units: dict[int, int] = {}
-    for decision in log:
-        if decision.kind == SUBMIT:
-            units[decision.piece] = decision.quantity
-        elif decision.kind in (END, IDLE_END):
-            gone.setdefault(decision.piece, decision.at - 1e-9)  # the end comes before the moves then
-        for victim, count in decision.victims:  # a reclaim of all of a grant: no longer watched from then
-            units[victim] -= count
-            if units[victim] <= 0:
-                gone.setdefault(victim, decision.at)
-    moves = sorted((move for move in idle if move.at <= gone.get(move.piece, float("inf"))),
-                   key=lambda move: (move.at, move.kind != IDLE_WARN, move.piece))
-    merged: list[Decision] = []
-    index = 0
-    for decision in log:
-        while index < len(moves) and (moves[index].at < decision.at or (
-                moves[index].at == decision.at and decision.kind not in (SUBMIT, END))):
-            merged.append(moves[index])
-            index += 1
-        merged.append(decision)
-    return [*merged, *moves[index:]]
-
-
-def fair_share_order(factors: dict[int, float], index: dict[str, int]) -> tuple[tuple[str, ...], ...]:
-    """The departments by factor, the highest (least served) first, those of equal factor in one
-    group by name; a department without a factor has 1.0."""
-    groups: dict[float, list[str]] = {}
-    for name, number in index.items():
-        groups.setdefault(factors.get(number, 1.0), []).append(name)
-    return tuple(tuple(sorted(groups[factor])) for factor in sorted(groups, reverse=True))
 
 
 def _with_quantity(job: Job, quantity: int) -> Job:

@@ -80,7 +80,9 @@ class PassMemo:
 
 def per_unit(mode: Mode, job: Job) -> Decimal:
     shape = job.shape
-    return Decimal(shape.num_gpu) if mode.whole else Decimal(shape.milli) * PER_MILLI
+    if mode.whole:
+        return Decimal(shape.num_gpu)
+    return shape.mig_weight if shape.mig_profile is not None else Decimal(shape.milli) * PER_MILLI
 
 
 def _place(world: World, job: Job, pool: int, request: Request, memo: PassMemo) -> list[Placement] | None:
@@ -145,6 +147,7 @@ def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity:
 def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
                quantity: int) -> tuple[algebra.Victim, ...] | None:
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
+    units_on.update({gid: nodes for gid, (where, nodes) in world.promised_on.items() if where == pool})
     view = world.cut_view(pool)
     try:
         plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,

@@ -8,7 +8,8 @@
   Which GPU the unit could use then is counted here over the placement engine's arrays, freeing
   each candidate unit's share on its GPUs, and counting for a node the GPUs of an allowed model
   with room (CPU and memory are not asked: units ask none in the twin): an upper bound of the
-  engine's own feasibility, so "no node" is certain.
+  engine's own feasibility, so "no node" is certain. Not counted on a pool with MIG nodes (a GPU
+  a cut empties of MIG instances may take a whole GPU): the plan is asked there.
   Before even asking ``room_facts`` the same count is made over a cheap superset of its
   candidates (``HeldShares.room_after``, one sum of what each department's grants hold per GPU): in the twin's tree (an organisation over flat departments, each
   holding exactly what its grants weigh) a grant has a fact only if its department holds more than
@@ -43,7 +44,7 @@ def room_after(pools: Pools, pool: int, request: Request, candidates: Iterable[H
     """Whether one unit of ``request`` might fit on the pool once every unit of ``candidates`` that
     is not already leaving is gone (False: it certainly does not)."""
     cluster = pools.clusters[pool]
-    if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE):
+    if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE) or _has_mig_nodes(pools, pool):
         return True  # not counted here: the plan decides
     free = cluster.gpu_free.copy()
     for holding in candidates:
@@ -52,6 +53,12 @@ def room_after(pools: Pools, pool: int, request: Request, candidates: Iterable[H
             for label in unit.gpu_indices:
                 free[row, cluster._slot[row][label]] += unit.request.gpu_milli
     return _fits(cluster, request, free)
+
+
+def _has_mig_nodes(pools: Pools, pool: int) -> bool:
+    """Whether the pool has MIG nodes, whose GPUs change mode as instances come and go
+    (``mig_modes``): what a cut frees there is not counted in thousandths, so not here."""
+    return bool(pools.modes and pools.modes[pool])
 
 
 def _fits(cluster: Cluster, request: Request, free: NDArray[np.int64]) -> bool:
@@ -103,7 +110,7 @@ class HeldShares:
         """``room_after`` over every grant ``room_facts`` could name (``_over``'s departments, and the
         lower priorities of the request's own for a class that preempts), summed by department and
         priority."""
-        if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE):
+        if request.kind not in (RequestKind.SHARED, RequestKind.WHOLE) or _has_mig_nodes(self.pools, pool):
             return True
         over, everything = _over(tree, amounts, ask)
         free = self.pools.clusters[pool].gpu_free.copy()

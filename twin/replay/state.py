@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 
 from placement import Cluster, Node, Placement, Request, Workload, default_policy, place
+from placement.decisions import RequestKind
 from placement.policies import Policy as PlacementPolicy
+from twin.replay.mig_modes import MigModes, nodes_at_rest
 from twin.workload import GPU_MILLI, Job, Shape
 
 
@@ -40,35 +42,73 @@ class Holding:
 
 @dataclass
 class Pools:
-    """The clusters a policy places on (one shared, or one per department) and their policies."""
+    """The clusters a policy places on (one shared, or one per department) and their policies;
+    ``modes``: each cluster's GPUs of MIG nodes (``twin.replay.mig_modes``)."""
 
     clusters: list[Cluster]
     policies: list[PlacementPolicy] = field(default_factory=list)
+    modes: list[MigModes] = field(default_factory=list)
 
     @classmethod
     def build(cls, node_groups: Sequence[Sequence[Node]], workload: Workload) -> Pools:
-        clusters = [Cluster(list(nodes)) for nodes in node_groups]
-        return cls(clusters, [default_policy(workload) for _ in clusters])
+        clusters = [Cluster(nodes_at_rest(nodes)) for nodes in node_groups]
+        modes = [MigModes(cluster, nodes) for cluster, nodes in zip(clusters, node_groups, strict=True)]
+        return cls(clusters, [default_policy(workload) for _ in clusters], modes)
 
     def place_all(self, pool: int, request: Request, quantity: int) -> list[Placement] | None:
         """Book ``quantity`` units of ``request`` on the pool, all or none."""
         cluster, policy = self.clusters[pool], self.policies[pool]
         placed: list[Placement] = []
         for _ in range(quantity):
-            decision = place(cluster, request, policy, explain=False)
+            decision = self._place_one(pool, request) if self.modes and self.modes[pool] else \
+                place(cluster, request, policy, explain=False)
             if not isinstance(decision, Placement):
                 self.release(pool, placed)
                 return None
-            cluster.apply(decision)
+            if not (self.modes and self.modes[pool]):
+                cluster.apply(decision)
             placed.append(decision)
         return placed
 
+    def _place_one(self, pool: int, request: Request) -> Placement | None:
+        """One unit on a pool with MIG nodes, booked: a share on the GPUs opened (no MIG node's
+        GPU takes it), a MIG unit on a carved GPU first and else opened, a whole GPU at rest, as
+        the portal's attempt places them (``allocations.booking.attempts``)."""
+        cluster, policy, modes = self.clusters[pool], self.policies[pool], self.modes[pool]
+        if request.kind is not RequestKind.SHARED:
+            decision = place(cluster, request, policy, explain=False)
+            if isinstance(decision, Placement) or request.kind is not RequestKind.MIG:
+                return self._booked(pool, decision)
+        with modes.opened():
+            return self._booked(pool, place(cluster, request, policy, explain=False))
+
+    def _booked(self, pool: int, decision: object) -> Placement | None:
+        if not isinstance(decision, Placement):
+            return None
+        self.modes[pool].ready(decision)
+        self.clusters[pool].apply(decision)
+        return decision
+
+    def fits(self, pool: int, request: Request) -> bool:
+        """Whether one unit of ``request`` finds a node now (where a MIG unit or a share would be
+        placed opened, the GPUs opened)."""
+        cluster = self.clusters[pool]
+        if self.modes and self.modes[pool] and request.kind in (RequestKind.SHARED, RequestKind.MIG):
+            with self.modes[pool].opened():
+                return bool(cluster.feasible(request).any())
+        return bool(cluster.feasible(request).any())
+
     def release(self, pool: int, units: Iterable[Placement]) -> None:
-        for unit in reversed(list(units)):
+        units = list(units)
+        for unit in reversed(units):
             self.clusters[pool].release(unit)
+        if self.modes and self.modes[pool]:
+            self.modes[pool].settle(units)
 
     def apply(self, pool: int, units: Iterable[Placement]) -> None:
         for unit in units:
+            if self.modes and self.modes[pool]:
+                self.modes[pool].ready(unit)
             self.clusters[pool].apply(unit)
 
     def gpu_milli_booked(self) -> int:
@@ -77,6 +117,8 @@ class Pools:
 
 def unit_request(shape: Shape, *, whole: bool = False) -> Request:
     """The placement engine's request for one unit (``whole``: a share takes the whole GPU)."""
+    if shape.mig_profile is not None and not whole:
+        return Request(0, 0, shape.num_gpu, GPU_MILLI, shape.mig_profile, shape.models)
     milli = GPU_MILLI if whole else shape.gpu_milli
     return Request(0, 0, shape.num_gpu, milli, None, shape.models)
 

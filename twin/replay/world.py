@@ -60,6 +60,9 @@ class World:
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
         self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
         self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
+        # A grant promised where its victims were, not yet started (the fidelity replay's): its
+        # grant id → its pool and the node of each unit, which room on one node reads too.
+        self.promised_on: dict[int, tuple[int, list[str]]] = {}
 
     @property
     def version(self) -> int:
@@ -259,7 +262,7 @@ class CutView:
                 self._take(gid, units)
         self.last = cut
         if quantity == 1:  # one unit fits where the engine finds a feasible node: no need to choose one
-            return bool(self.world.pools.clusters[self.pool].feasible(request).any())
+            return self.world.pools.fits(self.pool, request)
         placed = self.world.pools.place_all(self.pool, request, quantity)
         if placed is not None:
             self.world.pools.release(self.pool, placed)

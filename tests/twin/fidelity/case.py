@@ -15,7 +15,7 @@ from allocations.quotas.windows import WindowSpec
 from placement import Gpu, Node
 from twin.policy import Department, Policy, PriorityClass
 from twin.policy_rules import IdleRule, WindowRule
-from twin.workload import Job, Shape
+from twin.workload import Job, Shape, mig_shape
 
 START = datetime.datetime(2027, 3, 1, 0, 0, tzinfo=datetime.UTC)
 """Virtual time 0 on both sides (the portal's clock, the twin's ``Policy.start``): a 5-minute edge."""
@@ -36,6 +36,12 @@ CLASSES = {
 }
 FLAVORS = {"a100": Shape(1, 1000, frozenset({MODEL})), "a100-half": Shape(1, 500, frozenset({MODEL})),
            "a100-quarter": Shape(1, 250, frozenset({MODEL}))}
+MIG_MODEL = "A100-SXM4-80GB"
+"""The model of the MIG case: an A100 of 80 GB, whose geometry (``A100-80GB``) the name tells."""
+MIG_FLAVORS = {"a100": Shape(1, 1000, frozenset({MIG_MODEL})), "a100-half": Shape(1, 500, frozenset({MIG_MODEL})),
+               **{f"a100-mig-{profile.split('.')[0]}": mig_shape(profile, frozenset({MIG_MODEL}))
+                  for profile in ("1g.10gb", "2g.20gb", "3g.40gb")}}
+"""The MIG case's catalogue: a whole GPU, a half (a vGPU share) and MIG instances of three profiles."""
 
 
 def window_rules(hours: float) -> tuple[WindowRule, ...]:
@@ -63,12 +69,17 @@ class Case:
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
-                  idle: bool = False, windows: bool = False) -> Case:
+                  idle: bool = False, windows: bool = False, mig_nodes: int = 0) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
-    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``."""
+    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``; with
+    ``mig_nodes``, the first that many nodes are in MIG mode (``A100-80GB``) and the flavors are
+    ``MIG_FLAVORS``."""
     rng = random.Random(seed)
-    cluster = [Node(f"node-{k:02d}", 128000, 1048576, tuple(Gpu(i, MODEL) for i in range(8))) for k in range(nodes)]
+    model = MIG_MODEL if mig_nodes else MODEL
+    cluster = [Node(f"node-{k:02d}", 128000, 1048576,
+                    tuple(Gpu(i, model, mig_geometry="A100-80GB" if k < mig_nodes else None) for i in range(8)))
+               for k in range(nodes)]
     installed = Decimal(8 * nodes)
     weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
     guarantees = {name: (installed * share).to_integral_value() for name, share in weights.items()}
@@ -77,7 +88,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                         for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, window_rules(hours) if windows else (), IDLE_RULES if idle else (),
+                    MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, window_rules(hours) if windows else (), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []
@@ -91,7 +102,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
         priority = rng.choices(class_names, weights=[0.15, 0.6, 0.25][: len(class_names)] if classes else [1])[0]
         starts = at + rng.randrange(1, 12) * 1800.0 if scheduled and rng.random() < 0.15 else None
         submit = float(int(at))
-        jobs.append(Job(line, submit, department, f"{department}-work", FLAVORS[flavor], quantity, runtime,
+        jobs.append(Job(line, submit, department, f"{department}-work", policy.flavors[flavor], quantity, runtime,
                         float(-(-runtime // 3600) * 3600), priority, round(rng.random(), 2), flavor,
                         float(int(starts)) if starts is not None else None))
     return Case(jobs, cluster, policy)

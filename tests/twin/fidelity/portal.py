@@ -6,7 +6,8 @@ request asks (a workload line, or what a reclaim sent back); ``start``, ``reclai
 ``refused`` make the request now (``allocation_request`` by its department's member, its period
 ending at ``END``) and ask ``allocation_approve`` of a platform admin, then compare: admitted or
 refused and why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each
-unit was booked (the live reservations: node, GPU indices, thousandths), whether it starts now or
+unit was booked (the live reservations: node, GPU indices, thousandths, and a MIG instance's
+profile and first memory slice), whether it starts now or
 waits for its victims, and which grants a reclaim takes and how many units of each (the
 approval's audit event); a refused request is withdrawn and made again at the twin's next try.
 ``end`` asks ``allocation_release`` of the requester (a run ends at its runtime); ``leave`` and
@@ -181,7 +182,9 @@ class PortalReplay:
 
     def _units(self, allocation_id: int) -> tuple[Unit, ...]:
         rows = Reservation.objects.filter(allocation_id=allocation_id, released_at=None).order_by("unit")
-        return tuple(Unit(row.node.name, tuple(row.gpu_indices), row.gpu_milli) for row in rows.select_related("node"))
+        return tuple(Unit(row.node.name, tuple(row.gpu_indices), row.gpu_milli,
+                          (row.mig_profile, row.mig_start) if row.mig_profile and row.mig_start is not None else None)
+                     for row in rows.select_related("node"))
 
     def _victims(self, allocation_id: int) -> tuple[tuple[int, int], ...]:
         """What the approval's audit event says it reclaimed: (request, units) of each grant."""
@@ -250,4 +253,5 @@ def _order_words(order: tuple[tuple[str, ...], ...]) -> str:
 
 
 def _words(units: tuple[Unit, ...]) -> str:
-    return ", ".join(f"{u.node}/gpu{'+'.join(map(str, u.gpus))}:{u.milli}" for u in units) or "nothing"
+    return ", ".join(f"{u.node}/gpu{'+'.join(map(str, u.gpus))}" + (f":{u.mig[0]}@{u.mig[1]}" if u.mig else f":{u.milli}")
+                     for u in units) or "nothing"

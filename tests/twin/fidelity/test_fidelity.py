@@ -112,3 +112,46 @@ def test_a_rule_the_portal_applied_otherwise_is_named(kind: str) -> None:
     changed, words, at = _changed(log, kind)
     differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(changed).differences
     assert len(differences) == 1 and words in differences[0] and f"t={at:.0f}s" in differences[0], differences
+
+
+MIG_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_MIG_REQUESTS", "150"))
+"""Lines of the MIG case (2 MIG-mode nodes and 2 shared-mode nodes of 8 A100s, a line every half
+hour); ``GPUPORTAL_FIDELITY_MIG_SEED`` draws another workload of the same kind (3 by default)."""
+MIG_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_MIG_SEED", "3"))
+
+
+def _mig_case(requests: int) -> Any:
+    return fidelity_case(requests, nodes=4, mig_nodes=2, hours=requests * 0.5, seed=MIG_SEED)
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_mig_instances_are_placed_on_the_slices_the_portal_books() -> None:
+    """MIG-mode nodes beside shared-mode ones, MIG instances of three profiles next to whole GPUs
+    and vGPU shares: every unit's node, GPU and slice alike, reclaims and refusals included."""
+    case = _mig_case(MIG_REQUESTS)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    slices = sum(1 for decision in log for unit in decision.units if unit.mig is not None)
+    sys.stdout.write(f"fidelity with MIG: {MIG_REQUESTS} workload lines, {slices} MIG units placed, "
+                     f"decisions compared: {result.compared}\n")
+    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
+        "\n".join(result.differences[:30])
+    assert slices > 0 and result.compared.get("reclaim", 0) > 0 and result.compared.get(REFUSED, 0) > 0
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_slice_the_portal_did_not_book_is_named() -> None:
+    case = _mig_case(20)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    first = next(index for index, decision in enumerate(log)
+                 if decision.kind == START and any(unit.mig is not None for unit in decision.units))
+    unit = next(unit for unit in log[first].units if unit.mig is not None)
+    assert unit.mig is not None
+    profile, start = unit.mig
+    moved = replace(unit, mig=(profile, start + 1))
+    log[first] = replace(log[first], units=tuple(moved if u is unit else u for u in log[first].units))
+    differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log).differences
+    assert len(differences) == 1, differences
+    assert f"{profile}@{start + 1}" in differences[0] and f"line {log[first].line}" in differences[0]

@@ -7,7 +7,9 @@ with fair share, each department's shares; the quota windows (approved) and the 
 The quota tree is the one the twin builds (``twin.replay.world.quota_tree``). A flavor of one whole
 GPU is an exclusive flavor; a share below a GPU is a HAMi vGPU flavor of that share (the twin's
 shares: any GPU, any mix of shares), with no CPU, memory or GPU memory asked per unit, as the
-workload format asks none.
+workload format asks none. A MIG instance's flavor is a MIG flavor of its profile weighing what the
+twin weighs it; a node whose GPUs the twin holds in MIG mode is a MIG node (the mixed strategy) of
+MIG-capable GPUs whose model the portal reads as the same geometry.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from allocations.booking.state import kept_states_forget
 from allocations.models import FairShare, Flavor, PreemptionPolicy, PriorityClass, Quota, SharingMode
 from allocations.models.windows import QuotaWindow, WindowState
 from clusters.inventory import GpuSpec, node_upsert
-from clusters.models import Cluster
+from clusters.models import Cluster, NodeSharing
+from clusters.models import Node as PortalNode
 from placement import Node
+from placement.mig import COMPUTE_SLICES, geometry_for_model, mig_compute
 from tenants.models import Department, Membership, Project, Role
 from tests.conftest import make_user
 from twin.policy import Policy
@@ -48,6 +52,8 @@ class PortalWorld:
 def _flavor(name: str, shape: Shape) -> Flavor:
     if shape.num_gpu != 1 or len(shape.models) != 1:
         raise ValueError(f"flavor {name}: the portal's units are one GPU of one model")
+    if shape.mig_profile is not None:
+        return _mig_flavor(name, shape)
     share = shape.gpu_milli < GPU_MILLI
     return Flavor.objects.create(
         name=name, display_name=name, gpu_model=next(iter(shape.models)),
@@ -56,6 +62,29 @@ def _flavor(name: str, shape: Shape) -> Flavor:
         compute_percent=max(1, shape.gpu_milli // 10), gpu_equivalents=Decimal(shape.gpu_milli) / GPU_MILLI,
         cpu_millicores_per_unit=0, memory_mib_per_unit=0, reserve_percent=0, reserve_per_unit_mib=0,
     )
+
+
+def _mig_flavor(name: str, shape: Shape) -> Flavor:
+    """A MIG flavor of the shape's profile, weighing what the twin weighs it (``twin.mig``)."""
+    assert shape.mig_profile is not None
+    compute = mig_compute(shape.mig_profile)
+    return Flavor.objects.create(
+        name=name, display_name=name, gpu_model=next(iter(shape.models)), sharing_mode=SharingMode.MIG,
+        resource_name=f"nvidia.com/mig-{shape.mig_profile}", mig_profile=shape.mig_profile, memory_mib=1,
+        compute_percent=compute * 100 // COMPUTE_SLICES, gpu_equivalents=shape.mig_weight,
+        cpu_millicores_per_unit=0, memory_mib_per_unit=0,
+    )
+
+
+def _mig_node(cluster: Cluster, node: Node) -> None:
+    """A node whose GPUs the twin holds in MIG mode: MIG-capable GPUs of the same geometry, the
+    node under the mixed strategy (``NodeSharing.MIG``)."""
+    for gpu in node.gpus:
+        geometry = geometry_for_model(gpu.model, GPU_MEMORY_MIB)
+        if geometry is None or geometry.name != gpu.mig_geometry:
+            raise ValueError(f"node {node.name}: the portal reads {gpu.model} as {geometry and geometry.name}, "
+                             f"the twin's cluster says {gpu.mig_geometry}")
+    PortalNode.objects.filter(cluster=cluster, name=node.name).update(sharing=NodeSharing.MIG)
 
 
 def _class(name: str, policy: Policy) -> PriorityClass:
@@ -91,7 +120,10 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     cluster = Cluster.objects.create(name="twin", use_hami=True)
     for node in nodes:
         node_upsert(actor=None, cluster=cluster, name=node.name, cpu_millicores=node.cpu_milli, memory_mib=node.memory_mib,
-                    gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB) for gpu in node.gpus])
+                    gpus=[GpuSpec(index=gpu.index, model=gpu.model, memory_mib=GPU_MEMORY_MIB,
+                                  mig_capable=gpu.mig_geometry is not None) for gpu in node.gpus])
+        if any(gpu.mig_geometry is not None for gpu in node.gpus):
+            _mig_node(cluster, node)
     for window in policy.windows:  # approved, on the department's quota in GPU-equivalents
         shape = window.spec
         QuotaWindow.objects.create(
