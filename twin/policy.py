@@ -11,13 +11,14 @@ flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU i
     flavors:
       - {name: a100-half, num_gpu: 1, gpu_milli: 500, gpu_model: A100}
       - {name: a100-mig-3g, mig_profile: 3g.40gb, gpu_model: A100-80GB}   # a MIG instance
+      - {name: a100-mig-1g, mig_profile: 1g.10gb, gpu_model: A100-80GB, gpu_equivalents: 0.2}   # weighed as stored
 """
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, NoReturn
@@ -193,14 +194,20 @@ def _mig_flavor(entry: _Entry) -> Shape:
     model = entry.data.get("gpu_model")
     models = frozenset(m.strip() for m in str(model).split("|") if m.strip()) if model else frozenset()
     try:
-        return mig_shape(entry.text("mig_profile"), models)
+        shape = mig_shape(entry.text("mig_profile"), models)
     except MigAskError as problem:
         entry.fail(problem.field, str(problem))
+    if "gpu_equivalents" not in entry.data:
+        return shape
+    weight = entry.decimal("gpu_equivalents", low=Decimal("0.0001"))
+    if weight > 1:
+        entry.fail("gpu_equivalents", f"one instance weighs at most one GPU, not {weight}")
+    return replace(shape, gpu_milli=int((weight * GPU_MILLI).to_integral_value()), mig_weight=weight)
 
 
 def _flavor_write(name: str, shape: Shape) -> dict[str, Any]:
     if shape.mig_profile is not None:
-        return {"name": name, "mig_profile": shape.mig_profile,
+        return {"name": name, "mig_profile": shape.mig_profile, "gpu_equivalents": str(shape.mig_weight),
                 **({"gpu_model": "|".join(sorted(shape.models))} if shape.models else {})}
     return {"name": name, "num_gpu": shape.num_gpu, "gpu_milli": shape.gpu_milli,
             **({"gpu_model": "|".join(sorted(shape.models))} if shape.models else {})}

@@ -29,14 +29,17 @@ from decimal import Decimal
 from django.db.models import Avg, Count, Max, Min, Q
 
 from allocations.models import Allocation, AllocationState, Flavor, PriorityClass, Quota, Reservation, SharingMode
+from clusters.models import Gpu as GpuRow
 from clusters.models import Node as NodeRow
-from placement import Gpu, Node
+from clusters.models import NodeSharing
+from placement import Gpu, Node, geometry_for_model
 from telemetry.models import AllocationUsage
 from tenants.models import Department
+from twin.mig import MigAskError
 from twin.policy import Department as TwinDepartment
 from twin.policy import Policy
 from twin.policy import PriorityClass as TwinClass
-from twin.workload import GPU_MILLI, Job, Shape
+from twin.workload import GPU_MILLI, Job, Shape, mig_shape
 
 DEFAULT_BUSY = 0.5  # where a grant has no telemetry reading: half busy (docs/twin.md)
 MIN_RUNTIME_S = 60.0
@@ -45,10 +48,19 @@ LEFT_OUT = (AllocationState.CANCELLED, AllocationState.FAILED)
 
 
 def flavor_shape(flavor: Flavor) -> Shape:
-    """One unit of the flavor as the twin places it: whole GPUs for a flavor of one or more whole
-    GPU-equivalents, else a share of one GPU (its GPU-equivalents in thousandths)."""
+    """One unit of the flavor as the twin places it: a MIG flavor one instance of its profile
+    weighing the flavor's GPU-equivalents (on the MIG nodes of ``inventory_nodes``; a share of one
+    GPU where no MIG geometry of its model has the profile); whole GPUs for a flavor of one or more
+    whole GPU-equivalents, else a share of one GPU (its GPU-equivalents in thousandths)."""
     equivalents = Decimal(flavor.gpu_equivalents)
     models = frozenset({flavor.gpu_model}) if flavor.gpu_model else frozenset()
+    if flavor.sharing_mode == SharingMode.MIG and flavor.mig_profile:
+        try:
+            mig_shape(flavor.mig_profile, models)  # the profile exists on the model
+        except MigAskError:
+            pass
+        else:
+            return Shape(1, int((equivalents * GPU_MILLI).to_integral_value()), models, flavor.mig_profile, equivalents)
     if flavor.sharing_mode == SharingMode.EXCLUSIVE or (equivalents >= 1 and equivalents == int(equivalents)):
         return Shape(max(1, int(equivalents)), GPU_MILLI, models)
     return Shape(1, min(GPU_MILLI, max(1, round(equivalents * GPU_MILLI))), models)
@@ -58,13 +70,22 @@ def flavor_shapes() -> dict[str, Shape]:
     return {flavor.name: flavor_shape(flavor) for flavor in Flavor.objects.order_by("name")}
 
 
+def _inventory_gpu(gpu: GpuRow, *, mig_node: bool) -> Gpu:
+    """A GPU of the inventory: in MIG mode on a node offering MIG partitions (the mixed strategy,
+    ``NodeSharing.MIG``) where its model and memory have a MIG geometry, else in shared mode."""
+    geometry = geometry_for_model(gpu.model, gpu.memory_mib) if mig_node and gpu.mig_capable else None
+    return Gpu(gpu.index, gpu.model, mig_geometry=geometry.name if geometry is not None else None)
+
+
 def inventory_nodes() -> list[Node]:
-    """The schedulable nodes of the active clusters that have GPUs, named ``cluster/node``."""
+    """The schedulable nodes of the active clusters that have GPUs, named ``cluster/node``; the
+    GPUs of a node offering MIG partitions in MIG mode (``_inventory_gpu``)."""
     rows = (NodeRow.objects.filter(cluster__is_active=True, is_schedulable=True)
             .select_related("cluster").prefetch_related("gpus").order_by("cluster__name", "name"))
     nodes = []
     for row in rows:
-        gpus = tuple(Gpu(gpu.index, gpu.model) for gpu in sorted(row.gpus.all(), key=lambda gpu: gpu.index))
+        mig_node = row.sharing == NodeSharing.MIG
+        gpus = tuple(_inventory_gpu(gpu, mig_node=mig_node) for gpu in sorted(row.gpus.all(), key=lambda gpu: gpu.index))
         if gpus:
             nodes.append(Node(f"{row.cluster.name}/{row.name}", row.cpu_millicores, row.memory_mib, gpus))
     return nodes

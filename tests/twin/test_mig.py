@@ -84,6 +84,23 @@ flavors:
         policy_read(text.replace("3g.40gb", "3g.41gb").replace(", gpu_model: A100-SXM4-80GB", ""), source="p.yaml")
 
 
+def test_a_policy_mig_flavor_may_weigh_what_the_portal_stores_and_a_bad_weight_is_named() -> None:
+    """The portal keeps each MIG flavor's GPU-equivalents as entered: its export writes that weight
+    and the twin reads it back, instead of the demo's rule."""
+    text = """
+departments: [{name: nlp, guarantee: 8}]
+priority_classes: [{name: gpu-standard, value: 10000}]
+flavors:
+  - {name: mig-1g, mig_profile: 1g.10gb, gpu_model: A100-SXM4-80GB, gpu_equivalents: 0.2}
+"""
+    policy = policy_read(text)
+    assert (policy.flavors["mig-1g"].equivalents, policy.flavors["mig-1g"].gpu_milli) == (Decimal("0.2"), 200)
+    assert policy_read(policy_write(policy)) == policy
+    for bad in ("1.5", "0", "many"):
+        with pytest.raises(TwinInputError, match="flavors\\[0\\]: gpu_equivalents"):
+            policy_read(text.replace("gpu_equivalents: 0.2", f"gpu_equivalents: {bad}"), source="p.yaml")
+
+
 def _policy() -> Policy:
     model = frozenset({"A100-SXM4-80GB"})
     return Policy((Department("nlp", Decimal(16), Decimal(16)),),

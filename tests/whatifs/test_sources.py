@@ -11,7 +11,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from allocations.models import AllocationState, Quota
+from allocations.models import AllocationState, Flavor, Quota
 from telemetry.models import AllocationUsage
 from tests.conftest import World
 from tests.whatifs.history import HOUR, asked, over_nlp_limit, ran
@@ -65,6 +65,23 @@ def test_the_live_policy_counts_gpu_equivalents_and_the_inventory_its_gpus(world
     assert policy.flavors["a100-1g"].gpu_milli == 143 and policy.flavors["a100"].gpu_milli == 1000
     nodes = inventory_nodes()
     assert sum(len(node.gpus) for node in nodes) == 24 and all(node.name.startswith("test-cluster/") for node in nodes)
+
+
+def test_the_inventory_has_mig_nodes_where_the_portal_offers_mig_partitions_and_mig_flavors_ask_instances(
+    world: World,
+) -> None:
+    """The A100 nodes run the mixed MIG strategy: their GPUs are in MIG mode for the twin (the
+    geometry of their model and memory), the H100 ones in shared mode; the MIG flavor is one
+    1g.10gb instance weighing what the flavor stores, the MPS flavor still a share."""
+    by_name = {node.name: node for node in inventory_nodes()}
+    assert {gpu.mig_geometry for gpu in by_name["test-cluster/a100-0"].gpus} == {"A100-80GB"}
+    assert {gpu.mig_geometry for gpu in by_name["test-cluster/h100-0"].gpus} == {None}
+    shapes = live_policy().flavors
+    assert (shapes["a100-1g"].mig_profile, shapes["a100-1g"].mig_weight) == ("1g.10gb", Decimal("0.1429"))
+    assert shapes["a100-1g"].equivalents == world.mig.gpu_equivalents
+    assert shapes["h100-mps"].mig_profile is None and shapes["h100-mps"].gpu_milli == 250
+    Flavor.objects.filter(pk=world.mig.pk).update(gpu_equivalents=Decimal("0.2"))  # the stored weight counts
+    assert live_policy().flavors["a100-1g"].equivalents == Decimal("0.2")
 
 
 def test_twin_export_writes_files_the_twin_reads_back(world: World, tmp_path: Path) -> None:
