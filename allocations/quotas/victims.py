@@ -278,12 +278,13 @@ def within_guarantee(view: View, ask: Ask) -> bool:
     return True
 
 
-def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int]) -> dict[int, Fact]:
+def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int], view: View | None = None) -> dict[int, Fact]:
     """Grant id → the fact that lets ``ask`` take its GPUs for room, among the ``local`` grants (on
     the candidate clusters): those beyond some department's limit (for a request of factor 1, or of
     higher priority), those that borrow under a department of its chain (for a request within its
-    guarantee), and lower-priority ones of its subtree (for a class that preempts)."""
-    view = View(tree, grants)
+    guarantee), and lower-priority ones of its subtree (for a class that preempts). ``view``: a
+    ``View`` of the same tree and grants, if the caller keeps one (it is read, not changed)."""
+    view = _view_of(tree, grants, view)
     facts: dict[int, Fact] = {}
     for (department_id, scope), limit in sorted(tree.limits.items(), key=lambda item: str(item[0])):
         over = view.beyond_facts(department_id, scope, limit.beyond, why="oversubscribed", basis="limit")
@@ -293,6 +294,11 @@ def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int]) ->
             _note(facts, _path_borrowed(view, ask, scope, None))
     _note(facts, _lower_priority(view, ask, view.grants))
     return {gid: fact for gid, fact in facts.items() if gid in local and view.by_id[gid].takeable}
+
+
+def _view_of(tree: Tree, grants: list[Grant], view: View | None) -> View:
+    """The caller's view if it is one of ``tree`` (its grants are the caller's word), else a new one."""
+    return view if view is not None and view.tree is tree else View(tree, grants)
 
 
 def fact_holds(view: View, ask: Ask, victim: Victim) -> bool:
@@ -325,18 +331,23 @@ def plan(
     *,
     capacity_fits: Callable[[Cut], bool] | None = None,
     capacity_candidates: Mapping[int, Fact] | None = None,
+    view: View | None = None,
 ) -> Plan:
     """Admit ``ask`` against ``grants``, taking victims, or the units of them that must go, if it
     needs them and may. ``capacity_fits(cut)`` says whether the request then fits on the GPUs;
-    ``capacity_candidates`` are the grants (id → fact) it may take for room."""
-    by_id = {grant.allocation_id: grant for grant in grants}
-    holdings = _Holdings(tree, grants)
+    ``capacity_candidates`` are the grants (id → fact) it may take for room. ``view``: a ``View`` of
+    the same tree and grants, if the caller keeps one (read, not changed): the plan then sums and
+    ranks nothing the view already has."""
+    if view is not None and view.tree is tree:
+        by_id, holdings = view.by_id, _Holdings(tree, (), view.holdings.own)
+    else:
+        by_id, holdings, view = {grant.allocation_id: grant for grant in grants}, _Holdings(tree, grants), None
     checks = _checks(tree, holdings, ask)
     fits_now = capacity_fits(frozenset()) if capacity_fits is not None else True
     if all(check.fits for check in checks) and fits_now:
         return Plan(admitted=True, victims=(), checks=tuple(checks))
     failing = [check for check in checks if not check.fits]
-    view = View(tree, grants, holdings)
+    view = view or View(tree, grants, holdings)
     facts = quota_facts(view, ask, failing) if failing else {}
     room_ids = set(capacity_candidates or {}) if not fits_now else set()
     if room_ids:

@@ -137,18 +137,21 @@ def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quanti
 def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
           quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     chosen = _grants_plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
-    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask).admitted):
+    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted):
         chosen = _node_plan(world, ask, pool, request, quantity)  # the GPUs refused: room on one node, as admission
     return chosen
 
 
 def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
                quantity: int) -> tuple[algebra.Victim, ...] | None:
+    grants = world.view()
+    if not victims.within_guarantee(grants, ask):
+        return None  # ``node_room_plan``'s own first answer, before the nodes are listed for it
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
     view = world.cut_view(pool)
     try:
         plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,
-                              capacity_fits=lambda cut: view.fits(request, quantity, cut))
+                              capacity_fits=lambda cut: view.fits(request, quantity, cut), view=grants)
     finally:
         view.restore()
     return plan.victims if plan is not None and plan.victims else None
@@ -156,7 +159,7 @@ def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
 
 def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
                  quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
-    if not quota_ok and not victims.plan(world.tree, world.grants(), ask).admitted:
+    if not quota_ok and not victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted:
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
     view = world.cut_view(pool)
@@ -170,11 +173,13 @@ def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, qu
             if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
                     pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
-            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()))
+            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()),
+                                      view=world.view())
             if world.shortcuts and quota_ok and quantity == 1 and not room_after(
                     world.pools, pool, request, (world.holdings[gid] for gid in room)):
                 return None  # no room even with every candidate gone (``shortcuts``)
-        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room)
+        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room,
+                            view=world.view())
     finally:
         view.restore()
     if not plan.admitted or not plan.victims:

@@ -51,6 +51,7 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._view: tuple[int, victims.View | None] = (-1, None)  # the victim choice's view at a version
         self._stale: set[int] = set()  # holdings whose grant must be made again (``grants``)
         self._all_stale = False  # a fair-share factor changed: every grant
         self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
@@ -174,6 +175,13 @@ class World:
             self._stale, self._all_stale = set(), False
             self._grants = (self._version, list(self._grant_of.values()))
         return self._grants[1]
+
+    def view(self) -> victims.View:
+        """The victim choice's view of ``grants`` (what each department holds, its grants ranked),
+        made once per version and handed to every plan asked at it, instead of one per plan."""
+        if self._view[0] != self._version or self._view[1] is None:
+            self._view = (self._version, victims.View(self.tree, self.grants()))
+        return self._view[1]
 
     def _make_grant(self, h: Holding) -> algebra.Grant:
         return algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
