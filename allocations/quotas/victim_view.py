@@ -69,6 +69,7 @@ class View:
         self._sorted: dict[tuple[int, Scope], list[tuple[int, Decimal]]] = {}  # beyond's ranking, any line
         self._nearest: dict[tuple[int, Scope], int | None] = {}  # free_units: the quota that protects a grant
         self._facts: dict[tuple[int, Scope, Decimal, str, str], dict[int, Fact]] = {}  # beyond_facts, any line
+        self._lower: dict[tuple[int, int], dict[int, Fact]] = {}  # lower_facts, any priority
 
     @classmethod
     def kept(cls, tree: Tree, by_id: dict[int, Grant], by_department: Mapping[int, Sequence[Grant]],
@@ -88,6 +89,7 @@ class View:
             view._subtrees, view._nearest = earlier._subtrees, earlier._nearest  # the tree's alone
             _carry(view._ranked, earlier._ranked, dirty)
             _carry(view._facts, earlier._facts, dirty)
+            _carry(view._lower, earlier._lower, dirty)
             for mine, theirs in ((view._kept, earlier._kept), (view._held, earlier._held), (view._own, earlier._own)):
                 _carry(mine, theirs, dirty)
             _carry(view._sorted, earlier._sorted, dirty)
@@ -180,6 +182,18 @@ class View:
                 for grant in (self.by_id[grant_id],)
             }
         return self._facts[key]
+
+    def lower_facts(self, department_id: int, priority: int) -> dict[int, Fact]:
+        """The grants of the department's subtree of a priority below ``priority``, each with its
+        ``lower-priority`` fact (for a request of a class that preempts; read, never changed)."""
+        key = (department_id, priority)
+        if key not in self._lower:
+            self._lower[key] = {
+                grant.allocation_id: Fact("lower-priority", "priority", department_id, None, Decimal(grant.priority),
+                                          Decimal(priority), grant.units - grant.leaving)
+                for grant in self.members(department_id) if grant.priority < priority
+            }
+        return self._lower[key]
 
     def free_units(self, grant: Grant, ask: Ask) -> int:
         """How many of the grant's units ``ask`` may take whatever the fact: all of them for a request

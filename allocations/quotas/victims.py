@@ -32,7 +32,7 @@ victim's fact is checked against the grants once more before the plan is returne
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 
 from allocations.quotas.algebra import (
@@ -98,15 +98,8 @@ def _path_borrowed(view: View, ask: Ask, scope: Scope, up_to: int | None) -> dic
     return found
 
 
-def _lower_priority(view: View, ask: Ask, grants: Iterable[Grant]) -> dict[int, Fact]:
-    if not ask.preempts_lower:
-        return {}
-    subtree = view.subtree(ask.department_id)
-    return {
-        grant.allocation_id: Fact("lower-priority", "priority", ask.department_id, None, Decimal(grant.priority),
-                                  Decimal(ask.priority), grant.units - grant.leaving)
-        for grant in grants if grant.department_id in subtree and grant.priority < ask.priority
-    }
+def _lower_priority(view: View, ask: Ask) -> dict[int, Fact]:
+    return view.lower_facts(ask.department_id, ask.priority) if ask.preempts_lower else {}
 
 
 def _may_take_beyond_limit(ask: Ask, grant: Grant) -> bool:
@@ -122,7 +115,7 @@ def quota_facts(view: View, ask: Ask, failing: list[Check]) -> dict[int, Fact]:
                                  basis="limit")
         _note(facts, {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
         _note(facts, _path_borrowed(view, ask, scope, level))
-    _note(facts, _lower_priority(view, ask, view.members(ask.department_id)))
+    _note(facts, _lower_priority(view, ask))
     return facts
 
 
@@ -152,7 +145,7 @@ def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int], vi
     if within_guarantee(view, ask):
         for scope in ask.amounts:
             _note(facts, _path_borrowed(view, ask, scope, None))
-    _note(facts, _lower_priority(view, ask, view.members(ask.department_id)))
+    _note(facts, _lower_priority(view, ask))
     return {gid: fact for gid, fact in facts.items() if gid in local and view.by_id[gid].takeable}
 
 
