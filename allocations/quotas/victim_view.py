@@ -175,10 +175,15 @@ class View:
         key = (department_id, scope, line, why, basis)
         if key not in self._facts:  # read, never changed, by its callers
             held = self.held(department_id, scope)
+            beyond = self.beyond(department_id, scope, line)
+            # Only the first grant beyond a guarantee may straddle it: every later one lies wholly
+            # beyond, all of its units not leaving (what ``_units_of`` gives it, without dividing).
+            first = next(iter(beyond), None)
             self._facts[key] = {
                 grant_id: Fact(why, basis, department_id, scope, held, line,
-                               _units_of(grant, scope, amount) if basis == "guarantee" else grant.units - grant.leaving)
-                for grant_id, amount in self.beyond(department_id, scope, line).items()
+                               _units_of(grant, scope, amount) if basis == "guarantee" and grant_id == first
+                               else grant.units - grant.leaving)
+                for grant_id, amount in beyond.items()
                 for grant in (self.by_id[grant_id],)
             }
         return self._facts[key]
