@@ -23,7 +23,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from allocations.quotas.node_room import node_room_plan
 from placement import Placement, Request
-from twin.replay.shortcuts import room_after
+from twin.replay.shortcuts import RoomBound, room_after
 from twin.replay.state import unit_request
 from twin.replay.world import World
 from twin.workload import Job
@@ -163,13 +163,18 @@ def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, qu
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
     view = world.cut_view(pool)
+    bound: list[RoomBound] = []  # once the unit does not fit as the pool stands
 
     def fits(cut: victims.Cut) -> bool:
+        if cut and bound and not bound[0].may_fit(cut):
+            return False  # no GPU the cut frees takes the unit (``shortcuts.RoomBound``)
         return view.fits(request, quantity, cut)
 
     try:
         room = None
         if not fits(frozenset()):
+            if world.shortcuts and quantity == 1:
+                bound.append(RoomBound(world.pools, pool, request, world.holdings))
             if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
                     pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
