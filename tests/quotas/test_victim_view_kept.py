@@ -20,7 +20,7 @@ MILLI = Decimal("0.001")
 
 
 def _tree() -> algebra.Tree:
-    limits = {(ROOT, None): algebra.Limit(ROOT, None, Decimal(40), Decimal(40))}
+    limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {(ROOT, None): algebra.Limit(ROOT, None, Decimal(40), Decimal(40))}
     for department, guaranteed, limit in ((NLP, 10, 20), (VISION, 12, 24), (AUDIO, 8, 16), (SPEECH, 3, 6)):
         limits[(department, None)] = algebra.Limit(department, None, Decimal(guaranteed), Decimal(limit))
     return algebra.Tree(parents={ROOT: None, NLP: ROOT, VISION: ROOT, AUDIO: ROOT, SPEECH: AUDIO}, limits=limits)
