@@ -254,14 +254,17 @@ class _Holdings:
         # is asked again for every check of every ask (and the twin asks many per instant)
         self._inner: dict[tuple[int, Scope], Decimal] = {}
         self._touches: dict[tuple[int, ...], frozenset[int]] = {}  # extra's departments → their chains
+        self._rest: dict[tuple[int, Scope, frozenset[int]], Decimal | None] = {}  # _untouched, until ``own`` changes
 
     def without(self, grant: Grant) -> None:
         self._inner.clear()
+        self._rest.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] -= amount
 
     def with_back(self, grant: Grant) -> None:
         self._inner.clear()
+        self._rest.clear()
         for scope, amount in grant.amounts.items():
             self.own[(grant.department_id, scope)] += amount
 
@@ -283,8 +286,21 @@ class _Holdings:
             return self._bare(department_id, scope)
         total = self.own[(department_id, scope)] + extra.get(department_id, ZERO)
         for child in self.tree.children.get(department_id, ()):
-            total += self._reserve(child, scope, self._with_extra(child, scope, extra, touched))
-        return total
+            if child in touched:
+                total += self._reserve(child, scope, self._with_extra(child, scope, extra, touched))
+        rest = self._untouched(department_id, scope, touched)
+        return total if rest is None else total + rest
+
+    def _untouched(self, department_id: int, scope: Scope, touched: frozenset[int]) -> Decimal | None:
+        """What the children ``extra`` does not land in hold (None: there are none), summed once
+        for every ask that lands in the same children. Exact decimals: the same terms added in
+        another order give the same number, written the same way."""
+        key = (department_id, scope, touched)
+        if key not in self._rest:
+            terms = [self._reserve(child, scope, self._bare(child, scope))
+                     for child in self.tree.children.get(department_id, ()) if child not in touched]
+            self._rest[key] = sum(terms[1:], terms[0]) if terms else None
+        return self._rest[key]
 
     def _bare(self, department_id: int, scope: Scope) -> Decimal:
         known = self._inner.get((department_id, scope))

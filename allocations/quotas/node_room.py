@@ -74,11 +74,13 @@ def node_room_plan(
     *,
     units_on: Mapping[int, Sequence[NodeKey]],
     capacity_fits: Callable[[Cut], bool],
+    view: View | None = None,
 ) -> Plan | None:
     """The victims that empty one node for ``ask`` (see the module's docstring), or None where the
     request is not within its guarantee or no node can be emptied for it.
-    ``units_on``: grant id → the node of each of its units, in order (the last leave first)."""
-    view = View(tree, grants)
+    ``units_on``: grant id → the node of each of its units, in order (the last leave first).
+    ``view``: a ``View`` of the same tree and grants, if the caller keeps one (read, not changed)."""
+    view = view if view is not None and view.tree is tree else View(tree, grants)
     if not within_guarantee(view, ask):
         return None
     scopes = sorted({scope for grant in grants for scope in grant.amounts}, key=str)
@@ -87,24 +89,23 @@ def node_room_plan(
         weight = sum((part(view.by_id[g], units).amounts.get(None, ZERO) for g, units in takes.items()), ZERO)
         if found is not None and (weight, str(node)) >= found[:2]:
             continue
-        if _spends(view, takes, scopes) and _quota_passes(tree, grants, ask, takes) and \
+        if _spends(view, takes, scopes) and _quota_passes(view, ask, takes) and \
                 capacity_fits(frozenset(takes.items())):
             found = (weight, str(node), takes)
     if found is None:
         return None
     ranked = sorted(found[2], key=lambda g: (view.by_id[g].priority, view.by_id[g].fair_share, -view.by_id[g].age, g))
     victims = tuple(Victim(g, "borrowed", found[2][g], _fact(view, view.by_id[g])) for g in ranked)
-    return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, _Holdings(tree, grants), ask)))
+    return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, _Holdings(tree, (), view.holdings.own), ask)))
 
 
-def _quota_passes(tree: Tree, grants: list[Grant], ask: Ask, takes: Mapping[int, int]) -> bool:
+def _quota_passes(view: View, ask: Ask, takes: Mapping[int, int]) -> bool:
     """Whether every quota check of ``ask`` passes once ``takes`` are gone (they are counted until
     their notice ends, as any victim's)."""
-    holdings = _Holdings(tree, grants)
-    by_id = {grant.allocation_id: grant for grant in grants}
+    holdings = _Holdings(view.tree, (), view.holdings.own)
     for grant_id, units in takes.items():
-        holdings.without(part(by_id[grant_id], units))
-    return all(check.fits for check in _checks(tree, holdings, ask))
+        holdings.without(part(view.by_id[grant_id], units))
+    return all(check.fits for check in _checks(view.tree, holdings, ask))
 
 
 def _fact(view: View, grant: Grant) -> Fact:

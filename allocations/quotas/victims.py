@@ -32,10 +32,8 @@ victim's fact is checked against the grants once more before the plan is returne
 
 from __future__ import annotations
 
-import dataclasses
-from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
-from decimal import ROUND_CEILING, Decimal
+from collections.abc import Callable, Mapping
+from decimal import Decimal
 
 from allocations.quotas.algebra import (
     ZERO,
@@ -50,151 +48,13 @@ from allocations.quotas.algebra import (
     _checks,
     _Holdings,
 )
+from allocations.quotas.victim_view import View as View  # the view moved there; its name stays here too
+from allocations.quotas.victim_view import _units_of
+from allocations.quotas.victim_view import part as part
+from allocations.quotas.victim_view import staying as staying
 
 Cut = frozenset[tuple[int, int]]
 """Units taken: (allocation id, how many of its units), as the capacity callback is asked."""
-
-
-def staying(grant: Grant, scope: Scope) -> Decimal:
-    """What the grant weighs in ``scope`` once its units on their way out are gone."""
-    amount = grant.amounts.get(scope, ZERO)
-    return amount if grant.leaving <= 0 else amount * (grant.units - grant.leaving) / grant.units
-
-
-def part(grant: Grant, units: int) -> Grant:
-    """The grant's ``units`` units, as a grant of their own (the whole grant for all of them)."""
-    if units >= grant.units:
-        return grant
-    return dataclasses.replace(
-        grant, amounts={scope: amount * units / grant.units for scope, amount in grant.amounts.items()}, units=units
-    )
-
-
-def _units_of(grant: Grant, scope: Scope, amount: Decimal) -> int:
-    """How many of the grant's units weigh ``amount`` in ``scope`` (rounded up; at least one)."""
-    per_unit = grant.amounts[scope] / grant.units
-    needed = int((amount / per_unit).to_integral_value(rounding=ROUND_CEILING))
-    return max(1, min(needed, grant.units - grant.leaving))
-
-
-class View:
-    """The grants as the facts read them, with what each department's subtree holds, ranked."""
-
-    def __init__(self, tree: Tree, grants: Iterable[Grant], holdings: _Holdings | None = None):
-        """``holdings``: the same grants' holdings, already summed (copied, not changed)."""
-        self.tree = tree
-        self.grants = list(grants)
-        self.by_id = {grant.allocation_id: grant for grant in self.grants}
-        self.by_department: dict[int, list[Grant]] = defaultdict(list)
-        for grant in self.grants:
-            self.by_department[grant.department_id].append(grant)
-        self.holdings = _Holdings(tree, (), holdings.own) if holdings is not None else _Holdings(tree, self.grants)
-        self._subtrees: dict[int, set[int]] = {}
-        self._ranked: dict[tuple[int, Scope, Decimal], dict[int, Decimal]] = {}
-        self._kept: dict[tuple[int, Scope], Decimal] = {}  # idle_kept: the grants never change in a view
-        self._held: dict[tuple[int, Scope], Decimal] = {}  # held, for the same reason
-        self._own: dict[tuple[int, Scope], Decimal] = {}  # what each department's own grants hold
-        self._sorted: dict[tuple[int, Scope], list[tuple[int, Decimal]]] = {}  # beyond's ranking, any line
-        self._nearest: dict[tuple[int, Scope], int | None] = {}  # free_units: the quota that protects a grant
-
-    def subtree(self, department_id: int) -> set[int]:
-        if department_id not in self._subtrees:
-            self._subtrees[department_id] = self.tree.subtree(department_id)
-        return self._subtrees[department_id]
-
-    def members(self, department_id: int) -> list[Grant]:
-        return [grant for node in self.subtree(department_id) for grant in self.by_department.get(node, ())]
-
-    def held(self, department_id: int, scope: Scope) -> Decimal:
-        key = (department_id, scope)
-        if key not in self._held:
-            self._held[key] = sum((self._own_held(node, scope) for node in self.subtree(department_id)), ZERO)
-        return self._held[key]
-
-    def _own_held(self, department_id: int, scope: Scope) -> Decimal:
-        """What the department's own grants hold (exact sums: the order they add up in is no matter)."""
-        key = (department_id, scope)
-        if key not in self._own:
-            self._own[key] = sum((staying(grant, scope) for grant in self.by_department.get(department_id, ())), ZERO)
-        return self._own[key]
-
-    def idle_kept(self, department_id: int, scope: Scope) -> Decimal:
-        """What the department's teams keep of their guarantees and do not lend, beyond their use."""
-        key = (department_id, scope)
-        if key not in self._kept:
-            used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
-            self._kept[key] = self.holdings.inner(department_id, scope, {}) - used
-        return self._kept[key]
-
-    def nearest(self, department_id: int, scope: Scope) -> int | None:
-        """The nearest department on the chain with a quota in ``scope``."""
-        key = (department_id, scope)
-        if key not in self._nearest:
-            self._nearest[key] = next((d for d in self.tree.chain(department_id) if (d, scope) in self.tree.limits), None)
-        return self._nearest[key]
-
-    def guarantee_line(self, department_id: int, scope: Scope) -> Decimal:
-        limit = self.tree.limits.get((department_id, scope))
-        line = limit.guaranteed if limit is not None else ZERO
-        return max(line - self.idle_kept(department_id, scope), ZERO)
-
-    def beyond(self, department_id: int, scope: Scope, line: Decimal) -> dict[int, Decimal]:
-        """How much of each grant of the department's subtree lies beyond ``line`` when they are
-        ranked by priority (highest first), then age (oldest first)."""
-        key = (department_id, scope, line)
-        if key not in self._ranked:
-            out: dict[int, Decimal] = {}
-            running = ZERO
-            if self.held(department_id, scope) <= line:
-                self._ranked[key] = out  # all of it within the line: nothing to rank
-                return out
-            for grant_id, amount in self._ranking(department_id, scope):
-                start, running = running, running + amount
-                if running > line:
-                    out[grant_id] = running - max(start, line)
-            self._ranked[key] = out
-        return self._ranked[key]
-
-    def _ranking(self, department_id: int, scope: Scope) -> list[tuple[int, Decimal]]:
-        """The subtree's grants that weigh in ``scope``, ranked, with what each weighs (the same
-        for every line)."""
-        key = (department_id, scope)
-        if key not in self._sorted:
-            ranked = sorted(self.members(department_id), key=lambda g: (-g.priority, g.age))
-            self._sorted[key] = [(grant.allocation_id, amount) for grant in ranked
-                                 for amount in (staying(grant, scope),) if amount > 0]
-        return self._sorted[key]
-
-    def beyond_facts(self, department_id: int, scope: Scope, line: Decimal, *, why: str, basis: str) -> dict[int, Fact]:
-        """The grants beyond ``line``: for a guarantee, the units beyond it may go; for a limit, all
-        of a grant that lies (wholly or partly) beyond it (the request needs it under the line)."""
-        held = self.held(department_id, scope)
-        return {
-            grant_id: Fact(why, basis, department_id, scope, held, line,
-                           _units_of(grant, scope, amount) if basis == "guarantee" else grant.units - grant.leaving)
-            for grant_id, amount in self.beyond(department_id, scope, line).items()
-            for grant in (self.by_id[grant_id],)
-        }
-
-    def free_units(self, grant: Grant, ask: Ask) -> int:
-        """How many of the grant's units ``ask`` may take whatever the fact: all of them for a request
-        of nothing; otherwise those beyond its department's guarantee in some scope it weighs in (the
-        nearest department on its chain with a quota there), or all of them where no such guarantee
-        protects it. A guarantee protects against requests from outside its department's subtree
-        only: a scope whose nearest quota is held by a department above the request too (a class's
-        share at the root, a flavor only the parent limits) neither protects the grant nor frees it."""
-        if not any(amount > 0 for amount in ask.amounts.values()):
-            return grant.units
-        best, covered = 0, False
-        for scope, amount in grant.amounts.items():
-            nearest = self.nearest(grant.department_id, scope)
-            if amount <= 0 or nearest is None or ask.department_id in self.subtree(nearest):
-                continue
-            covered = True
-            beyond = self.beyond(nearest, scope, self.guarantee_line(nearest, scope)).get(grant.allocation_id)
-            if beyond is not None:
-                best = max(best, _units_of(grant, scope, beyond))
-        return best if covered else grant.units
 
 
 def _note(facts: dict[int, Fact], found: Mapping[int, Fact]) -> None:
@@ -238,15 +98,8 @@ def _path_borrowed(view: View, ask: Ask, scope: Scope, up_to: int | None) -> dic
     return found
 
 
-def _lower_priority(view: View, ask: Ask, grants: Iterable[Grant]) -> dict[int, Fact]:
-    if not ask.preempts_lower:
-        return {}
-    subtree = view.subtree(ask.department_id)
-    return {
-        grant.allocation_id: Fact("lower-priority", "priority", ask.department_id, None, Decimal(grant.priority),
-                                  Decimal(ask.priority), grant.units - grant.leaving)
-        for grant in grants if grant.department_id in subtree and grant.priority < ask.priority
-    }
+def _lower_priority(view: View, ask: Ask) -> dict[int, Fact]:
+    return view.lower_facts(ask.department_id, ask.priority) if ask.preempts_lower else {}
 
 
 def _may_take_beyond_limit(ask: Ask, grant: Grant) -> bool:
@@ -262,7 +115,7 @@ def quota_facts(view: View, ask: Ask, failing: list[Check]) -> dict[int, Fact]:
                                  basis="limit")
         _note(facts, {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
         _note(facts, _path_borrowed(view, ask, scope, level))
-    _note(facts, _lower_priority(view, ask, view.grants))
+    _note(facts, _lower_priority(view, ask))
     return facts
 
 
@@ -278,12 +131,13 @@ def within_guarantee(view: View, ask: Ask) -> bool:
     return True
 
 
-def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int]) -> dict[int, Fact]:
+def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int], view: View | None = None) -> dict[int, Fact]:
     """Grant id → the fact that lets ``ask`` take its GPUs for room, among the ``local`` grants (on
     the candidate clusters): those beyond some department's limit (for a request of factor 1, or of
     higher priority), those that borrow under a department of its chain (for a request within its
-    guarantee), and lower-priority ones of its subtree (for a class that preempts)."""
-    view = View(tree, grants)
+    guarantee), and lower-priority ones of its subtree (for a class that preempts). ``view``: a
+    ``View`` of the same tree and grants, if the caller keeps one (it is read, not changed)."""
+    view = _view_of(tree, grants, view)
     facts: dict[int, Fact] = {}
     for (department_id, scope), limit in sorted(tree.limits.items(), key=lambda item: str(item[0])):
         over = view.beyond_facts(department_id, scope, limit.beyond, why="oversubscribed", basis="limit")
@@ -291,8 +145,13 @@ def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int]) ->
     if within_guarantee(view, ask):
         for scope in ask.amounts:
             _note(facts, _path_borrowed(view, ask, scope, None))
-    _note(facts, _lower_priority(view, ask, view.grants))
+    _note(facts, _lower_priority(view, ask))
     return {gid: fact for gid, fact in facts.items() if gid in local and view.by_id[gid].takeable}
+
+
+def _view_of(tree: Tree, grants: list[Grant], view: View | None) -> View:
+    """The caller's view if it is one of ``tree`` (its grants are the caller's word), else a new one."""
+    return view if view is not None and view.tree is tree else View(tree, grants)
 
 
 def fact_holds(view: View, ask: Ask, victim: Victim) -> bool:
@@ -325,18 +184,20 @@ def plan(
     *,
     capacity_fits: Callable[[Cut], bool] | None = None,
     capacity_candidates: Mapping[int, Fact] | None = None,
+    view: View | None = None,
 ) -> Plan:
     """Admit ``ask`` against ``grants``, taking victims, or the units of them that must go, if it
     needs them and may. ``capacity_fits(cut)`` says whether the request then fits on the GPUs;
-    ``capacity_candidates`` are the grants (id → fact) it may take for room."""
-    by_id = {grant.allocation_id: grant for grant in grants}
-    holdings = _Holdings(tree, grants)
+    ``capacity_candidates`` are the grants (id → fact) it may take for room. ``view``: a ``View`` of
+    the same tree and grants, if the caller keeps one (read, not changed): the plan then sums and
+    ranks nothing the view already has."""
+    by_id, holdings, view = _counted(tree, grants, view)
     checks = _checks(tree, holdings, ask)
     fits_now = capacity_fits(frozenset()) if capacity_fits is not None else True
     if all(check.fits for check in checks) and fits_now:
         return Plan(admitted=True, victims=(), checks=tuple(checks))
     failing = [check for check in checks if not check.fits]
-    view = View(tree, grants, holdings)
+    view = view or View(tree, grants, holdings)
     facts = quota_facts(view, ask, failing) if failing else {}
     room_ids = set(capacity_candidates or {}) if not fits_now else set()
     if room_ids:
@@ -376,6 +237,14 @@ def plan(
         if not fact_holds(view, ask, victim):
             raise RuntimeError(f"Victim #{victim.allocation_id}: its fact does not hold ({victim.fact}).")
     return Plan(admitted=True, victims=victims, checks=tuple(_checks(tree, holdings, ask)))
+
+
+def _counted(tree: Tree, grants: list[Grant], view: View | None) -> tuple[dict[int, Grant], _Holdings, View | None]:
+    """The grants by id and their holdings (the plan's to change), from the caller's view if it has
+    one of ``tree``, and that view (else None: made only if the plan needs one)."""
+    if view is not None and view.tree is tree:
+        return view.by_id, _Holdings(tree, (), view.holdings.own), view
+    return {grant.allocation_id: grant for grant in grants}, _Holdings(tree, grants), None
 
 
 def _in_order(facts: Mapping[int, Fact], grants: list[Grant]) -> list[Grant]:

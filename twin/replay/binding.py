@@ -162,7 +162,7 @@ class BindingReplay(Replay):
         if self.world.quota_fits(ask):
             return (CAPACITY, -1)
         if self.mode.reclaims:
-            plan = victims.plan(self.world.tree, self.world.grants(), ask)
+            plan = victims.plan(self.world.tree, self.world.grants(), ask, view=self.world.view())
             if plan.admitted:
                 return (CAPACITY, -1)
             failing = plan.failing

@@ -23,7 +23,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from allocations.quotas.node_room import node_room_plan
 from placement import Placement, Request
-from twin.replay.shortcuts import room_after
+from twin.replay.shortcuts import RoomBound, room_after
 from twin.replay.state import unit_request
 from twin.replay.world import World
 from twin.workload import Job
@@ -139,19 +139,22 @@ def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quanti
 def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
           quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     chosen = _grants_plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
-    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask).admitted):
+    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted):
         chosen = _node_plan(world, ask, pool, request, quantity)  # the GPUs refused: room on one node, as admission
     return chosen
 
 
 def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
                quantity: int) -> tuple[algebra.Victim, ...] | None:
+    grants = world.view()
+    if not victims.within_guarantee(grants, ask):
+        return None  # ``node_room_plan``'s own first answer, before the nodes are listed for it
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
     units_on.update({gid: nodes for gid, (where, nodes) in world.promised_on.items() if where == pool})
     view = world.cut_view(pool)
     try:
         plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,
-                              capacity_fits=lambda cut: view.fits(request, quantity, cut))
+                              capacity_fits=lambda cut: view.fits(request, quantity, cut), view=grants)
     finally:
         view.restore()
     return plan.victims if plan is not None and plan.victims else None
@@ -159,25 +162,32 @@ def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
 
 def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
                  quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
-    if not quota_ok and not victims.plan(world.tree, world.grants(), ask).admitted:
+    if not quota_ok and not victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted:
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
     view = world.cut_view(pool)
+    bound: list[RoomBound] = []  # once the unit does not fit as the pool stands
 
     def fits(cut: victims.Cut) -> bool:
+        if cut and bound and not bound[0].may_fit(cut):
+            return False  # no GPU the cut frees takes the unit (``shortcuts.RoomBound``)
         return view.fits(request, quantity, cut)
 
     try:
         room = None
         if not fits(frozenset()):
+            if world.shortcuts and quantity == 1:
+                bound.append(RoomBound(world.pools, pool, request, world.holdings))
             if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
                     pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
-            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()))
+            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()),
+                                      view=world.view())
             if world.shortcuts and quota_ok and quantity == 1 and not room_after(
                     world.pools, pool, request, (world.holdings[gid] for gid in room)):
                 return None  # no room even with every candidate gone (``shortcuts``)
-        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room)
+        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room,
+                            view=world.view())
     finally:
         view.restore()
     if not plan.admitted or not plan.victims:

@@ -119,3 +119,64 @@ class HeldShares:
                     ask.preempts_lower and department == ask.department_id and priority < ask.priority)):
                 free += held
         return _fits(self.pools.clusters[pool], request, free)
+
+
+class RoomBound:
+    """An upper bound of ``CutView.fits`` for one unit of a share or of whole GPUs, asked before it
+    with the same cuts: the GPUs the cut's units would free, counted over the placement engine's
+    arrays against the pool as it stood when the plan began, where the unit did not fit (so it can
+    fit only on a GPU or node the cut frees). "No" is certain (CPU and memory are not counted, as in
+    ``room_after``); the count follows each cut by its difference from the last one, as the view does."""
+
+    def __init__(self, pools: Pools, pool: int, request: Request, holdings: dict[int, Holding]) -> None:
+        cluster = pools.clusters[pool]
+        self.cluster, self.pool, self.request, self.holdings = cluster, pool, request, holdings
+        self.counted = request.kind in (RequestKind.SHARED, RequestKind.WHOLE)
+        self.base = cluster.gpu_free.copy()
+        self.allowed = cluster.model_masks(request.allowed_models)[0]
+        self.full = (self.allowed & (self.base == GPU_MILLI)).sum(axis=1)  # per node, before the plan
+        self.added: dict[tuple[int, int], int] = {}  # (node row, GPU slot) → thousandths the cut frees there
+        self.on_node: dict[int, int] = {}  # node row → GPUs the cut makes wholly free (whole GPUs)
+        self.fitting = 0  # GPUs (a share) or nodes (whole GPUs) where the unit may fit
+        self.last: frozenset[tuple[int, int]] = frozenset()
+
+    def may_fit(self, cut: frozenset[tuple[int, int]]) -> bool:
+        if not self.counted:
+            return True
+        for gid, units in self.last - cut:
+            self._count(gid, units, -1)
+        for gid, units in cut - self.last:
+            self._count(gid, units, +1)
+        self.last = cut
+        return self.fitting > 0
+
+    def _count(self, gid: int, units: int, sign: int) -> None:
+        holding = self.holdings.get(gid)
+        if holding is None or holding.pool != self.pool:
+            return
+        end = len(holding.units) - holding.leaving
+        for unit in holding.units[end - units:end]:
+            row = self.cluster.index[unit.node]
+            for label in unit.gpu_indices:
+                self._gpu(row, self.cluster._slot[row][label], sign * unit.request.gpu_milli)
+
+    def _gpu(self, row: int, slot: int, milli: int) -> None:
+        key = (row, slot)
+        before = self._fits(key)
+        self.added[key] = self.added.get(key, 0) + milli
+        change = self._fits(key) - before
+        if not change:
+            return
+        if self.request.kind is RequestKind.SHARED:
+            self.fitting += change
+            return
+        needed, full = self.request.gpu_count, int(self.full[row])
+        was = full + self.on_node.get(row, 0) >= needed
+        self.on_node[row] = self.on_node.get(row, 0) + change
+        self.fitting += (full + self.on_node[row] >= needed) - was
+
+    def _fits(self, key: tuple[int, int]) -> int:
+        if not self.allowed[key]:
+            return 0
+        free = int(self.base[key]) + self.added[key] if key in self.added else int(self.base[key])
+        return int(free >= self.request.gpu_milli if self.request.kind is RequestKind.SHARED else free == GPU_MILLI)

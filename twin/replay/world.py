@@ -51,6 +51,10 @@ class World:
         self._next = 1
         self._version = 0
         self._grants: tuple[int, list[algebra.Grant]] = (-1, [])
+        self._view: tuple[int, victims.View | None] = (-1, None)  # the victim choice's view at a version
+        self._of_department: dict[int, dict[int, algebra.Grant]] = {k: {} for k in self.index.values()}
+        self._changed: set[int] = set()  # departments whose grants changed since the last view
+        self._regroup: set[int] = set()  # departments with a grant made again since (a fair-share factor too)
         self._stale: set[int] = set()  # holdings whose grant must be made again (``grants``)
         self._all_stale = False  # a fair-share factor changed: every grant
         self._fits: tuple[int, dict[tuple[object, ...], bool]] = (-1, {})  # quota checks asked at a version
@@ -111,6 +115,7 @@ class World:
         self.holdings[holding.gid] = holding
         self.on_pool.setdefault(pool, set()).add(holding.gid)
         self._grant_of[holding.gid] = self._make_grant(holding)  # its place in the grants' order
+        self._of_department[holding.department][holding.gid] = self._grant_of[holding.gid]
         self._stale.add(holding.gid)  # made again when asked: its caller may set its age first
         self._count(holding, len(units), +1)
         self._takeable(holding, +1)
@@ -161,6 +166,9 @@ class World:
             del self.holdings[holding.gid]
             self.on_pool[holding.pool].discard(holding.gid)
             self._grant_of.pop(holding.gid, None)
+            self._of_department[holding.department].pop(holding.gid, None)
+            self._changed.add(holding.department)
+            self._regroup.add(holding.department)
             if not was_leaving and not holding.idle_notice:
                 self._takeable(holding, -1)
         elif was_leaving and not holding.leaving and not holding.idle_notice:
@@ -171,12 +179,36 @@ class World:
         """The grants as the algebra sees them, in the order they started (kept until a grant
         starts, leaves or ends; only those that changed are made again)."""
         if self._grants[0] != self._version:
+            self._changed.update(self.holdings[gid].department for gid in self._stale & self.holdings.keys())
             stale = self.holdings.keys() if self._all_stale else self._stale & self.holdings.keys()
             for gid in stale:
-                self._grant_of[gid] = self._make_grant(self.holdings[gid])
+                holding = self.holdings[gid]
+                self._grant_of[gid] = self._of_department[holding.department][gid] = self._make_grant(holding)
+                self._regroup.add(holding.department)
             self._stale, self._all_stale = set(), False
             self._grants = (self._version, list(self._grant_of.values()))
         return self._grants[1]
+
+    def view(self) -> victims.View:
+        """The victim choice's view of ``grants`` (what each department holds, its grants ranked),
+        made once per version and handed to every plan asked at it, instead of one per plan. It is
+        kept (``View.kept``): each department's grants as they start, change and end, what each
+        holds (``held``), and what the last view counted of the departments nothing changed in. A
+        replay that lists grants of its own besides (``grants`` replaced) gets a view of its list."""
+        earlier = self._view[1]
+        if self._view[0] == self._version and earlier is not None:
+            return earlier
+        grants = self.grants()  # made again where they changed: ``_changed``, ``_regroup``
+        if "grants" in self.__dict__:
+            view = victims.View(self.tree, grants)
+        else:
+            by_department = {department: list(of.values()) if earlier is None or department in self._regroup
+                             else earlier.by_department[department] for department, of in self._of_department.items()}
+            view = victims.View.kept(self.tree, dict(self._grant_of), by_department, self.held, earlier=earlier,
+                                     changed=self._changed)
+        self._changed, self._regroup = set(), set()
+        self._view = (self._version, view)
+        return view
 
     def _make_grant(self, h: Holding) -> algebra.Grant:
         return algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
