@@ -126,12 +126,13 @@ class RoomBound:
     with the same cuts: the GPUs the cut's units would free, counted over the placement engine's
     arrays against the pool as it stood when the plan began, where the unit did not fit (so it can
     fit only on a GPU or node the cut frees). "No" is certain (CPU and memory are not counted, as in
-    ``room_after``); the count follows each cut by its difference from the last one, as the view does."""
+    ``room_after``); the count follows each cut by its difference from the last one, as the view does.
+    Not counted on a pool with MIG nodes (``_has_mig_nodes``): there every cut may fit."""
 
     def __init__(self, pools: Pools, pool: int, request: Request, holdings: dict[int, Holding]) -> None:
         cluster = pools.clusters[pool]
         self.cluster, self.pool, self.request, self.holdings = cluster, pool, request, holdings
-        self.counted = request.kind in (RequestKind.SHARED, RequestKind.WHOLE)
+        self.counted = request.kind in (RequestKind.SHARED, RequestKind.WHOLE) and not _has_mig_nodes(pools, pool)
         self.base = cluster.gpu_free.copy()
         self.allowed = cluster.model_masks(request.allowed_models)[0]
         self.full = (self.allowed & (self.base == GPU_MILLI)).sum(axis=1)  # per node, before the plan
