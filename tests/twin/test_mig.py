@@ -14,7 +14,7 @@ from twin.clusters import nodes_read, nodes_write
 from twin.errors import TwinInputError
 from twin.mig import mig_equivalents, profile_weight
 from twin.policy import Department, Policy, PriorityClass, policy_read, policy_write
-from twin.replay.decisions import START, replay_decisions
+from twin.replay.decisions import RECLAIM, START, replay_decisions
 from twin.workload import Job, jobs_read, jobs_write, mig_shape
 
 CLUSTER = "sn,cpu_milli,memory_mib,gpu,model,mig\nm0,64000,262144,8,A100-SXM4-80GB,A100-80GB\nn1,64000,262144,8,A100-SXM4-80GB,\n"
@@ -147,3 +147,21 @@ def test_a_whole_gpu_takes_an_uncarved_gpu_of_a_mig_node_and_a_share_none() -> N
     assert placed[1].mig is not None and placed[2].milli == 1000 and placed[2].gpus != placed[1].gpus
     assert 3 not in placed  # the share: refused, for capacity
     assert placed[4].gpus == placed[1].gpus and placed[4].mig != placed[1].mig  # the carved GPU, its other half
+
+
+def test_a_whole_gpu_reclaims_the_lower_priority_mig_instances_on_the_only_gpu() -> None:
+    """nlp's preemptible work carves the only GPU into two 3g.40gb instances; nlp then asks a whole
+    GPU at a class that preempts: the victim choice takes both instances (a cut of MIG instances
+    frees the GPU though it frees no thousandths: the capacity bound must not say no)."""
+    model = frozenset({"A100-SXM4-80GB"})
+    whole = jobs_read(json.dumps({**LINE, "mig_profile": None, "gpu_model": "A100-SXM4-80GB", "num_gpu": 1}) + "\n")[0].shape
+    classes = {**_policy().classes, "gpu-preemptible": PriorityClass("gpu-preemptible", 1000, False, Decimal(1), 0.0)}
+    policy = Policy((Department("nlp", Decimal(0), Decimal(1)),), classes, {"mig-3g": mig_shape("3g.40gb", model),
+                                                                           "whole": whole})
+    nodes = [Node("mig", 64000, 262144, (Gpu(0, "A100-SXM4-80GB", mig_geometry="A100-80GB"),))]
+    jobs = [Job(1, 0.0, "nlp", "nlp-b", policy.flavors["mig-3g"], 2, 7200.0, 7200.0, "gpu-preemptible", 0.5, "mig-3g"),
+            Job(2, 10.0, "nlp", "nlp-a", whole, 1, 3600.0, 3600.0, "gpu-standard", 0.5, "whole")]
+    log, _ = replay_decisions(jobs, nodes, policy)
+    reclaims = [decision for decision in log if decision.kind == RECLAIM]
+    assert [decision.line for decision in reclaims] == [2]
+    assert sum(units for _, units in reclaims[0].victims) == 2
