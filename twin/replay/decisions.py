@@ -40,8 +40,8 @@ from placement import Node, Placement, Request, Workload, default_policy
 from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
-from twin.replay.engine import Replay, _Entry, _unpack
-from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
+from twin.replay.engine import Replay, _Entry, _Promise, _unpack
+from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit, picture_of
 from twin.replay.state import Holding
 from twin.workload import Job, Shape
 
@@ -121,6 +121,10 @@ class DecidingReplay(Replay):
         self._world_grants = self.world.grants
         self.world.grants = self._grants  # type: ignore[method-assign]
         self.world.may_take = self._may_take  # type: ignore[method-assign]
+        self.world.stepped_victims = True  # the victim choice over each request's period, as admission's
+        self._promised_span: dict[int, tuple[float, float]] = {}  # piece -> its period, while its victims leave
+        self._world_span_of = self.world.span_of
+        self.world.span_of = self._span_of  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- requests made
     def _make(self, job: Job) -> int:
@@ -266,8 +270,13 @@ class DecidingReplay(Replay):
             self._promised[piece] = algebra.Grant(
                 allocation_id=-piece, department_id=world.department(job), amounts={None: amount},
                 priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
+            self._promised_span[piece] = (self.now, self.now + job.requested_s)
         else:
-            del self._promised[piece]
+            del self._promised[piece], self._promised_span[piece]
+
+    def _span_of(self, grant_id: int) -> tuple[float, float]:
+        """A grant's period; a promised request's (numbered ``-piece``) from its reclaim on."""
+        return self._promised_span[-grant_id] if grant_id < 0 else self._world_span_of(grant_id)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a
@@ -288,21 +297,27 @@ class DecidingReplay(Replay):
     def _grants(self) -> list[algebra.Grant]:
         return [*self._world_grants(), *self._promised.values()]
 
-    def _start(self, entry: _Entry, start: Start) -> None:
+    def _start(self, entry: _Entry, start: Start, *, since: float | None = None) -> None:
         if self._piece(entry.job) in self._promised:
             self._promise_counts(entry, start.per_unit, -1)
-        super()._start(entry, start)
+        super()._start(entry, start, since=since)
         holding: Holding = self.world.holdings[max(self.world.holdings)]
         holding.age = self._admitted[self._piece(entry.job)]  # victims rank by admission, as ids do
         if self._in_promise:
             self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
-        self._idle_note(entry.job)
+        self._idle_note(entry.job, min(self.now + entry.job.runtime_s, holding.asked_end))
 
-    def _idle_note(self, job: Job) -> None:
+    def _promise_since(self, promise: _Promise) -> float | None:
+        """A reclaim's beneficiary's period began when the reclaim was decided (the portal's
+        scheduled grant keeps the interval it was asked for): a run that its victims' notice pushed
+        past its period's end ends there, as the portal's grant expires."""
+        return promise.decided
+
+    def _idle_note(self, job: Job, ends: float) -> None:
         """The ladder's moves on a grant that starts now, as the replay reckons them at its start
         (``rules.IdleWatch.times``): a warning at one tick, and, for ``reclaim``, the action at a
         later one; logged in time order by ``idle_merged`` where the grant still holds then."""
-        times = self.idle.times(job, self.now, self.now + job.runtime_s) if self.idle is not None else None
+        times = self.idle.times(job, self.now, ends) if self.idle is not None else None
         if times is None:
             return
         piece = self._piece(job)
@@ -366,15 +381,19 @@ class DecidingReplay(Replay):
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``
-        when the quota checks fail and (with reclaims) nothing it may take frees enough quota,
-        else ``capacity`` (``allocations.admission.planning._taking``)."""
+        when the quota checks fail over its period and (with reclaims) nothing it may take frees
+        enough quota, else ``capacity`` (``allocations.admission.planning._taking``)."""
         if not self.mode.quotas:
             return "capacity"
-        ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
-        if self.world.quota_fits(ask):
+        world = self.world
+        ask = world.ask(job, per_unit(self.mode, job) * job.quantity)
+        weighed = world.weigh(job, ask)
+        if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
             return "capacity"
-        if self.mode.reclaims and victims.plan(self.world.tree, self.world.grants(), ask).admitted:
-            return "capacity"
+        if self.mode.reclaims:
+            picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
+            if victims.plan(picture.tree, picture.grants(), picture.ask).admitted:
+                return "capacity"
         return "quota"
 
     def _feed_workload(self, job: Job) -> None:

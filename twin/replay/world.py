@@ -15,6 +15,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from placement import Node, Placement, Request
 from twin.policy import Policy, PriorityClass
+from twin.replay.periods import Periods, Spanned, Weighed
 from twin.replay.shortcuts import HeldShares
 from twin.replay.state import Holding, Pools
 from twin.workload import Job
@@ -60,6 +61,13 @@ class World:
         self.shortcuts = True  # skip victim plans known to fail (``twin.replay.shortcuts``); off: ask every one
         self.failed_plans: dict[tuple[object, ...], int] = {}  # a failed victim plan → the version it failed at
         self.fair_share: dict[int, float] = {}  # department → its Fair Tree factor (none: 1.0 each)
+        self.periods: Periods | None = None  # with quota windows: a request weighed over its period (``periods``)
+        self.now = 0.0  # the replay's instant (set by the replay)
+        # The victim choice over each request's period, step by step, even where no window's edge
+        # falls within it: the portal's, which may take borrowed grants for a request beyond its
+        # guarantee now but within it once some of its department's grants end within the period.
+        # The plain replay chooses on its picture of now (off); the fidelity replay sets it.
+        self.stepped_victims = False
 
     @property
     def version(self) -> int:
@@ -99,6 +107,27 @@ class World:
             known = all(check.fits for check in self._totals.checks(ask))
             self._fits[1][key] = known
         return known
+
+    def weigh(self, job: Job, ask: algebra.Ask, *, victims: bool = False) -> Weighed | None:
+        """``ask`` over the request's period ``[now, now + requested_s)`` step by step, as the
+        portal's admission weighs it, where a window changes a number within it (or, with
+        ``victims`` and ``stepped_victims``, always: the victim choice's picture); None where the
+        flat picture of now (``quota_fits``, ``grants``) decides alike and faster: the grants only
+        end within the period, so for the quota checks what holds now binds."""
+        periods = self.periods
+        end = self.now + job.requested_s
+        if periods is None or not periods.crosses(self.now, end):
+            if not (victims and self.stepped_victims):
+                return None
+            if periods is None:
+                periods = self.periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
+        spanned = [Spanned(grant, *self.span_of(grant.allocation_id)) for grant in self.grants()]
+        return periods.weigh(ask, self.now, end, spanned)
+
+    def span_of(self, grant_id: int) -> tuple[float, float]:
+        """A grant's period: from when it was decided until its asked end."""
+        holding = self.holdings[grant_id]
+        return holding.since, holding.asked_end
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
@@ -180,11 +209,9 @@ class World:
                              priority=h.priority, age=h.age or h.gid, takeable=not (h.leaving or h.idle_notice), units=len(h.units),
                              leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
 
-    def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
-        """A quota window's edge: the department's effective numbers from now on."""
-        limits = dict(self.tree.limits)
-        limits[(department, None)] = algebra.Limit(department, None, guaranteed, limit)
-        self.tree = algebra.Tree(parents=self.tree.parents, limits=limits)
+    def set_tree(self, tree: algebra.Tree) -> None:
+        """A quota window's edge: the effective numbers from now on."""
+        self.tree = tree
         self._version += 1
 
     def set_fair_share(self, factors: dict[int, float]) -> None:
