@@ -122,6 +122,7 @@ class DecidingReplay(Replay):
         self.world.grants = self._grants  # type: ignore[method-assign]
         self.world.may_take = self._may_take  # type: ignore[method-assign]
         self.world.stepped_victims = True  # the victim choice over each request's period, as admission's
+        self.crossing: set[tuple[float, int]] = set()  # (at, piece): tries whose period a window's edge cuts
         self._promised_span: dict[int, tuple[float, float]] = {}  # piece -> its period, while its victims leave
         self._world_span_of = self.world.span_of
         self.world.span_of = self._span_of  # type: ignore[method-assign]
@@ -221,6 +222,9 @@ class DecidingReplay(Replay):
         self._overlay_rebuild()
         outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
         job, piece = entry.job, self._piece(entry.job)
+        periods = self.world.periods
+        if periods is not None and periods.crosses(self.now, self.now + job.requested_s):
+            self.crossing.add((self.now, piece))
         if outcome is None:
             self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
             return False
