@@ -8,6 +8,9 @@ hold back those behind it (backfill). Identical requests (department, class, sha
 wait in one FIFO bucket: once its head cannot start in a pass, neither can the rest, so a pass
 costs the number of buckets, not the length of the queue.
 
+Each grant's period is ``requested_s`` from its start (its run ends within it); with quota windows,
+a request whose period a window's edge cuts is weighed over it step by step (``periods``).
+
 A reclaim marks its victims' units as leaving; at the end of each victim's notice (its priority
 class's) those units are released, their run is lost (the request is queued again to run from the
 start), and once every victim of a reclaim has left, the request it was made for is tried first.
