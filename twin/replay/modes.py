@@ -128,13 +128,14 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
             return Start(units, unit, pool)
     if not mode.reclaims or ask is None:
         return None
-    picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
-    key = (world.department(job), world.priority_class(job).value, request, None if picture.flat else job.requested_s)
+    flat = weighed is None and not world.stepped_victims
+    key = (world.department(job), world.priority_class(job).value, request, None if flat else job.requested_s)
     refused = memo.reclaim.get(key)
     if (refused is not None and job.quantity >= refused) or memo.reclaim_tries >= reclaim_depth:
         return None
-    if picture.flat and not world.may_take(ask):
+    if flat and not world.may_take(ask):
         return None
+    picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
     memo.reclaim_tries += 1
     chosen = _victims(world, picture, pool, request, job.quantity, quota_ok=quota_ok)
     if chosen is None:

@@ -92,6 +92,10 @@ class Periods:
     def weigh(self, ask: algebra.Ask, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
         """``ask`` over ``[start, end)`` next to ``grants``, each over its own period, as admission
         weighs it (``planning.interval_tree``, ``department_totals``, ``_grant``, ``_ask``)."""
+        return self.asking(self.picture(start, end, grants), ask, start, end)
+
+    def picture(self, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
+        """The tree over ``[start, end)`` and the grants in its steps (asking nothing yet)."""
         found = [item for item in grants if item.since < end and item.until > start]
         begin, finish = self.at(start), self.at(end)
         spans = [(self.at(item.since), self.at(item.until)) for item in found]
@@ -103,5 +107,10 @@ class Periods:
             weighed.append(dataclasses.replace(item.grant, amounts=amounts))
             for scope, amount in amounts.items():
                 totals[(item.grant.department_id, scope)] += amount
-        amounts = tree.timed(ask.amounts, begin, finish) if isinstance(tree, SteppedTree) else ask.amounts
-        return Weighed(tree, weighed, dict(totals), dataclasses.replace(ask, amounts=amounts))
+        return Weighed(tree, weighed, dict(totals), algebra.Ask(0, {}, 0))
+
+    def asking(self, picture: Weighed, ask: algebra.Ask, start: float, end: float) -> Weighed:
+        """``picture`` with ``ask`` over ``[start, end)`` in its steps."""
+        tree = picture.tree
+        amounts = tree.timed(ask.amounts, self.at(start), self.at(end)) if isinstance(tree, SteppedTree) else ask.amounts
+        return dataclasses.replace(picture, ask=dataclasses.replace(ask, amounts=amounts))

@@ -68,6 +68,7 @@ class World:
         # guarantee now but within it once some of its department's grants end within the period.
         # The plain replay chooses on its picture of now (off); the fidelity replay sets it.
         self.stepped_victims = False
+        self._pictures: dict[tuple[int, float, float], Weighed] = {}  # (version, now, end) -> the grants over it
 
     @property
     def version(self) -> int:
@@ -121,8 +122,14 @@ class World:
                 return None
             if periods is None:
                 periods = self.periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
-        spanned = [Spanned(grant, *self.span_of(grant.allocation_id)) for grant in self.grants()]
-        return periods.weigh(ask, self.now, end, spanned)
+        key = (self._version, self.now, end)
+        picture = self._pictures.get(key)
+        if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
+            spanned = [Spanned(grant, *self.span_of(grant.allocation_id)) for grant in self.grants()]
+            picture = periods.picture(self.now, end, spanned)
+            self._pictures = {k: v for k, v in self._pictures.items() if k[0] == self._version}
+            self._pictures[key] = picture
+        return periods.asking(picture, ask, self.now, end)
 
     def span_of(self, grant_id: int) -> tuple[float, float]:
         """A grant's period: from when it was decided until its asked end."""
