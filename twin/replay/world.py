@@ -68,6 +68,7 @@ class World:
         # guarantee now but within it once some of its department's grants end within the period.
         # The plain replay chooses on its picture of now (off); the fidelity replay sets it.
         self.stepped_victims = False
+        self._plain_periods: Periods | None = None
         self._pictures: dict[tuple[int, float, float], Weighed] = {}  # (version, now, end) -> the grants over it
 
     @property
@@ -120,8 +121,10 @@ class World:
         if periods is None or not periods.crosses(self.now, end):
             if not (victims and self.stepped_victims):
                 return None
-            if periods is None:
-                periods = self.periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
+            if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
+                if self._plain_periods is None:
+                    self._plain_periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
+                periods = self._plain_periods
         key = (self._version, self.now, end)
         picture = self._pictures.get(key)
         if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
