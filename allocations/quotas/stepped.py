@@ -94,6 +94,11 @@ class QuotaView:
     rows: list[tuple[Any, ...]] = field(default_factory=list)
     specs: dict[int, list[windows.WindowSpec]] = field(default_factory=dict)
     waiting: frozenset[int] = frozenset()  # the windows whose shrink policy is ``wait``
+    # the numbers over an interval already asked (the view never changes once built): a replay asks
+    # the same steps between the same grants' ends again and again
+    _known: dict[tuple[datetime.datetime | None, datetime.datetime | None], tuple[
+        dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
+    ]] = field(default_factory=dict, compare=False, repr=False)
 
     def _lowest(
         self, guaranteed: Decimal, limit: Decimal, found: list[windows.WindowSpec], start: datetime.datetime,
@@ -110,6 +115,14 @@ class QuotaView:
         return low, kept if kept > low.limit else None
 
     def _limits(self, start: datetime.datetime | None, end: datetime.datetime | None) -> tuple[
+        dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
+    ]:
+        known = self._known.get((start, end))
+        if known is None:
+            known = self._known[(start, end)] = self._limits_read(start, end)
+        return known
+
+    def _limits_read(self, start: datetime.datetime | None, end: datetime.datetime | None) -> tuple[
         dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
     ]:
         limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {}
