@@ -1,5 +1,6 @@
 """The twin stands without Django: it imports the placement engine and the pure modules of the
-portal's rules (the quota algebra and victim choice with room on one node, quota windows, fair share's arithmetic and the queue's order, the
+portal's rules (the quota algebra and victim choice with room on one node, quota windows and the
+tree over a request's period step by step, fair share's arithmetic and the queue's order, the
 idle ladder and idle policy matching, and the time formats they write), and loading it loads no
 Django and nothing else of the portal (docs/architecture.md, docs/twin.md)."""
 
@@ -13,7 +14,7 @@ from tests.architecture.imports import ROOT, app_of, project_imports
 
 PURE = {
     "allocations.quotas.algebra", "allocations.quotas.victims", "allocations.quotas.node_room",
-    "allocations.quotas.windows", "allocations.quotas.rrules",
+    "allocations.quotas.windows", "allocations.quotas.rrules", "allocations.quotas.stepped", "allocations.quotas.in_use",
     "allocations.fair_share.tree", "allocations.fair_share.queue", "allocations.grants.idle_ladder", "allocations.grants.idle_matching",
 }
 PURE_LOADED = PURE | {"allocations.quotas.walking", "allocations.quotas.victim_view", "kernel.times"}  # what those import in turn

@@ -73,7 +73,7 @@ def fidelity_logged(seed: int) -> str:
 
 PLAIN = {
     (1, False, 'full'): 'fe0b438eb5eee2c9',
-    (1, True, 'full'): '38c24a702a0a5ad4',
+    (1, True, 'full'): '5686ddbd7585c3f0',
     (1, False, 'borrow'): '0d99db4ca51958ac',
     (1, False, 'static'): 'cb623fb0c8eec88e',
     (1, False, 'pool'): 'a4a1037a6b9cd4ad',
@@ -83,16 +83,16 @@ PLAIN = {
     (2, False, 'static'): 'b4bbce68accc7f5b',
     (2, False, 'pool'): 'd91fc14440c5944a',
     (3, False, 'full'): '3222b1c8abd31e08',
-    (3, True, 'full'): 'b3a5339c51ff5b26',
+    (3, True, 'full'): '1a7e67ec3cc9d499',
     (3, False, 'borrow'): 'c97a86e4afd993b0',
     (3, False, 'static'): '58c39e1775dd84bb',
     (3, False, 'pool'): '3f6b1cb59dc1c011',
 }
 LOGGED = {
-    (1, False): '61e52673670fc706',
-    (1, True): '1b27e907c6bf0d28',
-    (2, False): '738796bdab0636c6',
-    (2, True): '257295b68c4259ef',
+    (1, False): '882066a5dd62faae',
+    (1, True): 'd7030be97513fb6f',
+    (2, False): 'b330f14a922b8ad0',
+    (2, True): '6dc395f3dc82a6d1',
 }
 FIDELITY = {
     1: 'e91f0621204b6d76',

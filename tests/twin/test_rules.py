@@ -96,6 +96,19 @@ def test_a_window_that_lowers_a_limit_holds_a_request_until_it_fits() -> None:
     assert replay(work, NODES, window_rules(limit=1), "pool", horizon=200.0).window_edges == 0
 
 
+def test_a_request_is_weighed_over_its_period_and_a_coming_shrink_holds_it_before_its_edge() -> None:
+    """The window lowers a's limit to 1 from 50 s to 150 s. At 0, two GPUs for a period that ends at
+    the edge start; the same two GPUs for a period that reaches into the shrink wait (admission
+    weighs the whole period) until the shrink is over, when their period is clear of it."""
+    lowered = window_rules(limit=1)
+    before = jobs({"submit_at": 0, "department": "a", "quantity": 2, "runtime_s": 40, "requested_s": 50})
+    assert starts(replay(before, NODES, lowered, "borrow", horizon=200.0)) == [0.0]
+    into = jobs({"submit_at": 0, "department": "a", "quantity": 2, "runtime_s": 40, "requested_s": 60})
+    for mode in ("borrow", "full"):
+        assert starts(replay(into, NODES, lowered, mode, horizon=200.0)) == [150.0]
+    assert starts(replay(into, NODES, RULES, "borrow", horizon=200.0)) == [0.0]  # without the window
+
+
 def idle_rules(action: str) -> Policy:
     text = policy_write(RULES).replace("idle_policies: []", "idle_policies:\n  - " + json.dumps(
         {"name": "idle", "department": "a", "threshold": 0.05, "window_minutes": 15, "grace_minutes": 5, "action": action}))

@@ -210,11 +210,15 @@ def _window_at(start: datetime.datetime, begins_h: float, hours: float) -> dict[
 
 def test_a_proposed_window_changes_the_replay_only_within_its_period(world: World) -> None:
     start = over_nlp_limit(world)  # nlp's second 6 A100s an hour after its first: 12 against its limit of 10
-    during = what_if_run(what_if_id=ask(world, "platform", [_window_at(start, 0.5, 2)]).pk)
+    during = what_if_run(what_if_id=ask(world, "platform", [_window_at(start, 0.5, 50)]).pk)
     before = what_if_run(what_if_id=ask(world, "platform", [_window_at(start, -30, 2)]).pk)
-    assert during is not None and before is not None and during.state == before.state == WhatIfState.DONE
-    assert _nlp(during.result)["difference"]["wait_p99_min"] < 0  # the limit raised when the second came: it starts
+    ending = what_if_run(what_if_id=ask(world, "platform", [_window_at(start, 0.5, 2)]).pk)
+    assert during is not None and before is not None and ending is not None
+    assert during.state == before.state == ending.state == WhatIfState.DONE
+    assert _nlp(during.result)["difference"]["wait_p99_min"] < 0  # the limit raised over the second's period: it starts
     assert _nlp(before.result)["difference"] == dict.fromkeys(_nlp(before.result)["difference"], 0)
+    # a raise that ends within the second's 48 hours never lets it in: it is weighed over its period
+    assert _nlp(ending.result)["difference"]["wait_p99_min"] == 0
     assert during.result["proposed"]["window_edges"] > during.result["current"]["window_edges"]
     series = during.result["current"]["series"]["nlp"]["held"], during.result["proposed"]["series"]["nlp"]["held"]
     assert during.history_until is not None

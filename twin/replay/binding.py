@@ -15,7 +15,7 @@ while a quota window sets its numbers (``window``). If the quota checks pass, or
 victims are taken, the GPUs refused (``capacity``). A request booked where reclaimed grants run out
 their notice waits for them (``notice``). The twin has no project caps: no level is a project's.
 
-A bucket of identical requests (``engine._bucket``) waits under the verdict of its head; a bucket
+A bucket of identical requests (``Replay._bucket_of``) waits under the verdict of its head; a bucket
 not tried in a pass keeps the verdict of its last try unless something changed since
 (``World.version``), when the verdict is asked again (memoised per version).
 """
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from allocations.quotas import algebra, victims
 from placement import Node
 from twin.policy import Policy
-from twin.replay.engine import Outcome, Replay, _bucket, _Entry
+from twin.replay.engine import Outcome, Replay, _Entry
 from twin.replay.modes import PassMemo, per_unit
 from twin.replay.world import ROOT
 from twin.workload import Job
@@ -91,7 +91,7 @@ class BindingReplay(Replay):
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
         started = super()._try(entry, memo)
         if not started:
-            self._verdicts[_bucket(entry.job)] = (self.world.version, self.verdict(entry.job))
+            self._verdicts[self._bucket_of(entry.job)] = (self.world.version, self.verdict(entry.job))
         return started
 
     def _window(self, index: int) -> None:

@@ -37,10 +37,9 @@ from decimal import Decimal
 
 from allocations.quotas import algebra, victims
 from placement import Node, Placement, Request, Workload, default_policy
-from placement.workload import UnitKey
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
-from twin.replay.engine import Replay, _Entry, _unpack
+from twin.replay.engine import Replay, _Entry, _Promise, _unpack
 from twin.replay.log import (
     BEGIN,
     END,
@@ -58,26 +57,15 @@ from twin.replay.log import (
     Unit,
     fair_share_order,
     idle_merged,
+    unit_key,
+    units_of,
 )
 from twin.replay.mig_overlay import GpuKey, MigOverlay
-from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit
+from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit, picture_of
 from twin.replay.state import Holding
-from twin.workload import Job, Shape
+from twin.workload import Job
 
 _GpuKey = GpuKey  # (pool, node, GPU index)
-def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
-    return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
-                 if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)
-                 for p in placements)
-
-
-def unit_key(shape: Shape) -> UnitKey:
-    """The unit as the portal's catalogue counts it (one GPU of one model, no CPU or memory:
-    the workload format has none; a MIG instance: its profile, no thousandths)."""
-    model = next(iter(shape.models)) if len(shape.models) == 1 else ""
-    if shape.mig_profile is not None:
-        return (0, 0, model, shape.mig_profile, 0)
-    return (0, shape.gpu_milli, model, None, 0)
 
 
 class DecidingReplay(MigOverlay, Replay):
@@ -111,6 +99,11 @@ class DecidingReplay(MigOverlay, Replay):
         self._world_grants = self.world.grants
         self.world.grants = self._grants  # type: ignore[method-assign]
         self.world.may_take = self._may_take  # type: ignore[method-assign]
+        self.world.stepped_victims = True  # the victim choice over each request's period, as admission's
+        self.crossing: set[tuple[float, int]] = set()  # (at, piece): tries whose period a window's edge cuts
+        self._promised_span: dict[int, tuple[float, float]] = {}  # piece -> its period, while its victims leave
+        self._world_span_of = self.world.span_of
+        self.world.span_of = self._span_of  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- requests made
     def _make(self, job: Job) -> int:
@@ -207,6 +200,9 @@ class DecidingReplay(MigOverlay, Replay):
         self._overlay_rebuild()
         outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
         job, piece = entry.job, self._piece(entry.job)
+        periods = self.world.periods
+        if periods is not None and periods.crosses(self.now, self.now + job.requested_s):
+            self.crossing.add((self.now, piece))
         if outcome is None:
             self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
             return False
@@ -258,9 +254,14 @@ class DecidingReplay(MigOverlay, Replay):
             self._promised[piece] = algebra.Grant(
                 allocation_id=-piece, department_id=world.department(job), amounts={None: amount},
                 priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
+            self._promised_span[piece] = (self.now, self.now + job.requested_s)
         else:
-            del self._promised[piece]
+            del self._promised[piece], self._promised_span[piece]
             world.promised_on.pop(-piece, None)
+
+    def _span_of(self, grant_id: int) -> tuple[float, float]:
+        """A grant's period; a promised request's (numbered ``-piece``) from its reclaim on."""
+        return self._promised_span[-grant_id] if grant_id < 0 else self._world_span_of(grant_id)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a
@@ -281,21 +282,27 @@ class DecidingReplay(MigOverlay, Replay):
     def _grants(self) -> list[algebra.Grant]:
         return [*self._world_grants(), *self._promised.values()]
 
-    def _start(self, entry: _Entry, start: Start) -> None:
+    def _start(self, entry: _Entry, start: Start, *, since: float | None = None) -> None:
         if self._piece(entry.job) in self._promised:
             self._promise_counts(entry, start.per_unit, -1)
-        super()._start(entry, start)
+        super()._start(entry, start, since=since)
         holding: Holding = self.world.holdings[max(self.world.holdings)]
         holding.age = self._admitted[self._piece(entry.job)]  # victims rank by admission, as ids do
         if self._in_promise:
             self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
-        self._idle_note(entry.job)
+        self._idle_note(entry.job, min(self.now + entry.job.runtime_s, holding.asked_end))
 
-    def _idle_note(self, job: Job) -> None:
+    def _promise_since(self, promise: _Promise) -> float | None:
+        """A reclaim's beneficiary's period began when the reclaim was decided (the portal's
+        scheduled grant keeps the interval it was asked for): a run that its victims' notice pushed
+        past its period's end ends there, as the portal's grant expires."""
+        return promise.decided
+
+    def _idle_note(self, job: Job, ends: float) -> None:
         """The ladder's moves on a grant that starts now, as the replay reckons them at its start
         (``rules.IdleWatch.times``): a warning at one tick, and, for ``reclaim``, the action at a
         later one; logged in time order by ``idle_merged`` where the grant still holds then."""
-        times = self.idle.times(job, self.now, self.now + job.runtime_s) if self.idle is not None else None
+        times = self.idle.times(job, self.now, ends) if self.idle is not None else None
         if times is None:
             return
         piece = self._piece(job)
@@ -381,15 +388,19 @@ class DecidingReplay(MigOverlay, Replay):
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``
-        when the quota checks fail and (with reclaims) nothing it may take frees enough quota,
-        else ``capacity`` (``allocations.admission.planning._taking``)."""
+        when the quota checks fail over its period and (with reclaims) nothing it may take frees
+        enough quota, else ``capacity`` (``allocations.admission.planning._taking``)."""
         if not self.mode.quotas:
             return "capacity"
-        ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
-        if self.world.quota_fits(ask):
+        world = self.world
+        ask = world.ask(job, per_unit(self.mode, job) * job.quantity)
+        weighed = world.weigh(job, ask)
+        if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
             return "capacity"
-        if self.mode.reclaims and victims.plan(self.world.tree, self.world.grants(), ask).admitted:
-            return "capacity"
+        if self.mode.reclaims:
+            picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
+            if victims.plan(picture.tree, picture.grants(), picture.ask).admitted:
+                return "capacity"
         return "quota"
 
     def _feed_workload(self, job: Job) -> None:

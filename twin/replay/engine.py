@@ -8,6 +8,9 @@ hold back those behind it (backfill). Identical requests (department, class, sha
 wait in one FIFO bucket: once its head cannot start in a pass, neither can the rest, so a pass
 costs the number of buckets, not the length of the queue.
 
+Each grant's period is ``requested_s`` from its start (its run ends within it); with quota windows,
+a request whose period a window's edge cuts is weighed over it step by step (``periods``).
+
 A reclaim marks its victims' units as leaving; at the end of each victim's notice (its priority
 class's) those units are released, their run is lost (the request is queued again to run from the
 start), and once every victim of a reclaim has left, the request it was made for is tried first.
@@ -24,6 +27,7 @@ from allocations.fair_share.queue import factor_of, queue_key
 from placement import Node
 from twin.policy import Policy
 from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
+from twin.replay.periods import Periods
 from twin.replay.rules import FairShareClock, IdleWatch, window_steps
 from twin.replay.state import Holding, Pools, partition, workload_of
 from twin.replay.world import World
@@ -88,6 +92,7 @@ class _Promise:
     entry: _Entry
     left: int  # victims still running out their notice
     start: Start | None  # its units, booked where the victims' units were
+    decided: float = 0.0  # when the reclaim was decided
 
 
 class Replay:
@@ -117,6 +122,8 @@ class Replay:
         # the portal's rules over time (``twin.replay.rules``): windows where quotas are checked,
         # idle policies and fair share in the full policy
         self.steps = window_steps(policy, self.stop) if self.mode.quotas and policy.windows else []
+        if self.steps:  # a request is weighed over its period where a window's edge falls within it
+            self.world.periods = Periods(policy, self.world.tree, (step.at for step in self.steps))
         self.idle = IdleWatch(policy) if self.mode.reclaims and policy.idle_policies else None
         half_life = policy.fair_share_half_life_s if self.mode.reclaims else None
         self.fair = FairShareClock(policy, half_life) if half_life else None
@@ -132,7 +139,7 @@ class Replay:
 
     def _enqueue(self, record: int, job: Job) -> None:
         self.world.waiting[self.world.department(job)] += job.milli / 1000
-        heapq.heappush(self.buckets.setdefault(_bucket(job), []), _Entry(self._key(job), record, job))
+        heapq.heappush(self.buckets.setdefault(self._bucket_of(job), []), _Entry(self._key(job), record, job))
 
     def run(self) -> Outcome:
         for index, job in enumerate(self.jobs):
@@ -141,7 +148,7 @@ class Replay:
             self._window(index) if step.at <= 0 else self._push(step.at, WINDOW, index)
         count, began = 0, time.perf_counter()
         while self.events and self.events[0][0] <= self.stop:
-            self.now = self.events[0][0]
+            self.now = self.world.now = self.events[0][0]
             if self.fair is not None:
                 self.fair.advance(self.now, {d: float(held) for (d, _), held in self.world.held.items()})
                 self.world.set_fair_share(self.fair.factors())
@@ -169,7 +176,7 @@ class Replay:
     def _arrive(self, index: int) -> tuple[object, ...] | None:
         record = self.records[index]
         record.in_guarantee = self.world.in_guarantee(record.job)
-        bucket = _bucket(record.job)
+        bucket = self._bucket_of(record.job)
         was_empty = not self.buckets.get(bucket)
         self._enqueue(index, record.job)
         return bucket if was_empty else None
@@ -187,6 +194,11 @@ class Replay:
             heapq.heappop(entries)
             if entries:
                 heapq.heappush(heads, (self._order(entries[0]), key))
+
+    def _bucket_of(self, job: Job) -> tuple[object, ...]:
+        """The FIFO bucket a request waits in; weighed over their periods (with windows), requests
+        that ask different periods are not identical."""
+        return _bucket(job, period=self.world.periods is not None)
 
     def _order(self, entry: _Entry) -> tuple[float, ...]:
         """A bucket head's place in a pass: priority, then (with fair share) its department's
@@ -207,15 +219,20 @@ class Replay:
             self._reclaim(entry, outcome)
         return True
 
-    def _start(self, entry: _Entry, start: Start) -> None:
+    def _start(self, entry: _Entry, start: Start, *, since: float | None = None) -> None:
+        """Start the request's run now; its period began at ``since`` (default: now) and ends
+        ``requested_s`` later, where its run ends at the latest (the portal's grant expires)."""
         self.world.waiting[self.world.department(entry.job)] -= entry.job.milli / 1000
         holding = self.world.start(entry.job, start.units, per_unit=start.per_unit, pool=start.pool)
         holding.start, holding.record = self.now, entry.record
+        holding.since = self.now if since is None else since
+        holding.asked_end = holding.since + entry.job.requested_s
         record = self.records[entry.record]
         if record.first_start is None:
             record.first_start = self.now
-        self._push(self.now + entry.job.runtime_s, END, holding.gid)
-        idle = self.idle.times(entry.job, self.now, self.now + entry.job.runtime_s) if self.idle is not None else None
+        ends = min(self.now + entry.job.runtime_s, holding.asked_end)
+        self._push(ends, END, holding.gid)
+        idle = self.idle.times(entry.job, self.now, ends) if self.idle is not None else None
         if idle is not None:
             self.idle_warnings += 1
             if idle.acts_at is not None:
@@ -240,8 +257,9 @@ class Replay:
         self._end(gid)
 
     def _window(self, index: int) -> None:
-        step = self.steps[index]
-        self.world.set_quota(step.department, step.guaranteed, step.limit)
+        periods = self.world.periods
+        assert periods is not None  # there are windows
+        self.world.set_tree(periods.tree_at(self.steps[index].at))
 
     def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
         """Mark the victims' units leaving (they leave the GPUs now), book the request there, and
@@ -251,11 +269,16 @@ class Replay:
         leaving = [(self.world.mark_leaving(victim), victim.units) for victim in reclaim.victims]
         units = self.world.pools.place_all(reclaim.pool, reclaim.request, entry.job.quantity)
         start = Start(units, reclaim.per_unit, reclaim.pool) if units is not None else None
-        self.promises[promise_id] = _Promise(entry, len(leaving), start)
+        self.promises[promise_id] = _Promise(entry, len(leaving), start, self.now)
         for holding, count in leaving:
             notice = self.world.priority_class(holding.job).notice_s
             self._seq += 1
             heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, _pack(promise_id, holding.gid, count)))
+
+    def _promise_since(self, promise: _Promise) -> float | None:
+        """When a reclaim's beneficiary's period begins: at its start (None) in the plain replay,
+        so that its run never outlasts its period."""
+        return None
 
     def _end(self, gid: int) -> None:
         holding = self.world.holdings.get(gid)
@@ -280,9 +303,9 @@ class Replay:
         if promise.left == 0:
             del self.promises[promise_id]
             if promise.start is not None:
-                self._start(promise.entry, promise.start)
+                self._start(promise.entry, promise.start, since=self._promise_since(promise))
             else:  # the victims' room did not take it after all (not expected): it waits again
-                heapq.heappush(self.buckets.setdefault(_bucket(promise.entry.job), []), promise.entry)
+                heapq.heappush(self.buckets.setdefault(self._bucket_of(promise.entry.job), []), promise.entry)
 
     def _record_run(self, holding: Holding, units: int, *, lost: bool) -> None:
         job = holding.job
@@ -296,7 +319,9 @@ class Replay:
             self._record_run(holding, len(holding.units), lost=False)
 
 
-def _bucket(job: Job) -> tuple[object, ...]:
+def _bucket(job: Job, *, period: bool = False) -> tuple[object, ...]:
+    if period:
+        return (job.department, job.priority_class, job.shape, job.quantity, job.requested_s)
     return (job.department, job.priority_class, job.shape, job.quantity)
 
 

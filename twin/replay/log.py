@@ -1,10 +1,16 @@
-"""The decision log's lines (``twin.replay.decisions``): their kinds, where a unit went, and where
-the idle ladder's moves and the fair-share order go in the log."""
+"""The decision log's lines (``twin.replay.decisions``): their kinds, where a unit went (and the
+unit as the portal's catalogue counts it), and where the idle ladder's moves and the fair-share
+order go in the log."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+
+from placement import Placement
+from placement.workload import UnitKey
+from twin.workload import Shape
 
 SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim", "refused", "end", "leave", "begin"
 RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
@@ -85,3 +91,18 @@ def fair_share_order(factors: dict[int, float], index: dict[str, int]) -> tuple[
     for name, number in index.items():
         groups.setdefault(factors.get(number, 1.0), []).append(name)
     return tuple(tuple(sorted(groups[factor])) for factor in sorted(groups, reverse=True))
+
+
+def units_of(placements: Sequence[Placement], shape: Shape) -> tuple[Unit, ...]:
+    return tuple(Unit(p.node, tuple(p.gpu_indices), 0, (shape.mig_profile, p.mig_starts[0]))
+                 if shape.mig_profile is not None and p.mig_starts else Unit(p.node, tuple(p.gpu_indices), shape.gpu_milli)
+                 for p in placements)
+
+
+def unit_key(shape: Shape) -> UnitKey:
+    """The unit as the portal's catalogue counts it (one GPU of one model, no CPU or memory:
+    the workload format has none; a MIG instance: its profile, no thousandths)."""
+    model = next(iter(shape.models)) if len(shape.models) == 1 else ""
+    if shape.mig_profile is not None:
+        return (0, 0, model, shape.mig_profile, 0)
+    return (0, shape.gpu_milli, model, None, 0)

@@ -17,12 +17,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from allocations.quotas import algebra, victims
+from allocations.quotas import algebra, victim_view, victims
 from allocations.quotas.node_room import node_room_plan
 from placement import Placement, Request
+from twin.replay.periods import Weighed
 from twin.replay.shortcuts import RoomBound, room_after
 from twin.replay.state import unit_request
 from twin.replay.world import World
@@ -74,7 +76,7 @@ class PassMemo:
     (within a pass grants only start, and a reclaim frees nothing before its notice ends)."""
 
     placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
-    reclaim: dict[tuple[int, int, Request], int] = field(default_factory=dict)
+    reclaim: dict[tuple[int, int, Request, float | None], int] = field(default_factory=dict)
     reclaim_tries: int = 0
 
 
@@ -95,6 +97,23 @@ def _place(world: World, job: Job, pool: int, request: Request, memo: PassMemo) 
     return units
 
 
+@dataclass(frozen=True)
+class Picture:
+    """What the victim choice weighs: the replay's flat picture of now (``flat``: with its
+    shortcuts) or the request over its period step by step (``periods.Weighed``)."""
+
+    tree: algebra.Tree
+    grants: Callable[[], list[algebra.Grant]]
+    ask: algebra.Ask
+    flat: bool
+
+
+def picture_of(world: World, ask: algebra.Ask, weighed: Weighed | None) -> Picture:
+    if weighed is None:
+        return Picture(world.tree, world.grants, ask, True)
+    return Picture(weighed.tree, lambda: weighed.grants, weighed.ask, False)
+
+
 def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int) -> Start | Reclaim | None:
     """Start ``job`` now, have grants reclaimed for it, or let it wait (None)."""
     pool = world.department(job) - 1 if mode.partitioned else 0
@@ -103,69 +122,84 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
     request = unit_request(job.shape, whole=mode.whole)
     unit = per_unit(mode, job)
     ask = world.ask(job, unit * job.quantity) if mode.quotas else None
-    quota_ok = ask is None or world.quota_fits(ask)
+    weighed = world.weigh(job, ask) if ask is not None else None  # over its period where a window's edge falls within
+    quota_ok = ask is None or (weighed.quota_fits() if weighed is not None else world.quota_fits(ask))
     if quota_ok:
         units = _place(world, job, pool, request, memo)
         if units is not None:
             return Start(units, unit, pool)
     if not mode.reclaims or ask is None:
         return None
-    key = (world.department(job), world.priority_class(job).value, request)
+    flat = weighed is None and not world.stepped_victims
+    key = (world.department(job), world.priority_class(job).value, request, None if flat else job.requested_s)
     refused = memo.reclaim.get(key)
     if (refused is not None and job.quantity >= refused) or memo.reclaim_tries >= reclaim_depth:
         return None
-    if not world.may_take(ask):
+    if flat and not world.may_take(ask):
         return None
+    picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
     memo.reclaim_tries += 1
-    chosen = _victims(world, ask, pool, request, job.quantity, quota_ok=quota_ok)
+    chosen = _victims(world, picture, pool, request, job.quantity, quota_ok=quota_ok)
     if chosen is None:
         memo.reclaim[key] = min(job.quantity, refused or job.quantity)
         return None
     return Reclaim(chosen, request, unit, pool)
 
 
-def _victims(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+def _victims(world: World, picture: Picture, pool: int, request: Request, quantity: int, *,
              quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     """The portal's victim choice for the request, or None if nothing it may take lets it in."""
+    if not picture.flat:
+        return _plan(world, picture, pool, request, quantity, quota_ok=quota_ok)
+    ask = picture.ask
     failed = (ask.department_id, ask.priority, ask.factor, ask.preempts_lower, ask.amounts[None], request, quantity, pool)
     if world.shortcuts and world.failed_plans.get(failed) == world.version:
         return None  # the same plan failed and nothing has changed since (``shortcuts``)
-    chosen = _plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
+    chosen = _plan(world, picture, pool, request, quantity, quota_ok=quota_ok)
     if chosen is None:
         world.failed_plans[failed] = world.version
     return chosen
 
 
-def _plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+def _kept(world: World, picture: Picture) -> victim_view.View | None:
+    """The victim choice's view the world keeps, for the flat picture of now (the grants it
+    reads); over a period the grants are the stepped picture's: none kept for them."""
+    return world.view() if picture.flat else None
+
+
+def _plan(world: World, picture: Picture, pool: int, request: Request, quantity: int, *,
           quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
-    chosen = _grants_plan(world, ask, pool, request, quantity, quota_ok=quota_ok)
-    if chosen is None and (quota_ok or victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted):
-        chosen = _node_plan(world, ask, pool, request, quantity)  # the GPUs refused: room on one node, as admission
+    chosen = _grants_plan(world, picture, pool, request, quantity, quota_ok=quota_ok)
+    if chosen is None and (quota_ok or victims.plan(picture.tree, picture.grants(), picture.ask,
+                                                    view=_kept(world, picture)).admitted):
+        chosen = _node_plan(world, picture, pool, request, quantity)  # the GPUs refused: room on one node, as admission
     return chosen
 
 
-def _node_plan(world: World, ask: algebra.Ask, pool: int, request: Request,
+def _node_plan(world: World, picture: Picture, pool: int, request: Request,
                quantity: int) -> tuple[algebra.Victim, ...] | None:
-    grants = world.view()
-    if not victims.within_guarantee(grants, ask):
+    kept = _kept(world, picture)
+    if kept is not None and not victims.within_guarantee(kept, picture.ask):
         return None  # ``node_room_plan``'s own first answer, before the nodes are listed for it
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
     units_on.update({gid: nodes for gid, (where, nodes) in world.promised_on.items() if where == pool})
     view = world.cut_view(pool)
     try:
-        plan = node_room_plan(world.tree, world.grants(), ask, units_on=units_on,
-                              capacity_fits=lambda cut: view.fits(request, quantity, cut), view=grants)
+        plan = node_room_plan(picture.tree, picture.grants(), picture.ask, units_on=units_on,
+                              capacity_fits=lambda cut: view.fits(request, quantity, cut), view=kept)
     finally:
         view.restore()
     return plan.victims if plan is not None and plan.victims else None
 
 
-def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, quantity: int, *,
+def _grants_plan(world: World, picture: Picture, pool: int, request: Request, quantity: int, *,
                  quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
-    if not quota_ok and not victims.plan(world.tree, world.grants(), ask, view=world.view()).admitted:
+    tree, ask, kept = picture.tree, picture.ask, _kept(world, picture)
+    if not quota_ok and not victims.plan(tree, picture.grants(), ask, view=kept).admitted:
         return None  # nothing it may take frees enough quota: the GPUs need not be asked
 
     view = world.cut_view(pool)
+    shortcuts = world.shortcuts and picture.flat and quota_ok and quantity == 1
     bound: list[RoomBound] = []  # once the unit does not fit as the pool stands
 
     def fits(cut: victims.Cut) -> bool:
@@ -178,16 +212,12 @@ def _grants_plan(world: World, ask: algebra.Ask, pool: int, request: Request, qu
         if not fits(frozenset()):
             if world.shortcuts and quantity == 1:
                 bound.append(RoomBound(world.pools, pool, request, world.holdings))
-            if world.shortcuts and quota_ok and quantity == 1 and not world.shares.room_after(
-                    pool, request, world.tree, world.held, ask):
+            if shortcuts and not world.shares.room_after(pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
-            room = victims.room_facts(world.tree, world.grants(), ask, local=world.on_pool.get(pool, set()),
-                                      view=world.view())
-            if world.shortcuts and quota_ok and quantity == 1 and not room_after(
-                    world.pools, pool, request, (world.holdings[gid] for gid in room)):
+            room = victims.room_facts(tree, picture.grants(), ask, local=world.on_pool.get(pool, set()), view=kept)
+            if shortcuts and not room_after(world.pools, pool, request, (world.holdings[gid] for gid in room)):
                 return None  # no room even with every candidate gone (``shortcuts``)
-        plan = victims.plan(world.tree, world.grants(), ask, capacity_fits=fits, capacity_candidates=room,
-                            view=world.view())
+        plan = victims.plan(tree, picture.grants(), ask, capacity_fits=fits, capacity_candidates=room, view=kept)
     finally:
         view.restore()
     if not plan.admitted or not plan.victims:

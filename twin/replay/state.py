@@ -34,6 +34,8 @@ class Holding:
     idle_notice: bool = False  # an idle policy reclaims it (its notice runs): no reclaim may take it
     record: int = 0  # the index of the request's record
     age: int = 0  # how victims of equal priority rank (newest first): the grant's number unless set
+    since: float = 0.0  # when its period began (its request was decided: a reclaim's beneficiary before it starts)
+    asked_end: float = float("inf")  # when its period ends: ``since`` + its request's ``requested_s``
 
     @property
     def amount(self) -> Decimal:

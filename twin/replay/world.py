@@ -15,6 +15,7 @@ from decimal import Decimal
 from allocations.quotas import algebra, victims
 from placement import Node, Placement, Request
 from twin.policy import Policy, PriorityClass
+from twin.replay.periods import Periods, Spanned, Weighed
 from twin.replay.shortcuts import HeldShares
 from twin.replay.state import Holding, Pools
 from twin.workload import Job
@@ -67,6 +68,15 @@ class World:
         # A grant promised where its victims were, not yet started (the fidelity replay's): its
         # grant id → its pool and the node of each unit, which room on one node reads too.
         self.promised_on: dict[int, tuple[int, list[str]]] = {}
+        self.periods: Periods | None = None  # with quota windows: a request weighed over its period (``periods``)
+        self.now = 0.0  # the replay's instant (set by the replay)
+        # The victim choice over each request's period, step by step, even where no window's edge
+        # falls within it: the portal's, which may take borrowed grants for a request beyond its
+        # guarantee now but within it once some of its department's grants end within the period.
+        # The plain replay chooses on its picture of now (off); the fidelity replay sets it.
+        self.stepped_victims = False
+        self._plain_periods: Periods | None = None
+        self._pictures: dict[tuple[int, float, float], Weighed] = {}  # (version, now, end) -> the grants over it
 
     @property
     def version(self) -> int:
@@ -106,6 +116,35 @@ class World:
             known = all(check.fits for check in self._totals.checks(ask))
             self._fits[1][key] = known
         return known
+
+    def weigh(self, job: Job, ask: algebra.Ask, *, victims: bool = False) -> Weighed | None:
+        """``ask`` over the request's period ``[now, now + requested_s)`` step by step, as the
+        portal's admission weighs it, where a window changes a number within it (or, with
+        ``victims`` and ``stepped_victims``, always: the victim choice's picture); None where the
+        flat picture of now (``quota_fits``, ``grants``) decides alike and faster: the grants only
+        end within the period, so for the quota checks what holds now binds."""
+        periods = self.periods
+        end = self.now + job.requested_s
+        if periods is None or not periods.crosses(self.now, end):
+            if not (victims and self.stepped_victims):
+                return None
+            if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
+                if self._plain_periods is None:
+                    self._plain_periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
+                periods = self._plain_periods
+        key = (self._version, self.now, end)
+        picture = self._pictures.get(key)
+        if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
+            spanned = [Spanned(grant, *self.span_of(grant.allocation_id)) for grant in self.grants()]
+            picture = periods.picture(self.now, end, spanned)
+            self._pictures = {k: v for k, v in self._pictures.items() if k[0] == self._version}
+            self._pictures[key] = picture
+        return periods.asking(picture, ask, self.now, end)
+
+    def span_of(self, grant_id: int) -> tuple[float, float]:
+        """A grant's period: from when it was decided until its asked end."""
+        holding = self.holdings[grant_id]
+        return holding.since, holding.asked_end
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
@@ -215,11 +254,9 @@ class World:
                              priority=h.priority, age=h.age or h.gid, takeable=not (h.leaving or h.idle_notice), units=len(h.units),
                              leaving=h.leaving, fair_share=self.fair_share.get(h.department, 1.0))
 
-    def set_quota(self, department: int, guaranteed: Decimal, limit: Decimal) -> None:
-        """A quota window's edge: the department's effective numbers from now on."""
-        limits = dict(self.tree.limits)
-        limits[(department, None)] = algebra.Limit(department, None, guaranteed, limit)
-        self.tree = algebra.Tree(parents=self.tree.parents, limits=limits)
+    def set_tree(self, tree: algebra.Tree) -> None:
+        """A quota window's edge: the effective numbers from now on."""
+        self.tree = tree
         self._version += 1
 
     def set_fair_share(self, factors: dict[int, float]) -> None:

@@ -45,12 +45,10 @@ MIG_FLAVORS = {"a100": Shape(1, 1000, frozenset({MIG_MODEL})), "a100-half": Shap
 
 
 def window_rules(hours: float) -> tuple[WindowRule, ...]:
-    """Two windows that raise a quota from an edge within the replay until after its end (``END``
-    of ``tests/twin/fidelity/portal.py``, where every request's period ends): speech, limited to its
-    guarantee, may borrow 14 more from a third of the way; vision is guaranteed 6 more from two
-    thirds. The portal weighs a request over its whole period, so a window that ends, or lowers a
-    number, within it binds the request before its edge: only raises that last past every request's
-    period decide alike on both sides (docs/twin.md, "Fidelity")."""
+    """Two windows that raise a quota from an edge within the replay until after its end: speech,
+    limited to its guarantee, may borrow 14 more from a third of the way; vision is guaranteed 6
+    more from two thirds (the first case of the rules over time; ``period_window_rules`` has
+    windows that end and lower a number within requests' periods)."""
     until = START + datetime.timedelta(days=90)
 
     def at(fraction: float) -> datetime.datetime:
@@ -58,6 +56,30 @@ def window_rules(hours: float) -> tuple[WindowRule, ...]:
 
     return (WindowRule("speech", WindowSpec(1, "temporary", at(1 / 3), until, limit_delta=Decimal(14))),
             WindowRule("vision", WindowSpec(2, "temporary", at(2 / 3), until, guaranteed_delta=Decimal(6))))
+
+
+def period_window_rules(hours: float, guarantees: dict[str, Decimal]) -> tuple[WindowRule, ...]:
+    """Windows whose edges fall within requests' periods (docs/twin.md, "Fidelity"): speech,
+    limited to its guarantee, may borrow 14 more from a quarter of the way until half way (a raise
+    that ends: a request whose period crosses its end must fit without it); nlp's limit is lowered to
+    its guarantee from 0.6 of the way to 0.8 (a shrink, with the portal's default shrink policy
+    ``wait``: a request whose period reaches into it must fit the shrunk limit next to what holds
+    then, while what holds beyond it runs on); vision is guaranteed 6 more from two thirds until
+    after the replay."""
+
+    def at(fraction: float) -> datetime.datetime:
+        return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
+
+    return (WindowRule("speech", WindowSpec(1, "temporary", at(1 / 4), at(1 / 2), limit_delta=Decimal(14))),
+            WindowRule("nlp", WindowSpec(2, "temporary", at(0.6), at(0.8), limit=guarantees["nlp"])),
+            WindowRule("vision", WindowSpec(3, "temporary", at(2 / 3), START + datetime.timedelta(days=90),
+                                            guaranteed_delta=Decimal(6))))
+
+
+def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool) -> tuple[WindowRule, ...]:
+    if not windows:
+        return ()
+    return period_window_rules(hours, guarantees) if within else window_rules(hours)
 
 
 @dataclass(frozen=True)
@@ -69,12 +91,12 @@ class Case:
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
-                  idle: bool = False, windows: bool = False, mig_nodes: int = 0) -> Case:
+                  idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
-    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``; with
-    ``mig_nodes``, the first that many nodes are in MIG mode (``A100-80GB``) and the flavors are
-    ``MIG_FLAVORS``."""
+    with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
+    ``within`` as well, ``period_window_rules``; with ``mig_nodes``, the first that many nodes are
+    in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -88,7 +110,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                         for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     policy = Policy(departments, {name: CLASSES[name] for name in class_names},
-                    MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START, window_rules(hours) if windows else (), IDLE_RULES if idle else (),
+                    MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START,
+                    _windows(hours, guarantees, windows, within), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []

@@ -4,7 +4,7 @@ instants (docs/twin.md, "Fidelity"), each compared with what the twin decided.
 For each line of the twin's log (``twin.replay.decisions``): ``submit`` notes how many units the
 request asks (a workload line, or what a reclaim sent back); ``start``, ``reclaim`` and
 ``refused`` make the request now (``allocation_request`` by its department's member, its period
-ending at ``END``) and ask ``allocation_approve`` of a platform admin, then compare: admitted or
+the line's ``requested_s`` from now) and ask ``allocation_approve`` of a platform admin, then compare: admitted or
 refused and why (``QuotaExceeded`` is ``quota``, ``CapacityExceeded`` ``capacity``), where each
 unit was booked (the live reservations: node, GPU indices, thousandths, and a MIG instance's
 profile and first memory slice), whether it starts now or
@@ -55,11 +55,6 @@ from twin.replay.decisions import (
 )
 from twin.replay.decisions import END as RUN_END
 from twin.workload import Job
-
-END = EPOCH + datetime.timedelta(days=60)
-"""Where every request's period ends: one instant for all, after the replay, so that admission,
-which weighs each grant over its whole interval, sees at every instant of a request's interval
-the grants that hold when it is decided, as the twin does (a run ends by its release)."""
 
 
 @dataclass
@@ -118,13 +113,15 @@ class PortalReplay:
         self.result.count(SUBMIT)
 
     def _request(self, decision: Decision) -> int:
-        """The request made now, for the units the twin tries (its whole interval ends at END)."""
+        """The request made now, for the units the twin tries, over the period its line asks (from
+        now until ``requested_s`` later: the twin weighs it over the same period)."""
         job, world = self.jobs[decision.line], self.world
         assert job.flavor is not None
         allocation = services.allocation_request(
             actor=world.requesters[job.department], project=world.projects[job.department],
             flavor=world.flavors[job.flavor], quantity=self.quantities[decision.piece],
-            priority_class=world.classes[job.priority_class], starts_at=None, ends_at=END,
+            priority_class=world.classes[job.priority_class], starts_at=None,
+            ends_at=clock_now() + datetime.timedelta(seconds=job.requested_s),
             justification=f"workload line {job.line}",
         )
         self.allocations[decision.piece] = allocation.pk

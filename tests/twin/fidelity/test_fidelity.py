@@ -23,6 +23,7 @@ from twin.replay.decisions import (
     REFUSED,
     START,
     WINDOW,
+    DecidingReplay,
     Decision,
     replay_decisions,
 )
@@ -35,11 +36,16 @@ HOURS = float(os.environ.get("GPUPORTAL_FIDELITY_HOURS", "300"))
 
 
 def _replay_both(requests: int, **options: object) -> tuple[dict[str, int], list[str]]:
+    compared, differences, _ = _replayed_both(requests, **options)
+    return compared, differences
+
+
+def _replayed_both(requests: int, **options: object) -> tuple[dict[str, int], list[str], DecidingReplay]:
     case = fidelity_case(requests, **options)  # type: ignore[arg-type]
-    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    log, replay = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     world = portal_world_build(case.policy, case.nodes)
     result = PortalReplay(world, case.jobs).run(log)
-    return result.compared, result.differences
+    return result.compared, result.differences, replay
 
 
 @POSTGRES
@@ -142,6 +148,33 @@ def test_mig_instances_are_placed_on_the_slices_the_portal_books() -> None:
 
 @POSTGRES
 @pytest.mark.django_db
+def test_windows_within_requests_periods_decide_as_the_portal_does() -> None:
+    """A raise that ends and a shrink (``period_window_rules``) within requests' periods: both
+    sides weigh each request over its own period, step by step, with every grant until its own
+    asked end; the tries whose period a window's edge cuts are counted, and some are refused for
+    quota before the edge that binds them."""
+    requests = int(os.environ.get("GPUPORTAL_FIDELITY_PERIODS_REQUESTS", "100"))
+    compared, differences, replay = _replayed_both(requests, nodes=5, hours=requests * 0.45, windows=True, within=True)
+    crossing = _crossing(replay)
+    sys.stdout.write(f"fidelity with windows within periods: {requests} workload lines, decisions compared: "
+                     f"{compared}, tries over an edge: {crossing}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared.get(WINDOW, 0) == 5 and compared.get("reclaim", 0) > 0
+    assert crossing[REFUSED] > 0 and crossing[START] > 0 and crossing["quota"] > 0
+
+
+def _crossing(replay: DecidingReplay) -> dict[str, int]:
+    """The tries whose period a window's edge cuts, by kind (and the refusals for quota among them)."""
+    found = {START: 0, REFUSED: 0, "reclaim": 0, "quota": 0}
+    for decision in replay.log:
+        if (decision.at, decision.piece) in replay.crossing and decision.kind in found:
+            found[decision.kind] += 1
+            found["quota"] += decision.reason == "quota"
+    return found
+
+
+@POSTGRES
+@pytest.mark.django_db
 def test_a_slice_the_portal_did_not_book_is_named() -> None:
     case = _mig_case(20)
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
@@ -155,3 +188,17 @@ def test_a_slice_the_portal_did_not_book_is_named() -> None:
     differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log).differences
     assert len(differences) == 1, differences
     assert f"{profile}@{start + 1}" in differences[0] and f"line {log[first].line}" in differences[0]
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_decision_over_a_period_the_portal_made_otherwise_is_named() -> None:
+    """The first refusal for quota whose period a window's edge cuts, said to be for capacity."""
+    case = fidelity_case(40, nodes=3, hours=18, windows=True, within=True)
+    log, replay = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    first = next(index for index, decision in enumerate(log) if decision.kind == REFUSED and decision.reason == "quota"
+                 and (decision.at, decision.piece) in replay.crossing)
+    changed = [*log[:first], replace(log[first], reason="capacity"), *log[first + 1:]]
+    differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(changed).differences
+    assert len(differences) == 1 and "refused for quota by the portal" in differences[0], differences
+    assert f"t={log[first].at:.0f}s line {log[first].line}" in differences[0]

@@ -1,0 +1,116 @@
+"""A request weighed over its period, the portal's way (docs/twin.md, "The replay").
+
+The portal admits a request over ``[starts_at, ends_at)``, its whole period: with the quotas'
+windows (``allocations.quotas.stepped.QuotaView``, the pure view admission reads the database
+into), the lowest numbers over the period where none of them changes within it, else the tree
+step by step, cut where a window's edge or a grant's start or end falls within the period, each
+grant weighing only in the steps its own period meets (``SteppedTree.timed``). Here the view is
+built from the policy file instead: one quota per department (its guarantee and limit in
+GPU-equivalents, numbered as the replay's tree numbers them: the organisation 0, the departments
+1..n), each window on its department's quota with the portal's default shrink policy ``wait``
+(a shrink lets what holds run; only what holds beyond the limit the other windows leave may be
+taken).
+
+Where no window's edge falls within a request's period (the common case: no windows, or a period
+between two edges), what holds now binds: the grants only end within the period, so the first
+step holds the most and the numbers now are the lowest. The replay then keeps its flat picture of
+now (``World.held`` against ``tree_at``); only a period that an edge cuts is weighed step by step
+(``Periods.weigh``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import datetime
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from decimal import Decimal
+
+from allocations.quotas import algebra
+from allocations.quotas import in_use as timed
+from allocations.quotas.stepped import QuotaView, SteppedTree
+from allocations.quotas.windows import WindowSpec
+from twin.policy import Policy
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class Spanned:
+    """A grant as the algebra sees it now, and its period in seconds of the replay."""
+
+    grant: algebra.Grant
+    since: float
+    until: float
+
+
+@dataclass(frozen=True)
+class Weighed:
+    """A request over its period: the tree step by step, what each grant weighs in it, what each
+    department holds per step and what the request asks per step."""
+
+    tree: algebra.Tree
+    grants: list[algebra.Grant]
+    totals: dict[tuple[int, algebra.Scope], Decimal]
+    ask: algebra.Ask
+
+    def quota_fits(self) -> bool:
+        """The portal's quota checks: the request fits every step of its period."""
+        return all(check.fits for check in algebra.checks_from_totals(self.tree, self.totals, self.ask))
+
+
+class Periods:
+    """The policy's quotas and windows as the portal's view, and the edges where numbers change."""
+
+    def __init__(self, policy: Policy, tree: algebra.Tree, edges: Iterable[float]) -> None:
+        self.start = policy.start
+        index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
+        specs: dict[int, list[WindowSpec]] = defaultdict(list)
+        for rule in policy.windows:
+            specs[index[rule.department]].append(rule.spec)
+        rows = [(department, department, None, limit.guaranteed, limit.limit, None)
+                for (department, scope), limit in tree.limits.items() if scope is None]
+        self.view = QuotaView(parents=dict(tree.parents), rows=list(rows), specs=dict(specs),
+                              waiting=frozenset(rule.spec.id for rule in policy.windows))
+        self.edges = sorted({at for at in edges if at > 0})
+
+    def at(self, seconds: float) -> datetime.datetime:
+        return self.start + datetime.timedelta(seconds=seconds)
+
+    def crosses(self, start: float, end: float) -> bool:
+        """Whether a window changes a number strictly within ``(start, end)``."""
+        found = bisect.bisect_right(self.edges, start)
+        return found < len(self.edges) and self.edges[found] < end
+
+    def tree_at(self, seconds: float) -> algebra.Tree:
+        """The numbers in force at an instant (with what a ``wait`` shrink lets run)."""
+        moment = self.at(seconds)
+        return self.view.tree(moment, moment + timed.INSTANT)
+
+    def weigh(self, ask: algebra.Ask, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
+        """``ask`` over ``[start, end)`` next to ``grants``, each over its own period, as admission
+        weighs it (``planning.interval_tree``, ``department_totals``, ``_grant``, ``_ask``)."""
+        return self.asking(self.picture(start, end, grants), ask, start, end)
+
+    def picture(self, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
+        """The tree over ``[start, end)`` and the grants in its steps (asking nothing yet)."""
+        found = [item for item in grants if item.since < end and item.until > start]
+        begin, finish = self.at(start), self.at(end)
+        spans = [(self.at(item.since), self.at(item.until)) for item in found]
+        tree = self.view.stepped(begin, finish, [timed.Held(a, b, ZERO) for a, b in spans]) or self.view.tree(begin, finish)
+        totals: dict[tuple[int, algebra.Scope], Decimal] = defaultdict(Decimal)
+        weighed: list[algebra.Grant] = []
+        for item, (since, until) in zip(found, spans, strict=True):
+            amounts = tree.timed(item.grant.amounts, since, until) if isinstance(tree, SteppedTree) else item.grant.amounts
+            weighed.append(dataclasses.replace(item.grant, amounts=amounts))
+            for scope, amount in amounts.items():
+                totals[(item.grant.department_id, scope)] += amount
+        return Weighed(tree, weighed, dict(totals), algebra.Ask(0, {}, 0))
+
+    def asking(self, picture: Weighed, ask: algebra.Ask, start: float, end: float) -> Weighed:
+        """``picture`` with ``ask`` over ``[start, end)`` in its steps."""
+        tree = picture.tree
+        amounts = tree.timed(ask.amounts, self.at(start), self.at(end)) if isinstance(tree, SteppedTree) else ask.amounts
+        return dataclasses.replace(picture, ask=dataclasses.replace(ask, amounts=amounts))
