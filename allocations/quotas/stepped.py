@@ -25,6 +25,7 @@ Two readings of one interval ``[start, end)`` (a request's):
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime
 from collections.abc import Iterable, Mapping, Sequence
@@ -99,6 +100,9 @@ class QuotaView:
     _known: dict[tuple[datetime.datetime | None, datetime.datetime | None], tuple[
         dict[tuple[int, algebra.Scope], algebra.Limit], set[tuple[int, int, int | None]]
     ]] = field(default_factory=dict, compare=False, repr=False)
+    # one step's numbers with their scopes made its own (``step_scope``), by step and position
+    _scoped: dict[tuple[int, datetime.datetime | None, datetime.datetime | None], dict[
+        tuple[int, algebra.Scope], algebra.Limit]] = field(default_factory=dict, compare=False, repr=False)
 
     def _lowest(
         self, guaranteed: Decimal, limit: Decimal, found: list[windows.WindowSpec], start: datetime.datetime,
@@ -173,13 +177,33 @@ class QuotaView:
             return None
         limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {}
         shares: set[tuple[int, int, int | None]] = set()
+        changes: list[int] = []
+        before: dict[tuple[int, algebra.Scope], algebra.Limit] | None = None
         for index, (begin, finish) in enumerate(steps):
-            found, found_shares = self._limits(begin, finish) if self.specs else self._limits(None, None)
+            interval = (begin, finish) if self.specs else (None, None)
+            found, found_shares = self._limits(*interval)
             shares |= found_shares
-            for (department_id, scope), limit in found.items():
-                key = step_scope(index, scope)
-                limits[(department_id, key)] = dataclasses.replace(limit, scope=key)
-        return SteppedTree(parents=self.parents, limits=limits, class_shares=frozenset(shares), steps=tuple(steps))
+            limits.update(self._step_limits(index, interval, found))
+            if found is not before and found != before:
+                changes.append(index)
+            before = found
+        return SteppedTree(parents=self.parents, limits=limits, class_shares=frozenset(shares), steps=tuple(steps),
+                           changes=tuple(changes))
+
+    def _step_limits(
+        self, index: int, interval: tuple[datetime.datetime | None, datetime.datetime | None],
+        found: dict[tuple[int, algebra.Scope], algebra.Limit],
+    ) -> dict[tuple[int, algebra.Scope], algebra.Limit]:
+        """``found`` as step ``index``'s own scopes, made once per step and interval (a replay
+        cuts the same steps between the same grants' ends again and again)."""
+        key = (index, *interval)
+        known = self._scoped.get(key)
+        if known is None:
+            known = self._scoped[key] = {
+                (department_id, step_scope(index, scope)): dataclasses.replace(limit, scope=step_scope(index, scope))
+                for (department_id, scope), limit in found.items()
+            }
+        return known
 
 
 @dataclass
@@ -187,13 +211,15 @@ class SteppedTree(algebra.Tree):
     """A tree whose scopes are steps of time: ``class_amounts`` then ``timed`` place an amount."""
 
     steps: tuple[Step, ...] = ()
+    changes: tuple[int, ...] = ()  # the steps whose numbers differ from the step before (the first always)
 
     def timed(
         self, amounts: Mapping[algebra.Scope, Decimal], starts_at: datetime.datetime, ends_at: datetime.datetime
     ) -> dict[algebra.Scope, Decimal]:
         """The amounts in every step ``[starts_at, ends_at)`` meets, and in no plain scope."""
-        return {
-            step_scope(index, scope): amount
-            for index, (begin, finish) in enumerate(self.steps) if starts_at < finish and ends_at > begin
-            for scope, amount in amounts.items()
-        }
+        steps = self.steps
+        # the steps are in order and touch: the first one ending after ``starts_at`` up to the
+        # last one beginning before ``ends_at``
+        first = bisect.bisect_right(steps, starts_at, key=lambda step: step[1])
+        last = bisect.bisect_left(steps, ends_at, key=lambda step: step[0])
+        return {step_scope(index, scope): amount for index in range(first, last) for scope, amount in amounts.items()}

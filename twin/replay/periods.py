@@ -30,7 +30,7 @@ from decimal import Decimal
 
 from allocations.quotas import algebra
 from allocations.quotas import in_use as timed
-from allocations.quotas.stepped import QuotaView, SteppedTree
+from allocations.quotas.stepped import QuotaView, SteppedTree, step_scope, unstepped
 from allocations.quotas.windows import WindowSpec
 from twin.policy import Policy
 
@@ -46,19 +46,78 @@ class Spanned:
     until: float
 
 
+class _Weights:
+    """What each grant weighs over the period's steps, made once when the victim choice first asks
+    (the quota checks need only the totals), shared by every copy of a picture (``Periods.asking``)."""
+
+    def __init__(self, tree: algebra.Tree, found: list[Spanned], spans: list[tuple[datetime.datetime, datetime.datetime]]):
+        self._tree, self._found, self._spans = tree, found, spans
+        self._grants: list[algebra.Grant] | None = None
+
+    def grants(self) -> list[algebra.Grant]:
+        if self._grants is None:
+            tree = self._tree
+            self._grants = [
+                dataclasses.replace(item.grant, amounts=tree.timed(item.grant.amounts, since, until))
+                if isinstance(tree, SteppedTree) else item.grant
+                for item, (since, until) in zip(self._found, self._spans, strict=True)
+            ]
+        return self._grants
+
+
 @dataclass(frozen=True)
 class Weighed:
     """A request over its period: the tree step by step, what each grant weighs in it, what each
     department holds per step and what the request asks per step."""
 
     tree: algebra.Tree
-    grants: list[algebra.Grant]
+    weights: _Weights
     totals: dict[tuple[int, algebra.Scope], Decimal]
     ask: algebra.Ask
+    begun: bool = False  # every grant began by the period's start: what holds only ends within it
+
+    @property
+    def grants(self) -> list[algebra.Grant]:
+        return self.weights.grants()
 
     def quota_fits(self) -> bool:
-        """The portal's quota checks: the request fits every step of its period."""
-        return all(check.fits for check in algebra.checks_from_totals(self.tree, self.totals, self.ask))
+        """The portal's quota checks: the request fits every step of its period.
+
+        Where every grant began by the period's start, only the steps whose numbers differ from
+        the step before are checked: in a run of steps with the same numbers, what holds in a
+        later step is part of what holds in the first (a grant there began before it and ends
+        after it), and the request is in all of them, so the first binds. The same answer."""
+        ask, tree, totals = self.ask, self.tree, self.totals
+        if self.begun and isinstance(tree, SteppedTree) and len(tree.changes) < len(tree.steps):
+            binding = set(tree.changes)
+            ask = dataclasses.replace(ask, amounts={
+                scope: amount for scope, amount in ask.amounts.items() if unstepped(scope)[1] in binding})
+            totals = {key: amount for key, amount in totals.items() if unstepped(key[1])[1] in binding}
+        return all(check.fits for check in algebra.checks_from_totals(tree, totals, ask))
+
+
+def _begun_totals(tree: SteppedTree, found: list[Spanned], spans: list[tuple[datetime.datetime, datetime.datetime]],
+                  ) -> dict[tuple[int, algebra.Scope], Decimal]:
+    """What each department holds per step where every grant began by the first step: a grant
+    weighs in the steps from the first up to the last one it meets, so each step's total is what
+    the grants ending after it weigh, summed from the last step back (exact decimals: the same
+    terms in another order give the same number, written the same way)."""
+    begins = [begin for begin, _ in tree.steps]
+    ending: dict[tuple[int, algebra.Scope], dict[int, Decimal]] = defaultdict(dict)
+    for item, (_, until) in zip(found, spans, strict=True):
+        last = bisect.bisect_left(begins, until)  # the steps it meets: 0 .. last - 1
+        for scope, amount in item.grant.amounts.items():
+            at = ending[(item.grant.department_id, scope)]
+            at[last] = at[last] + amount if last in at else amount
+    totals: dict[tuple[int, algebra.Scope], Decimal] = {}
+    for (department_id, scope), at in ending.items():
+        running: Decimal | None = None
+        for step in range(max(at), 0, -1):
+            if step in at:
+                running = at[step] if running is None else running + at[step]
+            if running is not None:
+                totals[(department_id, step_scope(step - 1, scope))] = ZERO + running
+    return totals
 
 
 class Periods:
@@ -100,14 +159,15 @@ class Periods:
         begin, finish = self.at(start), self.at(end)
         spans = [(self.at(item.since), self.at(item.until)) for item in found]
         tree = self.view.stepped(begin, finish, [timed.Held(a, b, ZERO) for a, b in spans]) or self.view.tree(begin, finish)
+        weights = _Weights(tree, found, spans)
+        begun = all(item.since <= start for item in found)
+        if begun and isinstance(tree, SteppedTree):
+            return Weighed(tree, weights, _begun_totals(tree, found, spans), algebra.Ask(0, {}, 0), begun)
         totals: dict[tuple[int, algebra.Scope], Decimal] = defaultdict(Decimal)
-        weighed: list[algebra.Grant] = []
-        for item, (since, until) in zip(found, spans, strict=True):
-            amounts = tree.timed(item.grant.amounts, since, until) if isinstance(tree, SteppedTree) else item.grant.amounts
-            weighed.append(dataclasses.replace(item.grant, amounts=amounts))
-            for scope, amount in amounts.items():
-                totals[(item.grant.department_id, scope)] += amount
-        return Weighed(tree, weighed, dict(totals), algebra.Ask(0, {}, 0))
+        for grant in weights.grants():
+            for scope, amount in grant.amounts.items():
+                totals[(grant.department_id, scope)] += amount
+        return Weighed(tree, weights, dict(totals), algebra.Ask(0, {}, 0), begun)
 
     def asking(self, picture: Weighed, ask: algebra.Ask, start: float, end: float) -> Weighed:
         """``picture`` with ``ask`` over ``[start, end)`` in its steps."""
