@@ -318,11 +318,27 @@ def fix_window(setup: Setup, body: Json, context: Json) -> None:
                  "ends_at": setup.time(begins + datetime.timedelta(hours=3)), "limit_delta": "1"})
 
 
+# Three requests of the demo's projects and flavors (a whole GPU, MIG instances, a share): the
+# run is a whole what-if replay in the request (tasks in-process), over the rules and departments
+# the fuzzing made, at a cost of about a second. The last week's history (every request the fuzzing
+# made) cost 20 to 40 s a run here, minutes over the run; what-ifs over the history are tested in
+# tests/whatifs.
+WHAT_IF_WORKLOAD = "".join(json.dumps(line) + "\n" for line in (
+    {"submit_at": 0, "department": "nlp", "project": "nlp-llm", "flavor": "a100-80gb", "quantity": 2,
+     "runtime_s": 3600, "requested_s": 7200, "priority_class": "gpu-standard", "busy": 0.5},
+    {"submit_at": 600, "department": "vision", "project": "vision-seg", "flavor": "a100-mig-1g-10gb", "quantity": 3,
+     "runtime_s": 1800, "requested_s": 3600, "priority_class": "gpu-standard", "busy": 0.2},
+    {"submit_at": 900, "department": "nlp", "project": "nlp-speech", "flavor": "h100-mps-4", "quantity": 1,
+     "runtime_s": 1200, "requested_s": 1800, "priority_class": "gpu-standard", "busy": 0.9},
+))
+
+
 def fix_what_if(setup: Setup, body: Json, context: Json) -> None:
-    """A what-if of one valid change over the last week's history (a workload text is its own format)."""
-    for name in ("workload", "workload_format", "department"):
+    """A what-if of one valid change over a short uploaded workload (``WHAT_IF_WORKLOAD``)."""
+    for name in ("history_days", "history_until", "department"):
         body.pop(name, None)
-    body.update({"changes": [{"kind": "quota", "department": "nlp", "limit_delta": "1"}], "history_days": 7})
+    body.update({"changes": [{"kind": "quota", "department": "nlp", "limit_delta": "1"}], "history_days": None,
+                 "workload": WHAT_IF_WORKLOAD, "workload_format": "jsonl"})
 
 
 def fix_emergency(setup: Setup, body: Json, context: Json) -> None:
