@@ -125,7 +125,7 @@ OPERATIONS: dict[str, Binding] = {
     "v1_nodes_partial_update": Binding(P, {"node_id": "node_fresh"}, body="node_settings"),
     "v1_nodes_report_create": Binding("node-agent", body="node_report"),
     "v1_audit_checkpoints_create": Binding("auditor"),
-    # A what-if replays the last week under a proposed change (the task runs in-process here).
+    # A what-if replays a short uploaded workload under a proposed change (the task runs in-process here; hooks.fix_what_if).
     "v1_what_ifs_create": Binding(P, body="what_if"),
     "v1_me_notification_preferences_update": Binding(R),
 }
