@@ -123,7 +123,7 @@ def departments(m: Metrics) -> None:
         print(f"  {d.name:10} {100 * d.allocation:6.1f} {100 * d.busy:5.1f} {d.work_gpu_h:10.0f}  "
               f"{_minutes(w.p50):>6}/{_minutes(w.p95)}/{_minutes(w.p99):<8} {d.violations_gpu_h:10.0f} {d.reclaims:9d}")
     print(f"  rules over time ({m.policy}): {m.window_edges} quota window edges, {m.idle_warnings} idle warnings, "
-          f"{m.idle_reclaims} idle reclaims")
+          f"{m.idle_reclaims} idle reclaims, {m.shrink_reclaims} grants a shrink took back")
     print(f"  waits by class ({m.policy}): " + "; ".join(
         f"{name} p50/p95/p99 {_minutes(w.p50)}/{_minutes(w.p95)}/{_minutes(w.p99)} min (n={w.count})"
         for name, w in m.waits_by_class.items()))

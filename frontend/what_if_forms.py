@@ -15,6 +15,7 @@ from django.db.models import QuerySet
 from django.utils.datastructures import MultiValueDict
 
 from allocations.models import PriorityClass, Quota
+from allocations.models.windows import ShrinkPolicy
 from frontend.window_forms import WindowTermsFields
 from kernel.clock import clock_now
 from tenants.models import Department
@@ -113,6 +114,8 @@ def _window_change(params: Any, quota: int, now: datetime.datetime) -> dict[str,
     change: dict[str, Any] = {"kind": "window", "quota": quota, **deltas, **_in_last_month(terms, now)}
     if terms["kind"] == "recurring":
         change.update(rrule=terms["rrule"], timezone=terms["timezone"] or "UTC", duration_minutes=terms["duration_minutes"])
+    if data.get("shrink_policy") in ShrinkPolicy.values:
+        change["shrink_policy"] = data["shrink_policy"]
     return change
 
 

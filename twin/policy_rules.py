@@ -8,6 +8,8 @@ fair share, read into the pure types the portal's own functions take (``allocati
          timezone: Europe/Berlin, duration_minutes: 720, limit_delta: 40}
       - {department: vision, kind: temporary, begins_at: 2026-03-10T00:00:00Z,
          ends_at: 2026-03-17T00:00:00Z, guaranteed: 20}
+      - {department: speech, kind: temporary, begins_at: 2026-03-20T00:00:00Z,
+         ends_at: 2026-03-21T00:00:00Z, limit: 8, shrink_policy: reclaim}   # default: wait
     idle_policies:
       - {name: reclaim-idle, department: nlp, priority_class: gpu-standard, threshold: 0.05,
          window_minutes: 120, grace_minutes: 60, action: reclaim}
@@ -27,6 +29,7 @@ from allocations.quotas.windows import WindowSpec
 
 DEFAULT_START = datetime.datetime(2026, 3, 2, tzinfo=datetime.UTC)  # a Monday, as the generator's day 0
 WINDOW_KINDS = ("temporary", "recurring")
+SHRINK_POLICIES = ("wait", "reclaim")  # the portal's ``ShrinkPolicy``
 IDLE_ACTIONS = ("notify", "reclaim")
 HALF_LIFE_MAX_HOURS = 24 * 366
 WINDOW_FIELDS = ("guaranteed", "limit", "guaranteed_delta", "limit_delta")
@@ -46,6 +49,7 @@ class WindowRule:
 
     department: str
     spec: WindowSpec
+    shrink_policy: str = "wait"  # where it lowers the limit: "wait" lets what holds run; "reclaim" takes it back
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,9 @@ def window_rule(entry: Entry, index: int, departments: set[str]) -> WindowRule:
         entry.fail("department", f"no department {department!r} in the policy")
     if "priority_class" in entry.data:
         entry.fail("priority_class", "a window of one priority class's share is not replayed yet: only department-wide windows")
+    shrink_policy = entry.text("shrink_policy", "wait")
+    if shrink_policy not in SHRINK_POLICIES:
+        entry.fail("shrink_policy", f"must be one of {', '.join(SHRINK_POLICIES)}, not {shrink_policy!r}")
     kind = entry.text("kind", "temporary")
     if kind not in WINDOW_KINDS:
         entry.fail("kind", f"must be one of {', '.join(WINDOW_KINDS)}, not {kind!r}")
@@ -119,7 +126,7 @@ def window_rule(entry: Entry, index: int, departments: set[str]) -> WindowRule:
     spec = WindowSpec(id=index + 1, kind=kind, begins_at=begins, ends_at=ends, rrule=rrule, timezone=zone,
                       duration=duration, guaranteed=values["guaranteed"], limit=values["limit"],
                       guaranteed_delta=values["guaranteed_delta"], limit_delta=values["limit_delta"])
-    return WindowRule(department, spec)
+    return WindowRule(department, spec, shrink_policy)
 
 
 def idle_rule(entry: Entry, index: int, departments: set[str], classes: set[str]) -> IdleRule:
@@ -154,6 +161,8 @@ def _iso(at: datetime.datetime) -> str:
 def window_write(rule: WindowRule) -> dict[str, Any]:
     spec = rule.spec
     out: dict[str, Any] = {"department": rule.department, "kind": spec.kind, "begins_at": _iso(spec.begins_at)}
+    if rule.shrink_policy != "wait":
+        out["shrink_policy"] = rule.shrink_policy
     if spec.ends_at is not None:
         out["ends_at"] = _iso(spec.ends_at)
     if spec.kind == "recurring":

@@ -10,7 +10,8 @@ Four kinds, each an object of a list:
   ``notice_minutes`` (0 to 10,080);
 * ``window``: a quota window on a quota named as above, ``limit_delta`` and/or
   ``guarantee_delta``, either temporary (``begins_at``, ``ends_at``) or recurring (``rrule``,
-  ``duration_minutes``, ``begins_at``);
+  ``duration_minutes``, ``begins_at``), and its ``shrink_policy`` where it lowers the limit
+  (``wait``, the default, or ``reclaim``);
 * ``idle_policy``: ``threshold`` (0 to 1), ``window_minutes`` (at least 5) and ``action``
   (``warn``, ``release`` or ``reclaim``), optionally for one ``department``.
 
@@ -28,6 +29,7 @@ from typing import Any
 
 from django.utils.dateparse import parse_datetime
 
+from allocations.models.windows import ShrinkPolicy
 from allocations.quotas.rrules import parse_rrule
 from kernel.errors import FieldError
 from twin.policy import PriorityClass
@@ -169,8 +171,11 @@ def _class(change: _Change, classes: list[PriorityClass]) -> PriorityClass:
 
 def _window(change: _Change, quotas: list[QuotaRow], window_id: int) -> tuple[QuotaRow, WindowRule | None]:
     change.known(("quota", "department", "flavor", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
-                  "limit_delta", "guarantee_delta"))
+                  "limit_delta", "guarantee_delta", "shrink_policy"))
     row = _quota(change, quotas)
+    shrink = change.data.get("shrink_policy")
+    if shrink is not None and shrink not in ShrinkPolicy.values:
+        raise change.fail("shrink_policy", f"must be one of {', '.join(ShrinkPolicy.values)}, not {shrink!r}")
     if change.amount("limit_delta", signed=True) is None and change.amount("guarantee_delta", signed=True) is None:
         raise change.fail("limit_delta", "give limit_delta and/or guarantee_delta")
     begins = change.moment("begins_at")
@@ -288,7 +293,8 @@ def change_words(change: dict[str, Any], *, quota_names: Mapping[int, str]) -> s
     if kind == "window":
         when = (f"{change['rrule']} for {change.get('duration_minutes')} min" if change.get("rrule")
                 else f"from {change.get('begins_at')} to {change.get('ends_at')}")
-        return f"Window on {_quota_words(change, quota_names)}, {when}"
+        shrink = ", reclaiming beyond a lower limit" if change.get("shrink_policy") == ShrinkPolicy.RECLAIM else ""
+        return f"Window on {_quota_words(change, quota_names)}, {when}{shrink}"
     if kind == "idle_policy":
         scope = change.get("department") or "every department"
         return (f"Idle policy for {scope}: busy below {change.get('threshold')} for {change.get('window_minutes')} min"

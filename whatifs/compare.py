@@ -123,7 +123,7 @@ def _side(outcome: Outcome, binding: Binding) -> tuple[dict[str, Any], dict[str,
     held_back = {name: binding_of(binding, name, figures["wait_p95_min"]) for name, figures in per_department.items()}
     summary = {"total": _figures(metrics.total), "jain": round(metrics.jain, 4), "wall_s": round(outcome.wall_s, 3),
                "idle_warnings": metrics.idle_warnings, "idle_reclaims": metrics.idle_reclaims,
-               "window_edges": metrics.window_edges,
+               "window_edges": metrics.window_edges, "shrink_reclaims": metrics.shrink_reclaims,
                "series": allocation_series(outcome), "waits": wait_histogram(outcome), "binding": held_back}
     return summary, per_department
 

@@ -21,6 +21,7 @@ from accounting.idle_models import IdlePolicy
 from allocations.fair_share.reads import half_life_seconds
 from allocations.grants.idle_ladder import Rules
 from allocations.models.fair_share import FairShare
+from allocations.models.windows import QuotaWindow, ShrinkPolicy
 from allocations.quotas.window_reading import approved_window_specs
 from allocations.quotas.windows import WindowSpec
 from twin.policy import Policy
@@ -50,14 +51,18 @@ def window_in_equivalents(spec: WindowSpec, row: QuotaRow, quotas: list[QuotaRow
 
 
 def live_windows(quotas: list[QuotaRow]) -> list[WindowRule]:
-    """The approved windows, each on its department's quota as the twin reads it."""
+    """The approved windows, each on its department's quota as the twin reads it, with its shrink
+    policy."""
     by_id = {row.id: row for row in quotas}
+    specs_of = approved_window_specs(quota_ids=list(by_id))
+    policies = dict(QuotaWindow.objects.filter(pk__in=[spec.id for specs in specs_of.values() for spec in specs])
+                    .values_list("pk", "shrink_policy"))
     rules = []
-    for quota_id, specs in sorted(approved_window_specs(quota_ids=list(by_id)).items()):
+    for quota_id, specs in sorted(specs_of.items()):
         for spec in specs:
             moved = window_in_equivalents(spec, by_id[quota_id], quotas)
             if moved is not None:
-                rules.append(WindowRule(by_id[quota_id].department, moved))
+                rules.append(WindowRule(by_id[quota_id].department, moved, str(policies[spec.id])))
     return rules
 
 
@@ -100,7 +105,8 @@ def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[Quota
         duration=datetime.timedelta(minutes=int(change["duration_minutes"])) if recurring else None,
         guaranteed_delta=amount("guarantee_delta"), limit_delta=amount("limit_delta"))
     moved = window_in_equivalents(spec, row, quotas)
-    return WindowRule(row.department, moved) if moved is not None else None
+    return WindowRule(row.department, moved, str(change.get("shrink_policy") or ShrinkPolicy.WAIT)) \
+        if moved is not None else None
 
 
 def proposed_idle(change: dict[str, Any], policy_id: int) -> IdleRule:

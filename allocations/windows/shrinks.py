@@ -13,12 +13,10 @@ the tick reclaims them (with their notice); with ``wait`` they run to their end.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import lru_cache
 from typing import Any
 
@@ -27,7 +25,8 @@ from django.db.models import Q
 from allocations.admission.planning import VictimInfo, grants_at, quota_tree, victim_infos
 from allocations.models import Allocation, Quota
 from allocations.models.windows import QuotaWindow, WindowKind, WindowState
-from allocations.quotas import algebra, victims, windows
+from allocations.quotas import algebra, windows
+from allocations.quotas.shrinking import shrink_plan, shrink_scope
 from allocations.quotas.wording import scope_words
 from kernel.clock import clock_now
 from kernel.numbers import plain
@@ -121,18 +120,13 @@ def shrink_victims(
     (False: grants that may not be taken, ``untakeable``, stand in the way; then none are listed)."""
     parents = department_parent_map()
     tree = quota_tree(parents=parents, start=at, end=at + MICROSECOND)
-    if (department_id, scope) not in tree.limits and isinstance(scope, tuple):
-        scope = scope[2]  # the class's share is no narrower than the department's quota now
-    if (department_id, scope) not in tree.limits:
+    if (department_id, shrink_scope(tree, department_id=department_id, scope=scope)) not in tree.limits:
         return [], True
     above = set(department_ancestor_ids(department_id=department_id, parents=parents)) - {department_id}
-    # Only the department's own limit, and what holds beyond it counts whatever the windows' policies:
-    # this is the list of what the lower limit leaves beyond it.
-    limits = {key: dataclasses.replace(limit, kept=None) for key, limit in tree.limits.items() if key[0] not in above}
-    own = algebra.Tree(parents=parents, limits=limits, class_shares=tree.class_shares)
     subtree = department_subtree_ids(root_ids=[department_id], parents=parents)
     grants, info = grants_at(at=at, department_ids=subtree, tree=tree, untakeable=untakeable)
-    plan = victims.plan(own, grants, algebra.Ask(department_id=department_id, amounts={scope: Decimal(0)}, priority=0))
+    plan = shrink_plan(tree, grants, department_id=department_id, scope=scope, above=above)
+    assert plan is not None  # the department has a limit there (above)
     return victim_infos(plan.victims, info), plan.admitted
 
 

@@ -71,7 +71,7 @@ def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: 
     assert 'id="window-what-if"' in calendar and 'formaction="/what-ifs/"' in calendar
     quota = Quota.objects.get(department=world.nlp, flavor=None)
     begins = (timezone.now() + datetime.timedelta(days=10)).replace(second=0, microsecond=0)
-    window = {"quota": str(quota.pk), "kind": "temporary", "timezone": "UTC", "limit_delta": "4",
+    window = {"quota": str(quota.pk), "kind": "temporary", "timezone": "UTC", "limit_delta": "4", "shrink_policy": "reclaim",
               "begins_at": f"{begins:%Y-%m-%dT%H:%M}", "ends_at": f"{begins + datetime.timedelta(days=2):%Y-%m-%dT%H:%M}"}
     prefilled = client.get("/what-ifs/", window).content.decode()
     assert f'<option value="{quota.pk}" selected>' in prefilled and 'name="history_days" value="30"' in prefilled
@@ -80,6 +80,7 @@ def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: 
     (change,) = json.loads(html.unescape(field.group(1)))
     moved = datetime.datetime.fromisoformat(change["begins_at"])
     assert change["kind"] == "window" and change["limit_delta"] == "4" and change["quota"] == quota.pk
+    assert change["shrink_policy"] == "reclaim"  # the window's own, replayed as the portal would apply it
     assert (begins - moved) % datetime.timedelta(weeks=1) == datetime.timedelta(0)  # same weekday and hour
     assert timezone.now() - datetime.timedelta(days=30) <= moved < timezone.now()  # within the replayed month
     assert datetime.datetime.fromisoformat(change["ends_at"]) - moved == datetime.timedelta(days=2)

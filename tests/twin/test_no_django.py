@@ -16,6 +16,7 @@ PURE = {
     "allocations.quotas.algebra", "allocations.quotas.victims", "allocations.quotas.node_room",
     "allocations.quotas.windows", "allocations.quotas.rrules", "allocations.quotas.stepped", "allocations.quotas.in_use", "allocations.quotas.victim_view",
     "allocations.fair_share.tree", "allocations.fair_share.queue", "allocations.grants.idle_ladder", "allocations.grants.idle_matching",
+    "allocations.quotas.shrinking",
 }
 PURE_LOADED = PURE | {"allocations.quotas.walking", "kernel.times"}  # what those import in turn
 

@@ -15,8 +15,9 @@ import pytest
 from tests.twin.test_formats import POLICY
 from tests.twin.test_replay import NODES, RULES
 from twin.errors import TwinInputError
-from twin.policy import Department, Policy, policy_read, policy_with_rules, policy_write
+from twin.policy import Department, Policy, PriorityClass, policy_read, policy_with_rules, policy_write
 from twin.policy_rules import DEFAULT_START
+from twin.replay.decisions import SHRINK, WINDOW, replay_decisions
 from twin.replay.engine import Outcome, replay
 from twin.replay.rules import window_steps
 from twin.workload import Job, jobs_read
@@ -150,3 +151,69 @@ def test_rules_over_time_lay_over_a_policy_and_nothing_else_may() -> None:
     with pytest.raises(TwinInputError, match="windows\\[0\\]: department: no department 'z'"):
         policy_with_rules(RULES, "windows:\n  - {department: z, begins_at: 2026-03-02T01:00:00Z, "
                                  "ends_at: 2026-03-02T02:00:00Z, limit: 1}\n")
+
+
+OVER = PriorityClass("over", 50, False, Decimal(2), 60.0)  # checked against twice the limit
+
+
+def shrink_rules(shrink_policy: str) -> Policy:
+    """a's limit lowered from 2 to 1 from 50 s to 150 s; a's class ``over`` oversubscribes twice,
+    so a may hold 2 GPUs across the shrink (the portal's rule: 2 ≤ 1 × 2)."""
+    policy = replace(RULES, departments=(Department("a", Decimal(1), Decimal(2)), Department("b", Decimal(1), Decimal(4))),
+                     classes={**RULES.classes, "over": OVER})
+    text = policy_write(policy).replace("windows: []", "windows:\n  - " + json.dumps(
+        {"department": "a", "kind": "temporary", "begins_at": "2026-03-02T00:00:50Z",
+         "ends_at": "2026-03-02T00:02:30Z", "limit": 1, "shrink_policy": shrink_policy}))
+    return policy_read(text)
+
+
+def test_a_shrink_that_reclaims_takes_back_the_newest_grant_beyond_the_lower_limit() -> None:
+    """At the edge (50 s) a holds 2 against a limit of 1: under ``reclaim`` its newest grant goes
+    after its class's 60 s notice (its unit stays on its GPU until then: b's 3 GPUs, whose quota
+    checks its class's factor lets pass at 60 s, start only at 110 s) and its run is queued again; under ``wait`` both run on, and b waits for the first to end."""
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 500, "requested_s": 1000, "priority_class": "over"},
+                {"submit_at": 1, "department": "a", "runtime_s": 500, "requested_s": 1000, "priority_class": "over"},
+                {"submit_at": 60, "department": "b", "quantity": 3, "runtime_s": 100, "priority_class": "over"})
+    four = NODES + [replace(NODES[0], name="n3"), replace(NODES[0], name="n4")]
+    reclaimed = replay(work, four, shrink_rules("reclaim"), "full", horizon=200.0)
+    assert starts(reclaimed) == [0.0, 1.0, 500.0] and reclaimed.shrink_reclaims == 1
+    assert [record.restarts for record in reclaimed.records] == [0, 1, 0]
+    assert [record.finish for record in reclaimed.records] == [500.0, 610.0, 600.0]  # a's second ran again from 110 s
+    assert [(run.record, run.start, run.end) for run in reclaimed.runs if run.lost] == [(1, 1.0, 110.0)]
+    waited = replay(work, four, shrink_rules("wait"), "full", horizon=200.0)
+    assert starts(waited) == [0.0, 1.0, 500.0] and waited.shrink_reclaims == 0
+    assert [record.finish for record in waited.records] == [500.0, 501.0, 600.0]
+    assert replay(work, four, shrink_rules("reclaim"), "borrow", horizon=200.0).shrink_reclaims == 1  # the portal's tick, whatever admission may reclaim
+
+
+def test_a_shrink_policy_reads_writes_back_and_names_a_bad_value() -> None:
+    policy = shrink_rules("reclaim")
+    assert policy.windows[0].shrink_policy == "reclaim" and policy_read(policy_write(policy)) == policy
+    assert shrink_rules("wait").windows[0].shrink_policy == "wait"
+    with pytest.raises(TwinInputError) as caught:
+        shrink_rules("evict")
+    assert caught.value.field == "shrink_policy" and "wait, reclaim" in str(caught.value)
+
+
+def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_back() -> None:
+    """a borrows all 3 GPUs in one grant (class ``over3``: checked against 3 × its limit). At 10 s
+    b asks 1 within its guarantee: a reclaim takes 1 of a's units (60 s notice). At 20 s a's limit
+    drops to 1 under ``reclaim``; a's grant keeps 2 units, which may not be taken while its unit
+    leaves: the shrink waits. At 70 s the unit has left and the shrink takes back one of the two
+    (a ``shrink`` line of the decision log), which leaves after its notice, at 130 s."""
+    over3 = PriorityClass("over3", 50, False, Decimal(3), 60.0)
+    policy = replace(shrink_rules("reclaim"), departments=(Department("a", Decimal(0), Decimal(3)),
+                                                            Department("b", Decimal(1), Decimal(3))),
+                     classes={**RULES.classes, "over3": over3})
+    policy = replace(policy, windows=(replace(policy.windows[0], spec=replace(
+        policy.windows[0].spec, begins_at=policy.start + datetime.timedelta(seconds=20), limit=Decimal(1))),))
+    work = jobs({"submit_at": 0, "department": "a", "quantity": 3, "runtime_s": 900, "requested_s": 1000,
+                 "priority_class": "over3"},
+                {"submit_at": 10, "department": "b", "runtime_s": 900})
+    three = NODES + [replace(NODES[0], name="n3")]
+    outcome = replay(work, three, policy, "full", horizon=200.0)
+    assert outcome.reclaims == 1 and outcome.shrink_reclaims == 1
+    assert [(run.record, run.start, run.end) for run in outcome.runs if run.lost] == [(0, 0.0, 70.0), (0, 0.0, 130.0)]
+    log, _ = replay_decisions(work, three, policy, "full")
+    assert [(d.at, d.kind, d.victims) for d in log if d.kind in (WINDOW, SHRINK)] == [
+        (20.0, WINDOW, ()), (70.0, SHRINK, ((1, 1),)), (150.0, WINDOW, ())]

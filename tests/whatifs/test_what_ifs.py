@@ -239,3 +239,30 @@ def test_a_proposed_idle_policy_that_reclaims_idle_grants_changes_reclaims(world
     assert run.result["current"]["idle_reclaims"] == 0 and run.result["proposed"]["idle_reclaims"] == 3
     assert _nlp(run.result)["difference"]["work_gpu_h"] < 0  # taken back after their idle hour and grace
     assert refused_field(world, "platform", [{**reclaim, "department": "nowhere"}]) == "changes[0].department"
+
+
+def test_a_proposed_window_that_reclaims_takes_back_what_the_lower_limit_leaves_beyond(world: World) -> None:
+    """nlp's 6 A100s start at once; gpu-standard proposed to oversubscribe twice, so a window that
+    lowers nlp's limit from 10 to 4 an hour later still lets them in over their period (6 ≤ 4 × 2).
+    Under shrink policy ``reclaim`` the edge takes back what nlp holds beyond 4; under ``wait``
+    nothing is taken. A shrink policy the portal has not is refused, naming the field."""
+    now = timezone.now()
+    line = {"submit_at": 0, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 6,
+            "runtime_s": 4 * 3600, "requested_s": 4 * 3600, "priority_class": "gpu-standard", "busy": 0.5}
+    factor = {"kind": "priority_class", "name": "gpu-standard", "oversubscription_factor": 2}
+
+    def window(policy: str) -> dict[str, Any]:
+        return {"kind": "window", "department": "nlp", "limit_delta": -6, "shrink_policy": policy,
+                "begins_at": (now + datetime.timedelta(hours=1)).isoformat(),
+                "ends_at": (now + datetime.timedelta(hours=3)).isoformat()}
+
+    results = {}
+    for policy in ("reclaim", "wait"):
+        made = ask(world, "platform", [factor, window(policy)], history_days=None, workload=json.dumps(line))
+        run = what_if_run(what_if_id=made.pk)
+        assert run is not None and run.state == WhatIfState.DONE, run.error if run else None
+        results[policy] = run.result
+    assert results["reclaim"]["proposed"]["shrink_reclaims"] == 1 and results["reclaim"]["current"]["shrink_reclaims"] == 0
+    assert _nlp(results["reclaim"])["difference"]["lost_gpu_h"] > 0  # the units taken back lost their run
+    assert results["wait"]["proposed"]["shrink_reclaims"] == 0 and _nlp(results["wait"])["difference"]["lost_gpu_h"] == 0
+    assert refused_field(world, "platform", [window("evict")]) == "changes[0].shrink_policy"

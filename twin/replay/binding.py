@@ -140,6 +140,8 @@ class BindingReplay(Replay):
             self._verdicts[key] = (self.world.version, verdict)
             rate[(self.world.department(job), verdict)] += sum(entry.job.milli for entry in entries) / 1000
         for promise in self.promises.values():
+            if promise.entry is None:
+                continue  # a shrink's: nobody waits for its room
             job = promise.entry.job
             rate[(self.world.department(job), (NOTICE, -1))] += job.milli / 1000
         self._rate = dict(rate)

@@ -50,6 +50,7 @@ from twin.replay.log import (
     RANK,
     RECLAIM,
     REFUSED,
+    SHRINK,
     START,
     SUBMIT,
     WINDOW,
@@ -175,6 +176,25 @@ class DecidingReplay(MigOverlay, Replay):
             name = self.world.policy.departments[step.department - 1].name
             self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit)))
         super()._window(index)
+
+    def _shrink(self, department: int) -> tuple[algebra.Victim, ...]:
+        """What a window's lower limit takes back (``window``'s victims: the portal's edge reclaims
+        them); met later, where grants in the way could not be taken at the edge, a ``shrink``
+        line of its own. Victims without notice leave within the tick, as the portal reclaims
+        them at once."""
+        retry = department in self.shrinks_pending
+        chosen = super()._shrink(department)
+        if not chosen:
+            return chosen
+        victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in chosen)
+        if retry:
+            limit = self.world.tree.limits[(department, None)]
+            name = self.world.policy.departments[department - 1].name
+            self.log.append(Decision(self.now, SHRINK, 0, 0, victims=victims, quota=(name, limit.guaranteed, limit.limit)))
+        else:
+            self.log[-1] = replace(self.log[-1], victims=victims)
+        self._leave_at_once(max(self.promises))
+        return chosen
 
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
         self._submit_until()
@@ -321,7 +341,7 @@ class DecidingReplay(MigOverlay, Replay):
         want: dict[_GpuKey, int] = {}
         want_mig: dict[_GpuKey, list[Placement]] = {}
         for holding in self.world.holdings.values():
-            for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving else ():
+            for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving and not holding.parked else ():
                 if unit.request.mig_profile is not None:
                     want_mig.setdefault((holding.pool, unit.node, unit.gpu_indices[0]), []).append(unit)
                     continue
@@ -430,5 +450,5 @@ def replay_decisions(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy,
     return idle_merged(replay.log, replay._idle_log), replay
 
 
-__all__ = ["BEGIN", "END", "IDLE_ACT", "IDLE_END", "IDLE_WARN", "LEAVE", "RANK", "RECLAIM", "REFUSED", "START", "SUBMIT",
-           "WINDOW", "Decision", "DecidingReplay", "Unit", "fair_share_order", "idle_merged", "replay_decisions"]
+__all__ = ["BEGIN", "END", "IDLE_ACT", "IDLE_END", "IDLE_WARN", "LEAVE", "RANK", "RECLAIM", "REFUSED", "SHRINK", "START",
+           "SUBMIT", "WINDOW", "Decision", "DecidingReplay", "Unit", "fair_share_order", "idle_merged", "replay_decisions"]

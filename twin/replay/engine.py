@@ -14,6 +14,8 @@ a request whose period a window's edge cuts is weighed over it step by step (``p
 A reclaim marks its victims' units as leaving; at the end of each victim's notice (its priority
 class's) those units are released, their run is lost (the request is queued again to run from the
 start), and once every victim of a reclaim has left, the request it was made for is tried first.
+A quota window of shrink policy ``reclaim`` takes back, at an edge that lowers a limit, what the
+department holds beyond it the same way, for nobody (``Replay._shrink``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from allocations.fair_share.queue import factor_of, queue_key
+from allocations.quotas import algebra
 from placement import Node
 from twin.policy import Policy
 from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
@@ -78,6 +81,7 @@ class Outcome:
     idle_warnings: int = 0  # grants an idle policy warned
     idle_reclaims: int = 0  # grants an idle policy reclaimed (ended after their notice)
     window_edges: int = 0  # changes of a department's effective quota replayed
+    shrink_reclaims: int = 0  # grants a window's lower limit took back (shrink policy ``reclaim``)
 
 
 @dataclass(order=True)
@@ -89,7 +93,7 @@ class _Entry:
 
 @dataclass
 class _Promise:
-    entry: _Entry
+    entry: _Entry | None  # None: a window's shrink took the victims back, for nobody
     left: int  # victims still running out their notice
     start: Start | None  # its units, booked where the victims' units were
     decided: float = 0.0  # when the reclaim was decided
@@ -128,6 +132,8 @@ class Replay:
         half_life = policy.fair_share_half_life_s if self.mode.reclaims else None
         self.fair = FairShareClock(policy, half_life) if half_life else None
         self.idle_warnings = self.idle_reclaims = 0
+        self.shrink_reclaims = 0
+        self.shrinks_pending: set[int] = set()  # departments a shrink could not take back from yet
 
     def _push(self, time: float, kind: int, payload: int) -> None:
         self._seq += 1
@@ -163,6 +169,8 @@ class Replay:
                 else:
                     freed = True
                     (self._end, self._leave, self._idle_end, self._window)[kind](payload)
+            if self.shrinks_pending:
+                self._shrinks_retry()
             self._pass(None if freed else fresh)
         self._close()
         wall = time.perf_counter() - began
@@ -171,7 +179,8 @@ class Replay:
                        self.reclaims, count, departments=tuple(d.name for d in world.policy.departments),
                        guarantees=tuple(float(d.guarantee) for d in world.policy.departments),
                        notice_s=world.policy.reclaim_notice_s, wall_s=wall, idle_warnings=self.idle_warnings,
-                       idle_reclaims=self.idle_reclaims, window_edges=sum(1 for step in self.steps if step.at > 0))
+                       idle_reclaims=self.idle_reclaims, window_edges=sum(1 for step in self.steps if step.at > 0),
+                       shrink_reclaims=self.shrink_reclaims)
 
     def _arrive(self, index: int) -> tuple[object, ...] | None:
         record = self.records[index]
@@ -259,21 +268,52 @@ class Replay:
     def _window(self, index: int) -> None:
         periods = self.world.periods
         assert periods is not None  # there are windows
-        self.world.set_tree(periods.tree_at(self.steps[index].at))
+        step = self.steps[index]
+        self.world.set_tree(periods.tree_at(step.at))
+        if step.reclaims:
+            self._shrink(step.department)
+
+    def _shrink(self, department: int) -> tuple[algebra.Victim, ...]:
+        """A window of shrink policy ``reclaim`` lowered the department's limit: what it holds beyond
+        the new limit is taken back (``World.shrink_victims``), each victim with its class's notice,
+        its units on their GPUs until they leave and its run lost (its request queued again, as a
+        reclaim's victims are). Where grants that may not be taken stand in the way, the shrink
+        waits, tried again at each later instant of the replay (the portal's tick retries every 30
+        seconds), against the numbers in force then."""
+        chosen = self.world.shrink_victims(department)
+        if chosen is None:
+            self.shrinks_pending.add(department)
+            return ()
+        self.shrinks_pending.discard(department)
+        if not chosen:
+            return ()
+        self.shrink_reclaims += len(chosen)
+        self._take(None, [(self.world.mark_leaving(victim, parked=True), victim.units) for victim in chosen], None)
+        return chosen
+
+    def _shrinks_retry(self) -> None:
+        for department in sorted(self.shrinks_pending):
+            self._shrink(department)
 
     def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
         """Mark the victims' units leaving (they leave the GPUs now), book the request there, and
         start it once the last victim's notice ends."""
         self.reclaims += 1
-        promise_id = self._seq + 1
         leaving = [(self.world.mark_leaving(victim), victim.units) for victim in reclaim.victims]
         units = self.world.pools.place_all(reclaim.pool, reclaim.request, entry.job.quantity)
         start = Start(units, reclaim.per_unit, reclaim.pool) if units is not None else None
+        self._take(entry, leaving, start)
+
+    def _take(self, entry: _Entry | None, leaving: list[tuple[Holding, int]], start: Start | None) -> int:
+        """The victims run out their notice (each its class's) for ``entry`` (None: for nobody);
+        returns the promise's id."""
+        promise_id = self._seq + 1
         self.promises[promise_id] = _Promise(entry, len(leaving), start, self.now)
         for holding, count in leaving:
             notice = self.world.priority_class(holding.job).notice_s
             self._seq += 1
             heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, _pack(promise_id, holding.gid, count)))
+        return promise_id
 
     def _promise_since(self, promise: _Promise) -> float | None:
         """When a reclaim's beneficiary's period begins: at its start (None) in the plain replay,
@@ -302,6 +342,8 @@ class Replay:
         promise.left -= 1
         if promise.left == 0:
             del self.promises[promise_id]
+            if promise.entry is None:
+                return  # a shrink's: nobody waits for the room
             if promise.start is not None:
                 self._start(promise.entry, promise.start, since=self._promise_since(promise))
             else:  # the victims' room did not take it after all (not expected): it waits again

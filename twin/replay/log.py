@@ -16,6 +16,7 @@ SUBMIT, START, RECLAIM, REFUSED, END, LEAVE, BEGIN = "submit", "start", "reclaim
 RANK = "rank"  # the fair-share order a pass tries departments' waiting requests in
 IDLE_WARN, IDLE_ACT, IDLE_END = "idle-warn", "idle-act", "idle-end"  # the idle ladder's moves on a grant
 WINDOW = "window"  # a quota window's edge: a department's effective guarantee and limit from now on
+SHRINK = "shrink"  # a shrink's reclaim met later: grants in the way at its edge could not be taken then
 
 
 @dataclass(frozen=True, repr=False)
@@ -38,10 +39,12 @@ class Unit:
 class Decision:
     """One line of the log. ``piece``: the request's number; ``line``: its workload line;
     ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
-    for ``reclaim``; ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
+    for ``reclaim``, and for ``window`` and ``shrink`` what a lower limit took back (shrink policy
+    ``reclaim``); ``reason``: ``quota`` or ``capacity`` for ``refused``; ``quantity``: how
     many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
     departments by fair-share factor, the least served first, those of equal factor together;
-    ``quota``: for ``window``, the department and its effective guarantee and limit from then."""
+    ``quota``: for ``window``, the department and its effective guarantee and limit from then
+    (for ``shrink``, the department and the numbers its pending reclaim was met against)."""
 
     at: float
     kind: str

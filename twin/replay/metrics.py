@@ -96,6 +96,7 @@ class Metrics:
     idle_warnings: int = 0
     idle_reclaims: int = 0
     window_edges: int = 0
+    shrink_reclaims: int = 0  # grants a window's lower limit took back (shrink policy ``reclaim``)
     completions: tuple[float | None, ...] = ()  # each request's completion time (``fairness.completions``)
     finish_fairness: FinishFairness | None = None  # set against the alone replay (``with_fairness``)
 
@@ -177,5 +178,6 @@ def measure(outcome: Outcome) -> Metrics:
         waits_in_guarantee=Waits.of(in_guarantee), guaranteed_gpu_h=sum(outcome.guarantees) * outcome.horizon / HOUR,
         jain=jain(ratios), wall_s=outcome.wall_s, events=outcome.events, completions=completions(outcome),
         idle_warnings=outcome.idle_warnings, idle_reclaims=outcome.idle_reclaims, window_edges=outcome.window_edges,
+        shrink_reclaims=outcome.shrink_reclaims,
     )
 

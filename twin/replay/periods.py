@@ -7,9 +7,10 @@ step by step, cut where a window's edge or a grant's start or end falls within t
 grant weighing only in the steps its own period meets (``SteppedTree.timed``). Here the view is
 built from the policy file instead: one quota per department (its guarantee and limit in
 GPU-equivalents, numbered as the replay's tree numbers them: the organisation 0, the departments
-1..n), each window on its department's quota with the portal's default shrink policy ``wait``
-(a shrink lets what holds run; only what holds beyond the limit the other windows leave may be
-taken).
+1..n), each window on its department's quota with its shrink policy: under ``wait`` (the
+portal's default) a shrink lets what holds run, and only what holds beyond the limit the other
+windows leave may be taken; under ``reclaim`` what holds beyond the lower limit may be taken (and
+the replay's edge takes it back: ``engine``).
 
 Where no window's edge falls within a request's period (the common case: no windows, or a period
 between two edges), what holds now binds: the grants only end within the period, so the first
@@ -132,7 +133,7 @@ class Periods:
         rows = [(department, department, None, limit.guaranteed, limit.limit, None)
                 for (department, scope), limit in tree.limits.items() if scope is None]
         self.view = QuotaView(parents=dict(tree.parents), rows=list(rows), specs=dict(specs),
-                              waiting=frozenset(rule.spec.id for rule in policy.windows))
+                              waiting=frozenset(rule.spec.id for rule in policy.windows if rule.shrink_policy == "wait"))
         self.edges = sorted({at for at in edges if at > 0})
 
     def at(self, seconds: float) -> datetime.datetime:

@@ -4,7 +4,8 @@ function the portal's services call:
 * **quota windows**: each department's effective guarantee and limit over the replay, the step
   function of ``allocations.quotas.windows.timeline`` (precedence, deltas, recurring rules in their
   time zones); each step's start is an event of the replay, where the department's quota in the
-  tree changes (a shrink lets what holds run: the portal's ``wait`` shrink policy);
+  tree changes (a shrink lets what holds run under the portal's ``wait`` shrink policy; under
+  ``reclaim`` the edge takes back what holds beyond the lower limit, with notice: ``engine``);
 * **idle policies**: the policy that watches a grant (``allocations.grants.idle_matching.policy_for``),
   and the idle ladder (``allocations.grants.idle_ladder.step``) asked at the evaluation's 5-minute
   ticks with the grant's buckets, each reading its ``busy`` fraction as the activity: the tick it
@@ -42,21 +43,31 @@ class QuotaStep:
     department: int  # 1..n, as the quota tree numbers them
     guaranteed: Decimal
     limit: Decimal
+    reclaims: bool = False  # a lower limit at an edge of a window of shrink policy ``reclaim``
 
 
 def window_steps(policy: Policy, stop: float) -> list[QuotaStep]:
-    """Every change of a department's effective quota over ``[0, stop)`` (its numbers at 0 first)."""
+    """Every change of a department's effective quota over ``[0, stop)`` (its numbers at 0 first).
+    A step reclaims as the portal's tick does (``allocations.windows.tick``): its limit is lower
+    than the step's before, and a window of shrink policy ``reclaim`` has an edge there."""
     end = policy.start + datetime.timedelta(seconds=stop)
     out: list[QuotaStep] = []
     for index, department in enumerate(policy.departments, start=1):
-        specs = [rule.spec for rule in policy.windows if rule.department == department.name]
-        if not specs:
+        rules = [rule for rule in policy.windows if rule.department == department.name]
+        if not rules:
             continue
+        specs = [rule.spec for rule in rules]
         steps = windows.timeline(guaranteed=department.guarantee, limit=department.limit, windows=specs,
                                  span=(policy.start, end))
+        reclaiming = [rule.spec for rule in rules if rule.shrink_policy == "reclaim"]
+        edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
+        before: Decimal | None = None
         for step in steps:
             at = (step.start - policy.start).total_seconds()
-            out.append(QuotaStep(at, index, step.effective.guaranteed, step.effective.limit))
+            lower = before is not None and step.effective.limit < before
+            out.append(QuotaStep(at, index, step.effective.guaranteed, step.effective.limit,
+                                 lower and at > 0 and step.start in edges))
+            before = step.effective.limit
     return sorted(out, key=lambda step: (step.at, step.department))
 
 

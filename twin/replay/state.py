@@ -31,6 +31,7 @@ class Holding:
     pool: int
     start: float
     leaving: int = 0  # units on their way out (a reclaim's notice runs)
+    parked: bool = False  # those units stay on their GPUs until they leave (nobody was booked there)
     idle_notice: bool = False  # an idle policy reclaims it (its notice runs): no reclaim may take it
     record: int = 0  # the index of the request's record
     age: int = 0  # how victims of equal priority rank (newest first): the grant's number unless set

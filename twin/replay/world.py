@@ -9,10 +9,12 @@ a request's chain, a parent's counting what its children hold (or their unlent g
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
+from allocations.quotas.shrinking import shrink_plan
 from placement import Node, Placement, Request
 from twin.policy import Policy, PriorityClass
 from twin.replay.periods import Periods, Spanned, Weighed
@@ -194,11 +196,12 @@ class World:
         others are released here."""
         was_leaving = holding.leaving > 0
         gone = holding.units[len(holding.units) - units:]
-        released = gone[: len(gone) - min(units, holding.leaving)]
+        released = gone if holding.parked else gone[: len(gone) - min(units, holding.leaving)]
         self.pools.release(holding.pool, released)
         self.shares.add(holding, released, -1)
         del holding.units[len(holding.units) - units:]
         holding.leaving = max(0, holding.leaving - units)
+        holding.parked = holding.parked and holding.leaving > 0
         self._count(holding, units, -1)
         self._stale.add(holding.gid)
         if not holding.units:
@@ -279,18 +282,47 @@ class World:
         self._stale.add(holding.gid)
         self._version += 1
 
-    def mark_leaving(self, victim: algebra.Victim) -> Holding:
+    def shrink_victims(self, department: int) -> tuple[algebra.Victim, ...] | None:
+        """What a quota window's lower limit takes back from the department now (shrink policy
+        ``reclaim``), as the portal's tick chooses it (``allocations.quotas.shrinking``): from the
+        grants holding in the department and below, less those being reclaimed (all their units
+        leaving, or an idle policy's notice running); a grant giving back some units counts the
+        units it keeps and may not be taken, as a reclaim's beneficiary may not. None: grants
+        that may not be taken stand in the way (the portal's reclaim pending)."""
+        subtree = self.tree.subtree(department)
+        grants = []
+        for grant in self.grants():
+            if grant.department_id not in subtree:
+                continue
+            holding = self.holdings.get(grant.allocation_id)
+            if holding is not None and (holding.idle_notice or holding.leaving >= len(holding.units)):
+                continue
+            if holding is not None and holding.leaving:
+                kept = len(holding.units) - holding.leaving
+                grant = dataclasses.replace(grant, amounts={None: holding.per_unit * kept}, units=kept, leaving=0,
+                                            takeable=False)
+            grants.append(grant)
+        above = set(self.tree.chain(department)) - {department}
+        plan = shrink_plan(self.tree, grants, department_id=department, scope=None, above=above)
+        if plan is None:
+            return ()
+        return plan.victims if plan.admitted else None
+
+    def mark_leaving(self, victim: algebra.Victim, *, parked: bool = False) -> Holding:
         """The victim's units go to the end of its list (the last ones leave first), marked leaving,
         and leave the GPUs at once: the request they are reclaimed for is booked there now (as the
         portal promises a reclaim's room to its beneficiary), though they run out their notice and
-        count for quota and for the metrics until it ends."""
+        count for quota and for the metrics until it ends. ``parked``: nobody is booked there (a
+        window's shrink takes them back): they stay on their GPUs until they leave."""
         holding = self.holdings[victim.allocation_id]
         end = len(holding.units) - holding.leaving
         moving = holding.units[end - victim.units:end]
         del holding.units[end - victim.units:end]
         holding.units.extend(moving)
-        self.pools.release(holding.pool, moving)
-        self.shares.add(holding, moving, -1)
+        holding.parked = parked
+        if not parked:
+            self.pools.release(holding.pool, moving)
+            self.shares.add(holding, moving, -1)
         if not holding.leaving and not holding.idle_notice:
             self._takeable(holding, -1)
         holding.leaving += victim.units

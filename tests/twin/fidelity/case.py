@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from allocations.grants.idle_ladder import Rules
@@ -58,28 +58,32 @@ def window_rules(hours: float) -> tuple[WindowRule, ...]:
             WindowRule("vision", WindowSpec(2, "temporary", at(2 / 3), until, guaranteed_delta=Decimal(6))))
 
 
-def period_window_rules(hours: float, guarantees: dict[str, Decimal]) -> tuple[WindowRule, ...]:
+def period_window_rules(hours: float, guarantees: dict[str, Decimal], shrink_policy: str = "wait",
+                        ) -> tuple[WindowRule, ...]:
     """Windows whose edges fall within requests' periods (docs/twin.md, "Fidelity"): speech,
     limited to its guarantee, may borrow 14 more from a quarter of the way until half way (a raise
     that ends: a request whose period crosses its end must fit without it); nlp's limit is lowered to
-    its guarantee from 0.6 of the way to 0.8 (a shrink, with the portal's default shrink policy
-    ``wait``: a request whose period reaches into it must fit the shrunk limit next to what holds
-    then, while what holds beyond it runs on); vision is guaranteed 6 more from two thirds until
-    after the replay."""
+    its guarantee from 0.6 of the way to 0.8 (a shrink: a request whose period reaches into it must
+    fit the shrunk limit next to what holds then; with ``shrink_policy`` ``wait``, the portal's
+    default, what holds beyond it runs on, with ``reclaim`` the edge takes it back); vision is
+    guaranteed 6 more from two thirds until after the replay. Under ``reclaim`` nlp's limit is
+    lowered to half its guarantee, so that the edge finds it beyond."""
 
     def at(fraction: float) -> datetime.datetime:
         return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
 
     return (WindowRule("speech", WindowSpec(1, "temporary", at(1 / 4), at(1 / 2), limit_delta=Decimal(14))),
-            WindowRule("nlp", WindowSpec(2, "temporary", at(0.6), at(0.8), limit=guarantees["nlp"])),
+            WindowRule("nlp", WindowSpec(2, "temporary", at(0.6), at(0.8),
+                                         limit=guarantees["nlp"] / (2 if shrink_policy == "reclaim" else 1)), shrink_policy),
             WindowRule("vision", WindowSpec(3, "temporary", at(2 / 3), START + datetime.timedelta(days=90),
                                             guaranteed_delta=Decimal(6))))
 
 
-def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool) -> tuple[WindowRule, ...]:
+def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool,
+             shrink_policy: str) -> tuple[WindowRule, ...]:
     if not windows:
         return ()
-    return period_window_rules(hours, guarantees) if within else window_rules(hours)
+    return period_window_rules(hours, guarantees, shrink_policy) if within else window_rules(hours)
 
 
 @dataclass(frozen=True)
@@ -91,12 +95,14 @@ class Case:
 
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
-                  idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0) -> Case:
+                  idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
+                  shrink_policy: str = "wait", standard_factor: Decimal = Decimal(1)) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
-    ``within`` as well, ``period_window_rules``; with ``mig_nodes``, the first that many nodes are
-    in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``."""
+    ``within`` as well, ``period_window_rules`` (its shrink under ``shrink_policy``); with ``mig_nodes``, the first that many nodes are
+    in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``; ``standard_factor``: the
+    standard class's oversubscription factor (its requests checked against the limit times it)."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -109,9 +115,11 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     departments = tuple(Department(name, guarantees[name], limits[name], SHARES[name] if half_life_s else 1)
                         for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
-    policy = Policy(departments, {name: CLASSES[name] for name in class_names},
+    classes_used = {name: CLASSES[name] for name in class_names}
+    classes_used["gpu-standard"] = replace(classes_used["gpu-standard"], factor=standard_factor)
+    policy = Policy(departments, classes_used,
                     MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START,
-                    _windows(hours, guarantees, windows, within), IDLE_RULES if idle else (),
+                    _windows(hours, guarantees, windows, within, shrink_policy), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []

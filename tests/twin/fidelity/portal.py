@@ -15,7 +15,10 @@ approval's audit event); a refused request is withdrawn and made again at the tw
 notice ran out finish, the grants they made room for start) and compare the states it leaves.
 With fair share, the tick (``fair_share_tick``) runs at every instant before its first decision,
 and ``rank`` compares the departments' order by the portal's factors (``fair_share_factors``, the
-approvals queue's and the victim choice's) with the order the twin's pass tried them in.
+approvals queue's and the victim choice's) with the order the twin's pass tried them in. At a
+``window`` edge, the tick's numbers from then and what a lower limit of shrink policy ``reclaim``
+took back (the edge's ``reclaimed``: request and units of each grant); ``shrink``, a reclaim the
+tick met later (``quota_window.reclaim_met``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from twin.replay.decisions import (
     RANK,
     RECLAIM,
     REFUSED,
+    SHRINK,
     START,
     SUBMIT,
     WINDOW,
@@ -84,7 +88,7 @@ class PortalReplay:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
                     RUN_END: self._end, LEAVE: self._timeline, BEGIN: self._timeline, RANK: self._rank,
                     IDLE_WARN: self._idle_move, IDLE_ACT: self._idle_move, IDLE_END: self._timeline,
-                    WINDOW: self._window}
+                    WINDOW: self._window, SHRINK: self._shrink}
         if self.world.idle:
             self.idle = IdleTicks(self.world, EPOCH, log, self.pieces)
         for decision in log:
@@ -221,6 +225,29 @@ class PortalReplay:
         if found != [(guaranteed, limit)]:
             self._differ(decision, f"{name}'s quota from now (guaranteed, limit): {found} in the portal, "
                                    f"{(guaranteed, limit)} in the twin")
+        self._compare_taken_back(decision, [pk for edge in edges for pk in edge.reclaimed],
+                                 pending=any(edge.reclaim_pending for edge in edges))
+
+    def _shrink(self, decision: Decision) -> None:
+        """A shrink's reclaim the twin met after its edge: the tick takes up the pending reclaim."""
+        assert decision.quota is not None
+        if self._ticked != decision.at:
+            allocations_timeline_task()
+            self._ticked = decision.at
+        self.result.count(SHRINK)
+        met = AuditEvent.objects.filter(action=actions.QUOTA_WINDOW_RECLAIM_MET.code, occurred_at=clock_now())
+        self._compare_taken_back(decision, [int(pk) for event in met for pk in event.details.get("reclaimed", [])],
+                                 pending=False)
+
+    def _compare_taken_back(self, decision: Decision, taken: list[int], *, pending: bool) -> None:
+        """What a window's lower limit took back: (request, units) of each grant, as the twin's."""
+        rows = Allocation.objects.filter(pk__in=taken).values_list("pk", "state", "reclaim_units")
+        found = tuple(sorted((self.pieces[pk], units or self.held_units[self.pieces[pk]]) for pk, state, units in rows))
+        if pending and not decision.victims:
+            return  # both wait: grants in the way could not be taken at the edge
+        if found != tuple(sorted(decision.victims)) or pending:
+            self._differ(decision, f"taken back (request, units) {found}{' (pending)' if pending else ''} by the "
+                                   f"portal, {tuple(sorted(decision.victims))} by the twin")
 
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from twin.replay.decisions import (
     IDLE_WARN,
     RANK,
     REFUSED,
+    SHRINK,
     START,
     WINDOW,
     DecidingReplay,
@@ -161,6 +163,49 @@ def test_windows_within_requests_periods_decide_as_the_portal_does() -> None:
     assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
     assert compared.get(WINDOW, 0) == 5 and compared.get("reclaim", 0) > 0
     assert crossing[REFUSED] > 0 and crossing[START] > 0 and crossing["quota"] > 0
+
+
+SHRINK_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_SHRINK_REQUESTS", "40"))
+"""Lines of the case of a shrink that reclaims (2 nodes of 8 A100s, a line every 27 minutes);
+``GPUPORTAL_FIDELITY_SHRINK_SEED`` draws another workload of the same kind (3 by default)."""
+SHRINK_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_SHRINK_SEED", "3"))
+
+
+def _shrink_case(requests: int, *, nodes: int = 2, seed: int = SHRINK_SEED) -> Any:
+    """nlp's limit lowered to half its guarantee under shrink policy ``reclaim``, the standard class
+    oversubscribing by half (a request is checked against the limit times 1.5, so nlp may hold
+    beyond the plain limit as the edge comes)."""
+    return fidelity_case(requests, nodes=nodes, hours=requests * 0.45, windows=True, within=True, seed=seed,
+                         shrink_policy="reclaim", standard_factor=Decimal("1.5"))
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_shrink_that_reclaims_takes_back_what_the_portal_takes_back() -> None:
+    """The tick takes back the grants nlp holds beyond its lower limit (whole, or some of their
+    units), the twin the same ones; they leave after their notice and the run goes on alike."""
+    case = _shrink_case(SHRINK_REQUESTS)
+    log, replay = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    taken = [victim for decision in log if decision.kind in (WINDOW, SHRINK) for victim in decision.victims]
+    sys.stdout.write(f"fidelity with a shrink that reclaims: {SHRINK_REQUESTS} workload lines, decisions compared: "
+                     f"{result.compared}, taken back (request, units): {taken}\n")
+    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
+        "\n".join(result.differences[:30])
+    assert result.compared.get(WINDOW, 0) == 5 and taken and replay.shrink_reclaims == len(taken)
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_grant_the_portal_did_not_take_back_is_named() -> None:
+    case = _shrink_case(20, nodes=3, seed=1)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    first = next(index for index, decision in enumerate(log) if decision.kind == WINDOW and decision.victims)
+    (piece, units), *rest = log[first].victims
+    log[first] = replace(log[first], victims=((piece, units + 1), *rest))
+    differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log).differences
+    assert len(differences) == 1 and "taken back (request, units)" in differences[0], differences
+    assert f"t={log[first].at:.0f}s" in differences[0]
 
 
 def _crossing(replay: DecidingReplay) -> dict[str, int]:

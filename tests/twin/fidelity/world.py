@@ -132,6 +132,7 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
             timezone=shape.timezone if shape.rrule else "", duration_minutes=int(shape.duration.total_seconds() // 60)
             if shape.duration else None, guaranteed_delta=shape.guaranteed_delta, limit_delta=shape.limit_delta,
             guaranteed=shape.guaranteed, limit=shape.limit, requested_by=decider, decided_by=decider,
+            shrink_policy=window.shrink_policy,
         )
     for rule in policy.idle_policies:  # in their order: the newest last, as the twin numbers them
         IdlePolicy.objects.create(
