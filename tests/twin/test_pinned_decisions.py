@@ -92,10 +92,10 @@ PLAIN = {
     (3, False, 'pool'): '3f6b1cb59dc1c011',
 }
 LOGGED = {
-    (1, False): '882066a5dd62faae',
-    (1, True): 'e6874749a51556eb',
-    (2, False): 'b330f14a922b8ad0',
-    (2, True): 'b7b02818b929e518',
+    (1, False): '302d7cd771df63eb',
+    (1, True): '46919bdcc67c2ab6',
+    (2, False): '11d585b292d0cd49',
+    (2, True): '506e723196e4f9b3',
 }
 FIDELITY = {
     1: 'e91f0621204b6d76',

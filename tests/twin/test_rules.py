@@ -12,12 +12,13 @@ from decimal import Decimal
 
 import pytest
 
+from tests.twin.fidelity.case import fidelity_case
 from tests.twin.test_formats import POLICY
 from tests.twin.test_replay import NODES, RULES
 from twin.errors import TwinInputError
 from twin.policy import Department, Policy, PriorityClass, policy_read, policy_with_rules, policy_write
 from twin.policy_rules import DEFAULT_START
-from twin.replay.decisions import SHRINK, WINDOW, replay_decisions
+from twin.replay.decisions import SHRINK, WINDOW, DecidingReplay, replay_decisions
 from twin.replay.engine import Outcome, replay
 from twin.replay.rules import window_steps
 from twin.workload import Job, jobs_read
@@ -217,3 +218,18 @@ def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_
     log, _ = replay_decisions(work, three, policy, "full")
     assert [(d.at, d.kind, d.victims) for d in log if d.kind in (WINDOW, SHRINK)] == [
         (20.0, WINDOW, ()), (70.0, SHRINK, ((1, 1),)), (150.0, WINDOW, ())]
+
+
+def test_a_request_the_pass_has_no_victim_search_left_for_writes_no_line() -> None:
+    """The shrink case's first draw (40 lines on 2 nodes): at 78,536 s the pass has spent its 16
+    victim searches before request 44. It waits untried, and the decision log says nothing of it
+    (the portal is not asked); with searches enough, the same try reclaims."""
+    case = fidelity_case(40, nodes=2, hours=18, windows=True, within=True, shrink_policy="reclaim",
+                         standard_factor=Decimal("1.5"), seed=1)
+    lines = {}
+    for depth in (16, 10**6):
+        replay_ = DecidingReplay(case.jobs, case.nodes, case.policy, "full")
+        replay_.reclaim_depth = depth
+        replay_.run()
+        lines[depth] = [d.kind for d in replay_.log if d.at == 78536.0 and d.piece == 44]
+    assert lines == {16: [], 10**6: ["reclaim"]}

@@ -224,7 +224,8 @@ class DecidingReplay(MigOverlay, Replay):
         if periods is not None and periods.crosses(self.now, self.now + job.requested_s):
             self.crossing.add((self.now, piece))
         if outcome is None:
-            self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
+            if not memo.skipped:  # one the pass had no victim search left for was not tried: nothing decided
+                self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
             return False
         self._open[piece] = job
         self._admitted[piece] = len(self._admitted) + 1
@@ -273,7 +274,7 @@ class DecidingReplay(MigOverlay, Replay):
         if sign > 0:
             self._promised[piece] = algebra.Grant(
                 allocation_id=-piece, department_id=world.department(job), amounts={None: amount},
-                priority=world.priority_class(job).value, age=piece, takeable=False, units=job.quantity)
+                priority=world.priority_class(job).value, age=self._admitted[piece], takeable=False, units=job.quantity)
             self._promised_span[piece] = (self.now, self.now + job.requested_s)
         else:
             del self._promised[piece], self._promised_span[piece]

@@ -78,6 +78,7 @@ class PassMemo:
     placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
     reclaim: dict[tuple[int, int, Request, float | None], int] = field(default_factory=dict)
     reclaim_tries: int = 0
+    skipped: bool = False  # the last request asked was not tried: the pass's victim searches ran out
 
 
 def per_unit(mode: Mode, job: Job) -> Decimal:
@@ -115,7 +116,9 @@ def picture_of(world: World, ask: algebra.Ask, weighed: Weighed | None) -> Pictu
 
 
 def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int) -> Start | Reclaim | None:
-    """Start ``job`` now, have grants reclaimed for it, or let it wait (None)."""
+    """Start ``job`` now, have grants reclaimed for it, or let it wait (None; ``memo.skipped`` when
+    it waits untried, the pass's victim searches spent)."""
+    memo.skipped = False
     pool = world.department(job) - 1 if mode.partitioned else 0
     if pool >= len(world.pools.clusters):
         return None  # its department owns no GPUs
@@ -133,7 +136,10 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
     flat = weighed is None and not world.stepped_victims
     key = (world.department(job), world.priority_class(job).value, request, None if flat else job.requested_s)
     refused = memo.reclaim.get(key)
-    if (refused is not None and job.quantity >= refused) or memo.reclaim_tries >= reclaim_depth:
+    if refused is not None and job.quantity >= refused:
+        return None
+    if memo.reclaim_tries >= reclaim_depth:
+        memo.skipped = True
         return None
     if flat and not world.may_take(ask):
         return None
