@@ -31,12 +31,12 @@ else until they leave (``_overlay_rebuild``).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
-from placement import Node, Placement, Request, Workload, default_policy
+from placement import Node, Placement, Workload, default_policy
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
 from twin.replay.engine import Replay, _Entry, _Promise, _unpack
@@ -61,15 +61,16 @@ from twin.replay.log import (
     unit_key,
     units_of,
 )
-from twin.replay.mig_overlay import GpuKey, MigOverlay
+from twin.replay.mig_overlay import GpuKey
 from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit, picture_of
+from twin.replay.overlay import Overlay
 from twin.replay.state import Holding
 from twin.workload import Job
 
 _GpuKey = GpuKey  # (pool, node, GPU index)
 
 
-class DecidingReplay(MigOverlay, Replay):
+class DecidingReplay(Overlay, Replay):
     """The replay, writing each decision into ``log`` (see the module's docstring)."""
 
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
@@ -330,82 +331,6 @@ class DecidingReplay(MigOverlay, Replay):
         self._idle_log.append(Decision(times.warned_at, IDLE_WARN, piece, job.line, reason=times.rule.name))
         if times.acts_at is not None:
             self._idle_log.append(Decision(times.acts_at, IDLE_ACT, piece, job.line, reason=times.rule.name))
-
-    def _overlay_rebuild(self) -> None:
-        """The units a reclaim takes stay on their GPUs for everyone else until their notice ends
-        (the victim still runs there), next to the units booked for the request they were taken
-        for: the portal's picture of a GPU holds every live booking over the request's interval,
-        at most the whole GPU (``allocations.booking.view``). The replay takes them off the GPUs
-        at once; here they are put back on top (an *overlay*, one booking per GPU), each GPU filled
-        at most to the whole, and the overlay follows every unit that leaves or comes back to a GPU
-        while the try goes on (the victim choice's cuts)."""
-        want: dict[_GpuKey, int] = {}
-        want_mig: dict[_GpuKey, list[Placement]] = {}
-        for holding in self.world.holdings.values():
-            for unit in holding.units[len(holding.units) - holding.leaving:] if holding.leaving and not holding.parked else ():
-                if unit.request.mig_profile is not None:
-                    want_mig.setdefault((holding.pool, unit.node, unit.gpu_indices[0]), []).append(unit)
-                    continue
-                for gpu in unit.gpu_indices:
-                    key = (holding.pool, unit.node, gpu)
-                    want[key] = want.get(key, 0) + unit.request.gpu_milli
-                    self._models[key] = unit.request.allowed_models
-        keys = set(want) | set(self._want)
-        self._want = want
-        for key in keys:
-            self._settle(key)
-        mig_keys = set(want_mig) | set(self._want_mig) | set(self._have_mig) | {
-            key for key in want if key[1:] in self._mig_gpus(key[0])}
-        self._want_mig = want_mig
-        for key in mig_keys:
-            self._settle_mig(key)
-
-    def _settle(self, key: _GpuKey) -> None:
-        """The overlay on one GPU: what leaves from it, at most what is free."""
-        pool, node, gpu = key
-        cluster = self.world.pools.clusters[pool]
-        booked = self._have.pop(key, None)
-        if booked is not None:
-            cluster.release(booked)
-        free = int(cluster.gpu_free[cluster.index[node], cluster._slot[cluster.index[node]][gpu]])
-        milli = min(self._want.get(key, 0), free)
-        if milli > 0:
-            booked = Placement(Request(0, 0, 1, milli, None, self._models.get(key, frozenset())), node, (gpu,))
-            cluster.apply(booked)
-            self._have[key] = booked
-
-    def _keys(self, pool: int, units: Iterable[Placement]) -> list[_GpuKey]:
-        return [(pool, unit.node, gpu) for unit in units for gpu in unit.gpu_indices]
-
-    def _release_settling(self, pool: int, units: Iterable[Placement]) -> None:
-        units = list(units)
-        self._pool_release(pool, units)
-        for key in self._keys(pool, units):
-            if key in self._want:
-                self._settle(key)
-            if key in self._want_mig or key in self._have_mig:
-                self._settle_mig(key)
-
-    def _apply_making_room(self, pool: int, units: Iterable[Placement]) -> None:
-        pools = self.world.pools
-        cluster = pools.clusters[pool]
-        for unit in units:
-            keys = [key for key in self._keys(pool, [unit]) if key in self._have]
-            for key in keys:
-                cluster.release(self._have.pop(key))
-            mig_keys = [key for key in self._keys(pool, [unit]) if key in self._have_mig]
-            for key in mig_keys:
-                booked = self._have_mig.pop(key)
-                for overlay in reversed(booked):
-                    cluster.release(overlay)
-                pools.modes[pool].settle(booked)
-            if pools.modes[pool]:
-                pools.modes[pool].ready(unit)
-            cluster.apply(unit)
-            for key in keys:
-                self._settle(key)
-            for key in mig_keys:
-                self._settle_mig(key)
 
     def _why(self, job: Job) -> str:
         """Why a request that cannot start now waits, as admission words its refusal: ``quota``
