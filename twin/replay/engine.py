@@ -304,16 +304,14 @@ class Replay:
         start = Start(units, reclaim.per_unit, reclaim.pool) if units is not None else None
         self._take(entry, leaving, start)
 
-    def _take(self, entry: _Entry | None, leaving: list[tuple[Holding, int]], start: Start | None) -> int:
-        """The victims run out their notice (each its class's) for ``entry`` (None: for nobody);
-        returns the promise's id."""
+    def _take(self, entry: _Entry | None, leaving: list[tuple[Holding, int]], start: Start | None) -> None:
+        """The victims run out their notice (each its class's) for ``entry`` (None: for nobody)."""
         promise_id = self._seq + 1
         self.promises[promise_id] = _Promise(entry, len(leaving), start, self.now)
         for holding, count in leaving:
             notice = self.world.priority_class(holding.job).notice_s
             self._seq += 1
             heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, _pack(promise_id, holding.gid, count)))
-        return promise_id
 
     def _promise_since(self, promise: _Promise) -> float | None:
         """When a reclaim's beneficiary's period begins: at its start (None) in the plain replay,
