@@ -252,11 +252,12 @@ class DecidingReplay(Overlay, Replay):
 
     def _leave_at_once(self, promise_id: int) -> None:
         """A victim without notice leaves within the decision, as the portal's approval reclaims
-        it at once, before anything else is tried."""
+        it at once, before anything else is tried: the rest of the pass may use what it frees."""
         now = [event for event in self.events
                if event[0] == self.now and event[1] == LEAVE_EVENT and _unpack(event[3])[0] == promise_id]
         if not now:
             return
+        self.memo.forget()
         self.events = [event for event in self.events if event not in now]
         heapq.heapify(self.events)
         for event in sorted(now):

@@ -118,6 +118,7 @@ class Replay:
         self.runs: list[Run] = []
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, payload)
         self.buckets: dict[tuple[object, ...], list[_Entry]] = {}
+        self.memo = PassMemo()  # the pass under way's (``_pass``)
         self.promises: dict[int, _Promise] = {}
         self.reclaims = 0
         self._seq = 0
@@ -194,7 +195,7 @@ class Replay:
         heads = [(self._order(entries[0]), key) for key, entries in self.buckets.items()
                  if entries and (only is None or key in only)]
         heapq.heapify(heads)
-        memo = PassMemo()
+        memo = self.memo = PassMemo()
         while heads:
             _, key = heapq.heappop(heads)
             entries = self.buckets[key]

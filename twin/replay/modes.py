@@ -73,12 +73,19 @@ class Reclaim:
 @dataclass
 class PassMemo:
     """What failed in this pass of the queue, which nothing in the same pass can make fit again
-    (within a pass grants only start, and a reclaim frees nothing before its notice ends)."""
+    (within a pass grants only start, and a reclaim frees nothing before its notice ends), until
+    the replay says otherwise (``forget``)."""
 
     placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
     reclaim: dict[tuple[int, int, Request, float | None], int] = field(default_factory=dict)
     reclaim_tries: int = 0
     skipped: bool = False  # the last request asked was not tried: the pass's victim searches ran out
+
+    def forget(self) -> None:
+        """Something freed within the pass (the fidelity replay's victims without notice leave
+        within their reclaim's decision): what failed before may fit now."""
+        self.placement.clear()
+        self.reclaim.clear()
 
 
 def per_unit(mode: Mode, job: Job) -> Decimal:

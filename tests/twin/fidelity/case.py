@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import random
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
@@ -96,13 +97,16 @@ class Case:
 def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool = True, classes: bool = True,
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
-                  shrink_policy: str = "wait", standard_factor: Decimal = Decimal(1)) -> Case:
+                  shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
+                  limit_ratio: Decimal | None = None) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
     ``within`` as well, ``period_window_rules`` (its shrink under ``shrink_policy``); with ``mig_nodes``, the first that many nodes are
-    in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``; ``standard_factor``: the
-    standard class's oversubscription factor (its requests checked against the limit times it)."""
+    in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``; ``factors``: priority classes'
+    oversubscription factors (a class's requests checked against each limit times its factor; 1
+    where not named); ``limit_ratio``: each department's limit its guarantee times it (else the
+    cluster, or speech's guarantee with ``windows``)."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -112,11 +116,14 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
     guarantees = {name: (installed * share).to_integral_value() for name, share in weights.items()}
     limits = {name: guarantees[name] if windows and name == "speech" else installed for name in weights}
+    if limit_ratio is not None:
+        limits = {name: min(installed, (guarantees[name] * limit_ratio).to_integral_value()) for name in weights}
     departments = tuple(Department(name, guarantees[name], limits[name], SHARES[name] if half_life_s else 1)
                         for name in weights)
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     classes_used = {name: CLASSES[name] for name in class_names}
-    classes_used["gpu-standard"] = replace(classes_used["gpu-standard"], factor=standard_factor)
+    for name, factor in (factors or {}).items():
+        classes_used[name] = replace(classes_used[name], factor=factor)
     policy = Policy(departments, classes_used,
                     MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START,
                     _windows(hours, guarantees, windows, within, shrink_policy), IDLE_RULES if idle else (),

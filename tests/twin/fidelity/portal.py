@@ -143,7 +143,9 @@ class PortalReplay:
             return self._refused(decision, "quota" if isinstance(refusal, QuotaExceeded) else "capacity",
                                  refusal.message)
         if decision.kind == REFUSED:
-            return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it")
+            return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it, placed on "
+                                          f"{_words(self._units(allocation_id))}, victims (request, units) "
+                                          f"{self._victims(allocation_id)}")
         state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
         waits = decision.kind == RECLAIM and any(self.notice_s[victim] for victim, _ in decision.victims)
         expected = AllocationState.SCHEDULED if waits else AllocationState.APPROVED

@@ -176,7 +176,7 @@ def _shrink_case(requests: int, *, nodes: int = 2, seed: int = SHRINK_SEED) -> A
     oversubscribing by half (a request is checked against the limit times 1.5, so nlp may hold
     beyond the plain limit as the edge comes)."""
     return fidelity_case(requests, nodes=nodes, hours=requests * 0.45, windows=True, within=True, seed=seed,
-                         shrink_policy="reclaim", standard_factor=Decimal("1.5"))
+                         shrink_policy="reclaim", factors={"gpu-standard": Decimal("1.5")})
 
 
 @POSTGRES
@@ -206,6 +206,46 @@ def test_a_grant_the_portal_did_not_take_back_is_named() -> None:
     differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log).differences
     assert len(differences) == 1 and "taken back (request, units)" in differences[0], differences
     assert f"t={log[first].at:.0f}s" in differences[0]
+
+
+FACTORS_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_REQUESTS", "60"))
+"""Lines of the case of factors on several classes (3 nodes of 8 A100s, a line every 27 minutes);
+``GPUPORTAL_FIDELITY_FACTORS_SEED`` draws another workload of the same kind (1 by default)."""
+FACTORS_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_SEED", "1"))
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_classes_that_oversubscribe_decide_as_the_portal_does() -> None:
+    """Every priority class oversubscribes (production by a quarter, standard by half, preemptible
+    twice) and each department's limit is 1.2 times its guarantee, without windows: requests are
+    admitted beyond a limit by their class's factor, and what lies beyond a limit is taken only by
+    a request of a higher priority. Preemptible victims leave without notice, within the decision
+    that reclaims them, and free their GPUs for the rest of the pass (the first draw's difference
+    before the twin forgot its earlier refusals there)."""
+    compared, differences, replay = _replayed_both(
+        FACTORS_REQUESTS, nodes=3, hours=FACTORS_REQUESTS * 0.45, seed=FACTORS_SEED, limit_ratio=Decimal("1.2"),
+        factors={"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)})
+    most = _most_held(replay)
+    limits = {index: float(department.limit) for index, department in enumerate(replay.world.policy.departments, 1)}
+    sys.stdout.write(f"fidelity with factors on every class: {FACTORS_REQUESTS} workload lines, decisions compared: "
+                     f"{compared}, most held at once against the limit: "
+                     f"{ {index: (most.get(index, 0.0), limit) for index, limit in limits.items()} }\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
+    assert any(most.get(index, 0.0) > limit for index, limit in limits.items()), "no department held beyond its limit"
+
+
+def _most_held(replay: DecidingReplay) -> dict[int, float]:
+    """The most each department (its index) held at once over the replay, from its runs."""
+    changes = sorted((at, sign * run.held, run.department) for run in replay.runs
+                     for at, sign in ((run.start, 1), (run.end, -1)))
+    held: dict[int, float] = {}
+    most: dict[int, float] = {}
+    for _, amount, department in changes:  # at one instant an end (negative) sorts before a start
+        held[department] = held.get(department, 0.0) + amount
+        most[department] = max(most.get(department, 0.0), held[department])
+    return most
 
 
 def _crossing(replay: DecidingReplay) -> dict[str, int]:
