@@ -45,6 +45,20 @@ MIG_FLAVORS = {"a100": Shape(1, 1000, frozenset({MIG_MODEL})), "a100-half": Shap
 """The MIG case's catalogue: a whole GPU, a half (a vGPU share) and MIG instances of three profiles."""
 
 
+@dataclass(frozen=True)
+class Team:
+    parent: str
+    guarantee: Decimal  # of the installed GPUs
+    demand: Decimal  # of the lines
+
+
+TEAMS = {"nlp-asr": Team("nlp", Decimal("0.2"), Decimal("0.25")),
+         "nlp-mt": Team("nlp", Decimal("0.15"), Decimal("0.15"))}
+"""The nested case's teams under nlp: their guarantees (0.35 of the cluster) lie within nlp's (0.5),
+so nlp lends what its teams leave unused and its own projects borrow within it; a team's request
+within its guarantee may take what its sibling or nlp's own projects borrow under nlp."""
+
+
 def window_rules(hours: float) -> tuple[WindowRule, ...]:
     """Two windows that raise a quota from an edge within the replay until after its end: speech,
     limited to its guarantee, may borrow 14 more from a third of the way; vision is guaranteed 6
@@ -98,7 +112,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
                   shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
-                  limit_ratio: Decimal | None = None) -> Case:
+                  limit_ratio: Decimal | None = None, nested: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
@@ -106,20 +120,23 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     in MIG mode (``A100-80GB``) and the flavors are ``MIG_FLAVORS``; ``factors``: priority classes'
     oversubscription factors (a class's requests checked against each limit times its factor; 1
     where not named); ``limit_ratio``: each department's limit its guarantee times it (else the
-    cluster, or speech's guarantee with ``windows``)."""
+    cluster, or speech's guarantee with ``windows``); ``nested``: two teams under nlp (``TEAMS``),
+    guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
                     tuple(Gpu(i, model, mig_geometry="A100-80GB" if k < mig_nodes else None) for i in range(8)))
                for k in range(nodes)]
     installed = Decimal(8 * nodes)
-    weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2")}
+    weights = {"nlp": Decimal("0.5"), "vision": Decimal("0.3"), "speech": Decimal("0.2"),
+               **({name: team.guarantee for name, team in TEAMS.items()} if nested else {})}
     guarantees = {name: (installed * share).to_integral_value() for name, share in weights.items()}
     limits = {name: guarantees[name] if windows and name == "speech" else installed for name in weights}
     if limit_ratio is not None:
         limits = {name: min(installed, (guarantees[name] * limit_ratio).to_integral_value()) for name in weights}
-    departments = tuple(Department(name, guarantees[name], limits[name], SHARES[name] if half_life_s else 1)
-                        for name in weights)
+    departments = tuple(Department(name, guarantees[name], limits[name], SHARES.get(name, 1) if half_life_s else 1,
+                                   TEAMS[name].parent if name in TEAMS else None) for name in weights)
+    demand = [0.55, 0.3, 0.15] if not nested else [0.15, 0.3, 0.15, *(float(t.demand) for t in TEAMS.values())]
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     classes_used = {name: CLASSES[name] for name in class_names}
     for name, factor in (factors or {}).items():
@@ -133,7 +150,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     at = 0.0
     for line in range(1, requests + 1):
         at += rng.expovariate(requests / (hours * 3600))
-        department = rng.choices(list(weights), weights=[0.55, 0.3, 0.15])[0]
+        department = rng.choices(list(weights), weights=demand)[0]
         flavor = flavors[rng.randrange(len(flavors))]
         quantity = rng.choice((1, 1, 2, 2, 3, 4, 6, 8))
         runtime = float(rng.randrange(15, 16 * 60) * 60)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections import Counter
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -21,9 +22,11 @@ from twin.replay.decisions import (
     IDLE_END,
     IDLE_WARN,
     RANK,
+    RECLAIM,
     REFUSED,
     SHRINK,
     START,
+    SUBMIT,
     WINDOW,
     DecidingReplay,
     Decision,
@@ -234,6 +237,32 @@ def test_classes_that_oversubscribe_decide_as_the_portal_does() -> None:
     assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
     assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
     assert any(most.get(index, 0.0) > limit for index, limit in limits.items()), "no department held beyond its limit"
+
+
+NESTED_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_NESTED_REQUESTS", "60"))
+"""Lines of the nested case (3 nodes of 8 A100s, a line every 27 minutes);
+``GPUPORTAL_FIDELITY_NESTED_SEED`` draws another workload of the same kind (1 by default)."""
+NESTED_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_NESTED_SEED", "1"))
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_teams_under_a_department_decide_as_the_portal_does() -> None:
+    """Two teams under nlp (``case.TEAMS``), guaranteed within nlp's guarantee, beside nlp's own
+    projects: every quota on a request's chain checks it, and a team's request within its
+    guarantee takes what its sibling or nlp's own projects borrow under nlp."""
+    case = fidelity_case(NESTED_REQUESTS, nodes=3, hours=NESTED_REQUESTS * 0.45, seed=NESTED_SEED, nested=True)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    line_of = {decision.piece: decision.line for decision in log if decision.kind == SUBMIT}
+    taken = Counter((case.jobs[line_of[decision.piece] - 1].department, case.jobs[line_of[victim] - 1].department)
+                    for decision in log if decision.kind == RECLAIM for victim, _ in decision.victims)
+    sys.stdout.write(f"fidelity with teams under nlp: {NESTED_REQUESTS} workload lines, decisions compared: "
+                     f"{result.compared}, victims (for, of): {dict(taken)}\n")
+    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
+        "\n".join(result.differences[:30])
+    assert taken[("nlp-asr", "nlp-mt")] + taken[("nlp-mt", "nlp-asr")] > 0, "no team took from its sibling"
+    assert taken[("nlp-asr", "nlp")] + taken[("nlp-mt", "nlp")] > 0, "no team took from nlp's own projects"
 
 
 def _most_held(replay: DecidingReplay) -> dict[int, float]:

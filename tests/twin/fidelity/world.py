@@ -1,6 +1,7 @@
 """The portal's rows for a twin's cluster and policy (``twin.clusters``, ``twin.policy``): one
-organisation whose quota is the installed GPU-equivalents, one department under it per department
-of the policy (its guarantee and limit, in GPU-equivalents), a project and a requester each, the
+organisation whose quota is the installed GPU-equivalents, one department per department of the
+policy under its parent (the organisation where it names none; its guarantee and limit, in
+GPU-equivalents), a project and a requester each, the
 priority classes, the catalogue's flavors and one cluster with the nodes in the cluster's order;
 with fair share, each department's shares; the quota windows (approved) and the idle policies.
 
@@ -104,9 +105,11 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     Quota.objects.create(department=root, flavor=None, guaranteed=installed, limit=installed)
     decider = make_user("fidelity-admin")
     Membership.objects.create(user=decider, department=root, role=Role.PLATFORM_ADMIN)
-    departments, projects, requesters = {}, {}, {}
+    departments: dict[str, Department] = {}
+    projects, requesters = {}, {}
     for spec in policy.departments:
-        department = Department.objects.create(slug=spec.name, name=spec.name, parent=root)
+        parent = departments[spec.parent] if spec.parent is not None else root  # the policy lists parents first
+        department = Department.objects.create(slug=spec.name, name=spec.name, parent=parent)
         Quota.objects.create(department=department, flavor=None, guaranteed=spec.guarantee, limit=spec.limit)
         project = Project.objects.create(slug=f"{spec.name}-work", name=f"{spec.name} work", department=department)
         requester = make_user(f"{spec.name}-member")
