@@ -243,13 +243,25 @@ class PortalReplay:
 
     def _compare_taken_back(self, decision: Decision, taken: list[int], *, pending: bool) -> None:
         """What a window's lower limit took back: (request, units) of each grant, as the twin's."""
-        rows = Allocation.objects.filter(pk__in=taken).values_list("pk", "state", "reclaim_units")
-        found = tuple(sorted((self.pieces[pk], units or self.held_units[self.pieces[pk]]) for pk, state, units in rows))
+        rows = Allocation.objects.filter(pk__in=taken).values_list("pk", "state", "reclaim_units", "quantity")
+        found = tuple(sorted((self.pieces[pk], self._given_back(self.pieces[pk], state, units, quantity))
+                             for pk, state, units, quantity in rows))
         if pending and not decision.victims:
             return  # both wait: grants in the way could not be taken at the edge
         if found != tuple(sorted(decision.victims)) or pending:
             self._differ(decision, f"taken back (request, units) {found}{' (pending)' if pending else ''} by the "
                                    f"portal, {tuple(sorted(decision.victims))} by the twin")
+
+    def _given_back(self, piece: int, state: str, reclaim_units: int | None, quantity: int) -> int:
+        """The units a reclaim takes from a grant: those it marked (``reclaim_units``, running out
+        their notice), all it holds (the whole grant), or, for a partial reclaim without notice,
+        already done, what it no longer holds (the grant keeps its state and the rest)."""
+        if reclaim_units:
+            return reclaim_units
+        held = self.held_units[piece]
+        if state in (AllocationState.RECLAIMING, AllocationState.RECLAIMED):
+            return held
+        return held - quantity
 
     def _timeline(self, decision: Decision) -> None:
         if self._ticked != decision.at:

@@ -215,6 +215,7 @@ FACTORS_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_REQUESTS", "60
 """Lines of the case of factors on several classes (3 nodes of 8 A100s, a line every 27 minutes);
 ``GPUPORTAL_FIDELITY_FACTORS_SEED`` draws another workload of the same kind (1 by default)."""
 FACTORS_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_SEED", "1"))
+FACTORS = {"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)}
 
 
 @POSTGRES
@@ -228,7 +229,7 @@ def test_classes_that_oversubscribe_decide_as_the_portal_does() -> None:
     before the twin forgot its earlier refusals there)."""
     compared, differences, replay = _replayed_both(
         FACTORS_REQUESTS, nodes=3, hours=FACTORS_REQUESTS * 0.45, seed=FACTORS_SEED, limit_ratio=Decimal("1.2"),
-        factors={"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)})
+        factors=FACTORS)
     most = _most_held(replay)
     limits = {index: float(department.limit) for index, department in enumerate(replay.world.policy.departments, 1)}
     sys.stdout.write(f"fidelity with factors on every class: {FACTORS_REQUESTS} workload lines, decisions compared: "
@@ -263,6 +264,27 @@ def test_teams_under_a_department_decide_as_the_portal_does() -> None:
         "\n".join(result.differences[:30])
     assert taken[("nlp-asr", "nlp-mt")] + taken[("nlp-mt", "nlp-asr")] > 0, "no team took from its sibling"
     assert taken[("nlp-asr", "nlp")] + taken[("nlp-mt", "nlp")] > 0, "no team took from nlp's own projects"
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_a_shrink_takes_part_of_a_grant_without_notice_at_once_as_the_portal_does() -> None:
+    """Teams under nlp, every class oversubscribing, and nlp's limit lowered to half its guarantee
+    under ``reclaim`` (60 lines on 2 nodes, seed 3): the edge takes back part of a preemptible
+    grant of a team; without notice the portal's tick gives those units back at once and the grant
+    keeps the rest, which the comparison reads as what the grant no longer holds."""
+    case = fidelity_case(60, nodes=2, hours=27, nested=True, windows=True, within=True, shrink_policy="reclaim",
+                         factors=FACTORS, seed=3)
+    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    asked = {decision.piece: (decision.quantity, case.jobs[decision.line - 1]) for decision in log if decision.kind == SUBMIT}
+    partial = [(piece, units) for decision in log if decision.kind in (WINDOW, SHRINK) for piece, units in decision.victims
+               if units < asked[piece][0] and case.policy.classes[asked[piece][1].priority_class].notice_s == 0]
+    sys.stdout.write(f"fidelity with a shrink under teams: decisions compared {result.compared}, taken back in part "
+                     f"without notice (request, units): {partial}\n")
+    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
+        "\n".join(result.differences[:30])
+    assert partial and result.compared.get(WINDOW, 0) == 5
 
 
 def _most_held(replay: DecidingReplay) -> dict[int, float]:
