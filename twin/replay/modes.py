@@ -74,7 +74,8 @@ class Reclaim:
 class PassMemo:
     """What failed in this pass of the queue, which nothing in the same pass can make fit again
     (within a pass grants only start, and a reclaim frees nothing before its notice ends), until
-    the replay says otherwise (``forget``)."""
+    the replay says otherwise (``forget``). The plain replay's victims leave the GPUs when their
+    reclaim is decided: what its request does not take of their room waits for the next pass."""
 
     placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
     reclaim: dict[tuple[int, int, Request, float | None], int] = field(default_factory=dict)
