@@ -1,7 +1,8 @@
 """The workload the fidelity test replays both ways: seeded, small enough for the suite, busy enough
 that requests wait, borrow and are reclaimed. One GPU model; flavors of a whole GPU and of shares
-(a half, a quarter); three departments whose guarantees add up to the cluster; priority classes
-that preempt with notice, and one preemptible without notice; some requests ask a later start."""
+(a half, a quarter); three departments whose guarantees add up to the cluster (in the nested case
+two teams under one of them besides); priority classes that preempt with notice, and one
+preemptible without notice; some requests ask a later start."""
 
 from __future__ import annotations
 
