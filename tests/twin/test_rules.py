@@ -12,7 +12,7 @@ from decimal import Decimal
 
 import pytest
 
-from tests.twin.fidelity.case import fidelity_case
+from tests.twin.fidelity.case import OVERSUBSCRIBING, fidelity_case
 from tests.twin.test_formats import POLICY
 from tests.twin.test_replay import NODES, RULES
 from twin.errors import TwinInputError
@@ -235,17 +235,13 @@ def test_a_request_the_pass_has_no_victim_search_left_for_writes_no_line() -> No
     assert lines == {16: [], 10**6: ["reclaim"]}
 
 
-FACTORS = {"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)}
-"""Every class oversubscribing (the fidelity case of factors on several classes)."""
-
-
 def test_a_victim_without_notice_frees_its_room_for_the_rest_of_the_pass() -> None:
     """The first draw of the fidelity case of factors on several classes (60 lines on 3 nodes): at
     114,009 s a reclaim takes all three units of request 105, preemptible and so without notice,
     for one unit of request 146. They leave within the decision (as the portal's approval reclaims
     them), and request 151, refused for capacity earlier in the same pass, starts on the GPU one
     of them freed, as the portal places it; the pass does not remember its earlier refusal."""
-    case = fidelity_case(60, nodes=3, hours=27, seed=1, factors=FACTORS, limit_ratio=Decimal("1.2"))
+    case = fidelity_case(60, nodes=3, hours=27, seed=1, factors=OVERSUBSCRIBING, limit_ratio=Decimal("1.2"))
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     instant = [(d.kind, d.piece, d.victims, tuple((u.node, u.gpus) for u in d.units))
                for d in log if d.at == 114009.0 and d.piece in (105, 146, 151)]

@@ -38,6 +38,9 @@ CLASSES = {
 }
 FLAVORS = {"a100": Shape(1, 1000, frozenset({MODEL})), "a100-half": Shape(1, 500, frozenset({MODEL})),
            "a100-quarter": Shape(1, 250, frozenset({MODEL}))}
+OVERSUBSCRIBING = {"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)}
+"""Every class oversubscribing (``fidelity_case(factors=...)``): production by a quarter, standard
+by half, preemptible twice."""
 MIG_MODEL = "A100-SXM4-80GB"
 """The model of the MIG case: an A100 of 80 GB, whose geometry (``A100-80GB``) the name tells."""
 MIG_FLAVORS = {"a100": Shape(1, 1000, frozenset({MIG_MODEL})), "a100-half": Shape(1, 500, frozenset({MIG_MODEL})),

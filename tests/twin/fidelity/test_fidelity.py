@@ -14,7 +14,7 @@ import pytest
 
 from allocations.fair_share.reads import half_life_seconds
 from tests.conftest import requires_postgres
-from tests.twin.fidelity.case import fidelity_case
+from tests.twin.fidelity.case import OVERSUBSCRIBING, fidelity_case
 from tests.twin.fidelity.portal import PortalReplay
 from tests.twin.fidelity.world import portal_world_build
 from twin.replay.decisions import (
@@ -215,7 +215,6 @@ FACTORS_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_REQUESTS", "60
 """Lines of the case of factors on several classes (3 nodes of 8 A100s, a line every 27 minutes);
 ``GPUPORTAL_FIDELITY_FACTORS_SEED`` draws another workload of the same kind (1 by default)."""
 FACTORS_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_FACTORS_SEED", "1"))
-FACTORS = {"gpu-production": Decimal("1.25"), "gpu-standard": Decimal("1.5"), "gpu-preemptible": Decimal(2)}
 
 
 @POSTGRES
@@ -229,7 +228,7 @@ def test_classes_that_oversubscribe_decide_as_the_portal_does() -> None:
     before the twin forgot its earlier refusals there)."""
     compared, differences, replay = _replayed_both(
         FACTORS_REQUESTS, nodes=3, hours=FACTORS_REQUESTS * 0.45, seed=FACTORS_SEED, limit_ratio=Decimal("1.2"),
-        factors=FACTORS)
+        factors=OVERSUBSCRIBING)
     most = _most_held(replay)
     limits = {index: float(department.limit) for index, department in enumerate(replay.world.policy.departments, 1)}
     sys.stdout.write(f"fidelity with factors on every class: {FACTORS_REQUESTS} workload lines, decisions compared: "
@@ -274,7 +273,7 @@ def test_a_shrink_takes_part_of_a_grant_without_notice_at_once_as_the_portal_doe
     grant of a team; without notice the portal's tick gives those units back at once and the grant
     keeps the rest, which the comparison reads as what the grant no longer holds."""
     case = fidelity_case(60, nodes=2, hours=27, nested=True, windows=True, within=True, shrink_policy="reclaim",
-                         factors=FACTORS, seed=3)
+                         factors=OVERSUBSCRIBING, seed=3)
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
     asked = {decision.piece: (decision.quantity, case.jobs[decision.line - 1]) for decision in log if decision.kind == SUBMIT}
