@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from decimal import Decimal
+from operator import attrgetter
 
 from allocations.quotas.algebra import (
     ZERO,
@@ -52,6 +53,8 @@ from allocations.quotas.victim_view import View as View  # the view moved there;
 from allocations.quotas.victim_view import _units_of
 from allocations.quotas.victim_view import part as part
 from allocations.quotas.victim_view import staying as staying
+
+_ID, _AGE, _FAIR_SHARE, _PRIORITY = (attrgetter(name) for name in ("allocation_id", "age", "fair_share", "priority"))
 
 Cut = frozenset[tuple[int, int]]
 """Units taken: (allocation id, how many of its units), as the capacity callback is asked."""
@@ -214,19 +217,12 @@ def plan(
     candidates = _in_order(facts, [grant for grant_id in facts for grant in (by_id.get(grant_id),)
                                    if grant is not None and grant.takeable and helps(grant)])
     taking = _Taking(tree, ask, by_id, holdings, capacity_fits)
-    ok, now, room = False, checks, fits_now
-    order: list[Grant] = []
-    for grant in candidates:
-        units = min(facts[grant.allocation_id].units, grant.units - grant.leaving, view.free_units(grant, ask))
-        if units <= 0:
-            continue
-        order.append(grant)
-        taking.put(grant.allocation_id, units)
-        ok, now, room = taking.passes()
-        if ok:
-            break
+    usable = _Usable(candidates, lambda grant: min(facts[grant.allocation_id].units, grant.units - grant.leaving,
+                                                   view.free_units(grant, ask)))
+    ok, now, room = taking.first_passing(usable) if usable.reach(1) else (False, checks, fits_now)
     if not ok:
         return Plan(admitted=False, victims=(), checks=tuple(now), capacity_fits=room)
+    order = list(taking.taken_grants)
     taking.prune()
     rank = {grant.allocation_id: index for index, grant in enumerate(order)}
     taking.trim(sorted(taking.taken, key=lambda gid: rank[gid], reverse=True))
@@ -250,8 +246,36 @@ def _counted(tree: Tree, grants: list[Grant], view: View | None) -> tuple[dict[i
 def _in_order(facts: Mapping[int, Fact], grants: list[Grant]) -> list[Grant]:
     """The order victims are taken in: oversubscribed first, then lowest priority, the department
     furthest over its fair share, newest."""
-    return sorted(grants, key=lambda g: (facts[g.allocation_id].why != "oversubscribed", g.priority, g.fair_share,
-                                         -g.age, g.allocation_id))
+    # Stable sorts from the least significant key up order them as one sort on (not oversubscribed,
+    # priority, fair share, -age, id) would: ids are unique, so that order is total.
+    ranked = sorted(grants, key=_ID)
+    ranked.sort(key=_AGE, reverse=True)
+    ranked.sort(key=_FAIR_SHARE)
+    ranked.sort(key=_PRIORITY)
+    return [grant for grant in ranked if facts[grant.allocation_id].why == "oversubscribed"] + [
+        grant for grant in ranked if facts[grant.allocation_id].why != "oversubscribed"]
+
+
+class _Usable:
+    """The candidates that may give something, in the victims' order, each with the units it may
+    give (``units_of``), counted only as far as a search reaches (most plans need a few)."""
+
+    def __init__(self, candidates: list[Grant], units_of: Callable[[Grant], int]):
+        self._rest, self._units_of = iter(candidates), units_of
+        self.grants: list[Grant] = []
+        self.units: list[int] = []
+
+    def reach(self, count: int) -> int:
+        """How many usable candidates there are, up to ``count`` (fewer: there are no more)."""
+        while len(self.grants) < count:
+            grant = next(self._rest, None)
+            if grant is None:
+                break
+            units = self._units_of(grant)
+            if units > 0:
+                self.grants.append(grant)
+                self.units.append(units)
+        return min(count, len(self.grants))
 
 
 class _Taking:
@@ -261,6 +285,7 @@ class _Taking:
                  capacity_fits: Callable[[Cut], bool] | None):
         self.tree, self.ask, self.by_id, self.holdings, self.capacity_fits = tree, ask, by_id, holdings, capacity_fits
         self.taken: dict[int, int] = {}
+        self.taken_grants: list[Grant] = []  # the leading candidates taken, in order (``first_passing``)
 
     def put(self, grant_id: int, units: int) -> None:
         grant = self.by_id[grant_id]
@@ -279,13 +304,68 @@ class _Taking:
         room = self.capacity_fits(frozenset(self.taken.items())) if self.capacity_fits is not None else True
         return quota and room, checks, room
 
+    def first_passing(self, usable: _Usable) -> tuple[bool, list[Check], bool]:
+        """Take the fewest leading candidates with which the request passes (all of them if it
+        never does), and the last ``passes`` of that many: what taking one candidate after another
+        until it passes gives. Taking more never makes a check fail nor the GPUs fuller, so passing
+        is monotone in how many lead: the count is found by doubling, then halving, in a number of
+        ``passes`` that grows as its logarithm (a cluster-wide order may need tens of victims before
+        one frees room where the request fits)."""
+        failing, count = 0, 1  # no candidate at all fails (the plan's own first test)
+        while True:
+            reached = usable.reach(count)
+            self._lead(usable, reached)
+            last = self.passes()
+            if last[0]:
+                break
+            if reached < count or usable.reach(count + 1) == reached:
+                return last  # every usable candidate taken, and still it does not pass
+            failing, count = reached, count * 2
+        passing, answer = reached, last
+        while passing - failing > 1:
+            middle = (failing + passing) // 2
+            self._lead(usable, middle)
+            last = self.passes()
+            if last[0]:
+                passing, answer = middle, last
+            else:
+                failing = middle
+        self._lead(usable, passing)
+        self.taken = {grant.allocation_id: units for grant, units in zip(usable.grants[:passing], usable.units[:passing], strict=True)}
+        return answer
+
+    def _lead(self, usable: _Usable, count: int) -> None:
+        """Take exactly the first ``count`` usable candidates, each with all the units it may give."""
+        taken = len(self.taken_grants)
+        for index in range(taken - 1, count - 1, -1):
+            self.put(usable.grants[index].allocation_id, 0)
+        for index in range(taken, count):
+            self.put(usable.grants[index].allocation_id, usable.units[index])
+        self.taken_grants = usable.grants[:count]
+
     def prune(self) -> None:
-        """Give back every victim the request can do without, latest taken first."""
-        for grant_id in reversed(list(self.taken)):
-            units = self.taken[grant_id]
-            self.put(grant_id, 0)
-            if not self.passes()[0]:
-                self.put(grant_id, units)
+        """Give back every victim the request can do without, latest taken first. Where a run of
+        victims can all go at once, each would go in turn too (each turn then leaves more taken than
+        the run gone does), so a run is tried whole, and halved where it cannot go: the same victims
+        are given back, in fewer ``passes`` when few are needed."""
+        latest_first = list(reversed(list(self.taken)))
+        start, size = 0, 1  # the latest is tried alone: it is the one the request passed with
+        while start < len(latest_first):
+            run = latest_first[start:start + size]
+            units = [self.taken[grant_id] for grant_id in run]
+            for grant_id in run:
+                self.put(grant_id, 0)
+            if self.passes()[0]:
+                start += len(run)
+            elif len(run) > 1:
+                for grant_id, count in zip(run, units, strict=True):
+                    self.put(grant_id, count)
+                size = len(run) // 2
+                continue
+            else:
+                self.put(run[0], units[0])
+                start += 1
+            size = len(latest_first) - start
 
     def trim(self, grant_ids: list[int]) -> None:
         """Each victim in turn keeps every unit the request can do without (the fewest that must go,
