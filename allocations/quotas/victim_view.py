@@ -14,10 +14,12 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from decimal import ROUND_CEILING, Decimal
+from operator import attrgetter
 from typing import Any, TypeVar
 
 from allocations.quotas.algebra import ZERO, Ask, Fact, Grant, Scope, Tree, _Holdings
 
+_AGE, _PRIORITY = attrgetter("age"), attrgetter("priority")
 _Key = TypeVar("_Key", bound=tuple[Any, ...])
 _Value = TypeVar("_Value")
 
@@ -74,16 +76,20 @@ class View:
     @classmethod
     def kept(cls, tree: Tree, by_id: dict[int, Grant], by_department: Mapping[int, Sequence[Grant]],
              totals: Mapping[tuple[int, Scope], Decimal], *, earlier: View | None = None,
-             changed: Iterable[int] = ()) -> View:
+             changed: Iterable[int] = (), staying: Mapping[tuple[int, Scope], Decimal] | None = None) -> View:
         """The view of the grants ``by_id`` (in the order the caller lists them), grouped
         ``by_department`` in the same order, with ``totals`` (what each department's own grants
         weigh per scope, all of their units, as ``_Holdings`` sums them). From ``earlier``, a view of
         the same tree, what was counted for a subtree that holds no department of ``changed`` (those
-        whose grants started, ended or changed since) is kept. None of the arguments is copied: the
-        caller does not change them afterwards."""
+        whose grants started, ended or changed since) is kept. ``staying``: what each department's
+        own grants weigh per scope less their units leaving, if the caller keeps it too (instead of
+        a sum over a changed department's grants; exact decimals, so the same number). None of the
+        arguments is copied: the caller does not change them afterwards."""
         view = cls(tree, ())
         view._grants, view.by_id, view.by_department = None, by_id, by_department
         view.holdings = _Holdings(tree, (), totals)
+        if staying is not None:
+            view._own.update(staying)
         if earlier is not None and earlier.tree is tree:
             dirty = {ancestor for department in changed for ancestor in tree.chain(department)}
             view._subtrees, view._nearest = earlier._subtrees, earlier._nearest  # the tree's alone
@@ -126,7 +132,8 @@ class View:
         """What the department's teams keep of their guarantees and do not lend, beyond their use."""
         key = (department_id, scope)
         if key not in self._kept:
-            used = sum((grant.amounts.get(scope, ZERO) for grant in self.members(department_id)), ZERO)
+            # what its subtree's grants weigh, all their units: the holdings' own sums (exact decimals)
+            used = sum((self.holdings.own[(node, scope)] for node in self.subtree(department_id)), ZERO)
             self._kept[key] = self.holdings.inner(department_id, scope, {}) - used
         return self._kept[key]
 
@@ -148,14 +155,21 @@ class View:
         key = (department_id, scope, line)
         if key not in self._ranked:
             out: dict[int, Decimal] = {}
-            running = ZERO
             if self.held(department_id, scope) <= line:
                 self._ranked[key] = out  # all of it within the line: nothing to rank
                 return out
-            for grant_id, amount in self._ranking(department_id, scope):
-                start, running = running, running + amount
-                if running > line:
-                    out[grant_id] = running - max(start, line)
+            # The grants beyond the line are the ranking's last ones: walked from the end, each
+            # grant's running sum is what the subtree holds less what ranks after it (exact decimals:
+            # the same numbers as summed from the start), until one ends within the line.
+            ranking, running = self._ranking(department_id, scope), self.held(department_id, scope)
+            found: list[tuple[int, Decimal]] = []
+            for grant_id, amount in reversed(ranking):
+                start = running - amount
+                found.append((grant_id, running - max(start, line)))
+                if start <= line:
+                    break
+                running = start
+            out.update(reversed(found))
             self._ranked[key] = out
         return self._ranked[key]
 
@@ -164,9 +178,13 @@ class View:
         for every line)."""
         key = (department_id, scope)
         if key not in self._sorted:
-            ranked = sorted(self.members(department_id), key=lambda g: (-g.priority, g.age))
+            # by priority, highest first, then age: two stable sorts on plain attributes order them
+            # as one sort on (-priority, age) would, ties kept in the same order
+            ranked = sorted(self.members(department_id), key=_AGE)
+            ranked.sort(key=_PRIORITY, reverse=True)
             self._sorted[key] = [(grant.allocation_id, amount) for grant in ranked
-                                 for amount in (staying(grant, scope),) if amount > 0]
+                                 for amount in (grant.amounts.get(scope, ZERO) if grant.leaving <= 0
+                                                else staying(grant, scope),) if amount > 0]
         return self._sorted[key]
 
     def beyond_facts(self, department_id: int, scope: Scope, line: Decimal, *, why: str, basis: str) -> dict[int, Fact]:
@@ -178,14 +196,19 @@ class View:
             beyond = self.beyond(department_id, scope, line)
             # Only the first grant beyond a guarantee may straddle it: every later one lies wholly
             # beyond, all of its units not leaving (what ``_units_of`` gives it, without dividing).
+            # Facts differ only in their units: one (immutable) fact is made for each count.
             first = next(iter(beyond), None)
-            self._facts[key] = {
-                grant_id: Fact(why, basis, department_id, scope, held, line,
-                               _units_of(grant, scope, amount) if basis == "guarantee" and grant_id == first
-                               else grant.units - grant.leaving)
-                for grant_id, amount in beyond.items()
-                for grant in (self.by_id[grant_id],)
-            }
+            made: dict[int, Fact] = {}
+            facts: dict[int, Fact] = {}
+            for grant_id, amount in beyond.items():
+                grant = self.by_id[grant_id]
+                units = (_units_of(grant, scope, amount) if basis == "guarantee" and grant_id == first
+                         else grant.units - grant.leaving)
+                fact = made.get(units)
+                if fact is None:
+                    fact = made[units] = Fact(why, basis, department_id, scope, held, line, units)
+                facts[grant_id] = fact
+            self._facts[key] = facts
         return self._facts[key]
 
     def lower_facts(self, department_id: int, priority: int) -> dict[int, Fact]:
@@ -193,11 +216,17 @@ class View:
         ``lower-priority`` fact (for a request of a class that preempts; read, never changed)."""
         key = (department_id, priority)
         if key not in self._lower:
-            self._lower[key] = {
-                grant.allocation_id: Fact("lower-priority", "priority", department_id, None, Decimal(grant.priority),
-                                          Decimal(priority), grant.units - grant.leaving)
-                for grant in self.members(department_id) if grant.priority < priority
-            }
+            made: dict[tuple[int, int], Fact] = {}  # one (immutable) fact for each priority and count
+            facts: dict[int, Fact] = {}
+            for grant in self.members(department_id):
+                if grant.priority < priority:
+                    kind = (grant.priority, grant.units - grant.leaving)
+                    fact = made.get(kind)
+                    if fact is None:
+                        fact = made[kind] = Fact("lower-priority", "priority", department_id, None,
+                                                 Decimal(grant.priority), Decimal(priority), kind[1])
+                    facts[grant.allocation_id] = fact
+            self._lower[key] = facts
         return self._lower[key]
 
     def free_units(self, grant: Grant, ask: Ask) -> int:

@@ -48,6 +48,7 @@ class World:
         self.holdings: dict[int, Holding] = {}
         self.on_pool: dict[int, set[int]] = {}  # pool → the grants holding units there
         self.held: dict[tuple[int, algebra.Scope], Decimal] = {(k, None): ZERO for k in self.index.values()}
+        self.leaving_held: dict[int, Decimal] = dict.fromkeys(self.index.values(), ZERO)  # of ``held``, units leaving
         self.native = dict.fromkeys(self.index.values(), 0.0)  # GPU-equivalents the requests themselves ask
         self.waiting = dict.fromkeys(self.index.values(), 0.0)  # the same, of the requests waiting
         self.classes_held: dict[tuple[int, int], int] = {}  # (department, priority) → grants not leaving
@@ -200,7 +201,9 @@ class World:
         self.pools.release(holding.pool, released)
         self.shares.add(holding, released, -1)
         del holding.units[len(holding.units) - units:]
-        holding.leaving = max(0, holding.leaving - units)
+        left = min(units, holding.leaving)
+        holding.leaving -= left
+        self.leaving_held[holding.department] -= holding.per_unit * left
         holding.parked = holding.parked and holding.leaving > 0
         self._count(holding, units, -1)
         self._stale.add(holding.gid)
@@ -246,8 +249,9 @@ class World:
         else:
             by_department = {department: list(of.values()) if earlier is None or department in self._regroup
                              else earlier.by_department[department] for department, of in self._of_department.items()}
+            staying = {key: amount - self.leaving_held[key[0]] for key, amount in self.held.items()}
             view = victims.View.kept(self.tree, dict(self._grant_of), by_department, self.held, earlier=earlier,
-                                     changed=self._changed)
+                                     changed=self._changed, staying=staying)
         self._changed, self._regroup = set(), set()
         self._view = (self._version, view)
         return view
@@ -326,6 +330,7 @@ class World:
         if not holding.leaving and not holding.idle_notice:
             self._takeable(holding, -1)
         holding.leaving += victim.units
+        self.leaving_held[holding.department] += holding.per_unit * victim.units
         self._stale.add(holding.gid)
         self._version += 1
         return holding
