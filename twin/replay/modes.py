@@ -25,7 +25,7 @@ from allocations.quotas import algebra, victim_view, victims
 from allocations.quotas.node_room import node_room_plan
 from placement import Placement, Request
 from twin.replay.periods import Weighed
-from twin.replay.shortcuts import RoomBound, room_after
+from twin.replay.shortcuts import RoomBound
 from twin.replay.state import unit_request
 from twin.replay.world import World
 from twin.workload import Job
@@ -229,8 +229,6 @@ def _grants_plan(world: World, picture: Picture, pool: int, request: Request, qu
             if shortcuts and not world.shares.room_after(pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
             room = victims.room_facts(tree, picture.grants(), ask, local=world.on_pool.get(pool, set()), view=kept)
-            if shortcuts and not room_after(world.pools, pool, request, (world.holdings[gid] for gid in room)):
-                return None  # no room even with every candidate gone (``shortcuts``)
         plan = victims.plan(tree, picture.grants(), ask, capacity_fits=fits, capacity_candidates=room, view=kept)
     finally:
         view.restore()
