@@ -217,8 +217,11 @@ def _grants_plan(world: World, picture: Picture, pool: int, request: Request, qu
     bound: list[RoomBound] = []  # once the unit does not fit as the pool stands
 
     def fits(cut: victims.Cut) -> bool:
-        if cut and bound and not bound[0].may_fit(cut):
-            return False  # no GPU the cut frees takes the unit (``shortcuts.RoomBound``)
+        if cut and bound:
+            if not bound[0].may_fit(cut):
+                return False  # no GPU the cut frees takes the unit (``shortcuts.RoomBound``)
+            if bound[0].exact:
+                return True  # one that does, and the unit asks nothing else (``RoomBound.exact``)
         return view.fits(request, quantity, cut)
 
     try:

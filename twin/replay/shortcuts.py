@@ -115,12 +115,18 @@ class RoomBound:
     arrays against the pool as it stood when the plan began, where the unit did not fit (so it can
     fit only on a GPU or node the cut frees). "No" is certain (CPU and memory are not counted, as in
     ``HeldShares.room_after``); the count follows each cut by its difference from the last one, as the view does.
-    Not counted on a pool with MIG nodes (``_has_mig_nodes``): there every cut may fit."""
+    Not counted on a pool with MIG nodes (``_has_mig_nodes``): there every cut may fit.
+
+    Where it is counted and the unit asks no CPU or memory (as the twin's units do), "yes" is
+    certain too (``exact``): the engine's test of one unit (``Cluster.feasible``) is, node by node,
+    the same count of GPUs (``gpu_fit``) and room for the CPU and memory asked (``resource_fit``),
+    which nothing fails then; the cut need not be released on the pool to be answered."""
 
     def __init__(self, pools: Pools, pool: int, request: Request, holdings: dict[int, Holding]) -> None:
         cluster = pools.clusters[pool]
         self.cluster, self.pool, self.request, self.holdings = cluster, pool, request, holdings
         self.counted = request.kind in (RequestKind.SHARED, RequestKind.WHOLE) and not _has_mig_nodes(pools, pool)
+        self.exact = self.counted and request.cpu_milli == 0 and request.memory_mib == 0
         self.base = cluster.gpu_free.copy()
         self.allowed = cluster.model_masks(request.allowed_models)[0]
         self.full = (self.allowed & (self.base == GPU_MILLI)).sum(axis=1)  # per node, before the plan
