@@ -76,20 +76,16 @@ class View:
     @classmethod
     def kept(cls, tree: Tree, by_id: dict[int, Grant], by_department: Mapping[int, Sequence[Grant]],
              totals: Mapping[tuple[int, Scope], Decimal], *, earlier: View | None = None,
-             changed: Iterable[int] = (), staying: Mapping[tuple[int, Scope], Decimal] | None = None) -> View:
+             changed: Iterable[int] = ()) -> View:
         """The view of the grants ``by_id`` (in the order the caller lists them), grouped
         ``by_department`` in the same order, with ``totals`` (what each department's own grants
         weigh per scope, all of their units, as ``_Holdings`` sums them). From ``earlier``, a view of
         the same tree, what was counted for a subtree that holds no department of ``changed`` (those
-        whose grants started, ended or changed since) is kept. ``staying``: what each department's
-        own grants weigh per scope less their units leaving, if the caller keeps it too (instead of
-        a sum over a changed department's grants; exact decimals, so the same number). None of the
-        arguments is copied: the caller does not change them afterwards."""
+        whose grants started, ended or changed since) is kept. None of the arguments is copied: the
+        caller does not change them afterwards."""
         view = cls(tree, ())
         view._grants, view.by_id, view.by_department = None, by_id, by_department
         view.holdings = _Holdings(tree, (), totals)
-        if staying is not None:
-            view._own.update(staying)
         if earlier is not None and earlier.tree is tree:
             dirty = {ancestor for department in changed for ancestor in tree.chain(department)}
             view._subtrees, view._nearest = earlier._subtrees, earlier._nearest  # the tree's alone
@@ -100,6 +96,12 @@ class View:
                 _carry(mine, theirs, dirty)
             _carry(view._sorted, earlier._sorted, dirty)
         return view
+
+    def know_staying(self, staying: Mapping[tuple[int, Scope], Decimal]) -> None:
+        """What each department's own grants weigh per scope less their units leaving, from a
+        caller that keeps it (instead of a sum over the grants of a department that changed; exact
+        decimals, so the same number)."""
+        self._own.update(staying)
 
     @property
     def grants(self) -> list[Grant]:

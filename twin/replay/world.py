@@ -249,9 +249,9 @@ class World:
         else:
             by_department = {department: list(of.values()) if earlier is None or department in self._regroup
                              else earlier.by_department[department] for department, of in self._of_department.items()}
-            staying = {key: amount - self.leaving_held[key[0]] for key, amount in self.held.items()}
             view = victims.View.kept(self.tree, dict(self._grant_of), by_department, self.held, earlier=earlier,
-                                     changed=self._changed, staying=staying)
+                                     changed=self._changed)
+            view.know_staying({key: amount - self.leaving_held[key[0]] for key, amount in self.held.items()})
         self._changed, self._regroup = set(), set()
         self._view = (self._version, view)
         return view
