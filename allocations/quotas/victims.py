@@ -61,11 +61,14 @@ Cut = frozenset[tuple[int, int]]
 
 
 def _note(facts: dict[int, Fact], found: Mapping[int, Fact]) -> None:
-    """Keep the first fact found for each grant, unless a later one lets more of its units go."""
-    for grant_id, fact in found.items():
-        known = facts.get(grant_id)
-        if known is None or fact.units > known.units:
-            facts[grant_id] = fact
+    """Keep the first fact found for each grant, unless a later one lets more of its units go (a
+    grant noted again keeps its place in ``facts``; new ones follow in ``found``'s order)."""
+    if not facts:
+        facts.update(found)
+        return
+    known = facts.get
+    facts.update({grant_id: fact for grant_id, fact in found.items()
+                  if (had := known(grant_id)) is None or fact.units > had.units})
 
 
 def _borrowed_under(view: View, level: int, path_child: int, scope: Scope, extra: Mapping[int, Decimal]) -> dict[int, Fact]:
@@ -144,7 +147,8 @@ def room_facts(tree: Tree, grants: list[Grant], ask: Ask, *, local: set[int], vi
     facts: dict[int, Fact] = {}
     for (department_id, scope), limit in sorted(tree.limits.items(), key=lambda item: str(item[0])):
         over = view.beyond_facts(department_id, scope, limit.beyond, why="oversubscribed", basis="limit")
-        _note(facts, {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
+        _note(facts, over if ask.factor <= 1 else  # then every grant beyond a limit may be taken
+              {gid: fact for gid, fact in over.items() if _may_take_beyond_limit(ask, view.by_id[gid])})
     if within_guarantee(view, ask):
         for scope in ask.amounts:
             _note(facts, _path_borrowed(view, ask, scope, None))
@@ -204,7 +208,7 @@ def plan(
     facts = quota_facts(view, ask, failing) if failing else {}
     room_ids = set(capacity_candidates or {}) if not fits_now else set()
     if room_ids:
-        _note(facts, {gid: fact for gid, fact in (capacity_candidates or {}).items()})
+        _note(facts, capacity_candidates or {})
     failing_keys = [(tree.subtree(check.department_id), check.scope) for check in failing]
 
     def helps(grant: Grant) -> bool:
