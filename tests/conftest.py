@@ -28,6 +28,7 @@ from allocations.models import Flavor, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from tenants.models import Department, Membership, Project, Role
+from tests.pure import pure_refusals
 
 pytest_plugins = ["kube_testenv.pytest_plugin"]
 
@@ -42,6 +43,14 @@ def requires_postgres() -> Any:
         connection.vendor != "postgresql" and not required,
         reason="needs PostgreSQL (make test provides it)",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test marked ``pure`` runs beside the suite in a process of its own (``scripts/test.sh``):
+    it may not reach the database or the cluster (``tests/pure.py``)."""
+    refusals = pure_refusals(items)
+    if refusals:
+        raise pytest.UsageError("\n".join(refusals))
 
 
 @pytest.fixture(scope="session")

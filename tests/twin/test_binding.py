@@ -22,6 +22,8 @@ from twin.sources.generator import generated_policy, workload_generate
 from twin.workload import Job, jobs_read
 from whatifs.compare import binding_of
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 NESTED = Policy((Department("p", Decimal(0), Decimal(1)), Department("a", Decimal(0), Decimal(2), parent="p"),
                  Department("b", Decimal(0), Decimal(2), parent="p")), RULES.classes)
 

@@ -10,6 +10,8 @@ from twin.replay.engine import replay
 from twin.replay.fairness import ALONE_DRAIN_S, finish_fairness, with_fairness
 from twin.replay.metrics import measure
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 
 def test_the_alone_replay_gives_each_department_its_guarantees_gpu_to_itself() -> None:
     alone = measure(replay(tiny(), NODES, RULES, "alone", drain_s=ALONE_DRAIN_S))

@@ -12,6 +12,8 @@ from twin.errors import TwinInputError
 from twin.policy import policy_read, policy_write
 from twin.workload import Shape, jobs_read, jobs_write
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 BASE = {"submit_at": 0, "department": "nlp", "project": "nlp-a", "num_gpu": 1, "gpu_milli": 500, "quantity": 2,
         "runtime_s": 600, "requested_s": 3600, "priority_class": "gpu-standard", "busy": 0.4}
 

@@ -3,10 +3,14 @@ asked for; the trace source reads the shared trace's rules (docs/twin.md, "Sourc
 
 from __future__ import annotations
 
+import pytest
+
 from twin.sources.alibaba import trace_read
 from twin.sources.catalogue import DEPARTMENTS, department_of, flavor_for, zipf_weights
 from twin.sources.generator import GeneratorSpec, workload_generate
 from twin.workload import jobs_read, jobs_write
+
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
 
 SPEC = GeneratorSpec(seed=7, days=7, requests=400, installed_gpus=64)
 

@@ -10,7 +10,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.architecture.imports import ROOT, app_of, project_imports
+
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
 
 PURE = {
     "allocations.quotas.algebra", "allocations.quotas.victims", "allocations.quotas.node_room",

@@ -25,6 +25,8 @@ from twin.replay.engine import Outcome, Replay
 from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate
 from twin.workload import Job
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 # nodes of three sizes and two models, so that whole GPUs, shares and 4- or 8-GPU units compete
 NODES = [Node(f"n{k}", 96000, 393216, tuple(Gpu(i, "G" if k % 4 else "H") for i in range((8, 2, 4)[k % 3])))
          for k in range(12)]

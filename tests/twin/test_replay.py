@@ -16,6 +16,8 @@ from twin.replay.modes import POLICIES
 from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate
 from twin.workload import Job, jobs_read
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 NODES = [Node("n1", 8000, 32768, (Gpu(0, "X"),)), Node("n2", 8000, 32768, (Gpu(0, "X"),))]
 RULES = Policy((Department("a", Decimal(1), Decimal(2)), Department("b", Decimal(1), Decimal(2))),
                {"std": PriorityClass("std", 100, False, Decimal(1), 60.0)})

@@ -23,6 +23,8 @@ from twin.replay.engine import Outcome, replay
 from twin.replay.rules import window_steps
 from twin.workload import Job, jobs_read
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 RULES_FILE = POLICY + """windows:
   - {department: nlp, kind: temporary, begins_at: 2026-03-03T00:00:00Z, ends_at: 2026-03-04T00:00:00Z, limit: 20}
   - {department: vision, kind: recurring, begins_at: 2026-03-02T20:00:00Z, rrule: FREQ=DAILY,

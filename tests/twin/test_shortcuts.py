@@ -14,6 +14,8 @@ from twin.policy import Policy, policy_with_rules
 from twin.replay.engine import Outcome, Replay
 from twin.sources.generator import GeneratorSpec, generated_policy, workload_generate
 
+pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
+
 # nodes of two sizes, so that whole GPUs and 4- or 8-GPU units need their victims on one node
 NODES = [Node(f"n{k}", 96000, 393216, tuple(Gpu(i, "G") for i in range(8 if k % 3 == 0 else 2))) for k in range(9)]
 SPEC = GeneratorSpec(seed=5, days=4, requests=500, installed_gpus=36, offered_load=1.6)
