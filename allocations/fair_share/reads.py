@@ -21,7 +21,7 @@ from django.db.models import Case, FloatField, QuerySet, Value, When
 from django.http import Http404
 
 from allocations.fair_share.queue import NO_FACTOR
-from allocations.fair_share.tree import Node, decayed, fair_tree
+from allocations.fair_share.tree import decayed, department_forest, fair_tree
 from allocations.models import Allocation
 from allocations.models.fair_share import FairShare
 from kernel.conf import setting_int
@@ -104,14 +104,7 @@ def fair_share_table(*, now: datetime.datetime) -> FairShareTable:
     for department_id, _, _, parent_id in departments:
         children[parent_id].append(department_id)
 
-    def node(department_id: int) -> Node:
-        kids = children.get(department_id, [])
-        if not kids:
-            return Node(("department", department_id), shares[department_id], usage[department_id])
-        own = Node(("own", department_id), 1, usage[department_id])
-        return Node(("department", department_id), shares[department_id], children=(own, *map(node, kids)))
-
-    ranking = fair_tree([node(root) for root in children.get(None, [])])
+    ranking = fair_tree(department_forest(children, shares, usage))
     names = {department_id: (slug, name, parent_id) for department_id, slug, name, parent_id in departments}
     rows: list[FairShareRow] = []
     stack: list[tuple[tuple[str, int], int]] = [(("department", root), 0) for root in reversed(children.get(None, []))]

@@ -29,7 +29,7 @@ every leaf under ``A`` ranks above every leaf under ``B``.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterator, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 LN2 = math.log(2)
@@ -171,6 +171,32 @@ def fair_tree(roots: Sequence[Node]) -> Ranking:
         for key, level in levels.items()
     }
     return Ranking(standings=standings, leaf_count=leaf_count)
+
+
+def department_forest(children: Mapping[int | None, Sequence[int]], shares: Mapping[int, float],
+                      usage: Mapping[int, float]) -> list[Node]:
+    """The departments as Fair Tree ranks them, from ``children`` (parent → its departments, in the
+    order they are walked; ``None``: the top): a department without sub-departments is a leaf
+    (key ``("department", id)``); one with them an account of that key whose children are a leaf of
+    its own projects (``("own", id)``, one share, the department's own usage) and its
+    sub-departments. ``usage`` is each department's own (what its own projects held)."""
+
+    def node(department_id: int) -> Node:
+        kids = children.get(department_id, ())
+        if not kids:
+            return Node(("department", department_id), shares[department_id], usage[department_id])
+        own = Node(("own", department_id), 1, usage[department_id])
+        return Node(("department", department_id), shares[department_id], children=(own, *map(node, kids)))
+
+    return [node(root) for root in children.get(None, ())]
+
+
+def department_factors(ranking: Ranking, children: Mapping[int | None, Sequence[int]]) -> dict[int, float]:
+    """Department id → the factor of its own projects: its leaf's, or its own projects' leaf's when
+    it has sub-departments (``department_forest``'s keys)."""
+    departments = [department for kids in children.values() for department in kids]
+    return {department: ranking.standings[("own" if children.get(department) else "department", department)].factor
+            or 0.0 for department in departments}
 
 
 def classic(roots: Sequence[Node]) -> dict[Hashable, Classic]:

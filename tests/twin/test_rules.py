@@ -20,7 +20,7 @@ from twin.policy import Department, Policy, PriorityClass, policy_read, policy_w
 from twin.policy_rules import DEFAULT_START
 from twin.replay.decisions import SHRINK, WINDOW, DecidingReplay, replay_decisions
 from twin.replay.engine import Outcome, replay
-from twin.replay.rules import window_steps
+from twin.replay.rules import FairShareClock, department_children, window_steps
 from twin.workload import Job, jobs_read
 
 pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
@@ -142,6 +142,22 @@ def test_fair_share_tries_the_least_served_department_first() -> None:
     assert starts(replay(work, NODES, nobody, "full", horizon=100.0)) == [0.0, 0.0, 1000.0, 1100.0]  # submission order
     fair = replace(nobody, fair_share_half_life_s=3600.0)
     assert starts(replay(work, NODES, fair, "full", horizon=100.0)) == [0.0, 0.0, 1100.0, 1000.0]  # b used nothing
+
+
+def test_fair_share_ranks_a_team_inside_its_department_as_the_portal_ranks_it() -> None:
+    """nlp's team asr held four GPUs for an hour, nlp's own projects none, vision one. Fair Tree ranks
+    the top's accounts first: nlp's subtree used more than vision, so vision comes before nlp's own
+    projects (ranked as siblings, nlp's own projects, having used nothing, would come first), and
+    within nlp its own projects before asr: the portal's tree (``department_forest``)."""
+    policy = replace(Policy((Department("nlp", Decimal(0), Decimal(8)), Department("vision", Decimal(0), Decimal(8)),
+                             Department("asr", Decimal(0), Decimal(8), 1, "nlp")), RULES.classes),
+                     fair_share_half_life_s=3600.0)
+    clock = FairShareClock(policy, 3600.0)
+    assert department_children(policy) == {None: [1, 2], 1: [3]}
+    clock.advance(3600.0, {1: 0.0, 2: 1.0, 3: 4.0})  # GPU-equivalents held through the hour
+    factors = clock.factors()
+    assert factors[2] > factors[1] > factors[3]
+    assert (factors[2], factors[1], factors[3]) == (1.0, 2 / 3, 1 / 3)  # three leaves: vision, nlp's own, asr
 
 
 def test_rules_over_time_lay_over_a_policy_and_nothing_else_may() -> None:

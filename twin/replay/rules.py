@@ -13,7 +13,8 @@ function the portal's services call:
   not queued again, as the portal does not resubmit it; notify: a warning only);
 * **fair share**: each department's usage decayed with the half-life and grown by what it holds
   (``allocations.fair_share.tree.decayed``, ``held_decayed``), ranked by Slurm's Fair Tree
-  (``fair_tree``): waiting requests of one priority are tried in the order of their department's
+  (``fair_tree``) over the departments as they nest (``department_forest``, as the portal's
+  fair-share table builds it): waiting requests of one priority are tried in the order of their department's
   factor (the least served first), and among victims of equal priority the lowest factor is taken
   first (``algebra.Grant.fair_share``), as in the portal's approvals queue and victim choice.
 """
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 
-from allocations.fair_share.tree import Node, decayed, fair_tree, held_decayed
+from allocations.fair_share.tree import decayed, department_factors, department_forest, fair_tree, held_decayed
 from allocations.grants import idle_ladder as ladder
 from allocations.grants.idle_matching import PolicyScope, policy_for
 from allocations.quotas import windows
@@ -155,6 +156,7 @@ class FairShareClock:
         self.half_life_s = half_life_s
         self.shares = {k: d.shares for k, d in enumerate(policy.departments, start=1)}
         self.usage = dict.fromkeys(self.shares, 0.0)
+        self.children = department_children(policy)
         self.last = 0.0
         self._factors: dict[int, float] | None = None
 
@@ -170,6 +172,18 @@ class FairShareClock:
 
     def factors(self) -> dict[int, float]:
         if self._factors is None:
-            ranking = fair_tree([Node(k, self.shares[k], self.usage[k]) for k in self.usage])
-            self._factors = {k: ranking.standings[k].factor or 0.0 for k in self.usage}
+            ranking = fair_tree(department_forest(self.children, self.shares, self.usage))
+            self._factors = department_factors(ranking, self.children)
         return self._factors
+
+
+def department_children(policy: Policy) -> dict[int | None, list[int]]:
+    """Parent → its departments (numbered as the replay's tree numbers them, from 1), each group by
+    name as the portal walks them (by slug), ``None`` the departments without a parent: the shape
+    of the Fair Tree the portal ranks (``allocations.fair_share.tree.department_forest``)."""
+    number = {department.name: k for k, department in enumerate(policy.departments, start=1)}
+    children: dict[int | None, list[int]] = {}
+    for department in sorted(policy.departments, key=lambda d: d.name):
+        parent = None if department.parent is None else number[department.parent]
+        children.setdefault(parent, []).append(number[department.name])
+    return children
