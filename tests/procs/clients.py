@@ -14,6 +14,7 @@ import datetime
 import json
 import random
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections import Counter
@@ -36,8 +37,11 @@ class Team:
     standard_id: int
     preemptible_id: int
     opens_with_reclaim: bool = False
-    """Its first four steps make the rules reclaim: a preemptible grant fills its quota, then a
-    standard request of the same team is approved over it (whatever the seed)."""
+    """Its first steps make the rules reclaim: a preemptible grant fills its quota, then, once a
+    worker has made it active, a standard request of the same team is approved over it (whatever
+    the seed). Approved while a worker still provisions it, the grant is locked by the worker's
+    transaction, so the approval plans without it (``_decide_and_lock_victims``) and is refused:
+    the reclaim would depend on how fast the worker is."""
 
 
 @dataclass
@@ -90,7 +94,7 @@ class Client:
 
     def run(self, steps: int, *, after_step: Callable[[], None]) -> None:
         if self.team.opens_with_reclaim:
-            self.plan = ["approve", "submit standard 2", "approve", "submit preemptible 4"]  # popped from the end
+            self.plan = ["approve", "submit standard 2", "settle", "approve", "submit preemptible 4"]  # popped from the end
         for _ in range(steps):
             if not self.plan:
                 self.plan = list(ROUND)
@@ -100,7 +104,9 @@ class Client:
 
     def step(self, intent: str) -> None:
         """``intent`` when it can be done, else a submit."""
-        if intent == "approve" and self.pending:
+        if intent == "settle":
+            self.settle()
+        elif intent == "approve" and self.pending:
             self.approve(self.pending.pop(self.rng.randrange(len(self.pending))))
         elif intent == "release" and self.holding:
             self.release(self.rng.choice(sorted(self.holding)))
@@ -135,6 +141,17 @@ class Client:
             with self.tally.lock:
                 self.tally.approved[allocation_id] = str(answer["state"])
             self.holding[allocation_id] = datetime.datetime.fromisoformat(answer["ends_at"])
+
+    def settle(self, *, seconds: float = 120.0) -> None:
+        """Wait until every grant this thread holds is active (its worker's push has committed)."""
+        deadline = time.monotonic() + seconds
+        waiting = sorted(self.holding)
+        while waiting and time.monotonic() < deadline:
+            status, answer = self.call("settle", "GET", f"/api/v1/allocations/{waiting[0]}/", self.team.member_token)
+            if status == 200 and answer["state"] in ("approved", "provisioning", "scheduled"):
+                time.sleep(0.2)
+            else:
+                waiting.pop(0)
 
     def release(self, allocation_id: int) -> None:
         status, _ = self.call("release", "POST", f"/api/v1/allocations/{allocation_id}/release/", self.team.member_token, {})
