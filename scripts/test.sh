@@ -31,7 +31,7 @@ export GPUPORTAL_REQUIRE_HELM=1
 scripts/deploy-check.sh --charts-only
 
 echo "== tests"
-# The tests marked pure (no database, service or cluster: tests/pure.py), a tenth of the suite's
+# The tests marked pure (no database, service or cluster: tests/pure.py), about a sixth of the suite's
 # time, run in a process of their own beside the rest, on the second core; their output follows.
 # Exit status 5 is "no test selected" (the paths given hold none of one kind).
 pure_log=$(mktemp)
