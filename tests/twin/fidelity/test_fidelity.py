@@ -272,16 +272,13 @@ def test_teams_under_a_department_are_ranked_by_fair_share_as_the_portal_ranks_t
     as they nest, as the portal's Fair Tree does (a department with teams an account, its own
     projects a leaf beside them), so every order the twin's pass tried them in is the portal's."""
     settings.GPUPORTAL_FAIR_SHARE_HALF_LIFE_HOURS = 2
-    case = fidelity_case(NESTED_REQUESTS, nodes=3, hours=NESTED_REQUESTS * 0.45, seed=NESTED_SEED, nested=True,
-                         half_life_s=half_life_seconds())
-    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
-    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
-    orders = {decision.order for decision in log if decision.kind == RANK}
-    sys.stdout.write(f"fidelity with teams and fair share: decisions compared {result.compared}, "
+    compared, differences, replay = _replayed_both(NESTED_REQUESTS, nodes=3, hours=NESTED_REQUESTS * 0.45,
+                                                   seed=NESTED_SEED, nested=True, half_life_s=half_life_seconds())
+    orders = {decision.order for decision in replay.log if decision.kind == RANK}
+    sys.stdout.write(f"fidelity with teams and fair share: decisions compared {compared}, "
                      f"{len(orders)} orders of the departments\n")
-    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
-        "\n".join(result.differences[:30])
-    assert len(orders) > 1 and result.compared.get(RANK, 0) > 0
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert len(orders) > 1 and compared.get(RANK, 0) > 0
 
 
 @POSTGRES
