@@ -116,6 +116,11 @@ def _window_change(params: Any, quota: int, now: datetime.datetime) -> dict[str,
         change.update(rrule=terms["rrule"], timezone=terms["timezone"] or "UTC", duration_minutes=terms["duration_minutes"])
     if data.get("shrink_policy") in ShrinkPolicy.values:
         change["shrink_policy"] = data["shrink_policy"]
+    share = data.get("priority_class")
+    if share and str(share).isdigit():  # a window of one class's share: that class's, by name
+        name = PriorityClass.objects.filter(pk=int(share)).values_list("name", flat=True).first()
+        if name is not None:
+            change["priority_class"] = name
     return change
 
 

@@ -25,6 +25,7 @@ from typing import Any, NoReturn
 
 import yaml
 
+from allocations.quotas.windows import WindowSpec
 from twin.errors import TwinInputError
 from twin.mig import MigAskError
 from twin.policy_rules import (
@@ -74,6 +75,18 @@ class Policy:
 
     def department(self, name: str) -> Department:
         return next(d for d in self.departments if d.name == name)
+
+    @property
+    def class_numbers(self) -> dict[str, int]:
+        """Each priority class's number, from 1 in the policy's order: how the replay names a class
+        in a quota scope of its share (``algebra.class_scope``) and in an idle policy's scope."""
+        return {name: k for k, name in enumerate(self.classes, start=1)}
+
+    def window_spec(self, rule: WindowRule) -> WindowSpec:
+        """``rule``'s window as the replay weighs it: on its class's share by the class's number
+        (whatever number the source gave it), else on the department's quota."""
+        number = self.class_numbers[rule.priority_class] if rule.priority_class is not None else None
+        return rule.spec if rule.spec.priority_class_id == number else replace(rule.spec, priority_class_id=number)
 
     @property
     def guaranteed(self) -> Decimal:
@@ -245,7 +258,7 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
     _unique(source, "priority_classes", [c.name for c in classes])
     _unique(source, "flavors", [name for name, _ in flavors])
     names, class_names = {d.name for d in departments}, {c.name for c in classes}
-    windows = [window_rule(entry, k, names) for k, entry in enumerate(_section(source, data, "windows", required=False))]
+    windows = [window_rule(entry, k, names, [c.name for c in classes]) for k, entry in enumerate(_section(source, data, "windows", required=False))]
     idle = [idle_rule(entry, k, names, class_names)
             for k, entry in enumerate(_section(source, data, "idle_policies", required=False))]
     _unique(source, "idle_policies", [rule.name for rule in idle])

@@ -10,6 +10,8 @@ fair share, read into the pure types the portal's own functions take (``allocati
          ends_at: 2026-03-17T00:00:00Z, guaranteed: 20}
       - {department: speech, kind: temporary, begins_at: 2026-03-20T00:00:00Z,
          ends_at: 2026-03-21T00:00:00Z, limit: 8, shrink_policy: reclaim}   # default: wait
+      - {department: nlp, priority_class: gpu-preemptible, kind: recurring, rrule: FREQ=DAILY,
+         begins_at: 2026-03-02T08:00:00Z, duration_minutes: 720, limit: 4}   # one class's share
     idle_policies:
       - {name: reclaim-idle, department: nlp, priority_class: gpu-standard, threshold: 0.05,
          window_minutes: 120, grace_minutes: 60, action: reclaim}
@@ -45,11 +47,14 @@ class Entry(Protocol):
 
 @dataclass(frozen=True)
 class WindowRule:
-    """A department-wide quota window: the portal's ``WindowSpec`` (its id: the entry's place + 1)."""
+    """A quota window on a department's quota: the portal's ``WindowSpec`` (its id: the entry's
+    place + 1); with ``priority_class``, on that class's share of the quota (the spec's
+    ``priority_class_id`` is the class's number in the policy, ``Policy.class_numbers``)."""
 
     department: str
     spec: WindowSpec
     shrink_policy: str = "wait"  # where it lowers the limit: "wait" lets what holds run; "reclaim" takes it back
+    priority_class: str | None = None
 
 
 @dataclass(frozen=True)
@@ -93,12 +98,14 @@ def _number(entry: Entry, key: str, *, signed: bool) -> Decimal | None:
     return number
 
 
-def window_rule(entry: Entry, index: int, departments: set[str]) -> WindowRule:
+def window_rule(entry: Entry, index: int, departments: set[str], classes: list[str]) -> WindowRule:
+    """``classes``: the policy's priority classes in its order (a class's number is its place + 1)."""
     department = entry.text("department")
     if department not in departments:
         entry.fail("department", f"no department {department!r} in the policy")
-    if "priority_class" in entry.data:
-        entry.fail("priority_class", "a window of one priority class's share is not replayed yet: only department-wide windows")
+    priority_class = entry.text("priority_class") if "priority_class" in entry.data else None
+    if priority_class is not None and priority_class not in classes:
+        entry.fail("priority_class", f"no priority class {priority_class!r} in the policy")
     shrink_policy = entry.text("shrink_policy", "wait")
     if shrink_policy not in SHRINK_POLICIES:
         entry.fail("shrink_policy", f"must be one of {', '.join(SHRINK_POLICIES)}, not {shrink_policy!r}")
@@ -125,8 +132,9 @@ def window_rule(entry: Entry, index: int, departments: set[str]) -> WindowRule:
         duration = datetime.timedelta(minutes=entry.integer("duration_minutes", low=1, high=366 * 1440))
     spec = WindowSpec(id=index + 1, kind=kind, begins_at=begins, ends_at=ends, rrule=rrule, timezone=zone,
                       duration=duration, guaranteed=values["guaranteed"], limit=values["limit"],
-                      guaranteed_delta=values["guaranteed_delta"], limit_delta=values["limit_delta"])
-    return WindowRule(department, spec, shrink_policy)
+                      guaranteed_delta=values["guaranteed_delta"], limit_delta=values["limit_delta"],
+                      priority_class_id=classes.index(priority_class) + 1 if priority_class is not None else None)
+    return WindowRule(department, spec, shrink_policy, priority_class)
 
 
 def idle_rule(entry: Entry, index: int, departments: set[str], classes: set[str]) -> IdleRule:
@@ -161,6 +169,8 @@ def _iso(at: datetime.datetime) -> str:
 def window_write(rule: WindowRule) -> dict[str, Any]:
     spec = rule.spec
     out: dict[str, Any] = {"department": rule.department, "kind": spec.kind, "begins_at": _iso(spec.begins_at)}
+    if rule.priority_class is not None:
+        out["priority_class"] = rule.priority_class
     if rule.shrink_policy != "wait":
         out["shrink_policy"] = rule.shrink_policy
     if spec.ends_at is not None:

@@ -11,7 +11,8 @@ Four kinds, each an object of a list:
 * ``window``: a quota window on a quota named as above, ``limit_delta`` and/or
   ``guarantee_delta``, either temporary (``begins_at``, ``ends_at``) or recurring (``rrule``,
   ``duration_minutes``, ``begins_at``), and its ``shrink_policy`` where it lowers the limit
-  (``wait``, the default, or ``reclaim``);
+  (``wait``, the default, or ``reclaim``); with ``priority_class`` (a name), on that class's share
+  of a quota in GPU-equivalents;
 * ``idle_policy``: ``threshold`` (0 to 1), ``window_minutes`` (at least 5) and ``action``
   (``warn``, ``release`` or ``reclaim``), optionally for one ``department``.
 
@@ -169,10 +170,18 @@ def _class(change: _Change, classes: list[PriorityClass]) -> PriorityClass:
     return replace(found, factor=found.factor if factor is None else factor, notice_s=notice_s)
 
 
-def _window(change: _Change, quotas: list[QuotaRow], window_id: int) -> tuple[QuotaRow, WindowRule | None]:
-    change.known(("quota", "department", "flavor", "begins_at", "ends_at", "rrule", "timezone", "duration_minutes",
-                  "limit_delta", "guarantee_delta", "shrink_policy"))
+def _window(change: _Change, quotas: list[QuotaRow], classes: list[PriorityClass],
+            window_id: int) -> tuple[QuotaRow, WindowRule | None]:
+    change.known(("quota", "department", "flavor", "priority_class", "begins_at", "ends_at", "rrule", "timezone",
+                  "duration_minutes", "limit_delta", "guarantee_delta", "shrink_policy"))
     row = _quota(change, quotas)
+    share = change.text("priority_class")
+    names = [c.name for c in classes]
+    if share is not None and share not in names:
+        raise change.fail("priority_class", f"no priority class {share!r}")
+    if share is not None and row.flavor is not None:
+        raise change.fail("priority_class", "a window of one class's share is replayed on a quota in GPU-equivalents "
+                                            "only (the replay weighs no flavor's quota)")
     shrink = change.data.get("shrink_policy")
     if shrink is not None and shrink not in ShrinkPolicy.values:
         raise change.fail("shrink_policy", f"must be one of {', '.join(ShrinkPolicy.values)}, not {shrink!r}")
@@ -195,7 +204,8 @@ def _window(change: _Change, quotas: list[QuotaRow], window_id: int) -> tuple[Qu
         raise change.fail("ends_at", "required, after begins_at (or give rrule and duration_minutes)")
     if ends is not None and ends <= begins:
         raise change.fail("ends_at", "must be after begins_at")
-    return row, proposed_window(change.data, row=row, quotas=quotas, window_id=window_id, begins=begins, ends=ends)
+    return row, proposed_window(change.data, row=row, quotas=quotas, window_id=window_id, begins=begins, ends=ends,
+                                class_number=names.index(share) + 1 if share is not None else None)
 
 
 def _idle(change: _Change, departments: frozenset[str] | None) -> str | None:
@@ -249,7 +259,7 @@ def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[Pri
             updated = _class(change, classes)
             classes = [updated if c.name == updated.name else c for c in classes]
         elif kind == "window":
-            row, window = _window(change, quotas, PROPOSED_IDS + index)
+            row, window = _window(change, quotas, classes, PROPOSED_IDS + index)
             _check_scope(change, scope, row.department, key="quota" if "quota" in change.data else "department")
             touched.add(row.department)
             windows += [window] if window is not None else []
@@ -294,7 +304,8 @@ def change_words(change: dict[str, Any], *, quota_names: Mapping[int, str]) -> s
         when = (f"{change['rrule']} for {change.get('duration_minutes')} min" if change.get("rrule")
                 else f"from {change.get('begins_at')} to {change.get('ends_at')}")
         shrink = ", reclaiming beyond a lower limit" if change.get("shrink_policy") == ShrinkPolicy.RECLAIM else ""
-        return f"Window on {_quota_words(change, quota_names)}, {when}{shrink}"
+        share = f" ({change['priority_class']}'s share)" if change.get("priority_class") else ""
+        return f"Window on {_quota_words(change, quota_names)}{share}, {when}{shrink}"
     if kind == "idle_policy":
         scope = change.get("department") or "every department"
         return (f"Idle policy for {scope}: busy below {change.get('threshold')} for {change.get('window_minutes')} min"

@@ -7,7 +7,9 @@ window is moved onto that quota: a window on the department's GPU-equivalents qu
 window on a flavor's quota of a department that has no GPU-equivalents quota with its numbers in
 GPU-equivalents (a delta times the flavor's GPU-equivalents; an absolute value as the delta from
 the quota's own value); a window on a flavor's quota of a department that has one changes nothing
-the twin reads and is left out, as is a window of one priority class's share.
+the twin reads and is left out. A window of one priority class's share of a quota in
+GPU-equivalents is kept, with its class (the replay weighs that class's requests in the share); on
+a flavor's quota it is left out.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 from accounting.idle_models import IdlePolicy
 from allocations.fair_share.reads import half_life_seconds
 from allocations.grants.idle_ladder import Rules
+from allocations.models import PriorityClass
 from allocations.models.fair_share import FairShare
 from allocations.models.windows import QuotaWindow, ShrinkPolicy
 from allocations.quotas.window_reading import approved_window_specs
@@ -34,9 +37,10 @@ IDLE_GRACE_MINUTES = 60  # a proposed idle policy's grace (the portal's default)
 
 def window_in_equivalents(spec: WindowSpec, row: QuotaRow, quotas: list[QuotaRow]) -> WindowSpec | None:
     """``spec`` (a window on ``row``) on its department's quota as the twin reads it; None when it
-    changes nothing the twin reads."""
+    changes nothing the twin reads. A window of one class's share (``priority_class_id``) is kept
+    on a quota in GPU-equivalents, and left out on a flavor's quota (the twin has none)."""
     if spec.priority_class_id is not None:
-        return None
+        return spec if row.flavor is None else None
     if row.flavor is None:
         return spec
     if any(other.department == row.department and other.flavor is None for other in quotas):
@@ -57,12 +61,14 @@ def live_windows(quotas: list[QuotaRow]) -> list[WindowRule]:
     specs_of = approved_window_specs(quota_ids=list(by_id))
     policies = dict(QuotaWindow.objects.filter(pk__in=[spec.id for specs in specs_of.values() for spec in specs])
                     .values_list("pk", "shrink_policy"))
+    class_names = dict(PriorityClass.objects.values_list("pk", "name"))
     rules = []
     for quota_id, specs in sorted(specs_of.items()):
         for spec in specs:
             moved = window_in_equivalents(spec, by_id[quota_id], quotas)
             if moved is not None:
-                rules.append(WindowRule(by_id[quota_id].department, moved, str(policies[spec.id])))
+                rules.append(WindowRule(by_id[quota_id].department, moved, str(policies[spec.id]),
+                                        class_names.get(spec.priority_class_id) if spec.priority_class_id else None))
     return rules
 
 
@@ -92,8 +98,10 @@ def policy_with_live_rules(policy: Policy, *, start: datetime.datetime, windows:
 
 
 def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[QuotaRow], window_id: int,
-                    begins: datetime.datetime, ends: datetime.datetime | None) -> WindowRule | None:
-    """A validated window change as the twin replays it (``window_id`` after the live ones')."""
+                    begins: datetime.datetime, ends: datetime.datetime | None,
+                    class_number: int | None = None) -> WindowRule | None:
+    """A validated window change as the twin replays it (``window_id`` after the live ones'); with
+    ``priority_class`` (its number in the policy: ``class_number``), on that class's share."""
     def amount(key: str) -> Decimal | None:
         return Decimal(str(change[key])) if change.get(key) is not None else None
 
@@ -103,9 +111,10 @@ def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[Quota
         ends_at=ends.astimezone(datetime.UTC) if ends is not None else None,
         rrule=str(change.get("rrule") or ""), timezone=str(change.get("timezone") or "UTC"),
         duration=datetime.timedelta(minutes=int(change["duration_minutes"])) if recurring else None,
-        guaranteed_delta=amount("guarantee_delta"), limit_delta=amount("limit_delta"))
+        guaranteed_delta=amount("guarantee_delta"), limit_delta=amount("limit_delta"), priority_class_id=class_number)
     moved = window_in_equivalents(spec, row, quotas)
-    return WindowRule(row.department, moved, str(change.get("shrink_policy") or ShrinkPolicy.WAIT)) \
+    share = str(change["priority_class"]) if change.get("priority_class") else None
+    return WindowRule(row.department, moved, str(change.get("shrink_policy") or ShrinkPolicy.WAIT), share) \
         if moved is not None else None
 
 

@@ -86,3 +86,20 @@ def test_the_quota_window_form_offers_what_it_would_have_done_last_month(world: 
     assert datetime.datetime.fromisoformat(change["ends_at"]) - moved == datetime.timedelta(days=2)
     answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 30, "changes_json": html.unescape(field.group(1))})
     assert answer.status_code == 302 and WhatIf.objects.get().changes == [change]
+
+
+def test_a_window_on_a_classs_share_asks_what_that_share_would_have_done(world: World) -> None:
+    """The window form's class (its share of the quota) travels to the what-if by name."""
+    client = client_of(world, "nlp_admin")
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    begins = (timezone.now() + datetime.timedelta(days=3)).replace(second=0, microsecond=0)
+    window = {"quota": str(quota.pk), "kind": "temporary", "timezone": "UTC", "limit_delta": "-4",
+              "priority_class": str(world.preemptible.pk), "begins_at": f"{begins:%Y-%m-%dT%H:%M}",
+              "ends_at": f"{begins + datetime.timedelta(hours=6):%Y-%m-%dT%H:%M}"}
+    prefilled = client.get("/what-ifs/", window).content.decode()
+    field = re.search(r'<textarea name="changes_json"[^>]*>([^<]*)</textarea>', prefilled)
+    assert field is not None
+    (change,) = json.loads(html.unescape(field.group(1)))
+    assert change["priority_class"] == "gpu-preemptible" and change["limit_delta"] == "-4"
+    answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 30, "changes_json": html.unescape(field.group(1))})
+    assert answer.status_code == 302 and WhatIf.objects.get().changes == [change]

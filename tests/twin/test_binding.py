@@ -14,6 +14,7 @@ import pytest
 
 from allocations.quotas.windows import WindowSpec
 from tests.twin.test_replay import NODES, NODES_8, RULES, SPEC, tiny
+from tests.twin.test_rules import share_rules
 from twin.policy import Department, Policy
 from twin.policy_rules import WindowRule
 from twin.replay.binding import binding_replay
@@ -83,3 +84,14 @@ def test_watching_what_held_requests_back_changes_no_decision() -> None:
                  * r.job.milli / 1000 for r in plain.records if r.restarts == 0)
     recorded = sum(sum(found.values()) for found in binding.waiting.values())
     assert waited > 0 and recorded >= waited - 1e-6  # every first wait is attributed (restarts wait too)
+
+
+def test_a_classs_share_a_window_sets_is_named_as_the_windows() -> None:
+    """From 50 s to 150 s class ``low`` may hold 1 of a's GPUs: the second ``low`` request waits
+    under that share (a window's) from 60 s until the window ends at 150 s."""
+    line = {"project": "p", "num_gpu": 1, "quantity": 1, "requested_s": 200, "busy": 0.5, "department": "a",
+            "priority_class": "low"}
+    jobs = jobs_read("".join(json.dumps({**line, "submit_at": at, "runtime_s": 200}) + "\n" for at in (0, 60)))
+    outcome, binding = binding_replay(jobs, NODES, share_rules(), "full", horizon=300.0, drain_s=100.0)
+    assert [record.first_start for record in outcome.records] == [0.0, 150.0]
+    assert binding.waiting == {"a": {("window", "a"): 90.0}}

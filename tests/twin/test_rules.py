@@ -58,7 +58,7 @@ def test_windows_idle_policies_and_fair_share_read_and_write_back() -> None:
     ("department: nlp, kind: temporary", "department: ops, kind: temporary", "windows[0]", "department"),
     ("ends_at: 2026-03-04T00:00:00Z", "ends_at: 2026-03-02T00:00:00Z", "windows[0]", "ends_at"),
     ("rrule: FREQ=DAILY", "rrule: FREQ=SOMETIMES", "windows[1]", "rrule"),
-    ("guaranteed_delta: -2}", "guaranteed_delta: -2, priority_class: gpu-standard}", "windows[1]", "priority_class"),
+    ("guaranteed_delta: -2}", "guaranteed_delta: -2, priority_class: gpu-gold}", "windows[1]", "priority_class"),
     ("action: reclaim", "action: shout", "idle_policies[0]", "action"),
     ("threshold: 0.1", "threshold: 2", "idle_policies[0]", "threshold"),
     ("window_minutes: 60", "window_minutes: 5", "idle_policies[0]", "window_minutes"),
@@ -212,6 +212,83 @@ def test_a_shrink_policy_reads_writes_back_and_names_a_bad_value() -> None:
     with pytest.raises(TwinInputError) as caught:
         shrink_rules("evict")
     assert caught.value.field == "shrink_policy" and "wait, reclaim" in str(caught.value)
+
+
+LOW = PriorityClass("low", 50, False, Decimal(1), 0.0)  # no notice: a reclaimed grant leaves at once
+
+
+def share_rules(shrink_policy: str = "wait", **values: object) -> Policy:
+    """a's guarantee 1 and limit 2 on 2 GPUs; a window on the share of class ``low`` of a's quota
+    (limit 1 by default) from 50 s to 150 s."""
+    policy = replace(RULES, classes={**RULES.classes, "low": LOW})
+    text = policy_write(policy).replace("windows: []", "windows:\n  - " + json.dumps(
+        {"department": "a", "priority_class": "low", "kind": "temporary", "begins_at": "2026-03-02T00:00:50Z",
+         "ends_at": "2026-03-02T00:02:30Z", "shrink_policy": shrink_policy, **(values or {"limit": 1})}))
+    return policy_read(text)
+
+
+def test_a_class_share_window_reads_writes_back_and_steps_in_its_own_scope() -> None:
+    policy = share_rules()
+    rule = policy.windows[0]
+    assert (rule.priority_class, rule.spec.priority_class_id) == ("low", 2)  # the policy's second class
+    assert policy_read(policy_write(policy)) == policy
+    assert [(step.at, step.priority_class, float(step.limit)) for step in window_steps(policy, 400.0)] == [
+        (0.0, 2, 2.0), (50.0, 2, 1.0), (150.0, 2, 2.0)]  # the share: the department's limit outside the window
+
+
+def test_a_class_share_holds_that_classs_requests_and_not_the_others() -> None:
+    """From 50 s to 150 s ``low`` may hold 1 of a's 2 GPUs. The second ``low`` request (60 s,
+    whose period meets the share) waits until the window is over; a ``std`` request at 70 s
+    starts on the other GPU. Without the window the second ``low`` request starts at once."""
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 160, "priority_class": "low"},
+                {"submit_at": 60, "department": "a", "runtime_s": 10, "priority_class": "low"},
+                {"submit_at": 70, "department": "a", "runtime_s": 10})
+    for mode in ("borrow", "full"):
+        assert starts(replay(work, NODES, share_rules(), mode, horizon=300.0)) == [0.0, 150.0, 70.0]
+        plain = replace(share_rules(), windows=())
+        assert starts(replay(work, NODES, plain, mode, horizon=300.0)) == [0.0, 60.0, 70.0]
+    # a request of the class whose period ends before the window is not held by it
+    early = jobs({"submit_at": 0, "department": "a", "runtime_s": 40, "requested_s": 50, "priority_class": "low"},
+                 {"submit_at": 0, "department": "a", "runtime_s": 40, "requested_s": 50, "priority_class": "low"})
+    assert starts(replay(early, NODES, share_rules(), "borrow", horizon=300.0)) == [0.0, 0.0]
+
+
+def test_a_class_share_is_weighed_over_the_whole_period_of_a_request_of_the_class() -> None:
+    """A ``low`` request at 0 whose period meets a share of 0 waits until the window is over
+    (150 s); the ``std`` one starts at once. The decision log's ``window`` lines name the share."""
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 100, "priority_class": "low"},
+                {"submit_at": 0, "department": "a", "runtime_s": 100})
+    assert starts(replay(work, NODES, share_rules(limit=0), "full", horizon=300.0)) == [150.0, 0.0]
+    log, _ = replay_decisions(work, NODES, share_rules(limit=0), "full")
+    assert [(d.at, d.share, d.quota and float(d.quota[2])) for d in log if d.kind == WINDOW] == [
+        (50.0, "low", 0.0), (150.0, "low", 2.0)]
+
+
+def test_a_class_share_that_shrinks_under_reclaim_takes_back_that_classs_newest_grant() -> None:
+    """``low`` is checked against twice a limit (its factor) unless a window of its own sets the
+    limit. From 50 s a window of the department lowers a's limit to 1 (``wait``) and one of the
+    ``low`` share sets its guarantee (0) under ``reclaim``: the share's limit falls from 2 to 1 at
+    50 s, so its edge takes back the newest of a's two ``low`` grants, admitted under the factor
+    (a shrink ignores it), at once (no notice), and b's request, which arrives then, takes its
+    GPU. Under ``wait`` b waits for a ``low`` grant to end."""
+    policy = replace(RULES, classes={**RULES.classes, "low": replace(LOW, factor=Decimal(2))})
+    department = {"department": "a", "kind": "temporary", "begins_at": "2026-03-02T00:00:50Z",
+                  "ends_at": "2026-03-02T00:02:30Z"}
+    work = jobs({"submit_at": 0, "department": "a", "runtime_s": 300, "priority_class": "low"},
+                {"submit_at": 1, "department": "a", "runtime_s": 300, "priority_class": "low"},
+                {"submit_at": 50, "department": "b", "runtime_s": 500})
+
+    def shrinking(shrink_policy: str) -> Policy:
+        rules = [{**department, "limit": 1}, {**department, "priority_class": "low", "guaranteed": 0,
+                                              "shrink_policy": shrink_policy}]
+        return policy_read(policy_write(policy).replace("windows: []", "windows:\n" + "".join(
+            f"  - {json.dumps(rule)}\n" for rule in rules)))
+
+    reclaimed = replay(work, NODES, shrinking("reclaim"), "borrow", horizon=400.0)
+    assert reclaimed.shrink_reclaims == 1 and [record.restarts for record in reclaimed.records] == [0, 1, 0]
+    assert starts(reclaimed) == [0.0, 1.0, 50.0] and [record.finish for record in reclaimed.records] == [300.0, 600.0, 550.0]
+    waited = replay(work, NODES, shrinking("wait"), "borrow", horizon=400.0)
+    assert waited.shrink_reclaims == 0 and starts(waited) == [0.0, 1.0, 300.0]
 
 
 def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_back() -> None:

@@ -11,14 +11,16 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
-from allocations.models import AllocationState, Flavor, Quota
+from allocations.models import AllocationState, Flavor, PriorityClass, Quota, QuotaWindow
+from allocations.models.windows import WindowState
 from telemetry.models import AllocationUsage
 from tests.conftest import World
 from tests.whatifs.history import HOUR, asked, over_nlp_limit, ran
 from twin.clusters import nodes_load
 from twin.policy import policy_load
 from twin.workload import workload_load
-from whatifs.sources import DEFAULT_BUSY, UNBOUNDED, history_workload, inventory_nodes, live_policy
+from whatifs.live_rules import live_windows
+from whatifs.sources import DEFAULT_BUSY, UNBOUNDED, history_workload, inventory_nodes, live_policy, quota_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -92,3 +94,19 @@ def test_twin_export_writes_files_the_twin_reads_back(world: World, tmp_path: Pa
     policy.check_jobs(jobs)
     assert [(job.department, job.quantity) for job in jobs] == [("nlp", 6), ("vision", 2), ("nlp", 6)]
     assert sum(len(node.gpus) for node in nodes_load(tmp_path / "cluster.csv")) == 24
+
+
+def test_an_approved_window_on_a_classs_share_is_read_with_its_class(world: World) -> None:
+    """The live rules keep a window of one class's share of a quota in GPU-equivalents, with its
+    class; on a flavor's quota (which the twin does not weigh) it is left out."""
+    preemptible = PriorityClass.objects.get(name="gpu-preemptible")
+    begins = timezone.now().replace(microsecond=0)
+    for flavor in (None, Flavor.objects.get(name="a100")):
+        QuotaWindow.objects.create(
+            quota=Quota.objects.get(department=world.nlp, flavor=flavor), priority_class=preemptible, kind="temporary",
+            begins_at=begins, ends_at=begins + datetime.timedelta(hours=2), limit=Decimal(3),
+            requested_by=world.users["platform"], decided_by=world.users["platform"], state=WindowState.APPROVED)
+    (rule,) = live_windows(quota_rows())
+    assert (rule.department, rule.priority_class, rule.spec.limit) == ("nlp", "gpu-preemptible", Decimal(3))
+    policy = live_policy()
+    assert policy.window_spec(rule).priority_class_id == policy.class_numbers["gpu-preemptible"]

@@ -266,3 +266,28 @@ def test_a_proposed_window_that_reclaims_takes_back_what_the_lower_limit_leaves_
     assert _nlp(results["reclaim"])["difference"]["lost_gpu_h"] > 0  # the units taken back lost their run
     assert results["wait"]["proposed"]["shrink_reclaims"] == 0 and _nlp(results["wait"])["difference"]["lost_gpu_h"] == 0
     assert refused_field(world, "platform", [window("evict")]) == "changes[0].shrink_policy"
+
+
+def test_a_proposed_window_on_a_classs_share_holds_that_classs_demand_only(world: World) -> None:
+    """nlp's two preemptible requests of 2 A100s, ten minutes apart, both start today (4 of its 10,
+    beyond which the class's factor 1.5 lets it go even further). A proposed window on the
+    preemptible share of nlp's quota, 7 below its limit while the replay runs, caps that class at 3:
+    the second waits for the first to end, and nlp's standard request beside them does not. A class
+    the portal has not, or a share of a flavor's quota (the replay weighs none), is refused naming
+    the field."""
+    now = timezone.now()
+    line = {"submit_at": 0, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 2,
+            "runtime_s": 2 * 3600, "requested_s": 2 * 3600, "priority_class": "gpu-preemptible", "busy": 0.5}
+    lines = [line, {**line, "submit_at": 600}, {**line, "submit_at": 1200, "priority_class": "gpu-standard"}]
+    share = {"kind": "window", "department": "nlp", "priority_class": "gpu-preemptible", "limit_delta": -7,
+             "begins_at": (now - datetime.timedelta(hours=1)).isoformat(),
+             "ends_at": (now + datetime.timedelta(hours=10)).isoformat()}
+    made = ask(world, "platform", [share], history_days=None, workload="\n".join(json.dumps(row) for row in lines))
+    assert made.changes == [share]
+    run = what_if_run(what_if_id=made.pk)
+    assert run is not None and run.state == WhatIfState.DONE, run.error if run else None
+    waits = _nlp(run.result)
+    assert waits["current"]["wait_p99_min"] == 0 and waits["proposed"]["wait_p99_min"] >= 100  # about two hours
+    assert run.result["proposed"]["window_edges"] > run.result["current"]["window_edges"]
+    assert refused_field(world, "platform", [{**share, "priority_class": "gpu-gold"}]) == "changes[0].priority_class"
+    assert refused_field(world, "platform", [{**share, "flavor": "a100"}]) == "changes[0].priority_class"

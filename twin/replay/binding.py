@@ -11,7 +11,8 @@ checks as they stand where a policy takes nothing); if they still fail, the refu
 on the twin's checks, which have no steps of time, the first of ``Plan.failing``), and that
 quota's department is the *level*: the department's own (``own``), a department above it
 (``parent``), the organisation's quota of the installed GPUs (``organisation``), or any of those
-while a quota window sets its numbers (``window``). If the quota checks pass, or pass once
+while a quota window sets its numbers, or a class's share that a window sets (``window``). With
+such shares the checks are admission's over the request's period (``World.weigh``). If the quota checks pass, or pass once
 victims are taken, the GPUs refused (``capacity``). A request booked where reclaimed grants run out
 their notice waits for them (``notice``). The twin has no project caps: no level is a project's.
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from allocations.quotas import algebra, victims
+from allocations.quotas.stepped import unstepped
 from placement import Node
 from twin.policy import Policy
 from twin.replay.engine import Outcome, Replay, _Entry
@@ -82,7 +84,7 @@ class BindingReplay(Replay):
         self.binding = Binding()
         self._totals: dict[tuple[int, Verdict], float] = defaultdict(float)  # GPU-equivalent-seconds waiting
         self._verdicts: dict[tuple[object, ...], tuple[int, Verdict]] = {}  # bucket -> (version, verdict)
-        self._asked: tuple[int, dict[tuple[object, ...], Verdict]] = (-1, {})
+        self._asked: tuple[int, dict[tuple[object, ...], Verdict]] = (-1, {})  # verdicts asked at a version
         self._rate: dict[tuple[int, Verdict], float] = {}  # (department, verdict) -> GPU-equivalents waiting
         self._since = 0.0
         self._windowed: set[int] = set()  # departments whose numbers a quota window sets now
@@ -97,6 +99,8 @@ class BindingReplay(Replay):
     def _window(self, index: int) -> None:
         super()._window(index)
         step = self.steps[index]
+        if step.priority_class is not None:
+            return  # a class's share exists only while a window sets it: a check of it is a window's
         windowed = (step.guaranteed, step.limit) != self._base[step.department]
         (self._windowed.add if windowed else self._windowed.discard)(step.department)
 
@@ -152,30 +156,44 @@ class BindingReplay(Replay):
         if not self.mode.quotas:
             return (CAPACITY, -1)
         ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
-        key = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
+        key: tuple[object, ...] = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
+        if self.world.classed:  # weighed over its period, in its class's share too
+            key += (job.priority_class, job.requested_s)
         if self._asked[0] != self.world.version:
             self._asked = (self.world.version, {})
         known = self._asked[1].get(key)
         if known is None:
-            known = self._asked[1][key] = self._verdict(ask)
+            known = self._asked[1][key] = self._verdict(job, ask)
         return known
 
-    def _verdict(self, ask: algebra.Ask) -> Verdict:
-        if self.world.quota_fits(ask):
+    def _verdict(self, job: Job, ask: algebra.Ask) -> Verdict:
+        world = self.world
+        weighed = world.weigh(job, ask) if world.classed else None  # a class's share counts its own grants
+        if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
             return (CAPACITY, -1)
+        tree = weighed.tree if weighed is not None else world.tree
         if self.mode.reclaims:
-            plan = victims.plan(self.world.tree, self.world.grants(), ask, view=self.world.view())
+            plan = (victims.plan(tree, weighed.grants, weighed.ask) if weighed is not None
+                    else victims.plan(tree, world.grants(), ask, view=world.view()))
             if plan.admitted:
                 return (CAPACITY, -1)
             failing = plan.failing
+        elif weighed is not None:
+            failing = [c for c in algebra.checks_from_totals(tree, weighed.totals, weighed.ask) if not c.fits]
         else:  # nothing is taken: the checks as they stand
-            failing = [c for c in algebra.checks_from_totals(self.world.tree, self.world.held, ask) if not c.fits]
+            failing = [c for c in algebra.checks_from_totals(tree, world.held, ask) if not c.fits]
         quota = failing[0].department_id
         if quota == ROOT:
             return (ORGANISATION, ROOT)
-        if quota in self._windowed:
+        if quota in self._windowed or _a_share(failing[0].scope):
             return (WINDOW, quota)
         return (OWN if quota == ask.department_id else PARENT, quota)
+
+
+def _a_share(scope: algebra.Scope) -> bool:
+    """Whether a check is of a class's share (in a step of time or not)."""
+    found, _ = unstepped(scope)
+    return isinstance(found, tuple) and found[0] == "class"
 
 
 def binding_replay(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,

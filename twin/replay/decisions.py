@@ -36,6 +36,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
+from allocations.quotas.shrinking import shrink_scope
 from placement import Node, Placement, Workload, default_policy
 from twin.policy import Policy
 from twin.replay.engine import LEAVE as LEAVE_EVENT
@@ -106,6 +107,8 @@ class DecidingReplay(Overlay, Replay):
         self._promised_span: dict[int, tuple[float, float]] = {}  # piece -> its period, while its victims leave
         self._world_span_of = self.world.span_of
         self.world.span_of = self._span_of  # type: ignore[method-assign]
+        self._world_class_of = self.world.class_of
+        self.world.class_of = self._class_of  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- requests made
     def _make(self, job: Job) -> int:
@@ -170,28 +173,37 @@ class DecidingReplay(Overlay, Replay):
             self._in_promise = False
 
     def _window(self, index: int) -> None:
-        """A window's edge during the replay (those in force at 0 are the start's numbers)."""
+        """A window's edge during the replay (those in force at 0 are the start's numbers): the
+        department's quota, or a class's share of it (``share``), from now on."""
         step = self.steps[index]
         if step.at > 0:
             self._submit_until()
             name = self.world.policy.departments[step.department - 1].name
-            self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit)))
+            self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit),
+                                     share=self._class_name(step.priority_class)))
         super()._window(index)
 
-    def _shrink(self, department: int) -> tuple[algebra.Victim, ...]:
+    def _class_name(self, class_id: int | None) -> str | None:
+        return None if class_id is None else list(self.world.policy.classes)[class_id - 1]
+
+    def _shrink(self, department: int, class_id: int | None = None) -> tuple[algebra.Victim, ...]:
         """What a window's lower limit takes back (``window``'s victims: the portal's edge reclaims
         them); met later, where grants in the way could not be taken at the edge, a ``shrink``
         line of its own. Victims without notice leave within the tick, as the portal reclaims
         them at once."""
-        retry = department in self.shrinks_pending
-        chosen = super()._shrink(department)
+        retry = (department, class_id) in self.shrinks_pending
+        chosen = super()._shrink(department, class_id)
         if not chosen:
             return chosen
         victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in chosen)
         if retry:
-            limit = self.world.tree.limits[(department, None)]
+            tree = self.world.tree
+            scope = shrink_scope(tree, department_id=department,
+                                 scope=algebra.class_scope(class_id, None) if class_id is not None else None)
+            limit = tree.limits[(department, scope)]
             name = self.world.policy.departments[department - 1].name
-            self.log.append(Decision(self.now, SHRINK, 0, 0, victims=victims, quota=(name, limit.guaranteed, limit.limit)))
+            self.log.append(Decision(self.now, SHRINK, 0, 0, victims=victims, quota=(name, limit.guaranteed, limit.limit),
+                                     share=self._class_name(class_id)))
         else:
             self.log[-1] = replace(self.log[-1], victims=victims)
         self._leave_at_once(max(self.promises))
@@ -285,6 +297,12 @@ class DecidingReplay(Overlay, Replay):
     def _span_of(self, grant_id: int) -> tuple[float, float]:
         """A grant's period; a promised request's (numbered ``-piece``) from its reclaim on."""
         return self._promised_span[-grant_id] if grant_id < 0 else self._world_span_of(grant_id)
+
+    def _class_of(self, grant_id: int) -> int:
+        """A grant's priority class's number; a promised request's (numbered ``-piece``) its job's."""
+        if grant_id < 0:
+            return self.world.class_number[self._kept[-grant_id - 1].priority_class]
+        return self._world_class_of(grant_id)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a

@@ -4,6 +4,7 @@ order go in the log."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -35,7 +36,7 @@ class Unit:
         return text + (f", mig={self.mig!r})" if self.mig is not None else ")")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Decision:
     """One line of the log. ``piece``: the request's number; ``line``: its workload line;
     ``units``: for ``start`` and ``reclaim``, where its units go; ``victims``: (piece, units)
@@ -44,7 +45,9 @@ class Decision:
     many units it asks (``submit``) or gives back (``leave``); ``order``: for ``rank``, the
     departments by fair-share factor, the least served first, those of equal factor together;
     ``quota``: for ``window``, the department and its effective guarantee and limit from then
-    (for ``shrink``, the department and the numbers its pending reclaim was met against)."""
+    (for ``shrink``, the department and the numbers its pending reclaim was met against);
+    ``share``: for those, the priority class whose share of the department's quota it is (None:
+    the quota itself)."""
 
     at: float
     kind: str
@@ -56,6 +59,11 @@ class Decision:
     reason: str = ""
     order: tuple[tuple[str, ...], ...] = ()
     quota: tuple[str, Decimal, Decimal] | None = None
+    share: str | None = None
+
+    def __repr__(self) -> str:  # as the dataclass writes it; ``share`` only where set (the pinned digests)
+        shown = [f for f in dataclasses.fields(self) if f.name != "share" or self.share is not None]
+        return f"Decision({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
 
 def idle_merged(log: list[Decision], idle: list[Decision]) -> list[Decision]:

@@ -40,11 +40,13 @@ ZERO = Decimal(0)
 
 @dataclass(frozen=True)
 class Spanned:
-    """A grant as the algebra sees it now, and its period in seconds of the replay."""
+    """A grant as the algebra sees it now, its period in seconds of the replay, and its priority
+    class's number (where a window sets the class's share, the grant counts in it too)."""
 
     grant: algebra.Grant
     since: float
     until: float
+    class_id: int | None = None
 
 
 class _Weights:
@@ -129,7 +131,7 @@ class Periods:
         index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
         specs: dict[int, list[WindowSpec]] = defaultdict(list)
         for rule in policy.windows:
-            specs[index[rule.department]].append(rule.spec)
+            specs[index[rule.department]].append(policy.window_spec(rule))
         rows = [(department, department, None, limit.guaranteed, limit.limit, None)
                 for (department, scope), limit in tree.limits.items() if scope is None]
         self.view = QuotaView(parents=dict(tree.parents), rows=list(rows), specs=dict(specs),
@@ -149,17 +151,24 @@ class Periods:
         moment = self.at(seconds)
         return self.view.tree(moment, moment + timed.INSTANT)
 
-    def weigh(self, ask: algebra.Ask, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
-        """``ask`` over ``[start, end)`` next to ``grants``, each over its own period, as admission
-        weighs it (``planning.interval_tree``, ``department_totals``, ``_grant``, ``_ask``)."""
-        return self.asking(self.picture(start, end, grants), ask, start, end)
+    def weigh(self, ask: algebra.Ask, start: float, end: float, grants: Iterable[Spanned], *,
+              class_id: int | None = None) -> Weighed:
+        """``ask`` (of priority class ``class_id``) over ``[start, end)`` next to ``grants``, each
+        over its own period, as admission weighs it (``planning.interval_tree``,
+        ``department_totals``, ``_grant``, ``_ask``)."""
+        return self.asking(self.picture(start, end, grants), ask, start, end, class_id=class_id)
 
     def picture(self, start: float, end: float, grants: Iterable[Spanned]) -> Weighed:
-        """The tree over ``[start, end)`` and the grants in its steps (asking nothing yet)."""
+        """The tree over ``[start, end)`` and the grants in its steps (asking nothing yet); where
+        a class's share is in force over it, a grant of the class counts in the share too
+        (``algebra.Tree.class_amounts``, as admission counts it)."""
         found = [item for item in grants if item.since < end and item.until > start]
         begin, finish = self.at(start), self.at(end)
         spans = [(self.at(item.since), self.at(item.until)) for item in found]
         tree = self.view.stepped(begin, finish, [timed.Held(a, b, ZERO) for a, b in spans]) or self.view.tree(begin, finish)
+        if tree.class_shares:
+            found = [dataclasses.replace(item, grant=dataclasses.replace(item.grant, amounts=tree.class_amounts(
+                item.grant.department_id, item.class_id or 0, item.grant.amounts))) for item in found]
         weights = _Weights(tree, found, spans)
         begun = all(item.since <= start for item in found)
         if begun and isinstance(tree, SteppedTree):
@@ -170,8 +179,11 @@ class Periods:
                 totals[(grant.department_id, scope)] += amount
         return Weighed(tree, weights, dict(totals), algebra.Ask(0, {}, 0), begun)
 
-    def asking(self, picture: Weighed, ask: algebra.Ask, start: float, end: float) -> Weighed:
-        """``picture`` with ``ask`` over ``[start, end)`` in its steps."""
+    def asking(self, picture: Weighed, ask: algebra.Ask, start: float, end: float, *,
+               class_id: int | None = None) -> Weighed:
+        """``picture`` with ``ask`` (of priority class ``class_id``) over ``[start, end)`` in its
+        steps, in its class's share too where one is in force."""
         tree = picture.tree
-        amounts = tree.timed(ask.amounts, self.at(start), self.at(end)) if isinstance(tree, SteppedTree) else ask.amounts
+        amounts = tree.class_amounts(ask.department_id, class_id or 0, ask.amounts) if tree.class_shares else ask.amounts
+        amounts = tree.timed(amounts, self.at(start), self.at(end)) if isinstance(tree, SteppedTree) else amounts
         return dataclasses.replace(picture, ask=dataclasses.replace(ask, amounts=amounts))

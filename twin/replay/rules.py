@@ -45,31 +45,42 @@ class QuotaStep:
     guaranteed: Decimal
     limit: Decimal
     reclaims: bool = False  # a lower limit at an edge of a window of shrink policy ``reclaim``
+    priority_class: int | None = None  # the class whose share it is (its number, ``Policy.class_numbers``)
 
 
 def window_steps(policy: Policy, stop: float) -> list[QuotaStep]:
-    """Every change of a department's effective quota over ``[0, stop)`` (its numbers at 0 first).
-    A step reclaims as the portal's tick does (``allocations.windows.tick``): its limit is lower
-    than the step's before, and a window of shrink policy ``reclaim`` has an edge there."""
+    """Every change of a department's effective quota over ``[0, stop)`` (its numbers at 0 first),
+    and of each share of one priority class that a window of the class sets, at that class's
+    windows' edges (after the department's at one instant). A step reclaims as the portal's tick does
+    (``allocations.windows.tick``): its limit is lower than the step's before, and a window of
+    shrink policy ``reclaim`` of that scope (the department's quota, or the class's share) has an
+    edge there."""
     end = policy.start + datetime.timedelta(seconds=stop)
     out: list[QuotaStep] = []
     for index, department in enumerate(policy.departments, start=1):
-        rules = [rule for rule in policy.windows if rule.department == department.name]
-        if not rules:
-            continue
-        specs = [rule.spec for rule in rules]
-        steps = windows.timeline(guaranteed=department.guarantee, limit=department.limit, windows=specs,
-                                 span=(policy.start, end))
-        reclaiming = [rule.spec for rule in rules if rule.shrink_policy == "reclaim"]
-        edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
-        before: Decimal | None = None
-        for step in steps:
-            at = (step.start - policy.start).total_seconds()
-            lower = before is not None and step.effective.limit < before
-            out.append(QuotaStep(at, index, step.effective.guaranteed, step.effective.limit,
-                                 lower and at > 0 and step.start in edges))
-            before = step.effective.limit
-    return sorted(out, key=lambda step: (step.at, step.department))
+        rules = [(rule, policy.window_spec(rule)) for rule in policy.windows if rule.department == department.name]
+        specs = [spec for _, spec in rules]
+        for class_id in [None, *sorted({spec.priority_class_id for spec in specs if spec.priority_class_id is not None})]:
+            if not any(spec.priority_class_id == class_id for spec in specs):
+                continue
+            steps = windows.timeline(guaranteed=department.guarantee, limit=department.limit, windows=specs,
+                                     span=(policy.start, end), priority_class_id=class_id)
+            reclaiming = [spec for rule, spec in rules
+                          if rule.shrink_policy == "reclaim" and spec.priority_class_id == class_id]
+            edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
+            # a share changes with the department's windows too, but the portal's tick records (and
+            # shrinks) it at the edges of the class's own windows only
+            own = {edge.at for edge in windows.edges([spec for spec in specs if spec.priority_class_id == class_id],
+                                                     policy.start, end)} if class_id is not None else None
+            before: Decimal | None = None
+            for step in steps:
+                at = (step.start - policy.start).total_seconds()
+                lower = before is not None and step.effective.limit < before
+                if own is None or at <= 0 or step.start in own:
+                    out.append(QuotaStep(at, index, step.effective.guaranteed, step.effective.limit,
+                                         lower and at > 0 and step.start in edges, class_id))
+                before = step.effective.limit
+    return sorted(out, key=lambda step: (step.at, step.department, step.priority_class or 0))
 
 
 @dataclass(frozen=True)
@@ -85,7 +96,7 @@ class IdleWatch:
     def __init__(self, policy: Policy) -> None:
         self.policy = policy
         self.departments = {d.name: k for k, d in enumerate(policy.departments, start=1)}
-        self.classes = {name: k for k, name in enumerate(policy.classes, start=1)}
+        self.classes = policy.class_numbers
         self.rules = {rule.policy_id: rule for rule in policy.idle_policies}
         parents = {d.name: d.parent for d in policy.departments}
         self.chains: dict[str, list[int]] = {}  # a department and its ancestors, nearest first (a policy's subtree)

@@ -72,6 +72,10 @@ class World:
         # grant id → its pool and the node of each unit, which room on one node reads too.
         self.promised_on: dict[int, tuple[int, list[str]]] = {}
         self.periods: Periods | None = None  # with quota windows: a request weighed over its period (``periods``)
+        self.class_number = policy.class_numbers
+        # A window sets a priority class's share: every request is weighed over its period, where
+        # the share counts the class's grants (the flat picture of now counts departments only).
+        self.classed = any(rule.priority_class is not None for rule in policy.windows)
         self.now = 0.0  # the replay's instant (set by the replay)
         # The victim choice over each request's period, step by step, even where no window's edge
         # falls within it: the portal's, which may take borrowed grants for a request beyond its
@@ -122,13 +126,13 @@ class World:
 
     def weigh(self, job: Job, ask: algebra.Ask, *, victims: bool = False) -> Weighed | None:
         """``ask`` over the request's period ``[now, now + requested_s)`` step by step, as the
-        portal's admission weighs it, where a window changes a number within it (or, with
-        ``victims`` and ``stepped_victims``, always: the victim choice's picture); None where the
-        flat picture of now (``quota_fits``, ``grants``) decides alike and faster: the grants only
-        end within the period, so for the quota checks what holds now binds."""
+        portal's admission weighs it, where a window changes a number within it or a window sets
+        a class's share (or, with ``victims`` and ``stepped_victims``, always: the victim choice's
+        picture); None where the flat picture of now (``quota_fits``, ``grants``) decides alike and
+        faster: the grants only end within the period, so for the quota checks what holds now binds."""
         periods = self.periods
         end = self.now + job.requested_s
-        if periods is None or not periods.crosses(self.now, end):
+        if periods is None or not (self.classed or periods.crosses(self.now, end)):
             if not (victims and self.stepped_victims):
                 return None
             if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
@@ -138,16 +142,21 @@ class World:
         key = (self._version, self.now, end)
         picture = self._pictures.get(key)
         if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
-            spanned = [Spanned(grant, *self.span_of(grant.allocation_id)) for grant in self.grants()]
+            spanned = [Spanned(grant, *self.span_of(grant.allocation_id), self.class_of(grant.allocation_id))
+                       for grant in self.grants()]
             picture = periods.picture(self.now, end, spanned)
             self._pictures = {k: v for k, v in self._pictures.items() if k[0] == self._version}
             self._pictures[key] = picture
-        return periods.asking(picture, ask, self.now, end)
+        return periods.asking(picture, ask, self.now, end, class_id=self.class_number[job.priority_class])
 
     def span_of(self, grant_id: int) -> tuple[float, float]:
         """A grant's period: from when it was decided until its asked end."""
         holding = self.holdings[grant_id]
         return holding.since, holding.asked_end
+
+    def class_of(self, grant_id: int) -> int:
+        """A grant's priority class's number (``Policy.class_numbers``)."""
+        return self.class_number[self.holdings[grant_id].job.priority_class]
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:
@@ -286,14 +295,17 @@ class World:
         self._stale.add(holding.gid)
         self._version += 1
 
-    def shrink_victims(self, department: int) -> tuple[algebra.Victim, ...] | None:
+    def shrink_victims(self, department: int, class_id: int | None = None) -> tuple[algebra.Victim, ...] | None:
         """What a quota window's lower limit takes back from the department now (shrink policy
-        ``reclaim``), as the portal's tick chooses it (``allocations.quotas.shrinking``): from the
-        grants holding in the department and below, less those being reclaimed (all their units
-        leaving, or an idle policy's notice running); a grant giving back some units counts the
-        units it keeps and may not be taken, as a reclaim's beneficiary may not. None: grants
-        that may not be taken stand in the way (the portal's reclaim pending)."""
-        subtree = self.tree.subtree(department)
+        ``reclaim``), in its quota or, with ``class_id``, in that class's share of it, as the
+        portal's tick chooses it (``allocations.quotas.shrinking``): from the grants holding in
+        the department and below, less those being reclaimed (all their units leaving, or an idle
+        policy's notice running); a grant giving back some units counts the units it keeps and may
+        not be taken, as a reclaim's beneficiary may not. Where a class's share is in force, a
+        grant of the class counts in it too. None: grants that may not be taken stand in the way
+        (the portal's reclaim pending)."""
+        tree = self.tree
+        subtree = tree.subtree(department)
         grants = []
         for grant in self.grants():
             if grant.department_id not in subtree:
@@ -305,9 +317,13 @@ class World:
                 kept = len(holding.units) - holding.leaving
                 grant = dataclasses.replace(grant, amounts={None: holding.per_unit * kept}, units=kept, leaving=0,
                                             takeable=False)
+            if tree.class_shares:
+                grant = dataclasses.replace(grant, amounts=tree.class_amounts(
+                    grant.department_id, self.class_of(grant.allocation_id), grant.amounts))
             grants.append(grant)
-        above = set(self.tree.chain(department)) - {department}
-        plan = shrink_plan(self.tree, grants, department_id=department, scope=None, above=above)
+        above = set(tree.chain(department)) - {department}
+        scope = algebra.class_scope(class_id, None) if class_id is not None else None
+        plan = shrink_plan(tree, grants, department_id=department, scope=scope, above=above)
         if plan is None:
             return ()
         return plan.victims if plan.admitted else None

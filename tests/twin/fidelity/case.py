@@ -98,6 +98,28 @@ def period_window_rules(hours: float, guarantees: dict[str, Decimal], shrink_pol
                                             guaranteed_delta=Decimal(6))))
 
 
+def share_window_rules(hours: float, guarantees: dict[str, Decimal]) -> tuple[WindowRule, ...]:
+    """Windows of one priority class's share of a quota: nlp's preemptible work may hold at most 4
+    GPU-equivalents by day (08:00 to 20:00 in Berlin, every day, as the demo's window); vision's
+    standard work 2 less than vision's limit from a third of the way to two thirds; and from half
+    way to three quarters nlp's limit falls to its guarantee (``wait``) while its standard share's
+    guarantee is 0 under ``reclaim``: that share's limit falls with nlp's, and its edge takes back
+    what standard work holds beyond it (admitted under its class's factor, which a shrink
+    ignores)."""
+
+    def at(fraction: float) -> datetime.datetime:
+        return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
+
+    by_day = WindowSpec(1, "recurring", START + datetime.timedelta(hours=7), rrule="FREQ=DAILY", timezone="Europe/Berlin",
+                        duration=datetime.timedelta(hours=12), limit=Decimal(4))
+    return (WindowRule("nlp", by_day, priority_class="gpu-preemptible"),
+            WindowRule("vision", WindowSpec(2, "temporary", at(1 / 3), at(2 / 3), limit_delta=Decimal(-2)),
+                       priority_class="gpu-standard"),
+            WindowRule("nlp", WindowSpec(3, "temporary", at(1 / 2), at(3 / 4), limit=guarantees["nlp"])),
+            WindowRule("nlp", WindowSpec(4, "temporary", at(1 / 2), at(3 / 4), guaranteed=Decimal(0)), "reclaim",
+                       priority_class="gpu-standard"))
+
+
 def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool,
              shrink_policy: str) -> tuple[WindowRule, ...]:
     if not windows:
@@ -116,7 +138,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
                   shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
-                  limit_ratio: Decimal | None = None, nested: bool = False) -> Case:
+                  limit_ratio: Decimal | None = None, nested: bool = False, share_windows: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
@@ -125,7 +147,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     oversubscription factors (a class's requests checked against each limit times its factor; 1
     where not named); ``limit_ratio``: each department's limit its guarantee times it (else the
     cluster, or speech's guarantee with ``windows``); ``nested``: two teams under nlp (``TEAMS``),
-    guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects."""
+    guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects;
+    ``share_windows``: ``share_window_rules`` (windows of one class's share) besides any others."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -147,7 +170,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
         classes_used[name] = replace(classes_used[name], factor=factor)
     policy = Policy(departments, classes_used,
                     MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START,
-                    _windows(hours, guarantees, windows, within, shrink_policy), IDLE_RULES if idle else (),
+                    _windows(hours, guarantees, windows, within, shrink_policy)
+                    + (share_window_rules(hours, guarantees) if share_windows else ()), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []

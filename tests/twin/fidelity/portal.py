@@ -215,7 +215,8 @@ class PortalReplay:
 
     def _window(self, decision: Decision) -> None:
         """A window's edge: the tick (first in the timeline task) records the department's
-        effective numbers from now on; they must be the twin's."""
+        effective numbers from now on (or, for a window of one class, the class's share's, on
+        the edges of that class's windows); they must be the twin's."""
         assert decision.quota is not None
         if self._ticked != decision.at:
             allocations_timeline_task()
@@ -223,9 +224,12 @@ class PortalReplay:
         self.result.count(WINDOW)
         name, guaranteed, limit = decision.quota
         edges = QuotaWindowEdge.objects.filter(at=clock_now(), window__quota__department=self.world.departments[name])
+        edges = (edges.filter(window__priority_class__name=decision.share) if decision.share is not None
+                 else edges.filter(window__priority_class__isnull=True))
         found = [(Decimal(edge.after["guaranteed"]), Decimal(edge.after["limit"])) for edge in edges]
         if found != [(guaranteed, limit)]:
-            self._differ(decision, f"{name}'s quota from now (guaranteed, limit): {found} in the portal, "
+            whose = f"{name}'s quota" if decision.share is None else f"{name}'s share of {decision.share}"
+            self._differ(decision, f"{whose} from now (guaranteed, limit): {found} in the portal, "
                                    f"{(guaranteed, limit)} in the twin")
         self._compare_taken_back(decision, [pk for edge in edges for pk in edge.reclaimed],
                                  pending=any(edge.reclaim_pending for edge in edges))

@@ -239,6 +239,43 @@ def test_classes_that_oversubscribe_decide_as_the_portal_does() -> None:
     assert any(most.get(index, 0.0) > limit for index, limit in limits.items()), "no department held beyond its limit"
 
 
+SHARES_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_SHARES_REQUESTS", "60"))
+"""Lines of the case of classes' shares (3 nodes of 8 A100s, a line every 27 minutes);
+``GPUPORTAL_FIDELITY_SHARES_SEED`` draws another workload of the same kind (12 by default: its
+standard share's edge under ``reclaim`` finds nlp's standard work beyond it)."""
+SHARES_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_SHARES_SEED", "12"))
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_windows_on_a_classs_share_decide_as_the_portal_does() -> None:
+    """Windows of one priority class's share of a quota (``case.share_window_rules``: nlp's
+    preemptible work at most 4 by day, every day in Berlin; vision's standard work 2 below its
+    limit for a while; nlp's standard share under ``reclaim`` while nlp's limit falls),
+    every class oversubscribing: a request of such a class is weighed in its share too, over its
+    period, and each share's edges are the portal's. Without the windows the twin decides
+    otherwise, so the shares are what is compared."""
+    options: dict[str, Any] = {"nodes": 3, "hours": SHARES_REQUESTS * 0.45, "seed": SHARES_SEED,
+                               "limit_ratio": Decimal("1.2"), "factors": OVERSUBSCRIBING}
+    compared, differences, replay = _replayed_both(SHARES_REQUESTS, share_windows=True, **options)
+    shares = Counter(decision.share for decision in replay.log if decision.kind == WINDOW)
+    sys.stdout.write(f"fidelity with classes' shares: {SHARES_REQUESTS} workload lines, decisions compared: "
+                     f"{compared}, window lines by share: {dict(shares)}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert {"gpu-preemptible", "gpu-standard"} <= set(shares) and compared.get(REFUSED, 0) > 0
+    taken = [d.victims for d in replay.log if d.kind in (WINDOW, SHRINK) and d.share is not None and d.victims]
+    if SHARES_SEED == 12:  # the default draw: the share's edge takes standard work back
+        assert taken, "no share's edge took anything back"
+    case = fidelity_case(SHARES_REQUESTS, **options)
+    without, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    assert _decided(without) != _decided([decision for decision in replay.log if decision.kind != WINDOW]), \
+        "the classes' shares changed no decision"
+
+
+def _decided(log: list[Decision]) -> list[tuple[object, ...]]:
+    return [(d.at, d.kind, d.piece, d.units, d.victims, d.reason) for d in log]
+
+
 NESTED_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_NESTED_REQUESTS", "60"))
 """Lines of the nested case (3 nodes of 8 A100s, a line every 27 minutes);
 ``GPUPORTAL_FIDELITY_NESTED_SEED`` draws another workload of the same kind (1 by default)."""
