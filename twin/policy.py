@@ -5,6 +5,7 @@ flavors (docs/twin.md, "Policies"). Quotas are in GPU-equivalents (a whole GPU i
     departments:
       - {name: acme, guarantee: 200, limit: 600}
       - {name: nlp, guarantee: 120, limit: 400, parent: acme}   # acme's quota binds nlp's too
+      - {name: vision, guarantee: 40, limit: 80, flavor_quotas: {a100-half: {guarantee: 8, limit: 16}}}  # units
     priority_classes:
       - {name: gpu-standard, value: 10000, preemption: PreemptLowerPriority, oversubscription_factor: 1,
          notice_minutes: 15, preemptible: false}
@@ -46,12 +47,23 @@ SECTIONS = ("start", "departments", "priority_classes", "flavors", "windows", "i
 
 
 @dataclass(frozen=True)
+class FlavorQuota:
+    """A department's quota of one flavor of the catalogue, in units of the flavor (the portal's
+    quota of a flavor: its scope counts units, beside the GPU-equivalents the department's counts)."""
+
+    flavor: str
+    guarantee: Decimal
+    limit: Decimal
+
+
+@dataclass(frozen=True)
 class Department:
     name: str
     guarantee: Decimal
     limit: Decimal
     shares: int = 1  # its fair-share shares (the portal's ``FairShare.shares``)
     parent: str | None = None  # the department above it, whose quota binds it too (the portal's tree)
+    flavor_quotas: tuple[FlavorQuota, ...] = ()  # its flavors' quotas, checked besides its own
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,12 @@ class Policy:
 
     def department(self, name: str) -> Department:
         return next(d for d in self.departments if d.name == name)
+
+    @property
+    def flavor_numbers(self) -> dict[str, int]:
+        """Each flavor's number, from 1 in the catalogue's order: how the replay names a flavor's
+        quota scope (the portal's flavor id)."""
+        return {name: k for k, name in enumerate(self.flavors, start=1)}
 
     @property
     def class_numbers(self) -> dict[str, int]:
@@ -155,7 +173,41 @@ def _department(entry: _Entry) -> Department:
     if limit < guarantee:
         entry.fail("limit", f"must be at least the guarantee ({guarantee}), not {limit}")
     parent = entry.text("parent") if entry.data.get("parent") is not None else None
-    return Department(entry.text("name"), guarantee, limit, entry.integer("shares", 1, low=1, high=10_000), parent)
+    return Department(entry.text("name"), guarantee, limit, entry.integer("shares", 1, low=1, high=10_000), parent,
+                      _flavor_quotas(entry))
+
+
+def _flavor_quotas(entry: _Entry) -> tuple[FlavorQuota, ...]:
+    """``flavor_quotas: {a100: {guarantee: 4, limit: 8}}``: units of each flavor (its name checked
+    against the catalogue once it is read, ``_check_flavor_quotas``)."""
+    data = entry.data.get("flavor_quotas")
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        entry.fail("flavor_quotas", "must be a mapping of flavor names to {guarantee, limit}")
+    found = []
+    for name, values in data.items():
+        inner = _Entry(entry.source, entry.where, values) if isinstance(values, dict) else None
+        if inner is None:
+            entry.fail(f"flavor_quotas.{name}", "must be a mapping with guarantee and limit")
+        assert inner is not None
+        try:
+            guarantee = inner.decimal("guarantee")
+            limit = inner.decimal("limit", default=guarantee)
+        except TwinInputError as error:
+            entry.fail(f"flavor_quotas.{name}.{error.field}", error.message)
+        if limit < guarantee:
+            entry.fail(f"flavor_quotas.{name}.limit", f"must be at least the guarantee ({guarantee}), not {limit}")
+        found.append(FlavorQuota(str(name), guarantee, limit))
+    return tuple(found)
+
+
+def _check_flavor_quotas(source: str, departments: list[Department], flavors: set[str]) -> None:
+    for index, department in enumerate(departments):
+        for quota in department.flavor_quotas:
+            if quota.flavor not in flavors:
+                raise TwinInputError(source, f"departments[{index}]", f"flavor_quotas.{quota.flavor}",
+                                     "no such flavor in the policy's flavors")
 
 
 def _check_parents(source: str, departments: list[Department]) -> None:
@@ -257,6 +309,7 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
     _check_parents(source, departments)
     _unique(source, "priority_classes", [c.name for c in classes])
     _unique(source, "flavors", [name for name, _ in flavors])
+    _check_flavor_quotas(source, departments, {name for name, _ in flavors})
     names, class_names = {d.name for d in departments}, {c.name for c in classes}
     windows = [window_rule(entry, k, names, [c.name for c in classes]) for k, entry in enumerate(_section(source, data, "windows", required=False))]
     idle = [idle_rule(entry, k, names, class_names)
@@ -280,7 +333,9 @@ def policy_write(policy: Policy) -> str:
     data: dict[str, Any] = {
         "start": policy.start.isoformat().replace("+00:00", "Z"),
         "departments": [{"name": d.name, "guarantee": float(d.guarantee), "limit": float(d.limit), "shares": d.shares,
-                         **({"parent": d.parent} if d.parent is not None else {})}
+                         **({"parent": d.parent} if d.parent is not None else {}),
+                         **({"flavor_quotas": {q.flavor: {"guarantee": float(q.guarantee), "limit": float(q.limit)}
+                                               for q in d.flavor_quotas}} if d.flavor_quotas else {})}
                         for d in policy.departments],
         "priority_classes": [
             {"name": c.name, "value": c.value, "preemption": PREEMPTION[0] if c.preempts_lower else PREEMPTION[1],

@@ -37,7 +37,7 @@ from telemetry.models import AllocationUsage
 from tenants.models import Department
 from twin.mig import MigAskError
 from twin.policy import Department as TwinDepartment
-from twin.policy import Policy
+from twin.policy import FlavorQuota, Policy
 from twin.policy import PriorityClass as TwinClass
 from twin.workload import GPU_MILLI, Job, Shape, mig_shape
 
@@ -137,7 +137,8 @@ def policy_build(*, departments: list[str], quotas: list[QuotaRow], classes: lis
                  flavors: dict[str, Shape], parents: Mapping[str, str | None] | None = None) -> Policy:
     """The twin's policy: each department's quota in GPU-equivalents, or, where it has none, the
     sum of its flavors' quotas in GPU-equivalents; a department with neither is not limited where
-    the portal checks nothing at it (``_unchecked``), else limited to 0. ``parents``: each
+    the portal checks nothing at it (``_unchecked``), else limited to 0. Its flavors' quotas are
+    checked besides, each in units of its flavor, as the portal checks them. ``parents``: each
     department's parent (its quota binds it too; none: a flat policy)."""
     parents = parents or {}
     with_quota = {row.department for row in quotas}
@@ -153,8 +154,9 @@ def policy_build(*, departments: list[str], quotas: list[QuotaRow], classes: lis
             guarantee = sum((row.guarantee * row.equivalents for row in own), Decimal(0))
             limit = sum((row.limit * row.equivalents for row in own), Decimal(0))
         parent = parents.get(name)
+        flavored = tuple(FlavorQuota(row.flavor, row.guarantee, row.limit) for row in own if row.flavor is not None)
         built.append(TwinDepartment(name, guarantee, max(limit, guarantee),
-                                    parent=parent if parent in departments else None))
+                                    parent=parent if parent in departments else None, flavor_quotas=flavored))
     return Policy(tuple(built), {c.name: c for c in classes}, flavors)
 
 

@@ -16,12 +16,13 @@ from tests.twin.fidelity.case import OVERSUBSCRIBING, fidelity_case
 from tests.twin.test_formats import POLICY
 from tests.twin.test_replay import NODES, RULES
 from twin.errors import TwinInputError
-from twin.policy import Department, Policy, PriorityClass, policy_read, policy_with_rules, policy_write
+from twin.policy import Department, FlavorQuota, Policy, PriorityClass, policy_read, policy_with_rules, policy_write
 from twin.policy_rules import DEFAULT_START
+from twin.replay.binding import binding_replay
 from twin.replay.decisions import SHRINK, WINDOW, DecidingReplay, replay_decisions
 from twin.replay.engine import Outcome, replay
 from twin.replay.rules import FairShareClock, department_children, window_steps
-from twin.workload import Job, jobs_read
+from twin.workload import Job, Shape, jobs_read
 
 pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
 
@@ -289,6 +290,46 @@ def test_a_class_share_that_shrinks_under_reclaim_takes_back_that_classs_newest_
     assert starts(reclaimed) == [0.0, 1.0, 50.0] and [record.finish for record in reclaimed.records] == [300.0, 600.0, 550.0]
     waited = replay(work, NODES, shrinking("wait"), "borrow", horizon=400.0)
     assert waited.shrink_reclaims == 0 and starts(waited) == [0.0, 1.0, 300.0]
+
+
+def flavor_rules() -> Policy:
+    """a (guarantee 1, limit 2) may hold 1 unit of flavor ``one``; ``other`` has the same shape."""
+    whole = Shape(1, 1000, frozenset({"X"}))
+    return replace(RULES, flavors={"one": whole, "other": whole}, departments=(
+        replace(RULES.departments[0], flavor_quotas=(FlavorQuota("one", Decimal(0), Decimal(1)),)), RULES.departments[1]))
+
+
+def flavored(*rows: dict[str, object]) -> list[Job]:
+    base = {"project": "p", "quantity": 1, "requested_s": 99999, "priority_class": "std", "busy": 0.5}
+    return jobs_read("".join(json.dumps({**base, **row}) + "\n" for row in rows), flavors=flavor_rules().flavors)
+
+
+def test_a_flavors_quota_holds_that_flavors_requests_and_not_the_others() -> None:
+    """a's second ``one`` waits for its first to end (its flavor's quota: 1 unit); ``other``, of the
+    same shape, starts beside it (a's own limit: 2). Without the flavor's quota both ``one`` start
+    at once."""
+    work = flavored({"submit_at": 0, "department": "a", "flavor": "one", "runtime_s": 100},
+                    {"submit_at": 10, "department": "a", "flavor": "one", "runtime_s": 10},
+                    {"submit_at": 20, "department": "a", "flavor": "other", "runtime_s": 10})
+    for mode in ("borrow", "full"):
+        assert starts(replay(work, NODES, flavor_rules(), mode, horizon=300.0)) == [0.0, 100.0, 20.0]
+    plain = replace(flavor_rules(), departments=RULES.departments)
+    assert starts(replay(work, NODES, plain, "borrow", horizon=300.0)) == [0.0, 10.0, 20.0]  # the second ends at 20
+    _, binding = binding_replay(work, NODES, flavor_rules(), "borrow", horizon=300.0)
+    assert binding.waiting == {"a": {("own", "a"): 90.0}}  # a's own quota (of the flavor) held it back
+
+
+def test_a_flavors_quota_reads_writes_back_and_names_an_unknown_flavor() -> None:
+    policy = flavor_rules()
+    assert policy_read(policy_write(policy)) == policy
+    text = policy_write(policy).replace("flavor_quotas:\n    one:", "flavor_quotas:\n    three:")
+    with pytest.raises(TwinInputError) as caught:
+        policy_read(text, source="p.yaml")
+    assert (caught.value.line, caught.value.field) == ("departments[0]", "flavor_quotas.three")
+    bad = policy_write(policy).replace("limit: 1.0\n", "limit: -1\n")
+    with pytest.raises(TwinInputError) as caught:
+        policy_read(bad, source="p.yaml")
+    assert caught.value.field == "flavor_quotas.one.limit"
 
 
 def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_back() -> None:

@@ -4,10 +4,11 @@ elsewhere), dated where their story says."""
 from __future__ import annotations
 
 import datetime
+from decimal import Decimal
 
 from django.utils import timezone
 
-from allocations.models import Allocation, AllocationState, Flavor, Reservation
+from allocations.models import Allocation, AllocationState, Flavor, Quota, Reservation
 from clusters.models import Node
 from tenants.models import Project
 from tests.conftest import World
@@ -43,7 +44,10 @@ def ran(world: World, *, project: Project, flavor: Flavor, quantity: int, at: da
 
 def over_nlp_limit(world: World, now: datetime.datetime | None = None) -> datetime.datetime:
     """Three days ago nlp asked for 6 A100s for two days, and an hour later for 6 more for two days:
-    12 against its limit of 10 GPU-equivalents. Vision asked for 2 H100s in between."""
+    12 against its limit of 10 GPU-equivalents (its quota of A100s, 8 in the test world, raised to
+    12 here, so that its limit in GPU-equivalents is what binds). Vision asked for 2 H100s in
+    between."""
+    Quota.objects.filter(department=world.nlp, flavor=world.a100).update(limit=Decimal(12))
     start = (now or timezone.now()) - datetime.timedelta(days=3)
     asked(world, project=world.llm, flavor=world.a100, quantity=6, at=start, hours=48)
     asked(world, project=world.seg, flavor=world.h100, quantity=2, at=start + 0.5 * HOUR, hours=24)

@@ -173,7 +173,8 @@ def test_an_uploaded_workload_is_replayed_with_every_kind_of_change(world: World
     window = {"kind": "window", "department": "nlp", "limit_delta": 4, "begins_at": "2026-03-01T00:00:00Z",
               "ends_at": "2026-03-03T00:00:00Z"}
     idle = {"kind": "idle_policy", "threshold": 0.1, "window_minutes": 60, "action": "warn", "department": "nlp"}
-    made = ask(world, "nlp_admin", [*RAISE_NLP, window, idle], history_days=None,
+    a100s = {"kind": "quota", "department": "nlp", "flavor": "a100", "limit_delta": 4}  # its 8 A100s too
+    made = ask(world, "nlp_admin", [*RAISE_NLP, window, idle, a100s], history_days=None,
                workload="\n".join(json.dumps(line) for line in lines))
     run = what_if_run(what_if_id=made.pk)
     assert run is not None and run.state == WhatIfState.DONE, run.error if run else None
@@ -181,6 +182,10 @@ def test_an_uploaded_workload_is_replayed_with_every_kind_of_change(world: World
     nlp = _nlp(run.result)
     assert nlp["current"]["wait_p99_min"] == pytest.approx(119, abs=1)  # the second waits for the first's 2 h
     assert nlp["proposed"]["wait_p99_min"] == 0
+    # its limit raised alone, its quota of A100s (8) still holds the second back, as the portal would
+    alone = what_if_run(what_if_id=ask(world, "nlp_admin", RAISE_NLP, history_days=None,
+                                       workload="\n".join(json.dumps(line) for line in lines)).pk)
+    assert alone is not None and _nlp(alone.result)["proposed"]["wait_p99_min"] == pytest.approx(119, abs=1)
 
 
 def test_progress_is_reported_while_the_two_replays_run(world: World) -> None:

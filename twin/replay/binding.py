@@ -157,8 +157,8 @@ class BindingReplay(Replay):
             return (CAPACITY, -1)
         ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
         key: tuple[object, ...] = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
-        if self.world.classed:  # weighed over its period, in its class's share too
-            key += (job.priority_class, job.requested_s)
+        if self.world.weighs_all:  # weighed over its period, in its class's share and its flavor's quota too
+            key += (job.priority_class, job.flavor, job.requested_s)
         if self._asked[0] != self.world.version:
             self._asked = (self.world.version, {})
         known = self._asked[1].get(key)
@@ -168,7 +168,7 @@ class BindingReplay(Replay):
 
     def _verdict(self, job: Job, ask: algebra.Ask) -> Verdict:
         world = self.world
-        weighed = world.weigh(job, ask) if world.classed else None  # a class's share counts its own grants
+        weighed = world.weigh(job, ask) if world.weighs_all else None  # a share or a flavor's quota counts its own
         if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
             return (CAPACITY, -1)
         tree = weighed.tree if weighed is not None else world.tree

@@ -107,8 +107,8 @@ class DecidingReplay(Overlay, Replay):
         self._promised_span: dict[int, tuple[float, float]] = {}  # piece -> its period, while its victims leave
         self._world_span_of = self.world.span_of
         self.world.span_of = self._span_of  # type: ignore[method-assign]
-        self._world_class_of = self.world.class_of
-        self.world.class_of = self._class_of  # type: ignore[method-assign]
+        self._world_job_of = self.world.job_of
+        self.world.job_of = self._job_of  # type: ignore[method-assign]
 
     # ---------------------------------------------------------------- requests made
     def _make(self, job: Job) -> int:
@@ -298,11 +298,9 @@ class DecidingReplay(Overlay, Replay):
         """A grant's period; a promised request's (numbered ``-piece``) from its reclaim on."""
         return self._promised_span[-grant_id] if grant_id < 0 else self._world_span_of(grant_id)
 
-    def _class_of(self, grant_id: int) -> int:
-        """A grant's priority class's number; a promised request's (numbered ``-piece``) its job's."""
-        if grant_id < 0:
-            return self.world.class_number[self._kept[-grant_id - 1].priority_class]
-        return self._world_class_of(grant_id)
+    def _job_of(self, grant_id: int) -> Job:
+        """The request a grant holds for; a promised request's (numbered ``-piece``) itself."""
+        return self._kept[-grant_id - 1] if grant_id < 0 else self._world_job_of(grant_id)
 
     def _may_take(self, ask: algebra.Ask) -> bool:
         """The replay's cheap test before asking the victim choice, without its shortcut for a

@@ -207,8 +207,8 @@ class Replay:
 
     def _bucket_of(self, job: Job) -> tuple[object, ...]:
         """The FIFO bucket a request waits in; weighed over their periods (with windows), requests
-        that ask different periods are not identical."""
-        return _bucket(job, period=self.world.periods is not None)
+        that ask different periods are not identical, nor (with flavors' quotas) two flavors."""
+        return _bucket(job, period=self.world.periods is not None, flavor=self.world.flavored)
 
     def _order(self, entry: _Entry) -> tuple[float, ...]:
         """A bucket head's place in a pass: priority, then (with fair share) its department's
@@ -361,10 +361,12 @@ class Replay:
             self._record_run(holding, len(holding.units), lost=False)
 
 
-def _bucket(job: Job, *, period: bool = False) -> tuple[object, ...]:
+def _bucket(job: Job, *, period: bool = False, flavor: bool = False) -> tuple[object, ...]:
+    """``flavor``: flavors' quotas weigh: requests of two flavors of one shape are not identical."""
+    key: tuple[object, ...] = (job.department, job.priority_class, job.shape, job.quantity)
     if period:
-        return (job.department, job.priority_class, job.shape, job.quantity, job.requested_s)
-    return (job.department, job.priority_class, job.shape, job.quantity)
+        key += (job.requested_s,)
+    return key + (job.flavor,) if flavor else key
 
 
 _UNITS = 1 << 20

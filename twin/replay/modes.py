@@ -78,7 +78,8 @@ class PassMemo:
     reclaim is decided: what its request does not take of their room waits for the next pass."""
 
     placement: dict[tuple[int, Request], int] = field(default_factory=dict)  # smallest quantity refused
-    reclaim: dict[tuple[int, int, Request, float | None], int] = field(default_factory=dict)
+    # (department, class, unit, period if weighed, flavor if flavors' quotas weigh) -> smallest quantity refused
+    reclaim: dict[tuple[int, str, Request, float | None, str | None], int] = field(default_factory=dict)
     reclaim_tries: int = 0
     skipped: bool = False  # the last request asked was not tried: the pass's victim searches ran out
 
@@ -142,7 +143,8 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
     if not mode.reclaims or ask is None:
         return None
     flat = weighed is None and not world.stepped_victims
-    key = (world.department(job), world.priority_class(job).value, request, None if flat else job.requested_s)
+    key = (world.department(job), job.priority_class, request, None if flat else job.requested_s,
+           job.flavor if world.flavored else None)
     refused = memo.reclaim.get(key)
     if refused is not None and job.quantity >= refused:
         return None

@@ -132,8 +132,12 @@ class Periods:
         specs: dict[int, list[WindowSpec]] = defaultdict(list)
         for rule in policy.windows:
             specs[index[rule.department]].append(policy.window_spec(rule))
-        rows = [(department, department, None, limit.guaranteed, limit.limit, None)
+        rows: list[tuple[object, ...]] = [(department, department, None, limit.guaranteed, limit.limit, None)
                 for (department, scope), limit in tree.limits.items() if scope is None]
+        # a department's flavors' quotas (no window moves them: windows are on the departments')
+        first = max(tree.parents) + 1
+        rows += [(first + k, department, scope, limit.guaranteed, limit.limit, None) for k, ((department, scope), limit)
+                 in enumerate(item for item in tree.limits.items() if isinstance(item[0][1], int))]
         self.view = QuotaView(parents=dict(tree.parents), rows=list(rows), specs=dict(specs),
                               waiting=frozenset(rule.spec.id for rule in policy.windows if rule.shrink_policy == "wait"))
         self.edges = sorted({at for at in edges if at > 0})

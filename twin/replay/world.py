@@ -10,7 +10,7 @@ a request's chain, a parent's counting what its children hold (or their unlent g
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from allocations.quotas import algebra, victims
@@ -27,12 +27,18 @@ ZERO = Decimal(0)
 
 
 def quota_tree(policy: Policy, installed: Decimal) -> algebra.Tree:
+    """The quota tree (see the module's docstring); a department's flavors' quotas in their own
+    scopes (each flavor by its number, ``Policy.flavor_numbers``), in units of the flavor."""
     parents: dict[int, int | None] = {ROOT: None}
     limits: dict[tuple[int, algebra.Scope], algebra.Limit] = {(ROOT, None): algebra.Limit(ROOT, None, installed, installed)}
     index_of = {d.name: k for k, d in enumerate(policy.departments, start=1)}
+    flavors = policy.flavor_numbers
     for index, department in enumerate(policy.departments, start=1):
         parents[index] = index_of[department.parent] if department.parent is not None else ROOT
         limits[(index, None)] = algebra.Limit(index, None, department.guarantee, department.limit)
+        for quota in department.flavor_quotas:
+            scope = flavors[quota.flavor]
+            limits[(index, scope)] = algebra.Limit(index, scope, quota.guarantee, quota.limit)
     return algebra.Tree(parents=parents, limits=limits)
 
 
@@ -73,9 +79,13 @@ class World:
         self.promised_on: dict[int, tuple[int, list[str]]] = {}
         self.periods: Periods | None = None  # with quota windows: a request weighed over its period (``periods``)
         self.class_number = policy.class_numbers
-        # A window sets a priority class's share: every request is weighed over its period, where
-        # the share counts the class's grants (the flat picture of now counts departments only).
-        self.classed = any(rule.priority_class is not None for rule in policy.windows)
+        self.flavor_number = policy.flavor_numbers
+        # A flavor's quota: a grant and a request of the flavor count their units in its scope.
+        self.flavored = any(department.flavor_quotas for department in policy.departments)
+        # A window sets a priority class's share, or a department has a flavor's quota: every
+        # request is weighed over its period, where such scopes count the grants of their class
+        # or flavor (the flat picture of now counts departments' GPU-equivalents only).
+        self.weighs_all = self.flavored or any(rule.priority_class is not None for rule in policy.windows)
         self.now = 0.0  # the replay's instant (set by the replay)
         # The victim choice over each request's period, step by step, even where no window's edge
         # falls within it: the portal's, which may take borrowed grants for a request beyond its
@@ -132,21 +142,27 @@ class World:
         faster: the grants only end within the period, so for the quota checks what holds now binds."""
         periods = self.periods
         end = self.now + job.requested_s
-        if periods is None or not (self.classed or periods.crosses(self.now, end)):
-            if not (victims and self.stepped_victims):
-                return None
-            if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
-                if self._plain_periods is None:
-                    self._plain_periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
-                periods = self._plain_periods
+        crossing = periods is not None and periods.crosses(self.now, end)
+        if not (crossing or self.weighs_all or (victims and self.stepped_victims)):
+            return None
+        if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
+            if self._plain_periods is None:
+                self._plain_periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
+            periods = self._plain_periods
         key = (self._version, self.now, end)
         picture = self._pictures.get(key)
         if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
-            spanned = [Spanned(grant, *self.span_of(grant.allocation_id), self.class_of(grant.allocation_id))
-                       for grant in self.grants()]
+            spanned = []
+            for grant in self.grants():
+                held = self.job_of(grant.allocation_id)
+                if self.flavored:
+                    grant = dataclasses.replace(grant, amounts=self.in_flavor(grant.amounts, held, grant.units))
+                spanned.append(Spanned(grant, *self.span_of(grant.allocation_id), self.class_number[held.priority_class]))
             picture = periods.picture(self.now, end, spanned)
             self._pictures = {k: v for k, v in self._pictures.items() if k[0] == self._version}
             self._pictures[key] = picture
+        if self.flavored:
+            ask = dataclasses.replace(ask, amounts=self.in_flavor(ask.amounts, job, job.quantity))
         return periods.asking(picture, ask, self.now, end, class_id=self.class_number[job.priority_class])
 
     def span_of(self, grant_id: int) -> tuple[float, float]:
@@ -154,9 +170,20 @@ class World:
         holding = self.holdings[grant_id]
         return holding.since, holding.asked_end
 
+    def job_of(self, grant_id: int) -> Job:
+        """The request a grant holds for."""
+        return self.holdings[grant_id].job
+
     def class_of(self, grant_id: int) -> int:
         """A grant's priority class's number (``Policy.class_numbers``)."""
-        return self.class_number[self.holdings[grant_id].job.priority_class]
+        return self.class_number[self.job_of(grant_id).priority_class]
+
+    def in_flavor(self, amounts: Mapping[algebra.Scope, Decimal], job: Job, units: int) -> dict[algebra.Scope, Decimal]:
+        """``amounts`` with ``units`` in the scope of the job's flavor where the policy has flavors'
+        quotas (the portal's ``grant_amounts``: every request has a flavor, its units counted in
+        the flavor's scope beside its GPU-equivalents)."""
+        flavor = self.flavor_number.get(job.flavor or "") if self.flavored else None
+        return dict(amounts) if flavor is None else {**amounts, flavor: Decimal(units)}
 
     # ----------------------------------------------------------------- grants
     def start(self, job: Job, units: list[Placement], *, per_unit: Decimal, pool: int) -> Holding:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from allocations.grants.idle_ladder import Rules
 from allocations.quotas.windows import WindowSpec
 from placement import Gpu, Node
-from twin.policy import Department, Policy, PriorityClass
+from twin.policy import Department, FlavorQuota, Policy, PriorityClass
 from twin.policy_rules import IdleRule, WindowRule
 from twin.workload import Job, Shape, mig_shape
 
@@ -120,6 +120,13 @@ def share_window_rules(hours: float, guarantees: dict[str, Decimal]) -> tuple[Wi
                        priority_class="gpu-standard"))
 
 
+FLAVOR_QUOTAS = {"nlp": (FlavorQuota("a100", Decimal(4), Decimal(8)),),
+                 "vision": (FlavorQuota("a100-half", Decimal(4), Decimal(8)),),
+                 "speech": (FlavorQuota("a100-quarter", Decimal(0), Decimal(8)), FlavorQuota("a100", Decimal(0), Decimal(2)))}
+"""Flavors' quotas, when a case has them (units of each flavor, checked besides the department's
+GPU-equivalents): nlp at most 8 whole A100s, vision 8 halves, speech 8 quarters and 2 whole A100s."""
+
+
 def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool,
              shrink_policy: str) -> tuple[WindowRule, ...]:
     if not windows:
@@ -138,7 +145,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                   scheduled: bool = True, hours: float = 240.0, half_life_s: float | None = None,
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
                   shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
-                  limit_ratio: Decimal | None = None, nested: bool = False, share_windows: bool = False) -> Case:
+                  limit_ratio: Decimal | None = None, nested: bool = False, share_windows: bool = False,
+                  flavor_quotas: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
@@ -148,7 +156,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     where not named); ``limit_ratio``: each department's limit its guarantee times it (else the
     cluster, or speech's guarantee with ``windows``); ``nested``: two teams under nlp (``TEAMS``),
     guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects;
-    ``share_windows``: ``share_window_rules`` (windows of one class's share) besides any others."""
+    ``share_windows``: ``share_window_rules`` (windows of one class's share) besides any others;
+    ``flavor_quotas``: the departments' ``FLAVOR_QUOTAS``."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -162,7 +171,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     if limit_ratio is not None:
         limits = {name: min(installed, (guarantees[name] * limit_ratio).to_integral_value()) for name in weights}
     departments = tuple(Department(name, guarantees[name], limits[name], SHARES.get(name, 1) if half_life_s else 1,
-                                   TEAMS[name].parent if name in TEAMS else None) for name in weights)
+                                   TEAMS[name].parent if name in TEAMS else None,
+                                   FLAVOR_QUOTAS.get(name, ()) if flavor_quotas else ()) for name in weights)
     demand = [0.55, 0.3, 0.15] if not nested else [0.15, 0.3, 0.15, *(float(t.demand) for t in TEAMS.values())]
     class_names = list(CLASSES) if classes else ["gpu-standard"]
     classes_used = {name: CLASSES[name] for name in class_names}

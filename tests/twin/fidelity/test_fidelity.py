@@ -272,6 +272,28 @@ def test_windows_on_a_classs_share_decide_as_the_portal_does() -> None:
         "the classes' shares changed no decision"
 
 
+FLAVORS_REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_FLAVORS_REQUESTS", "60"))
+"""Lines of the case of flavors' quotas (3 nodes of 8 A100s, a line every 27 minutes);
+``GPUPORTAL_FIDELITY_FLAVORS_SEED`` draws another workload of the same kind (1 by default)."""
+FLAVORS_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_FLAVORS_SEED", "1"))
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_quotas_of_flavors_decide_as_the_portal_does() -> None:
+    """Each department has quotas of some flavors besides its own (``case.FLAVOR_QUOTAS``, in
+    units of each flavor): a request is checked in its flavor's quota too, and the victim choice
+    frees that quota where it binds. Without them the twin decides otherwise."""
+    options: dict[str, Any] = {"nodes": 3, "hours": FLAVORS_REQUESTS * 0.45, "seed": FLAVORS_SEED}
+    compared, differences, replay = _replayed_both(FLAVORS_REQUESTS, flavor_quotas=True, **options)
+    sys.stdout.write(f"fidelity with flavors' quotas: {FLAVORS_REQUESTS} workload lines, decisions compared: {compared}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
+    case = fidelity_case(FLAVORS_REQUESTS, **options)
+    without, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    assert _decided(without) != _decided(replay.log), "the flavors' quotas changed no decision"
+
+
 def _decided(log: list[Decision]) -> list[tuple[object, ...]]:
     return [(d.at, d.kind, d.piece, d.units, d.victims, d.reason) for d in log]
 

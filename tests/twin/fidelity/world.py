@@ -119,6 +119,10 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
             FairShare.objects.create(department=department, shares=spec.shares)
         departments[spec.name], projects[spec.name], requesters[spec.name] = department, project, requester
     flavors = {name: _flavor(name, shape) for name, shape in policy.flavors.items()}
+    for spec in policy.departments:  # its flavors' quotas, in units of each
+        for quota in spec.flavor_quotas:
+            Quota.objects.create(department=departments[spec.name], flavor=flavors[quota.flavor],
+                                 guaranteed=quota.guarantee, limit=quota.limit)
     classes = {name: _class(name, policy) for name in policy.classes}
     cluster = Cluster.objects.create(name="twin", use_hami=True)
     for node in nodes:
