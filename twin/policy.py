@@ -311,7 +311,9 @@ def policy_read(text: str, *, source: str = "policy") -> Policy:
     _unique(source, "flavors", [name for name, _ in flavors])
     _check_flavor_quotas(source, departments, {name for name, _ in flavors})
     names, class_names = {d.name for d in departments}, {c.name for c in classes}
-    windows = [window_rule(entry, k, names, [c.name for c in classes]) for k, entry in enumerate(_section(source, data, "windows", required=False))]
+    quotas_of = {d.name: {q.flavor for q in d.flavor_quotas} for d in departments}
+    windows = [window_rule(entry, k, names, [c.name for c in classes], quotas_of)
+               for k, entry in enumerate(_section(source, data, "windows", required=False))]
     idle = [idle_rule(entry, k, names, class_names)
             for k, entry in enumerate(_section(source, data, "idle_policies", required=False))]
     _unique(source, "idle_policies", [rule.name for rule in idle])

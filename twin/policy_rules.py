@@ -12,6 +12,8 @@ fair share, read into the pure types the portal's own functions take (``allocati
          ends_at: 2026-03-21T00:00:00Z, limit: 8, shrink_policy: reclaim}   # default: wait
       - {department: nlp, priority_class: gpu-preemptible, kind: recurring, rrule: FREQ=DAILY,
          begins_at: 2026-03-02T08:00:00Z, duration_minutes: 720, limit: 4}   # one class's share
+      - {department: vision, flavor: a100-half, kind: temporary, begins_at: 2026-03-10T00:00:00Z,
+         ends_at: 2026-03-11T00:00:00Z, limit_delta: 8}   # on its quota of a flavor (units)
     idle_policies:
       - {name: reclaim-idle, department: nlp, priority_class: gpu-standard, threshold: 0.05,
          window_minutes: 120, grace_minutes: 60, action: reclaim}
@@ -21,6 +23,7 @@ fair share, read into the pure types the portal's own functions take (``allocati
 from __future__ import annotations
 
 import datetime
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -47,14 +50,16 @@ class Entry(Protocol):
 
 @dataclass(frozen=True)
 class WindowRule:
-    """A quota window on a department's quota: the portal's ``WindowSpec`` (its id: the entry's
-    place + 1); with ``priority_class``, on that class's share of the quota (the spec's
-    ``priority_class_id`` is the class's number in the policy, ``Policy.class_numbers``)."""
+    """A quota window on a department's quota, or with ``flavor`` on its quota of that flavor: the
+    portal's ``WindowSpec`` (its id: the entry's place + 1); with ``priority_class``, on that
+    class's share of the quota (the spec's ``priority_class_id`` is the class's number in the
+    policy, ``Policy.class_numbers``)."""
 
     department: str
     spec: WindowSpec
     shrink_policy: str = "wait"  # where it lowers the limit: "wait" lets what holds run; "reclaim" takes it back
     priority_class: str | None = None
+    flavor: str | None = None  # on the department's quota of this flavor (``Department.flavor_quotas``)
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,19 @@ def _number(entry: Entry, key: str, *, signed: bool) -> Decimal | None:
     return number
 
 
-def window_rule(entry: Entry, index: int, departments: set[str], classes: list[str]) -> WindowRule:
-    """``classes``: the policy's priority classes in its order (a class's number is its place + 1)."""
+def window_rule(entry: Entry, index: int, departments: set[str], classes: list[str],
+                flavors: Mapping[str, Collection[str]]) -> WindowRule:
+    """``classes``: the policy's priority classes in its order (a class's number is its place + 1);
+    ``flavors``: each department's flavors with a quota."""
     department = entry.text("department")
     if department not in departments:
         entry.fail("department", f"no department {department!r} in the policy")
     priority_class = entry.text("priority_class") if "priority_class" in entry.data else None
     if priority_class is not None and priority_class not in classes:
         entry.fail("priority_class", f"no priority class {priority_class!r} in the policy")
+    flavor = entry.text("flavor") if "flavor" in entry.data else None
+    if flavor is not None and flavor not in flavors.get(department, ()):
+        entry.fail("flavor", f"department {department!r} has no quota of flavor {flavor!r} (its flavor_quotas)")
     shrink_policy = entry.text("shrink_policy", "wait")
     if shrink_policy not in SHRINK_POLICIES:
         entry.fail("shrink_policy", f"must be one of {', '.join(SHRINK_POLICIES)}, not {shrink_policy!r}")
@@ -134,7 +144,7 @@ def window_rule(entry: Entry, index: int, departments: set[str], classes: list[s
                       duration=duration, guaranteed=values["guaranteed"], limit=values["limit"],
                       guaranteed_delta=values["guaranteed_delta"], limit_delta=values["limit_delta"],
                       priority_class_id=classes.index(priority_class) + 1 if priority_class is not None else None)
-    return WindowRule(department, spec, shrink_policy, priority_class)
+    return WindowRule(department, spec, shrink_policy, priority_class, flavor)
 
 
 def idle_rule(entry: Entry, index: int, departments: set[str], classes: set[str]) -> IdleRule:
@@ -171,6 +181,8 @@ def window_write(rule: WindowRule) -> dict[str, Any]:
     out: dict[str, Any] = {"department": rule.department, "kind": spec.kind, "begins_at": _iso(spec.begins_at)}
     if rule.priority_class is not None:
         out["priority_class"] = rule.priority_class
+    if rule.flavor is not None:
+        out["flavor"] = rule.flavor
     if rule.shrink_policy != "wait":
         out["shrink_policy"] = rule.shrink_policy
     if spec.ends_at is not None:

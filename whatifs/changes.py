@@ -12,7 +12,7 @@ Four kinds, each an object of a list:
   ``guarantee_delta``, either temporary (``begins_at``, ``ends_at``) or recurring (``rrule``,
   ``duration_minutes``, ``begins_at``), and its ``shrink_policy`` where it lowers the limit
   (``wait``, the default, or ``reclaim``); with ``priority_class`` (a name), on that class's share
-  of a quota in GPU-equivalents;
+  of the quota;
 * ``idle_policy``: ``threshold`` (0 to 1), ``window_minutes`` (at least 5) and ``action``
   (``warn``, ``release`` or ``reclaim``), optionally for one ``department``.
 
@@ -171,7 +171,7 @@ def _class(change: _Change, classes: list[PriorityClass]) -> PriorityClass:
 
 
 def _window(change: _Change, quotas: list[QuotaRow], classes: list[PriorityClass],
-            window_id: int) -> tuple[QuotaRow, WindowRule | None]:
+            window_id: int) -> tuple[QuotaRow, list[WindowRule]]:
     change.known(("quota", "department", "flavor", "priority_class", "begins_at", "ends_at", "rrule", "timezone",
                   "duration_minutes", "limit_delta", "guarantee_delta", "shrink_policy"))
     row = _quota(change, quotas)
@@ -179,9 +179,10 @@ def _window(change: _Change, quotas: list[QuotaRow], classes: list[PriorityClass
     names = [c.name for c in classes]
     if share is not None and share not in names:
         raise change.fail("priority_class", f"no priority class {share!r}")
-    if share is not None and row.flavor is not None:
-        raise change.fail("priority_class", "a window of one class's share is replayed on a quota in GPU-equivalents "
-                                            "only (the replay weighs no flavor's quota)")
+    if share is not None and row.flavor is not None and not any(
+            other.department == row.department and other.flavor is None for other in quotas):
+        raise change.fail("priority_class", f"{row.department} has no quota in GPU-equivalents: a window of one "
+                                            "class's share of a flavor's quota is replayed only beside one")
     shrink = change.data.get("shrink_policy")
     if shrink is not None and shrink not in ShrinkPolicy.values:
         raise change.fail("shrink_policy", f"must be one of {', '.join(ShrinkPolicy.values)}, not {shrink!r}")
@@ -259,10 +260,10 @@ def proposal_validate(*, changes: Any, quotas: list[QuotaRow], classes: list[Pri
             updated = _class(change, classes)
             classes = [updated if c.name == updated.name else c for c in classes]
         elif kind == "window":
-            row, window = _window(change, quotas, classes, PROPOSED_IDS + index)
+            row, rules = _window(change, quotas, classes, PROPOSED_IDS + index)
             _check_scope(change, scope, row.department, key="quota" if "quota" in change.data else "department")
             touched.add(row.department)
-            windows += [window] if window is not None else []
+            windows += rules
         else:
             department = _idle(change, departments)
             _check_scope(change, scope, department, key="department")

@@ -2,14 +2,10 @@
 approved quota windows, the active idle policies and the fair-share shares, and a what-if's
 proposed windows and idle policies in the same form.
 
-The twin keeps one quota per department in GPU-equivalents (``whatifs.sources.policy_build``), so a
-window is moved onto that quota: a window on the department's GPU-equivalents quota as it is; a
-window on a flavor's quota of a department that has no GPU-equivalents quota with its numbers in
-GPU-equivalents (a delta times the flavor's GPU-equivalents; an absolute value as the delta from
-the quota's own value); a window on a flavor's quota of a department that has one changes nothing
-the twin reads and is left out. A window of one priority class's share of a quota in
-GPU-equivalents is kept, with its class (the replay weighs that class's requests in the share); on
-a flavor's quota it is left out.
+The twin reads each department's quota in GPU-equivalents (where it has none, the sum of its
+flavors' quotas stands in) and its quotas of flavors (``whatifs.sources.policy_build``); a window
+stays on the quota it is on, with its class where it is on a class's share
+(``window_rules_of``).
 """
 
 from __future__ import annotations
@@ -35,28 +31,34 @@ IDLE_ACTION = {"warn": "notify", "release": "reclaim", "reclaim": "reclaim"}  # 
 IDLE_GRACE_MINUTES = 60  # a proposed idle policy's grace (the portal's default)
 
 
-def window_in_equivalents(spec: WindowSpec, row: QuotaRow, quotas: list[QuotaRow]) -> WindowSpec | None:
-    """``spec`` (a window on ``row``) on its department's quota as the twin reads it; None when it
-    changes nothing the twin reads. A window of one class's share (``priority_class_id``) is kept
-    on a quota in GPU-equivalents, and left out on a flavor's quota (the twin has none)."""
-    if spec.priority_class_id is not None:
-        return spec if row.flavor is None else None
-    if row.flavor is None:
-        return spec
+def window_rules_of(spec: WindowSpec, row: QuotaRow, quotas: list[QuotaRow], *, shrink_policy: str,
+                    priority_class: str | None) -> list[WindowRule]:
+    """``spec`` (a window on ``row``) as the twin replays it: on the quota the twin reads for it
+    (a department's quota in GPU-equivalents, or its quota of a flavor: ``Department.flavor_quotas``),
+    on a class's share of it with ``priority_class``. A window on a flavor's quota of a department
+    without a quota in GPU-equivalents is also moved onto the sum the twin stands in for that one
+    (its numbers in GPU-equivalents: a delta times the flavor's GPU-equivalents; an absolute value
+    as the delta from the quota's own value), so that the sum follows the flavor's quota; a class's
+    share is not (no sum of shares is read)."""
+    kept = WindowRule(row.department, spec, shrink_policy, priority_class, row.flavor)
+    if row.flavor is None or priority_class is not None:
+        return [kept]
     if any(other.department == row.department and other.flavor is None for other in quotas):
-        return None
+        return [kept]
+
     def moved(absolute: Decimal | None, delta: Decimal | None, base: Decimal) -> Decimal | None:
         change = absolute - base if absolute is not None else delta
         return None if change is None else change * row.equivalents
 
-    return replace(spec, guaranteed=None, limit=None,
-                   guaranteed_delta=moved(spec.guaranteed, spec.guaranteed_delta, row.guarantee),
-                   limit_delta=moved(spec.limit, spec.limit_delta, row.limit))
+    summed = replace(spec, guaranteed=None, limit=None,
+                     guaranteed_delta=moved(spec.guaranteed, spec.guaranteed_delta, row.guarantee),
+                     limit_delta=moved(spec.limit, spec.limit_delta, row.limit))
+    return [kept, WindowRule(row.department, summed, shrink_policy)]
 
 
 def live_windows(quotas: list[QuotaRow]) -> list[WindowRule]:
-    """The approved windows, each on its department's quota as the twin reads it, with its shrink
-    policy."""
+    """The approved windows, each on the quota the twin reads for it (``window_rules_of``), with
+    its shrink policy and class."""
     by_id = {row.id: row for row in quotas}
     specs_of = approved_window_specs(quota_ids=list(by_id))
     policies = dict(QuotaWindow.objects.filter(pk__in=[spec.id for specs in specs_of.values() for spec in specs])
@@ -65,10 +67,8 @@ def live_windows(quotas: list[QuotaRow]) -> list[WindowRule]:
     rules = []
     for quota_id, specs in sorted(specs_of.items()):
         for spec in specs:
-            moved = window_in_equivalents(spec, by_id[quota_id], quotas)
-            if moved is not None:
-                rules.append(WindowRule(by_id[quota_id].department, moved, str(policies[spec.id]),
-                                        class_names.get(spec.priority_class_id) if spec.priority_class_id else None))
+            rules += window_rules_of(spec, by_id[quota_id], quotas, shrink_policy=str(policies[spec.id]),
+                                     priority_class=class_names.get(spec.priority_class_id) if spec.priority_class_id else None)
     return rules
 
 
@@ -99,7 +99,7 @@ def policy_with_live_rules(policy: Policy, *, start: datetime.datetime, windows:
 
 def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[QuotaRow], window_id: int,
                     begins: datetime.datetime, ends: datetime.datetime | None,
-                    class_number: int | None = None) -> WindowRule | None:
+                    class_number: int | None = None) -> list[WindowRule]:
     """A validated window change as the twin replays it (``window_id`` after the live ones'); with
     ``priority_class`` (its number in the policy: ``class_number``), on that class's share."""
     def amount(key: str) -> Decimal | None:
@@ -112,10 +112,9 @@ def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[Quota
         rrule=str(change.get("rrule") or ""), timezone=str(change.get("timezone") or "UTC"),
         duration=datetime.timedelta(minutes=int(change["duration_minutes"])) if recurring else None,
         guaranteed_delta=amount("guarantee_delta"), limit_delta=amount("limit_delta"), priority_class_id=class_number)
-    moved = window_in_equivalents(spec, row, quotas)
     share = str(change["priority_class"]) if change.get("priority_class") else None
-    return WindowRule(row.department, moved, str(change.get("shrink_policy") or ShrinkPolicy.WAIT), share) \
-        if moved is not None else None
+    return window_rules_of(spec, row, quotas, shrink_policy=str(change.get("shrink_policy") or ShrinkPolicy.WAIT),
+                           priority_class=share)
 
 
 def proposed_idle(change: dict[str, Any], policy_id: int) -> IdleRule:

@@ -332,6 +332,34 @@ def test_a_flavors_quota_reads_writes_back_and_names_an_unknown_flavor() -> None
     assert caught.value.field == "flavor_quotas.one.limit"
 
 
+def test_a_window_on_a_flavors_quota_changes_that_quota_and_shrinks_in_it() -> None:
+    """a's quota of ``one`` is 2 units, lowered to 1 from 50 s to 150 s under ``reclaim``. Two
+    ``one`` grants of class ``over`` (checked against twice a limit) start at 0 over periods that
+    meet the window (2 ≤ 1 × 2); at 50 s the edge takes the newer back (a shrink ignores the
+    factor), and, without notice, it is queued and admitted again at once under the factor. The
+    decision log's ``window`` lines name the flavor."""
+    over = PriorityClass("over", 50, False, Decimal(2), 0.0)
+    base = flavor_rules()
+    policy = replace(base, classes={**base.classes, "over": over}, departments=(
+        replace(base.departments[0], flavor_quotas=(FlavorQuota("one", Decimal(0), Decimal(2)),)), base.departments[1]))
+    text = policy_write(policy).replace("windows: []", "windows:\n  - " + json.dumps(
+        {"department": "a", "flavor": "one", "kind": "temporary", "begins_at": "2026-03-02T00:00:50Z",
+         "ends_at": "2026-03-02T00:02:30Z", "limit": 1, "shrink_policy": "reclaim"}))
+    policy = policy_read(text)
+    assert policy.windows[0].flavor == "one" and policy_read(policy_write(policy)) == policy
+    work = flavored({"submit_at": 0, "department": "a", "flavor": "one", "runtime_s": 300, "priority_class": "over"},
+                    {"submit_at": 1, "department": "a", "flavor": "one", "runtime_s": 300, "priority_class": "over"})
+    outcome = replay(work, NODES, policy, "full", horizon=400.0)
+    assert outcome.shrink_reclaims == 1 and [record.restarts for record in outcome.records] == [0, 1]
+    assert [record.finish for record in outcome.records] == [300.0, 350.0]
+    log, _ = replay_decisions(work, NODES, policy, "full")
+    assert [(d.at, d.flavor, d.quota and float(d.quota[2]), d.victims) for d in log if d.kind == WINDOW] == [
+        (50.0, "one", 1.0, ((2, 1),)), (150.0, "one", 2.0, ())]
+    with pytest.raises(TwinInputError) as caught:
+        policy_read(text.replace('"flavor": "one"', '"flavor": "other"'), source="p.yaml")
+    assert (caught.value.line, caught.value.field) == ("windows[0]", "flavor")  # a has no quota of ``other``
+
+
 def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_back() -> None:
     """a borrows all 3 GPUs in one grant (class ``over3``: checked against 3 × its limit). At 10 s
     b asks 1 within its guarantee: a reclaim takes 1 of a's units (60 s notice). At 20 s a's limit

@@ -96,9 +96,10 @@ def test_twin_export_writes_files_the_twin_reads_back(world: World, tmp_path: Pa
     assert sum(len(node.gpus) for node in nodes_load(tmp_path / "cluster.csv")) == 24
 
 
-def test_an_approved_window_on_a_classs_share_is_read_with_its_class(world: World) -> None:
-    """The live rules keep a window of one class's share of a quota in GPU-equivalents, with its
-    class; on a flavor's quota (which the twin does not weigh) it is left out."""
+def test_approved_windows_are_read_on_their_quota_with_their_class(world: World) -> None:
+    """The live rules keep a window of one class's share on the quota it is on (nlp's in
+    GPU-equivalents, nlp's of A100s), with its class; a window on a flavor's quota of a department
+    without one in GPU-equivalents is also moved onto the sum that stands in for it."""
     preemptible = PriorityClass.objects.get(name="gpu-preemptible")
     begins = timezone.now().replace(microsecond=0)
     for flavor in (None, Flavor.objects.get(name="a100")):
@@ -106,7 +107,15 @@ def test_an_approved_window_on_a_classs_share_is_read_with_its_class(world: Worl
             quota=Quota.objects.get(department=world.nlp, flavor=flavor), priority_class=preemptible, kind="temporary",
             begins_at=begins, ends_at=begins + datetime.timedelta(hours=2), limit=Decimal(3),
             requested_by=world.users["platform"], decided_by=world.users["platform"], state=WindowState.APPROVED)
-    (rule,) = live_windows(quota_rows())
-    assert (rule.department, rule.priority_class, rule.spec.limit) == ("nlp", "gpu-preemptible", Decimal(3))
+    rules = live_windows(quota_rows())
+    assert [(r.department, r.flavor, r.priority_class, r.spec.limit) for r in rules] == [  # by quota
+        ("nlp", "a100", "gpu-preemptible", Decimal(3)), ("nlp", None, "gpu-preemptible", Decimal(3))]
     policy = live_policy()
-    assert policy.window_spec(rule).priority_class_id == policy.class_numbers["gpu-preemptible"]
+    assert policy.window_spec(rules[1]).priority_class_id == policy.class_numbers["gpu-preemptible"]
+    Quota.objects.filter(department=world.vision, flavor=None).delete()  # vision: quotas of flavors only
+    h100s = Quota.objects.get(department=world.vision, flavor__name="h100")  # 8 H100s, a GPU-equivalent each
+    QuotaWindow.objects.create(quota=h100s, kind="temporary", begins_at=begins, ends_at=begins + datetime.timedelta(hours=2),
+                               limit_delta=Decimal(2), requested_by=world.users["platform"],
+                               decided_by=world.users["platform"], state=WindowState.APPROVED)
+    moved = [(r.flavor, r.spec.limit_delta) for r in live_windows(quota_rows()) if r.department == "vision"]
+    assert moved == [("h100", Decimal(2)), (None, Decimal(2))]  # on its H100s, and on their sum

@@ -26,6 +26,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from allocations.quotas import algebra, victims
 from allocations.quotas.stepped import unstepped
@@ -87,8 +88,12 @@ class BindingReplay(Replay):
         self._asked: tuple[int, dict[tuple[object, ...], Verdict]] = (-1, {})  # verdicts asked at a version
         self._rate: dict[tuple[int, Verdict], float] = {}  # (department, verdict) -> GPU-equivalents waiting
         self._since = 0.0
-        self._windowed: set[int] = set()  # departments whose numbers a quota window sets now
-        self._base = {index: (d.guarantee, d.limit) for index, d in enumerate(policy.departments, start=1)}
+        self._windowed: set[tuple[int, int | None]] = set()  # quotas (department, flavor) a window sets now
+        flavors = policy.flavor_numbers
+        self._base: dict[tuple[int, int | None], tuple[Decimal, Decimal]] = {}
+        for index, department in enumerate(policy.departments, start=1):
+            self._base[(index, None)] = (department.guarantee, department.limit)
+            self._base |= {(index, flavors[q.flavor]): (q.guarantee, q.limit) for q in department.flavor_quotas}
 
     def _try(self, entry: _Entry, memo: PassMemo) -> bool:
         started = super()._try(entry, memo)
@@ -101,8 +106,9 @@ class BindingReplay(Replay):
         step = self.steps[index]
         if step.priority_class is not None:
             return  # a class's share exists only while a window sets it: a check of it is a window's
-        windowed = (step.guaranteed, step.limit) != self._base[step.department]
-        (self._windowed.add if windowed else self._windowed.discard)(step.department)
+        quota = (step.department, step.flavor)
+        windowed = (step.guaranteed, step.limit) != self._base[quota]
+        (self._windowed.add if windowed else self._windowed.discard)(quota)
 
     def _pass(self, only: set[tuple[object, ...] | None] | None) -> None:
         self._add_until(self.now)
@@ -185,15 +191,15 @@ class BindingReplay(Replay):
         quota = failing[0].department_id
         if quota == ROOT:
             return (ORGANISATION, ROOT)
-        if quota in self._windowed or _a_share(failing[0].scope):
+        scope, _ = unstepped(failing[0].scope)
+        if (quota, scope) in self._windowed or _a_share(scope):
             return (WINDOW, quota)
         return (OWN if quota == ask.department_id else PARENT, quota)
 
 
 def _a_share(scope: algebra.Scope) -> bool:
-    """Whether a check is of a class's share (in a step of time or not)."""
-    found, _ = unstepped(scope)
-    return isinstance(found, tuple) and found[0] == "class"
+    """Whether a check's scope (out of its step of time) is a class's share."""
+    return isinstance(scope, tuple) and scope[0] == "class"
 
 
 def binding_replay(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,

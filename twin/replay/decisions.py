@@ -31,7 +31,7 @@ else until they leave (``_overlay_rebuild``).
 from __future__ import annotations
 
 import heapq
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
@@ -174,36 +174,37 @@ class DecidingReplay(Overlay, Replay):
 
     def _window(self, index: int) -> None:
         """A window's edge during the replay (those in force at 0 are the start's numbers): the
-        department's quota, or a class's share of it (``share``), from now on."""
+        department's quota, its quota of a flavor (``flavor``) or a class's share of either
+        (``share``), from now on."""
         step = self.steps[index]
         if step.at > 0:
             self._submit_until()
             name = self.world.policy.departments[step.department - 1].name
             self.log.append(Decision(self.now, WINDOW, 0, 0, quota=(name, step.guaranteed, step.limit),
-                                     share=self._class_name(step.priority_class)))
+                                     share=_name(self.world.policy.classes, step.priority_class),
+                                     flavor=_name(self.world.policy.flavors, step.flavor)))
         super()._window(index)
 
-    def _class_name(self, class_id: int | None) -> str | None:
-        return None if class_id is None else list(self.world.policy.classes)[class_id - 1]
-
-    def _shrink(self, department: int, class_id: int | None = None) -> tuple[algebra.Victim, ...]:
+    def _shrink(self, department: int, class_id: int | None = None, flavor: int | None = None,
+                ) -> tuple[algebra.Victim, ...]:
         """What a window's lower limit takes back (``window``'s victims: the portal's edge reclaims
         them); met later, where grants in the way could not be taken at the edge, a ``shrink``
         line of its own. Victims without notice leave within the tick, as the portal reclaims
         them at once."""
-        retry = (department, class_id) in self.shrinks_pending
-        chosen = super()._shrink(department, class_id)
+        retry = (department, class_id, flavor) in self.shrinks_pending
+        chosen = super()._shrink(department, class_id, flavor)
         if not chosen:
             return chosen
         victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in chosen)
         if retry:
             tree = self.world.tree
             scope = shrink_scope(tree, department_id=department,
-                                 scope=algebra.class_scope(class_id, None) if class_id is not None else None)
+                                 scope=algebra.class_scope(class_id, flavor) if class_id is not None else flavor)
             limit = tree.limits[(department, scope)]
             name = self.world.policy.departments[department - 1].name
             self.log.append(Decision(self.now, SHRINK, 0, 0, victims=victims, quota=(name, limit.guaranteed, limit.limit),
-                                     share=self._class_name(class_id)))
+                                     share=_name(self.world.policy.classes, class_id),
+                                     flavor=_name(self.world.policy.flavors, flavor)))
         else:
             self.log[-1] = replace(self.log[-1], victims=victims)
         self._leave_at_once(max(self.promises))
@@ -379,6 +380,11 @@ class DecidingReplay(Overlay, Replay):
         for index, cluster in enumerate(pools.clusters):
             cluster.cache.pop(("deltas", id(pools.policies[index])), None)
             pools.policies[index] = default_policy(workload)
+
+
+def _name(named: Mapping[str, object], number: int | None) -> str | None:
+    """The name of a class or a flavor of the policy by its number (from 1, in the policy's order)."""
+    return None if number is None else list(named)[number - 1]
 
 
 def _with_quantity(job: Job, quantity: int) -> Job:

@@ -134,7 +134,8 @@ class Replay:
         self.fair = FairShareClock(policy, half_life) if half_life else None
         self.idle_warnings = self.idle_reclaims = 0
         self.shrink_reclaims = 0
-        self.shrinks_pending: set[tuple[int, int | None]] = set()  # (department, class) a shrink could not take back from yet
+        # (department, class, flavor) a shrink could not take back from yet
+        self.shrinks_pending: set[tuple[int, int | None, int | None]] = set()
 
     def _push(self, time: float, kind: int, payload: int) -> None:
         self._seq += 1
@@ -272,21 +273,22 @@ class Replay:
         step = self.steps[index]
         self.world.set_tree(periods.tree_at(step.at))
         if step.reclaims:
-            self._shrink(step.department, step.priority_class)
+            self._shrink(step.department, step.priority_class, step.flavor)
 
-    def _shrink(self, department: int, class_id: int | None = None) -> tuple[algebra.Victim, ...]:
+    def _shrink(self, department: int, class_id: int | None = None, flavor: int | None = None,
+                ) -> tuple[algebra.Victim, ...]:
         """A window of shrink policy ``reclaim`` lowered the department's limit: what it holds beyond
         the new limit is taken back (``World.shrink_victims``), each victim with its class's notice,
         its units on their GPUs until they leave and its run lost (its request queued again, as a
         reclaim's victims are). Where grants that may not be taken stand in the way, the shrink
         waits, tried again at each later instant of the replay (the portal's tick retries every 30
-        seconds), against the numbers in force then. ``class_id``: the window lowered that class's
-        share of the department's quota (``World.shrink_victims``)."""
-        chosen = self.world.shrink_victims(department, class_id)
+        seconds), against the numbers in force then. ``flavor``: the window lowered the department's
+        quota of that flavor; ``class_id``: that class's share of the quota (``World.shrink_victims``)."""
+        chosen = self.world.shrink_victims(department, class_id, flavor)
         if chosen is None:
-            self.shrinks_pending.add((department, class_id))
+            self.shrinks_pending.add((department, class_id, flavor))
             return ()
-        self.shrinks_pending.discard((department, class_id))
+        self.shrinks_pending.discard((department, class_id, flavor))
         if not chosen:
             return ()
         self.shrink_reclaims += len(chosen)
@@ -294,8 +296,8 @@ class Replay:
         return chosen
 
     def _shrinks_retry(self) -> None:
-        for department, class_id in sorted(self.shrinks_pending, key=lambda key: (key[0], key[1] or 0)):
-            self._shrink(department, class_id)
+        for department, class_id, flavor in sorted(self.shrinks_pending, key=lambda key: (key[0], key[2] or 0, key[1] or 0)):
+            self._shrink(department, class_id, flavor)
 
     def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
         """Mark the victims' units leaving (they leave the GPUs now), book the request there, and

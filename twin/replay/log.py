@@ -46,8 +46,9 @@ class Decision:
     departments by fair-share factor, the least served first, those of equal factor together;
     ``quota``: for ``window``, the department and its effective guarantee and limit from then
     (for ``shrink``, the department and the numbers its pending reclaim was met against);
-    ``share``: for those, the priority class whose share of the department's quota it is (None:
-    the quota itself)."""
+    ``share``: for those, the priority class whose share of the quota it is (None: the quota
+    itself); ``flavor``: for those, the flavor whose quota of the department's it is (None: the
+    department's own)."""
 
     at: float
     kind: str
@@ -60,9 +61,10 @@ class Decision:
     order: tuple[tuple[str, ...], ...] = ()
     quota: tuple[str, Decimal, Decimal] | None = None
     share: str | None = None
+    flavor: str | None = None
 
-    def __repr__(self) -> str:  # as the dataclass writes it; ``share`` only where set (the pinned digests)
-        shown = [f for f in dataclasses.fields(self) if f.name != "share" or self.share is not None]
+    def __repr__(self) -> str:  # as the dataclass writes it; ``share`` and ``flavor`` only where set (the pinned digests)
+        shown = [f for f in dataclasses.fields(self) if f.name not in ("share", "flavor") or getattr(self, f.name) is not None]
         return f"Decision({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
 

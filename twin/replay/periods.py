@@ -129,15 +129,18 @@ class Periods:
     def __init__(self, policy: Policy, tree: algebra.Tree, edges: Iterable[float]) -> None:
         self.start = policy.start
         index = {d.name: k for k, d in enumerate(policy.departments, start=1)}
+        # each quota's id: a department's its number; a department's quota of a flavor one after them
+        quota_ids: dict[tuple[int, algebra.Scope], int] = {(department, None): department
+                                                           for department, scope in tree.limits if scope is None}
+        first = max(tree.parents) + 1
+        quota_ids |= {key: first + k for k, key in enumerate(key for key in tree.limits if isinstance(key[1], int))}
+        rows = [(quota_id, department, scope, tree.limits[(department, scope)].guaranteed,
+                 tree.limits[(department, scope)].limit, None) for (department, scope), quota_id in quota_ids.items()]
+        flavors = policy.flavor_numbers
         specs: dict[int, list[WindowSpec]] = defaultdict(list)
         for rule in policy.windows:
-            specs[index[rule.department]].append(policy.window_spec(rule))
-        rows: list[tuple[object, ...]] = [(department, department, None, limit.guaranteed, limit.limit, None)
-                for (department, scope), limit in tree.limits.items() if scope is None]
-        # a department's flavors' quotas (no window moves them: windows are on the departments')
-        first = max(tree.parents) + 1
-        rows += [(first + k, department, scope, limit.guaranteed, limit.limit, None) for k, ((department, scope), limit)
-                 in enumerate(item for item in tree.limits.items() if isinstance(item[0][1], int))]
+            scope = flavors[rule.flavor] if rule.flavor is not None else None
+            specs[quota_ids[(index[rule.department], scope)]].append(policy.window_spec(rule))
         self.view = QuotaView(parents=dict(tree.parents), rows=list(rows), specs=dict(specs),
                               waiting=frozenset(rule.spec.id for rule in policy.windows if rule.shrink_policy == "wait"))
         self.edges = sorted({at for at in edges if at > 0})

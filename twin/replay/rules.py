@@ -32,7 +32,7 @@ from allocations.grants import idle_ladder as ladder
 from allocations.grants.idle_matching import PolicyScope, policy_for
 from allocations.quotas import windows
 from twin.policy import Policy
-from twin.policy_rules import IdleRule
+from twin.policy_rules import IdleRule, WindowRule
 from twin.workload import Job
 
 TICK = 300.0  # the idle evaluation's beat, one bucket
@@ -46,41 +46,56 @@ class QuotaStep:
     limit: Decimal
     reclaims: bool = False  # a lower limit at an edge of a window of shrink policy ``reclaim``
     priority_class: int | None = None  # the class whose share it is (its number, ``Policy.class_numbers``)
+    flavor: int | None = None  # on the department's quota of this flavor (its number, ``Policy.flavor_numbers``)
 
 
 def window_steps(policy: Policy, stop: float) -> list[QuotaStep]:
     """Every change of a department's effective quota over ``[0, stop)`` (its numbers at 0 first),
-    and of each share of one priority class that a window of the class sets, at that class's
-    windows' edges (after the department's at one instant). A step reclaims as the portal's tick does
-    (``allocations.windows.tick``): its limit is lower than the step's before, and a window of
-    shrink policy ``reclaim`` of that scope (the department's quota, or the class's share) has an
-    edge there."""
+    of its quota of a flavor that a window is on, and of each share of one priority class that a
+    window of the class sets, at that class's windows' edges (at one instant: the department's,
+    then its flavors', each quota before its classes' shares). A step reclaims as the portal's
+    tick does (``allocations.windows.tick``): its limit is lower than the step's before, and a
+    window of shrink policy ``reclaim`` of that scope (the quota, or the class's share of it) has
+    an edge there."""
     end = policy.start + datetime.timedelta(seconds=stop)
+    flavors = policy.flavor_numbers
     out: list[QuotaStep] = []
     for index, department in enumerate(policy.departments, start=1):
-        rules = [(rule, policy.window_spec(rule)) for rule in policy.windows if rule.department == department.name]
-        specs = [spec for _, spec in rules]
-        for class_id in [None, *sorted({spec.priority_class_id for spec in specs if spec.priority_class_id is not None})]:
-            if not any(spec.priority_class_id == class_id for spec in specs):
-                continue
-            steps = windows.timeline(guaranteed=department.guarantee, limit=department.limit, windows=specs,
-                                     span=(policy.start, end), priority_class_id=class_id)
-            reclaiming = [spec for rule, spec in rules
-                          if rule.shrink_policy == "reclaim" and spec.priority_class_id == class_id]
-            edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
-            # a share changes with the department's windows too, but the portal's tick records (and
-            # shrinks) it at the edges of the class's own windows only
-            own = {edge.at for edge in windows.edges([spec for spec in specs if spec.priority_class_id == class_id],
-                                                     policy.start, end)} if class_id is not None else None
-            before: Decimal | None = None
-            for step in steps:
-                at = (step.start - policy.start).total_seconds()
-                lower = before is not None and step.effective.limit < before
-                if own is None or at <= 0 or step.start in own:
-                    out.append(QuotaStep(at, index, step.effective.guaranteed, step.effective.limit,
-                                         lower and at > 0 and step.start in edges, class_id))
-                before = step.effective.limit
-    return sorted(out, key=lambda step: (step.at, step.department, step.priority_class or 0))
+        quotas: dict[str | None, tuple[Decimal, Decimal]] = {None: (department.guarantee, department.limit),
+                  **{quota.flavor: (quota.guarantee, quota.limit) for quota in department.flavor_quotas}}
+        for flavor, (guaranteed, limit) in quotas.items():
+            rules = [(rule, policy.window_spec(rule)) for rule in policy.windows
+                     if rule.department == department.name and rule.flavor == flavor]
+            number = flavors[flavor] if flavor is not None else None
+            out += _quota_steps(policy, rules, index, number, guaranteed, limit, end)
+    return sorted(out, key=lambda step: (step.at, step.department, step.flavor or 0, step.priority_class or 0))
+
+
+def _quota_steps(policy: Policy, rules: list[tuple[WindowRule, windows.WindowSpec]], department: int,
+                 flavor: int | None, guaranteed: Decimal, limit: Decimal, end: datetime.datetime) -> list[QuotaStep]:
+    """The steps of one quota (``flavor``: the department's quota of it) and of its classes' shares."""
+    specs = [spec for _, spec in rules]
+    out: list[QuotaStep] = []
+    for class_id in [None, *sorted({spec.priority_class_id for spec in specs if spec.priority_class_id is not None})]:
+        if not any(spec.priority_class_id == class_id for spec in specs):
+            continue
+        steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=specs, span=(policy.start, end),
+                                 priority_class_id=class_id)
+        reclaiming = [spec for rule, spec in rules if rule.shrink_policy == "reclaim" and spec.priority_class_id == class_id]
+        edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
+        # a share changes with the quota's windows too, but the portal's tick records (and
+        # shrinks) it at the edges of the class's own windows only
+        own = {edge.at for edge in windows.edges([spec for spec in specs if spec.priority_class_id == class_id],
+                                                 policy.start, end)} if class_id is not None else None
+        before: Decimal | None = None
+        for step in steps:
+            at = (step.start - policy.start).total_seconds()
+            lower = before is not None and step.effective.limit < before
+            if own is None or at <= 0 or step.start in own:
+                out.append(QuotaStep(at, department, step.effective.guaranteed, step.effective.limit,
+                                     lower and at > 0 and step.start in edges, class_id, flavor))
+            before = step.effective.limit
+    return out
 
 
 @dataclass(frozen=True)

@@ -174,10 +174,6 @@ class World:
         """The request a grant holds for."""
         return self.holdings[grant_id].job
 
-    def class_of(self, grant_id: int) -> int:
-        """A grant's priority class's number (``Policy.class_numbers``)."""
-        return self.class_number[self.job_of(grant_id).priority_class]
-
     def in_flavor(self, amounts: Mapping[algebra.Scope, Decimal], job: Job, units: int) -> dict[algebra.Scope, Decimal]:
         """``amounts`` with ``units`` in the scope of the job's flavor where the policy has flavors'
         quotas (the portal's ``grant_amounts``: every request has a flavor, its units counted in
@@ -322,9 +318,11 @@ class World:
         self._stale.add(holding.gid)
         self._version += 1
 
-    def shrink_victims(self, department: int, class_id: int | None = None) -> tuple[algebra.Victim, ...] | None:
+    def shrink_victims(self, department: int, class_id: int | None = None,
+                       flavor: int | None = None) -> tuple[algebra.Victim, ...] | None:
         """What a quota window's lower limit takes back from the department now (shrink policy
-        ``reclaim``), in its quota or, with ``class_id``, in that class's share of it, as the
+        ``reclaim``), in its quota (with ``flavor``, its quota of that flavor) or, with
+        ``class_id``, in that class's share of it, as the
         portal's tick chooses it (``allocations.quotas.shrinking``): from the grants holding in
         the department and below, less those being reclaimed (all their units leaving, or an idle
         policy's notice running); a grant giving back some units counts the units it keeps and may
@@ -344,12 +342,15 @@ class World:
                 kept = len(holding.units) - holding.leaving
                 grant = dataclasses.replace(grant, amounts={None: holding.per_unit * kept}, units=kept, leaving=0,
                                             takeable=False)
+            job = self.job_of(grant.allocation_id)
+            if self.flavored:
+                grant = dataclasses.replace(grant, amounts=self.in_flavor(grant.amounts, job, grant.units))
             if tree.class_shares:
                 grant = dataclasses.replace(grant, amounts=tree.class_amounts(
-                    grant.department_id, self.class_of(grant.allocation_id), grant.amounts))
+                    grant.department_id, self.class_number[job.priority_class], grant.amounts))
             grants.append(grant)
         above = set(tree.chain(department)) - {department}
-        scope = algebra.class_scope(class_id, None) if class_id is not None else None
+        scope: algebra.Scope = algebra.class_scope(class_id, flavor) if class_id is not None else flavor
         plan = shrink_plan(tree, grants, department_id=department, scope=scope, above=above)
         if plan is None:
             return ()

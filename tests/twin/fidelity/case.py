@@ -127,6 +127,25 @@ FLAVOR_QUOTAS = {"nlp": (FlavorQuota("a100", Decimal(4), Decimal(8)),),
 GPU-equivalents): nlp at most 8 whole A100s, vision 8 halves, speech 8 quarters and 2 whole A100s."""
 
 
+def flavor_window_rules(hours: float) -> tuple[WindowRule, ...]:
+    """Windows on departments' quotas of flavors (``FLAVOR_QUOTAS``): nlp's whole A100s lowered
+    from 8 to 4 from a third of the way to two thirds under ``reclaim`` (what nlp holds of them
+    beyond 4 at the edge, admitted under its class's factor, is taken back); vision's halves 4 more
+    from half way; speech's preemptible share of its quarters at most 2 by day (08:00 to 20:00 in
+    Berlin)."""
+
+    def at(fraction: float) -> datetime.datetime:
+        return START + datetime.timedelta(seconds=int(hours * 3600 * fraction) // 300 * 300)
+
+    by_day = WindowSpec(3, "recurring", START + datetime.timedelta(hours=7), rrule="FREQ=DAILY", timezone="Europe/Berlin",
+                        duration=datetime.timedelta(hours=12), limit=Decimal(2))
+    return (WindowRule("nlp", WindowSpec(1, "temporary", at(1 / 3), at(2 / 3), limit=Decimal(4)), "reclaim",
+                       flavor="a100"),
+            WindowRule("vision", WindowSpec(2, "temporary", at(1 / 2), START + datetime.timedelta(days=90),
+                                            limit_delta=Decimal(4)), flavor="a100-half"),
+            WindowRule("speech", by_day, priority_class="gpu-preemptible", flavor="a100-quarter"))
+
+
 def _windows(hours: float, guarantees: dict[str, Decimal], windows: bool, within: bool,
              shrink_policy: str) -> tuple[WindowRule, ...]:
     if not windows:
@@ -146,7 +165,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
                   shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
                   limit_ratio: Decimal | None = None, nested: bool = False, share_windows: bool = False,
-                  flavor_quotas: bool = False) -> Case:
+                  flavor_quotas: bool = False, flavor_windows: bool = False) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
@@ -157,7 +176,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     cluster, or speech's guarantee with ``windows``); ``nested``: two teams under nlp (``TEAMS``),
     guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects;
     ``share_windows``: ``share_window_rules`` (windows of one class's share) besides any others;
-    ``flavor_quotas``: the departments' ``FLAVOR_QUOTAS``."""
+    ``flavor_quotas``: the departments' ``FLAVOR_QUOTAS``, and with ``flavor_windows`` the
+    ``flavor_window_rules`` on them."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -181,7 +201,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     policy = Policy(departments, classes_used,
                     MIG_FLAVORS if mig_nodes else FLAVORS if shares else {"a100": FLAVORS["a100"]}, START,
                     _windows(hours, guarantees, windows, within, shrink_policy)
-                    + (share_window_rules(hours, guarantees) if share_windows else ()), IDLE_RULES if idle else (),
+                    + (share_window_rules(hours, guarantees) if share_windows else ())
+                    + (flavor_window_rules(hours) if flavor_quotas and flavor_windows else ()), IDLE_RULES if idle else (),
                     fair_share_half_life_s=half_life_s)
     flavors = list(policy.flavors)
     jobs: list[Job] = []

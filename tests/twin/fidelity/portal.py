@@ -226,9 +226,12 @@ class PortalReplay:
         edges = QuotaWindowEdge.objects.filter(at=clock_now(), window__quota__department=self.world.departments[name])
         edges = (edges.filter(window__priority_class__name=decision.share) if decision.share is not None
                  else edges.filter(window__priority_class__isnull=True))
+        edges = (edges.filter(window__quota__flavor__name=decision.flavor) if decision.flavor is not None
+                 else edges.filter(window__quota__flavor__isnull=True))
         found = [(Decimal(edge.after["guaranteed"]), Decimal(edge.after["limit"])) for edge in edges]
         if found != [(guaranteed, limit)]:
-            whose = f"{name}'s quota" if decision.share is None else f"{name}'s share of {decision.share}"
+            whose = f"{name}'s quota" + (f" of {decision.flavor}" if decision.flavor is not None else "")
+            whose += f" ({decision.share}'s share)" if decision.share is not None else ""
             self._differ(decision, f"{whose} from now (guaranteed, limit): {found} in the portal, "
                                    f"{(guaranteed, limit)} in the twin")
         self._compare_taken_back(decision, [pk for edge in edges for pk in edge.reclaimed],

@@ -294,6 +294,30 @@ def test_quotas_of_flavors_decide_as_the_portal_does() -> None:
     assert _decided(without) != _decided(replay.log), "the flavors' quotas changed no decision"
 
 
+FLAVOR_WINDOWS_SEED = int(os.environ.get("GPUPORTAL_FIDELITY_FLAVOR_WINDOWS_SEED", "6"))
+"""The draw of the case of windows on flavors' quotas (60 lines; 6 by default: nlp's A100s' edge
+under ``reclaim`` finds nlp beyond it)."""
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_windows_on_quotas_of_flavors_decide_as_the_portal_does() -> None:
+    """The flavors' quotas with windows on them (``case.flavor_window_rules``: nlp's A100s lowered
+    under ``reclaim``, vision's halves raised, speech's preemptible share of its quarters by day),
+    every class oversubscribing: each such quota's edges are the portal's, with what they take
+    back, and a request is weighed in its flavor's quota as the windows set it over its period."""
+    compared, differences, replay = _replayed_both(
+        FLAVORS_REQUESTS, nodes=3, hours=FLAVORS_REQUESTS * 0.45, seed=FLAVOR_WINDOWS_SEED, flavor_quotas=True,
+        flavor_windows=True, factors=OVERSUBSCRIBING)
+    lines = Counter((d.flavor, d.share) for d in replay.log if d.kind == WINDOW)
+    sys.stdout.write(f"fidelity with windows on flavors' quotas: decisions compared {compared}, window lines by "
+                     f"(flavor, share): {dict(lines)}\n")
+    assert not differences, f"{len(differences)} decisions differ of {compared}:\n" + "\n".join(differences[:30])
+    assert {("a100", None), ("a100-half", None), ("a100-quarter", "gpu-preemptible")} <= set(lines)
+    if FLAVOR_WINDOWS_SEED == 6:  # the default draw: nlp's A100s' edge takes one back
+        assert any(d.victims for d in replay.log if d.kind in (WINDOW, SHRINK) and d.flavor == "a100")
+
+
 def _decided(log: list[Decision]) -> list[tuple[object, ...]]:
     return [(d.at, d.kind, d.piece, d.units, d.victims, d.reason) for d in log]
 

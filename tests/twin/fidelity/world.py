@@ -134,7 +134,8 @@ def portal_world_build(policy: Policy, nodes: list[Node]) -> PortalWorld:
     for window in policy.windows:  # approved, on the department's quota in GPU-equivalents (or a class's share)
         shape = window.spec
         QuotaWindow.objects.create(
-            quota=Quota.objects.get(department=departments[window.department], flavor=None), kind=shape.kind,
+            quota=Quota.objects.get(department=departments[window.department],
+                                    flavor=flavors[window.flavor] if window.flavor is not None else None), kind=shape.kind,
             priority_class=classes[window.priority_class] if window.priority_class is not None else None,
             state=WindowState.APPROVED, begins_at=shape.begins_at, ends_at=shape.ends_at, rrule=shape.rrule,
             timezone=shape.timezone if shape.rrule else "", duration_minutes=int(shape.duration.total_seconds() // 60)
