@@ -112,17 +112,24 @@ LEVEL_LABELS = {"own": "{}'s own limit", "parent": "{}'s limit", "window": "{}'s
                 "notice": "reclaimed grants' notice"}
 
 
+def _level_label(kind: str, department: str, flavor: str) -> str:
+    if flavor:  # a department's quota of a flavor
+        return f"{department}'s quota of {flavor}" + (" (a quota window)" if kind == "window" else "")
+    return LEVEL_LABELS.get(kind, kind).format(department)
+
+
 def _held_back(row: dict[str, Any]) -> HeldBack | None:
     """The words and shares the replay stored (``whatifs.compare.binding_of``), side by side."""
     binding = row.get("binding")
     if not binding:
         return None
-    shares: dict[tuple[str, str], list[float]] = {}
+    shares: dict[tuple[str, str, str], list[float]] = {}
     for index, side in enumerate(("current", "proposed")):
         for level in binding[side]["levels"]:
-            shares.setdefault((level["kind"], level["department"]), [0.0, 0.0])[index] = level["pct"]
-    levels = [LevelRow(LEVEL_LABELS.get(kind, kind).format(department), current, proposed)
-              for (kind, department), (current, proposed) in shares.items()]
+            key = (level["kind"], level["department"], level.get("flavor", ""))
+            shares.setdefault(key, [0.0, 0.0])[index] = level["pct"]
+    levels = [LevelRow(_level_label(kind, department, flavor), current, proposed)
+              for (kind, department, flavor), (current, proposed) in shares.items()]
     return HeldBack(binding["current"]["words"], binding["proposed"]["words"], levels)
 
 

@@ -77,6 +77,9 @@ def wait_histogram(outcome: Outcome) -> dict[str, list[int]]:
 
 
 def _level_words(level: Level) -> str:
+    if level.flavor:  # a department's quota of a flavor
+        quota = f"{level.department}'s quota of {level.flavor}"
+        return f"{quota} as a quota window set it" if level.kind == WINDOW else quota
     if level.kind == OWN:
         return f"{level.department}'s own limit"
     if level.kind == WINDOW:
@@ -106,7 +109,8 @@ def binding_of(binding: Binding, name: str, p95_min: float) -> dict[str, Any]:
     total = sum(level.gpu_h for level in levels)
     shares = [round(100 * level.gpu_h / total, 1) if total else 0.0 for level in levels]
     rows: list[dict[str, Any]] = [
-        {"kind": level.kind, "department": level.department, "gpu_h": round(level.gpu_h, 3), "pct": share}
+        {"kind": level.kind, "department": level.department, "gpu_h": round(level.gpu_h, 3), "pct": share,
+         **({"flavor": level.flavor} if level.flavor else {})}
         for level, share in zip(levels, shares, strict=True)]
     if not total:
         return {"waiting_gpu_h": 0.0, "levels": rows, "words": f"{name}: no demand waited"}

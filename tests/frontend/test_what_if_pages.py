@@ -103,3 +103,19 @@ def test_a_window_on_a_classs_share_asks_what_that_share_would_have_done(world: 
     assert change["priority_class"] == "gpu-preemptible" and change["limit_delta"] == "-4"
     answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 30, "changes_json": html.unescape(field.group(1))})
     assert answer.status_code == 302 and WhatIf.objects.get().changes == [change]
+
+
+def test_a_flavors_quota_that_held_demand_back_is_named_on_the_page(
+        world: World, django_capture_on_commit_callbacks: Any) -> None:
+    """nlp's 12 A100s against its quota of 8 A100s: raising nlp's limit in GPU-equivalents lets
+    nothing more in, and the page says which quota held it back (its A100s', not its own limit)."""
+    over_nlp_limit(world)
+    Quota.objects.filter(department=world.nlp, flavor=world.a100).update(limit=8)  # back to the test world's 8
+    client = client_of(world, "nlp_admin")
+    quota = Quota.objects.get(department=world.nlp, flavor=None)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = client.post("/what-ifs/", {"department": world.nlp.pk, "history_days": 7, "quota": quota.pk,
+                                            "limit_delta": "4"})
+    shown = html.unescape(client.get(answer["Location"]).content.decode())
+    assert "Proposed: nlp: waited 2,820 min at p95; nlp's quota of a100 bound 100 %" in shown
+    assert re.search(r"<th[^>]*>nlp's quota of a100</th>", shown)

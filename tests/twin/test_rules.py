@@ -23,6 +23,7 @@ from twin.replay.decisions import SHRINK, WINDOW, DecidingReplay, replay_decisio
 from twin.replay.engine import Outcome, replay
 from twin.replay.rules import FairShareClock, department_children, window_steps
 from twin.workload import Job, Shape, jobs_read
+from whatifs.compare import binding_of
 
 pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
 
@@ -316,7 +317,11 @@ def test_a_flavors_quota_holds_that_flavors_requests_and_not_the_others() -> Non
     plain = replace(flavor_rules(), departments=RULES.departments)
     assert starts(replay(work, NODES, plain, "borrow", horizon=300.0)) == [0.0, 10.0, 20.0]  # the second ends at 20
     _, binding = binding_replay(work, NODES, flavor_rules(), "borrow", horizon=300.0)
-    assert binding.waiting == {"a": {("own", "a"): 90.0}}  # a's own quota (of the flavor) held it back
+    assert binding.waiting == {"a": {("own", "a", "one"): 90.0}}  # a's quota of ``one`` held it back
+    assert [(level.kind, level.flavor, level.gpu_h) for level in binding.levels("a")] == [
+        ("own", "", 0.0), ("own", "one", 90 / 3600)]
+    assert binding_of(binding, "a", 1.5)["words"] == (
+        "a: waited 2 min at p95; a's quota of one bound 100 % of the GPU-hours waiting, a's own limit 0 %")
 
 
 def test_a_flavors_quota_reads_writes_back_and_names_an_unknown_flavor() -> None:

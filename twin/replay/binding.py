@@ -41,26 +41,31 @@ HOUR = 3600.0
 OWN, PARENT, ORGANISATION, WINDOW, CAPACITY, NOTICE = "own", "parent", "organisation", "window", "capacity", "notice"
 KINDS = (OWN, PARENT, ORGANISATION, WINDOW, CAPACITY, NOTICE)
 
-Verdict = tuple[str, int]  # (kind, the quota's department: 1..n, ROOT, or -1 for capacity and notice)
+Verdict = tuple[str, int, str]
+"""(kind, the quota's department: 1..n, ROOT, or -1 for capacity and notice, the flavor whose quota
+of the department's it is: "" for the department's own)."""
 
 
 @dataclass(frozen=True)
 class Level:
     """One level that held a department's demand back: its ``kind``, the department whose quota it
-    is (``department``; empty for ``organisation``, ``capacity`` and ``notice``) and the GPU-hours
-    of demand that waited under it (``gpu_h``)."""
+    is (``department``; empty for ``organisation``, ``capacity`` and ``notice``), the GPU-hours
+    of demand that waited under it (``gpu_h``) and, for that department's quota of a flavor, the
+    flavor (``flavor``; empty for its own quota)."""
 
     kind: str
     department: str
     gpu_h: float
+    flavor: str = ""
 
 
 @dataclass
 class Binding:
     """Per department (by name), the GPU-seconds of demand that waited under each (kind, quota's
-    department) and each department's chain of quotas, nearest first."""
+    department), or (kind, quota's department, flavor) for a department's quota of a flavor, and
+    each department's chain of quotas, nearest first."""
 
-    waiting: dict[str, dict[tuple[str, str], float]] = field(default_factory=dict)
+    waiting: dict[str, dict[tuple[str, ...], float]] = field(default_factory=dict)
     chains: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def levels(self, department: str) -> list[Level]:
@@ -70,9 +75,9 @@ class Binding:
         chain = self.chains.get(department, (department,))
         out = [Level(OWN if depth == 0 else PARENT, name, found.get((OWN if depth == 0 else PARENT, name), 0.0) / HOUR)
                for depth, name in enumerate(chain)]
-        rest = sorted(((seconds, key) for key, seconds in found.items() if key[0] not in (OWN, PARENT)),
+        rest = sorted(((seconds, key) for key, seconds in found.items() if key[0] not in (OWN, PARENT) or len(key) > 2),
                       key=lambda item: (-item[0], item[1]))
-        out.extend(Level(kind, name, seconds / HOUR) for seconds, (kind, name) in rest)
+        out.extend(Level(key[0], key[1], seconds / HOUR, *key[2:]) for seconds, key in rest)
         return out
 
 
@@ -90,6 +95,7 @@ class BindingReplay(Replay):
         self._since = 0.0
         self._windowed: set[tuple[int, int | None]] = set()  # quotas (department, flavor) a window sets now
         flavors = policy.flavor_numbers
+        self._flavor_names = {number: name for name, number in flavors.items()}
         self._base: dict[tuple[int, int | None], tuple[Decimal, Decimal]] = {}
         for index, department in enumerate(policy.departments, start=1):
             self._base[(index, None)] = (department.guarantee, department.limit)
@@ -124,8 +130,8 @@ class BindingReplay(Replay):
         names = {index: d.name for index, d in enumerate(self.world.policy.departments, start=1)}
         for index, name in names.items():
             self.binding.chains[name] = tuple(names[d] for d in self.world.tree.chain(index) if d in names)
-        for (department, (kind, quota)), seconds in self._totals.items():
-            key = (kind, names.get(quota, ""))
+        for (department, (kind, quota, flavor)), seconds in self._totals.items():
+            key = (kind, names.get(quota, ""), *((flavor,) if flavor else ()))
             waiting = self.binding.waiting.setdefault(names[department], {})
             waiting[key] = waiting.get(key, 0.0) + seconds
         return outcome
@@ -153,14 +159,14 @@ class BindingReplay(Replay):
             if promise.entry is None:
                 continue  # a shrink's: nobody waits for its room
             job = promise.entry.job
-            rate[(self.world.department(job), (NOTICE, -1))] += job.milli / 1000
+            rate[(self.world.department(job), (NOTICE, -1, ""))] += job.milli / 1000
         self._rate = dict(rate)
 
     # ------------------------------------------------------------------ the verdict
     def verdict(self, job: Job) -> Verdict:
         """Why ``job`` cannot start now, as admission's refusal would name it (the module's docstring)."""
         if not self.mode.quotas:
-            return (CAPACITY, -1)
+            return (CAPACITY, -1, "")
         ask = self.world.ask(job, per_unit(self.mode, job) * job.quantity)
         key: tuple[object, ...] = (ask.department_id, ask.amounts[None], ask.factor, ask.priority, ask.preempts_lower)
         if self.world.weighs_all:  # weighed over its period, in its class's share and its flavor's quota too
@@ -176,13 +182,13 @@ class BindingReplay(Replay):
         world = self.world
         weighed = world.weigh(job, ask) if world.weighs_all else None  # a share or a flavor's quota counts its own
         if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
-            return (CAPACITY, -1)
+            return (CAPACITY, -1, "")
         tree = weighed.tree if weighed is not None else world.tree
         if self.mode.reclaims:
             plan = (victims.plan(tree, weighed.grants, weighed.ask) if weighed is not None
                     else victims.plan(tree, world.grants(), ask, view=world.view()))
             if plan.admitted:
-                return (CAPACITY, -1)
+                return (CAPACITY, -1, "")
             failing = plan.failing
         elif weighed is not None:
             failing = [c for c in algebra.checks_from_totals(tree, weighed.totals, weighed.ask) if not c.fits]
@@ -190,11 +196,13 @@ class BindingReplay(Replay):
             failing = [c for c in algebra.checks_from_totals(tree, world.held, ask) if not c.fits]
         quota = failing[0].department_id
         if quota == ROOT:
-            return (ORGANISATION, ROOT)
+            return (ORGANISATION, ROOT, "")
         scope, _ = unstepped(failing[0].scope)
+        base = scope[2] if isinstance(scope, tuple) and _a_share(scope) else scope  # a class's share: its quota's scope
+        flavor = self._flavor_names.get(base, "") if isinstance(base, int) else ""
         if (quota, scope) in self._windowed or _a_share(scope):
-            return (WINDOW, quota)
-        return (OWN if quota == ask.department_id else PARENT, quota)
+            return (WINDOW, quota, flavor)
+        return (OWN if quota == ask.department_id else PARENT, quota, flavor)
 
 
 def _a_share(scope: algebra.Scope) -> bool:
