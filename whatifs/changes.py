@@ -179,10 +179,6 @@ def _window(change: _Change, quotas: list[QuotaRow], classes: list[PriorityClass
     names = [c.name for c in classes]
     if share is not None and share not in names:
         raise change.fail("priority_class", f"no priority class {share!r}")
-    if share is not None and row.flavor is not None and not any(
-            other.department == row.department and other.flavor is None for other in quotas):
-        raise change.fail("priority_class", f"{row.department} has no quota in GPU-equivalents: a window of one "
-                                            "class's share of a flavor's quota is replayed only beside one")
     shrink = change.data.get("shrink_policy")
     if shrink is not None and shrink not in ShrinkPolicy.values:
         raise change.fail("shrink_policy", f"must be one of {', '.join(ShrinkPolicy.values)}, not {shrink!r}")
@@ -205,7 +201,7 @@ def _window(change: _Change, quotas: list[QuotaRow], classes: list[PriorityClass
         raise change.fail("ends_at", "required, after begins_at (or give rrule and duration_minutes)")
     if ends is not None and ends <= begins:
         raise change.fail("ends_at", "must be after begins_at")
-    return row, proposed_window(change.data, row=row, quotas=quotas, window_id=window_id, begins=begins, ends=ends,
+    return row, proposed_window(change.data, row=row, quotas=quotas, window_id=window_id, period=(begins, ends),
                                 class_number=names.index(share) + 1 if share is not None else None)
 
 

@@ -98,10 +98,12 @@ def policy_with_live_rules(policy: Policy, *, start: datetime.datetime, windows:
 
 
 def proposed_window(change: dict[str, Any], *, row: QuotaRow, quotas: list[QuotaRow], window_id: int,
-                    begins: datetime.datetime, ends: datetime.datetime | None,
+                    period: tuple[datetime.datetime, datetime.datetime | None],
                     class_number: int | None = None) -> list[WindowRule]:
-    """A validated window change as the twin replays it (``window_id`` after the live ones'); with
-    ``priority_class`` (its number in the policy: ``class_number``), on that class's share."""
+    """A validated window change as the twin replays it (``window_id`` after the live ones';
+    ``period``: its begin and, if temporary, end); with ``priority_class`` (its number in the
+    policy: ``class_number``), on that class's share."""
+    begins, ends = period
     def amount(key: str) -> Decimal | None:
         return Decimal(str(change[key])) if change.get(key) is not None else None
 

@@ -11,7 +11,6 @@ import pytest
 from django.http import Http404
 from django.utils import timezone
 
-from allocations.models import Quota
 from audit.models import AuditEvent
 from kernel.errors import FieldError, NotAllowed
 from tests.conftest import World
@@ -279,8 +278,8 @@ def test_a_proposed_window_on_a_classs_share_holds_that_classs_demand_only(world
     beyond which the class's factor 1.5 lets it go even further). A proposed window on the
     preemptible share of nlp's quota, 7 below its limit while the replay runs, caps that class at 3:
     the second waits for the first to end, and nlp's standard request beside them does not. A class
-    the portal has not is refused naming the field; so is a share of a flavor's quota of a
-    department without a quota in GPU-equivalents (no sum of shares stands in for it)."""
+    the portal has not is refused naming the field. A share of nlp's quota of A100s (8 less 7: one
+    A100) holds them back too."""
     now = timezone.now()
     line = {"submit_at": 0, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 2,
             "runtime_s": 2 * 3600, "requested_s": 2 * 3600, "priority_class": "gpu-preemptible", "busy": 0.5}
@@ -296,7 +295,7 @@ def test_a_proposed_window_on_a_classs_share_holds_that_classs_demand_only(world
     assert waits["current"]["wait_p99_min"] == 0 and waits["proposed"]["wait_p99_min"] >= 100  # about two hours
     assert run.result["proposed"]["window_edges"] > run.result["current"]["window_edges"]
     assert refused_field(world, "platform", [{**share, "priority_class": "gpu-gold"}]) == "changes[0].priority_class"
-    assert ask(world, "platform", [{**share, "flavor": "a100"}]).pk  # a share of nlp's quota of A100s
-    Quota.objects.filter(department=world.vision, flavor=None).delete()  # vision: quotas of flavors only
-    on_h100s = {**share, "department": "vision", "flavor": "h100"}
-    assert refused_field(world, "platform", [on_h100s]) == "changes[0].priority_class"
+    on_a100s = ask(world, "platform", [{**share, "flavor": "a100"}], history_days=None,
+                   workload="\n".join(json.dumps(row) for row in lines))  # a share of nlp's quota of A100s
+    run = what_if_run(what_if_id=on_a100s.pk)
+    assert run is not None and _nlp(run.result)["proposed"]["wait_p99_min"] >= 100  # the same cap, on its A100s

@@ -11,9 +11,10 @@ checks as they stand where a policy takes nothing); if they still fail, the refu
 on the twin's checks, which have no steps of time, the first of ``Plan.failing``), and that
 quota's department is the *level*: the department's own (``own``), a department above it
 (``parent``), the organisation's quota of the installed GPUs (``organisation``), or any of those
-while a quota window sets its numbers, or a class's share that a window sets (``window``). With
-such shares the checks are admission's over the request's period (``World.weigh``). If the quota checks pass, or pass once
-victims are taken, the GPUs refused (``capacity``). A request booked where reclaimed grants run out
+while a quota window sets its numbers, or a class's share that a window sets (``window``), each
+with the flavor where it is the department's quota of a flavor. With such shares or flavors'
+quotas the checks are admission's over the request's period (``World.weigh``). If the quota
+checks pass, or pass once victims are taken, the GPUs refused (``capacity``). A request booked where reclaimed grants run out
 their notice waits for them (``notice``). The twin has no project caps: no level is a project's.
 
 A bucket of identical requests (``Replay._bucket_of``) waits under the verdict of its head; a bucket

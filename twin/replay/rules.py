@@ -67,29 +67,31 @@ def window_steps(policy: Policy, stop: float) -> list[QuotaStep]:
             rules = [(rule, policy.window_spec(rule)) for rule in policy.windows
                      if rule.department == department.name and rule.flavor == flavor]
             number = flavors[flavor] if flavor is not None else None
-            out += _quota_steps(policy, rules, index, number, guaranteed, limit, end)
+            out += _quota_steps(rules, (index, number), (guaranteed, limit), (policy.start, end))
     return sorted(out, key=lambda step: (step.at, step.department, step.flavor or 0, step.priority_class or 0))
 
 
-def _quota_steps(policy: Policy, rules: list[tuple[WindowRule, windows.WindowSpec]], department: int,
-                 flavor: int | None, guaranteed: Decimal, limit: Decimal, end: datetime.datetime) -> list[QuotaStep]:
-    """The steps of one quota (``flavor``: the department's quota of it) and of its classes' shares."""
+def _quota_steps(rules: list[tuple[WindowRule, windows.WindowSpec]], quota: tuple[int, int | None],
+                 numbers: tuple[Decimal, Decimal], span: tuple[datetime.datetime, datetime.datetime]) -> list[QuotaStep]:
+    """The steps of one quota (``quota``: the department and the flavor whose quota of the
+    department's it is, or None; ``numbers``: its own guarantee and limit) over ``span``, and of
+    its classes' shares."""
+    (department, flavor), (guaranteed, limit), (start, end) = quota, numbers, span
     specs = [spec for _, spec in rules]
     out: list[QuotaStep] = []
     for class_id in [None, *sorted({spec.priority_class_id for spec in specs if spec.priority_class_id is not None})]:
         if not any(spec.priority_class_id == class_id for spec in specs):
             continue
-        steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=specs, span=(policy.start, end),
-                                 priority_class_id=class_id)
+        steps = windows.timeline(guaranteed=guaranteed, limit=limit, windows=specs, span=span, priority_class_id=class_id)
         reclaiming = [spec for rule, spec in rules if rule.shrink_policy == "reclaim" and spec.priority_class_id == class_id]
-        edges = {edge.at for edge in windows.edges(reclaiming, policy.start, end)} if reclaiming else set()
+        edges = {edge.at for edge in windows.edges(reclaiming, start, end)} if reclaiming else set()
         # a share changes with the quota's windows too, but the portal's tick records (and
         # shrinks) it at the edges of the class's own windows only
         own = {edge.at for edge in windows.edges([spec for spec in specs if spec.priority_class_id == class_id],
-                                                 policy.start, end)} if class_id is not None else None
+                                                 start, end)} if class_id is not None else None
         before: Decimal | None = None
         for step in steps:
-            at = (step.start - policy.start).total_seconds()
+            at = (step.start - start).total_seconds()
             lower = before is not None and step.effective.limit < before
             if own is None or at <= 0 or step.start in own:
                 out.append(QuotaStep(at, department, step.effective.guaranteed, step.effective.limit,

@@ -136,10 +136,11 @@ class World:
 
     def weigh(self, job: Job, ask: algebra.Ask, *, victims: bool = False) -> Weighed | None:
         """``ask`` over the request's period ``[now, now + requested_s)`` step by step, as the
-        portal's admission weighs it, where a window changes a number within it or a window sets
-        a class's share (or, with ``victims`` and ``stepped_victims``, always: the victim choice's
-        picture); None where the flat picture of now (``quota_fits``, ``grants``) decides alike and
-        faster: the grants only end within the period, so for the quota checks what holds now binds."""
+        portal's admission weighs it, where a window changes a number within it, and always where
+        a window sets a class's share or a department has a flavor's quota (``weighs_all``), or,
+        with ``victims`` and ``stepped_victims``, for the victim choice's picture; None where the
+        flat picture of now (``quota_fits``, ``grants``) decides alike and faster: the grants only
+        end within the period, so for the quota checks what holds now binds."""
         periods = self.periods
         end = self.now + job.requested_s
         crossing = periods is not None and periods.crosses(self.now, end)
@@ -321,14 +322,14 @@ class World:
     def shrink_victims(self, department: int, class_id: int | None = None,
                        flavor: int | None = None) -> tuple[algebra.Victim, ...] | None:
         """What a quota window's lower limit takes back from the department now (shrink policy
-        ``reclaim``), in its quota (with ``flavor``, its quota of that flavor) or, with
-        ``class_id``, in that class's share of it, as the
-        portal's tick chooses it (``allocations.quotas.shrinking``): from the grants holding in
-        the department and below, less those being reclaimed (all their units leaving, or an idle
-        policy's notice running); a grant giving back some units counts the units it keeps and may
-        not be taken, as a reclaim's beneficiary may not. Where a class's share is in force, a
-        grant of the class counts in it too. None: grants that may not be taken stand in the way
-        (the portal's reclaim pending)."""
+        ``reclaim``), in its quota (with ``flavor``, its quota of that flavor; with ``class_id``,
+        that class's share of it), as the portal's tick chooses it
+        (``allocations.quotas.shrinking``): from the grants holding in the department and below,
+        less those being reclaimed (all their units leaving, or an idle policy's notice running);
+        a grant giving back some units counts the units it keeps and may not be taken, as a
+        reclaim's beneficiary may not. A grant counts its units in its flavor's quota and, where a
+        class's share is in force, in its class's share too. None: grants that may not be taken
+        stand in the way (the portal's reclaim pending)."""
         tree = self.tree
         subtree = tree.subtree(department)
         grants = []
