@@ -13,11 +13,15 @@ views at run time, so that what the schema documents and what a view accepts can
 - ``documented``: the query parameters and whether a request body is documented for one view and
   method, computed by this same class; ``kernel.api.views.ApiView`` refuses every other parameter,
   and any body sent to an operation that takes none.
+- ``SCHEMA_LOCK``: drf-spectacular is not safe on two threads at once, and the portal runs it while
+  serving (``documented``, the first time for each view and method, and
+  ``kernel.api.schema_view.SchemaView``).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +41,14 @@ API_PATH = re.compile(r"^/api/v\d+/(?P<resource>[^/{]+)")
 ALWAYS_ACCEPTED = frozenset({"format"})
 """Query parameters every view takes without documenting them: DRF's ``format`` (``?format=api``
 is the browsable API, an HTML page the schema does not describe)."""
+SCHEMA_LOCK = threading.RLock()
+"""Held by every use of drf-spectacular while serving. It keeps process-wide state that it changes
+as it works: each extension resolves its target class on first use by writing that class
+attribute (a target whose module is not installed becomes None), and ``GENERATOR_STATS.silence``
+flips a global. Two threads inside it at once see each other's half-done state: under gunicorn's
+threads, a submit's first check of its query parameters answered 500 (``'NoneType' object has no
+attribute 'startswith'``) while another thread's check was resolving an extension of a package
+that is not installed."""
 
 
 class AutoSchema(openapi.AutoSchema):
@@ -105,7 +117,10 @@ def documented(view: APIView, request: Request) -> Documented:
     key = (type(view), method)
     found = _documented.get(key)
     if found is None:
-        found = _documented[key] = _operation(request, method)
+        with SCHEMA_LOCK:
+            found = _documented.get(key)
+            if found is None:
+                found = _documented[key] = _operation(request, method)
     return found
 
 
@@ -134,3 +149,4 @@ def _operation(request: Request, method: str) -> Documented:
     del generator
     query = frozenset(str(parameter["name"]) for parameter in parameters if parameter.get("in") == "query")
     return Documented(query_params=query, body=body)
+

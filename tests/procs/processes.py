@@ -86,6 +86,15 @@ class Fleet:
             out.append(f"== {log.name}\n" + "\n".join(tail))
         return "\n".join(out)
 
+    def errors(self) -> str:
+        """Every line of the web processes' logs at level ERROR (a server error's traceback is in
+        its record), named by log: put first in a failure's message, before the tails."""
+        out = []
+        for log in sorted(self.logs.glob("web-*.log")):
+            lines = [line for line in log.read_text(errors="replace").splitlines() if '"level": "ERROR"' in line]
+            out += [f"== {log.name}: {line}" for line in lines]
+        return "\n".join(out)
+
     def stop(self) -> None:
         for process in self.processes:
             if process.poll() is None:

@@ -153,7 +153,7 @@ def test_two_web_processes_and_four_workers_keep_the_placement_state_correct(
             tally = drive(fleet, world, watch)
         quiet = quiescence_wait(broker_url=broker_url, queue=queue)
         reports = kept_state_reports(fleet)
-        logs = fleet.log_tails()
+        logs = f"{fleet.errors()}\n{fleet.log_tails()}"
     states = dict(Counter(Allocation.objects.values_list("state", flat=True)))
     forwarded = [(c.get("held_version"), c.get("version")) for report in reports for c in report["clusters"]]
     print(f"answers {dict(sorted(tally.answers.items()))}; final states {states}; reclaim events {reclaims(since)}; snapshots checked "  # noqa: T201
