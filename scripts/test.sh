@@ -31,22 +31,32 @@ export GPUPORTAL_REQUIRE_HELM=1
 scripts/deploy-check.sh --charts-only
 
 echo "== tests"
-# The tests marked pure (no database, service or cluster: tests/pure.py), about a sixth of the suite's
-# time, run in a process of their own beside the rest, on the second core; their output follows.
-# Exit status 5 is "no test selected" (the paths given hold none of one kind).
+# Two kinds of tests run in processes of their own beside the rest, on the second core, their output
+# printed after (tests/pure.py): those marked pure (no database, service or cluster), and those
+# marked apart (the long fidelity and simulation runs, on PostgreSQL: on a test database of their
+# own, test_gpuportal_apart). Exit status 5 is "no test selected" (the paths given hold none of one
+# kind); the step fails if one fails, or if none of the three selected anything.
 pure_log=$(mktemp)
-trap 'kill "${pure_pid:-}" 2>/dev/null || true; scripts/services.sh down; rm -f "$env_file" "$pure_log"' EXIT
+apart_log=$(mktemp)
+trap 'kill "${pure_pid:-}" "${apart_pid:-}" 2>/dev/null || true; scripts/services.sh down; rm -f "$env_file" "$pure_log" "$apart_log"' EXIT
 .venv/bin/python -m pytest -q -p no:cacheprovider -m pure "$@" >"$pure_log" 2>&1 &
 pure_pid=$!
+DATABASE_URL="${DATABASE_URL%/*}/gpuportal_apart" GPUPORTAL_APP_DATABASE_URL="${GPUPORTAL_APP_DATABASE_URL%/*}/gpuportal_apart" \
+  .venv/bin/python -m pytest -q -p no:cacheprovider -m apart "$@" >"$apart_log" 2>&1 &
+apart_pid=$!
 rest=0
-.venv/bin/python -m pytest -q -p no:cacheprovider -m "not pure" "$@" || rest=$?
+.venv/bin/python -m pytest -q -p no:cacheprovider -m "not pure and not apart" "$@" || rest=$?
 pure=0
 wait "$pure_pid" || pure=$?
+apart=0
+wait "$apart_pid" || apart=$?
 echo "== the tests marked pure, run beside the rest"
 cat "$pure_log"
+echo "== the tests marked apart, run beside the rest on a database of their own"
+cat "$apart_log"
 passed() { [ "$1" = 0 ] || [ "$1" = 5 ]; }
-if ! passed "$rest" || ! passed "$pure" || [ "$rest$pure" = 55 ]; then
-  echo "tests failed: the rest exited $rest, the pure ones $pure" >&2
+if ! passed "$rest" || ! passed "$pure" || ! passed "$apart" || [ "$rest$pure$apart" = 555 ]; then
+  echo "tests failed: the rest exited $rest, the pure ones $pure, the apart ones $apart" >&2
   exit 1
 fi
 

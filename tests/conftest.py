@@ -28,7 +28,7 @@ from allocations.models import Flavor, PriorityClass, Quota, SharingMode
 from clusters.inventory import GpuSpec, node_upsert
 from clusters.models import Cluster, Node, NodeSharing
 from tenants.models import Department, Membership, Project, Role
-from tests.pure import pure_refusals
+from tests.pure import apart_refusals, pure_refusals
 
 pytest_plugins = ["kube_testenv.pytest_plugin"]
 
@@ -46,9 +46,9 @@ def requires_postgres() -> Any:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test marked ``pure`` runs beside the suite in a process of its own (``scripts/test.sh``):
-    it may not reach the database or the cluster (``tests/pure.py``)."""
-    refusals = pure_refusals(items)
+    """A test marked ``pure`` or ``apart`` runs beside the suite in a process of its own
+    (``scripts/test.sh``): it may not reach what its marker rules out (``tests/pure.py``)."""
+    refusals = pure_refusals(items) + apart_refusals(items)
     if refusals:
         raise pytest.UsageError("\n".join(refusals))
 

@@ -1,5 +1,6 @@
-"""The ``pure`` marker's guard (``tests/pure.py``): a test that runs beside the suite in a process
-of its own may not reach the database or the cluster, and the guard says which test reaches what."""
+"""The guards of the ``pure`` and ``apart`` markers (``tests/pure.py``): a test that runs beside the
+suite in a process of its own may not reach what the other process uses (a pure one no database or
+cluster, an apart one no cluster or live server), and the guard says which test reaches what."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.pure import pure_refusals
+from tests.pure import apart_refusals, pure_refusals
 
 pytestmark = pytest.mark.pure  # no database: runs beside the suite (tests/pure.py)
 
@@ -45,3 +46,17 @@ def test_the_guard_reads_a_collected_test_as_pytest_gives_it(request: pytest.Fix
     """Its markers and every fixture it reaches, from pytest's own item (this one is pure)."""
     assert request.node.get_closest_marker("pure") is not None
     assert pure_refusals([request.node]) == []
+
+
+def test_an_apart_test_reaching_the_cluster_or_a_live_server_or_also_pure_is_refused_by_name() -> None:
+    clustered = _Item("tests/x.py::test_f", ("apart", "django_db"), ["db", "kube_cluster", "live_server"])
+    both = _Item("tests/x.py::test_g", ("apart", "pure"))
+    assert apart_refusals([clustered, both]) == [
+        "tests/x.py::test_f: marked apart but uses fixture kube_cluster, fixture live_server",
+        "tests/x.py::test_g: marked apart but uses marker pure",
+    ]
+
+
+def test_an_apart_test_of_the_database_and_unmarked_tests_of_the_cluster_pass() -> None:
+    assert apart_refusals([_Item("tests/x.py::test_h", ("apart", "django_db", "postgres"), ["db", "transactional_db"]),
+                           _Item("tests/x.py::test_i", ("django_db",), ["kube_cluster"])]) == []

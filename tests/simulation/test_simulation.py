@@ -13,9 +13,11 @@ from tests.simulation.actions import actions_generate
 from tests.simulation.session import Options, mutation_check, seeds_parse, simulate
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
+APART: pytest.MarkDecorator = pytest.mark.apart  # long: beside the rest, on a database of its own (tests/pure.py)
 
 
 @POSTGRES
+@APART
 @pytest.mark.django_db(transaction=True)
 def test_every_invariant_holds_over_the_simulated_budget() -> None:
     options = Options.from_environment()
@@ -27,6 +29,7 @@ def test_every_invariant_holds_over_the_simulated_budget() -> None:
 
 
 @POSTGRES
+@APART
 @pytest.mark.django_db(transaction=True)
 def test_the_mutation_is_caught_within_the_budget() -> None:
     options = Options.from_environment()

@@ -34,6 +34,7 @@ from twin.replay.decisions import (
 )
 
 POSTGRES: pytest.MarkDecorator = requires_postgres()
+pytestmark = pytest.mark.apart  # long and CPU-bound: beside the rest, on a database of its own (tests/pure.py)
 REQUESTS = int(os.environ.get("GPUPORTAL_FIDELITY_REQUESTS", "500"))
 HOURS = float(os.environ.get("GPUPORTAL_FIDELITY_HOURS", "300"))
 """Over how many hours the lines arrive (on 6 nodes of 8 GPUs): 300 reclaims a few dozen times;
