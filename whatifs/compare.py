@@ -132,6 +132,13 @@ def _side(outcome: Outcome, binding: Binding) -> tuple[dict[str, Any], dict[str,
     return summary, per_department
 
 
+def booked_ahead(jobs: Sequence[Job]) -> int:
+    """How many requests asked for a later start than their submission. The portal decides such a
+    request at its approval, over its own period, ahead of its start; the twin decides it only from
+    that start (docs/twin.md, "Fidelity", "Not compared"), so a result says how many there were."""
+    return sum(1 for job in jobs if job.starts_at is not None and job.starts_at > job.submit_at)
+
+
 def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
                    progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Replay ``demand`` under both policies; the result as stored with the what-if."""
@@ -159,6 +166,7 @@ def comparison_run(demand: Demand, current: Policy, proposed: Policy, *,
         side["waits"] = {name: values for name, values in side["waits"].items() if name in shown}
     return {
         "policy": POLICY, "requests": len(demand.jobs), "installed_gpus": sum(len(node.gpus) for node in demand.nodes),
+        "booked_ahead": booked_ahead(demand.jobs),
         "figures": list(FIGURES), "departments": departments,
         "total": {"current": before["total"], "proposed": after["total"],
                   "difference": _difference(before.pop("total"), after.pop("total"))},

@@ -4,11 +4,13 @@ department, ``-o json``, and the API's refusals as exit codes."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.cli.conftest import Cli, Portal
 from tests.whatifs.history import over_nlp_limit
+from tests.whatifs.test_what_ifs import BOOKED_AHEAD
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -38,3 +40,14 @@ def test_a_change_outside_the_admins_departments_is_refused_naming_the_field(por
     cli.login(portal, "nlp_member")
     assert cli("what-if", "--raise-limit", "nlp=4").exit_code == 3  # 403: members do not ask
     assert cli("what-if", "--raise-limit", "nlp").exit_code == 2  # no amount: a usage error
+
+
+def test_a_workload_file_with_a_request_booked_ahead_says_so(portal: Portal, cli: Cli, tmp_path: Path) -> None:
+    workload = tmp_path / "ahead.jsonl"
+    workload.write_text("\n".join(json.dumps(line) for line in BOOKED_AHEAD) + "\n")
+    cli.login(portal, "nlp_admin")
+    result = cli("what-if", "--raise-limit", "nlp=4", "--workload", str(workload))
+    assert result.exit_code == 0, result.stderr
+    assert "what-if #" in result.stdout and ": 3 requests on " in result.stdout
+    assert "1 of the requests asked for a later start than their submission: replayed from that start (the portal " \
+        "decides them at approval, ahead of it)" in result.stdout.splitlines()

@@ -16,7 +16,9 @@ from django.utils import timezone
 from allocations.models import Quota
 from tests.conftest import World
 from tests.whatifs.history import over_nlp_limit
+from tests.whatifs.test_what_ifs import BOOKED_AHEAD, RAISE_NLP
 from whatifs.models import WhatIf
+from whatifs.services import what_if_create, what_if_run
 
 pytestmark = pytest.mark.django_db
 
@@ -50,7 +52,18 @@ def test_a_department_admin_asks_for_a_what_if_and_reads_its_comparison(
     assert "Current: nlp: waited 2,820 min at p95; nlp&#x27;s own limit bound 100 %" in held_back.group(1)
     assert "Proposed: nlp: no demand waited." in held_back.group(1)
     assert 'id="what-if-levels-nlp"' in shown and "acme&#x27;s limit" in shown
+    assert 'id="what-if-booked-ahead"' not in shown  # none of the history's requests asked for a later start
     assert client_of(world, "vision_admin").get(answer["Location"]).status_code == 404
+
+
+def test_the_page_says_how_many_requests_were_booked_ahead(world: World) -> None:
+    made = what_if_create(actor=world.users["nlp_admin"], changes=RAISE_NLP,
+                          workload="\n".join(json.dumps(line) for line in BOOKED_AHEAD))
+    assert what_if_run(what_if_id=made.pk) is not None
+    shown = client_of(world, "nlp_admin").get(f"/what-ifs/{made.pk}/").content.decode()
+    said = re.search(r'<p id="what-if-booked-ahead">(.*?)</p>', shown, re.S)
+    assert said is not None and said.group(1).startswith("1 of the requests asked for a later start than their "
+                                                         "submission: both sides replay them from that start")
 
 
 def test_a_refused_change_is_shown_on_the_form_and_members_get_403(world: World) -> None:

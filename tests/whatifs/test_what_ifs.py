@@ -188,6 +188,28 @@ def test_an_uploaded_workload_is_replayed_with_every_kind_of_change(world: World
     assert alone is not None and _nlp(alone.result)["proposed"]["wait_p99_min"] == pytest.approx(119, abs=1)
 
 
+BOOKED_AHEAD = [
+    {"submit_at": 0, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 1, "runtime_s": 600,
+     "requested_s": 600, "priority_class": "gpu-standard", "busy": 0.5},
+    {"submit_at": 60, "starts_at": 3600, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 1,
+     "runtime_s": 600, "requested_s": 600, "priority_class": "gpu-standard", "busy": 0.5},
+    {"submit_at": 120, "starts_at": 120, "department": "nlp", "project": "llm", "flavor": "a100", "quantity": 1,
+     "runtime_s": 600, "requested_s": 600, "priority_class": "gpu-standard", "busy": 0.5},
+]
+"""Three requests, one of them asking for a start an hour after its submission (the third asks for
+its own submission's instant: not ahead)."""
+
+
+def test_the_result_counts_the_requests_booked_ahead_which_both_sides_replay_from_their_start(world: World) -> None:
+    made = ask(world, "nlp_admin", history_days=None, workload="\n".join(json.dumps(line) for line in BOOKED_AHEAD))
+    run = what_if_run(what_if_id=made.pk)
+    assert run is not None and run.state == WhatIfState.DONE, run.error if run else None
+    assert run.result["requests"] == 3 and run.result["booked_ahead"] == 1
+    over_nlp_limit(world)  # the portal's own history: requests starting when they were made
+    history = what_if_run(what_if_id=ask(world, "nlp_admin").pk)
+    assert history is not None and history.result["booked_ahead"] == 0
+
+
 def test_progress_is_reported_while_the_two_replays_run(world: World) -> None:
     over_nlp_limit(world)
     seen: list[int] = []
