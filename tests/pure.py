@@ -2,9 +2,9 @@
 second core), so that one that reached what the other process uses would race it:
 
 - marked ``pure``: no database, service or cluster at all;
-- marked ``apart`` (the fidelity cases, long and CPU-bound): PostgreSQL, on a test database of
-  their own (``scripts/test.sh`` names another database for that process), but no cluster, no live
-  server and nothing of another process's.
+- marked ``apart`` (the fidelity cases and the simulation run, long and CPU-bound): PostgreSQL,
+  on a test database of their own (``scripts/test.sh`` names another database for that process),
+  but no cluster, no live server and nothing of another process's.
 
 ``tests/conftest.py`` refuses, at collection, a test that asks for what its marker rules out."""
 

@@ -149,4 +149,3 @@ def _operation(request: Request, method: str) -> Documented:
     del generator
     query = frozenset(str(parameter["name"]) for parameter in parameters if parameter.get("in") == "query")
     return Documented(query_params=query, body=body)
-
