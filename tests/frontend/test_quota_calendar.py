@@ -278,6 +278,7 @@ def test_the_demo_seeds_nlps_nightly_raise_and_visions_festival_once() -> None:
     from allocations.quotas.windows import effective
     from tenants.models import Department
 
+    seeded_on = timezone.now().astimezone(datetime.UTC).date()
     call_command("seed_demo")
     call_command("seed_demo")
     assert QuotaWindow.objects.filter(state=WindowState.APPROVED).count() == 3
@@ -297,8 +298,9 @@ def test_the_demo_seeds_nlps_nightly_raise_and_visions_festival_once() -> None:
     preemptible = PriorityClass.objects.get(name="gpu-preemptible").pk
     assert (limit(nlp, noon, preemptible), limit(nlp, night, preemptible)) == (Decimal(4), nlp.limit + 4)
     festival = QuotaWindow.objects.get(quota=vision)
-    assert festival.begins_at.weekday() == 0 and festival.begins_at > timezone.now()
-    assert festival.begins_at - timezone.now() <= datetime.timedelta(days=7)
+    begins = festival.begins_at.astimezone(datetime.UTC)
+    assert begins.weekday() == 0 and begins.time() == datetime.time(8) and begins > timezone.now()
+    assert 1 <= (begins.date() - seeded_on).days <= 7  # next week's Monday: up to 7 days and 8 hours from a Monday
     assert festival.ends_at is not None
     assert limit(vision, festival.begins_at) == vision.limit + 4 == limit(vision, festival.ends_at) + 4
     assert {w.requested_by for w in QuotaWindow.objects.all()} == {User.objects.get(username="admin")}
@@ -306,3 +308,17 @@ def test_the_demo_seeds_nlps_nightly_raise_and_visions_festival_once() -> None:
                                    department=Department.objects.get(slug="nlp"), now=timezone.now())
     assert [row.label for row in calendar.rows][:2] == ["GPU-equivalents", "GPU-equivalents, gpu-preemptible's share"]
     assert len(calendar.rows[0].steps) >= 13  # up and down each night of the week
+
+
+@pytest.mark.parametrize(("now", "monday"), [
+    ("2026-12-07T00:02:13+00:00", "2026-12-14"),  # a Monday's small hours: next week's, not today's 08:00
+    ("2026-12-07T09:00:00+00:00", "2026-12-14"),
+    ("2026-12-06T23:59:00+00:00", "2026-12-07"),  # a Sunday night: tomorrow
+    ("2026-12-06T23:30:00-01:00", "2026-12-14"),  # already Monday in UTC
+    ("2026-12-09T12:00:00+00:00", "2026-12-14"),
+])
+def test_the_demo_festival_begins_on_the_next_monday_at_eight_utc(now: str, monday: str) -> None:
+    from demo.windows import _next_monday
+
+    begins = _next_monday(datetime.datetime.fromisoformat(now))
+    assert begins == datetime.datetime.fromisoformat(f"{monday}T08:00:00+00:00")
