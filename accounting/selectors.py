@@ -192,11 +192,18 @@ def _readable(user: User, *, department_id: int | None, project_id: int | None, 
     return scope
 
 
+_SCALE = Decimal("0.000001")  # the usage columns' six decimal places
+
+
+def _exact(summed: Decimal | float | None) -> Decimal:
+    """A column's sum with the columns' six places: exact already on PostgreSQL; SQLite (``make run``)
+    sums decimals as floats (``178.7184000000001``), and a sum of six-place values has six places."""
+    return Decimal(summed or 0).quantize(_SCALE)
+
+
 def _totals(item: dict[str, Any]) -> UsageTotals:
-    return UsageTotals(
-        granted=item["granted_sum"] or Decimal(0), measured=item["measured_sum"] or Decimal(0),
-        used=item["used_sum"] or Decimal(0),
-    )  # fmt: skip
+    return UsageTotals(granted=_exact(item["granted_sum"]), measured=_exact(item["measured_sum"]),
+                       used=_exact(item["used_sum"]))
 
 
 def _utc(moment: datetime.datetime) -> datetime.datetime:
