@@ -102,3 +102,15 @@ def test_the_migration_sums_the_hours_already_rolled_into_days(world: World, his
     migration = importlib.import_module("accounting.migrations.0004_usage_days")
     migration.days_from_hours(apps, None)
     assert sorted(UsageDay.objects.values_list("day", "project_id", "flavor_id", "granted", "measured", "used")) == expected
+
+
+@pytest.mark.parametrize(("summed", "exact"), [
+    (Decimal("178.7184000000001"), Decimal("178.718400")),  # SQLite's float sum of six-place values
+    (161.43139999999997, Decimal("161.431400")),
+    (Decimal("67.071570"), Decimal("67.071570")),  # PostgreSQL's: unchanged
+    (None, Decimal("0.000000")),  # nothing summed
+])
+def test_a_sum_of_usage_columns_keeps_their_six_places(summed: Decimal | float | None, exact: Decimal) -> None:
+    from accounting.selectors import _exact
+
+    assert _exact(summed) == exact and _exact(summed).as_tuple().exponent == -6
