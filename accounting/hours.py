@@ -67,6 +67,13 @@ def gpu_hours(gpu_seconds: Decimal) -> Decimal:
     return (gpu_seconds / SECONDS_PER_HOUR).quantize(PLACES, rounding=ROUND_HALF_UP)
 
 
+def hours_summed(total: Decimal | float | None) -> Decimal:
+    """A SQL sum of hours (``PLACES`` each) to ``PLACES``: exact on PostgreSQL already; SQLite
+    (``make run``) sums decimals as floats, a few units in the fifteenth digit off, and those add up
+    where sums of several queries are added (``178.7184000000001``)."""
+    return Decimal(total or 0).quantize(PLACES)
+
+
 def as_decimal(value: float) -> Decimal:
     """A float reading as the decimal it prints as (``0.1`` is 0.1, not 0.1000000000000000055…)."""
     return Decimal(repr(value))

@@ -24,7 +24,7 @@ from django.db.models import F, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth
 from django.http import Http404
 
-from accounting.hours import day_floor
+from accounting.hours import day_floor, hours_summed
 from accounting.models import UsageDay, UsageHour
 from allocations.catalogue.selectors import quota_list
 from allocations.quotas.usage import QuotaSpan, QuotaUsage, quota_spans, quota_usages
@@ -192,18 +192,9 @@ def _readable(user: User, *, department_id: int | None, project_id: int | None, 
     return scope
 
 
-_SCALE = Decimal("0.000001")  # the usage columns' six decimal places
-
-
-def _exact(summed: Decimal | float | None) -> Decimal:
-    """A column's sum with the columns' six places: exact already on PostgreSQL; SQLite (``make run``)
-    sums decimals as floats (``178.7184000000001``), and a sum of six-place values has six places."""
-    return Decimal(summed or 0).quantize(_SCALE)
-
-
 def _totals(item: dict[str, Any]) -> UsageTotals:
-    return UsageTotals(granted=_exact(item["granted_sum"]), measured=_exact(item["measured_sum"]),
-                       used=_exact(item["used_sum"]))
+    return UsageTotals(granted=hours_summed(item["granted_sum"]), measured=hours_summed(item["measured_sum"]),
+                       used=hours_summed(item["used_sum"]))
 
 
 def _utc(moment: datetime.datetime) -> datetime.datetime:

@@ -26,7 +26,7 @@ from django.db.models import Count, Max, Q, Sum
 
 from accounting import conf
 from accounting.charges import Card, Charges, Hour, charges_from_sums, month_bounds, statement_sha256
-from accounting.hours import PLACES
+from accounting.hours import hours_summed
 from accounting.models import LineKind, RateCard, Statement, StatementLine, UsageHour
 from accounting.rolling import usage_hours_roll
 from allocations.catalogue.selectors import reservations_held_between
@@ -83,16 +83,10 @@ def departments_charges(
         key = (row["project__slug"], row["flavor__name"])
         for index, card in enumerate(cards):
             if row[f"n{index}"]:
-                found[(*key, card)] = (_exact(row[f"g{index}"]), _exact(row[f"u{index}"]))
+                found[(*key, card)] = (hours_summed(row[f"g{index}"]), hours_summed(row[f"u{index}"]))
         if row["n"]:
-            found[(*key, None)] = (_exact(row["g"]), _exact(row["u"]))
+            found[(*key, None)] = (hours_summed(row["g"]), hours_summed(row["u"]))
     return {department_id: charges_from_sums(found) for department_id, found in sums.items()}
-
-
-def _exact(total: Decimal | None) -> Decimal:
-    """A sum of hours (6 places each) to 6 places: exact on PostgreSQL already; SQLite sums
-    decimals as floats, a few units in the fifteenth digit off."""
-    return (total or Decimal(0)).quantize(PLACES)
 
 
 def department_hours(*, department_id: int, start: datetime.datetime, end: datetime.datetime) -> list[Hour]:

@@ -111,6 +111,6 @@ def test_the_migration_sums_the_hours_already_rolled_into_days(world: World, his
     (None, Decimal("0.000000")),  # nothing summed
 ])
 def test_a_sum_of_usage_columns_keeps_their_six_places(summed: Decimal | float | None, exact: Decimal) -> None:
-    from accounting.selectors import _exact
+    from accounting.hours import hours_summed
 
-    assert _exact(summed) == exact and _exact(summed).as_tuple().exponent == -6
+    assert hours_summed(summed) == exact and hours_summed(summed).as_tuple().exponent == -6
