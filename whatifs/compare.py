@@ -133,9 +133,9 @@ def _side(outcome: Outcome, binding: Binding) -> tuple[dict[str, Any], dict[str,
 
 
 def booked_ahead(jobs: Sequence[Job]) -> int:
-    """How many requests asked for a later start than their submission. The portal decides such a
-    request at its approval, over its own period, ahead of its start; the twin decides it only from
-    that start (docs/twin.md, "Fidelity", "Not compared"), so a result says how many there were."""
+    """How many requests asked for a later start than their submission: both sides of the twin
+    decide such a request at its submission, over its own period, as the portal approves it ahead
+    of its start (docs/twin.md, "Booking ahead"); a result says how many there were."""
     return sum(1 for job in jobs if job.starts_at is not None and job.starts_at > job.submit_at)
 
 

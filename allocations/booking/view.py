@@ -38,6 +38,7 @@ from placement import Cluster as EngineCluster
 from placement import Gpu as EngineGpu
 from placement import MigSlice, Request
 from placement import Node as EngineNode
+from placement.held import held_gpu, instances_problem
 from placement.mig import MigGeometry, geometry_for_model, mig_layout_starts
 
 GPU_MILLI = 1000
@@ -142,22 +143,19 @@ def _engine_gpu(gpu: GpuRow, use: GpuUse, *, mig_mode_when_empty: bool, node: st
     if not use.milli and not use.slices:
         return _empty_engine_gpu(gpu, mig_mode_when_empty)
     geometry = geometry_for_model(gpu.model, gpu.memory_mib) if gpu.mig_capable else None
-    if use.slices:
-        if geometry is not None and not use.milli and _instances_fit(geometry, use.slices, gpu=gpu, node=node):
-            return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name, tuple(use.slices))
-        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, GPU_MILLI)  # held whole at some instant
-    if mig_mode_when_empty and geometry is not None and not use.milli:
-        return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, 0, geometry.name)
-    return EngineGpu(gpu.index, gpu.model, gpu.memory_mib, min(use.milli, GPU_MILLI))
+    exist = None
+    if geometry is not None and use.slices and not use.milli:
+        exist = _instances_fit(geometry, use.slices, gpu=gpu, node=node)
+    return held_gpu(EngineGpu(gpu.index, gpu.model, gpu.memory_mib), geometry=geometry, milli=use.milli,
+                    slices=use.slices, mig_mode_when_empty=mig_mode_when_empty, instances_exist=exist)
 
 
 def _instances_fit(geometry: MigGeometry, slices: list[MigSlice], *, gpu: GpuRow, node: str) -> bool:
     """Whether the MIG instances booked on the GPU can exist as booked (none of them on a memory
     slice another holds at the same instant, every profile one this GPU knows). Otherwise the
     GPU is shown full, so nothing more is booked there, and the double booking is logged."""
-    try:
-        geometry.held(slices)
-    except (ValueError, KeyError) as problem:
+    problem = instances_problem(geometry, slices)
+    if problem is not None:
         logger.error("MIG instances booked on %s gpu%s cannot exist as booked (%s): the GPU is shown full",
                      node, gpu.index, problem)
         return False

@@ -123,8 +123,8 @@ def emit_result(what_if: dict[str, Any], fmt: str) -> None:
     for line in held_back_lines(what_if):
         click.echo(line)
     if result.get("booked_ahead"):
-        click.echo(f"{result['booked_ahead']} of the requests asked for a later start than their submission: replayed "
-                   f"from that start (the portal decides them at approval, ahead of it)")
+        click.echo(f"{result['booked_ahead']} of the requests asked for a later start than their submission: decided "
+                   f"at their submission, over the period they asked for (as the portal approves them ahead)")
     if result.get("not_replayed"):
         click.echo(f"not replayed (run before the replay had windows and idle policies): {', '.join(result['not_replayed'])}")
 

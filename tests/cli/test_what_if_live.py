@@ -49,5 +49,5 @@ def test_a_workload_file_with_a_request_booked_ahead_says_so(portal: Portal, cli
     result = cli("what-if", "--raise-limit", "nlp=4", "--workload", str(workload))
     assert result.exit_code == 0, result.stderr
     assert "what-if #" in result.stdout and ": 3 requests on " in result.stdout
-    assert "1 of the requests asked for a later start than their submission: replayed from that start (the portal " \
-        "decides them at approval, ahead of it)" in result.stdout.splitlines()
+    assert "1 of the requests asked for a later start than their submission: decided at their submission, over the " \
+        "period they asked for (as the portal approves them ahead)" in result.stdout.splitlines()

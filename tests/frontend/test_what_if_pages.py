@@ -63,7 +63,7 @@ def test_the_page_says_how_many_requests_were_booked_ahead(world: World) -> None
     shown = client_of(world, "nlp_admin").get(f"/what-ifs/{made.pk}/").content.decode()
     said = re.search(r'<p id="what-if-booked-ahead">(.*?)</p>', shown, re.S)
     assert said is not None and said.group(1).startswith("1 of the requests asked for a later start than their "
-                                                         "submission: both sides replay them from that start")
+                                                         "submission: both sides decide them at their submission")
 
 
 def test_a_refused_change_is_shown_on_the_form_and_members_get_403(world: World) -> None:

@@ -200,7 +200,7 @@ BOOKED_AHEAD = [
 its own submission's instant: not ahead)."""
 
 
-def test_the_result_counts_the_requests_booked_ahead_which_both_sides_replay_from_their_start(world: World) -> None:
+def test_the_result_counts_the_requests_booked_ahead_which_both_sides_decide_at_their_submission(world: World) -> None:
     made = ask(world, "nlp_admin", history_days=None, workload="\n".join(json.dumps(line) for line in BOOKED_AHEAD))
     run = what_if_run(what_if_id=made.pk)
     assert run is not None and run.state == WhatIfState.DONE, run.error if run else None

@@ -33,8 +33,9 @@ from allocations.quotas import algebra, victims
 from allocations.quotas.stepped import unstepped
 from placement import Node
 from twin.policy import Policy
-from twin.replay.engine import Outcome, Replay, _Entry
+from twin.replay.engine import Outcome, Replay
 from twin.replay.modes import PassMemo, per_unit
+from twin.replay.records import Entry
 from twin.replay.world import ROOT
 from twin.workload import Job
 
@@ -102,7 +103,7 @@ class BindingReplay(Replay):
             self._base[(index, None)] = (department.guarantee, department.limit)
             self._base |= {(index, flavors[q.flavor]): (q.guarantee, q.limit) for q in department.flavor_quotas}
 
-    def _try(self, entry: _Entry, memo: PassMemo) -> bool:
+    def _try(self, entry: Entry, memo: PassMemo) -> bool:
         started = super()._try(entry, memo)
         if not started:
             self._verdicts[self._bucket_of(entry.job)] = (self.world.version, self.verdict(entry.job))

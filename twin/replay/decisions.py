@@ -10,15 +10,18 @@ why), each run that ends (``end``) and each reclaimed grant leaving at the end o
 
 A request (a *piece*: a workload line, or the units of it a reclaim sent back) waits in the
 replay's queue; each try is a request made and decided at that instant (the portal's services are
-asked so: ``tests/twin/fidelity``). Victims of equal priority rank by the order they were admitted
-(newest first), as admission ranks them by allocation id. At one instant: ends, leaves and tries
+asked so: ``tests/twin/fidelity``), except one booked ahead, made once at its submission and
+decided again at each try. Victims of equal priority rank by the order they were made (newest
+first), as admission ranks them by allocation id: a request booked ahead at its submission, any
+other at the try that admitted it. At one instant: ends, leaves and tries
 in the replay's own order (``engine``: ends, then leaves, then arrivals, then one pass of the
 queue).
 
 The placement engine is fed the portal's workload (``placement.Workload.from_unit_weights``, as
 ``allocations.booking.reservations.placement_workload`` counts it): each flavor of the catalogue
 once, each unit admitted and not ended (holding, or booked and waiting for its victims), the units
-of the request tried (pending) and once more its flavor, with a fresh policy for each try, as each
+of the request tried (pending), of those booked ahead and still pending until their period ends
+(the portal's expire then), and once more the tried request's flavor, with a fresh policy for each try, as each
 approval builds one.
 
 Where the plain replay simplifies, this one also takes the portal's rules (each method says which):
@@ -35,12 +38,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
 
-from allocations.quotas import algebra, victims
+from allocations.quotas import algebra
 from allocations.quotas.shrinking import shrink_scope
 from placement import Node, Placement, Workload, default_policy
 from twin.policy import Policy
+from twin.replay.engine import EXPIRED, Replay
 from twin.replay.engine import LEAVE as LEAVE_EVENT
-from twin.replay.engine import Replay, _Entry, _Promise, _unpack
 from twin.replay.log import (
     BEGIN,
     END,
@@ -63,8 +66,9 @@ from twin.replay.log import (
     units_of,
 )
 from twin.replay.mig_overlay import GpuKey
-from twin.replay.modes import PassMemo, Reclaim, Start, admit, per_unit, picture_of
+from twin.replay.modes import PassMemo, Reclaim, Start, refusal_reason
 from twin.replay.overlay import Overlay
+from twin.replay.records import Entry, Promise, unpack
 from twin.replay.state import Holding
 from twin.workload import Job
 
@@ -83,7 +87,10 @@ class DecidingReplay(Overlay, Replay):
         self._made = sorted(range(len(self.jobs)), key=lambda k: (self.jobs[k].submit_at, self.jobs[k].line))
         self._next_made = 0
         self._open: dict[int, Job] = {}  # requests admitted and not ended (holding, or waiting for victims)
-        self._admitted: dict[int, int] = {}  # piece -> the order it was admitted in
+        # piece -> its rank among the requests made (the portal's allocation ids): a request
+        # booked ahead is made at its submission, any other at the try that admits it
+        self._admitted: dict[int, int] = {}
+        self._made_count = 0
         self._catalogue = {unit_key(shape): 1.0 for shape in policy.flavors.values()}
         self._in_promise = False
         self._idle_ending = False
@@ -115,7 +122,11 @@ class DecidingReplay(Overlay, Replay):
         piece = len(self._kept) + 1
         self._kept.append(job)
         self.pieces[id(job)] = piece
-        self.log.append(Decision(self.now, SUBMIT, piece, job.line, job.quantity))
+        ahead = job.starts_at if self._asks_ahead(job) and job.starts_at is not None and job.starts_at > self.now else None
+        self.log.append(Decision(self.now, SUBMIT, piece, job.line, job.quantity, ahead=ahead))
+        if ahead is not None:
+            self._made_count += 1
+            self._admitted[piece] = self._made_count
         return piece
 
     def _submit_until(self) -> None:
@@ -156,7 +167,7 @@ class DecidingReplay(Overlay, Replay):
 
     def _leave(self, packed: int) -> None:
         self._submit_until()
-        promise_id, gid, units = _unpack(packed)
+        promise_id, gid, units = unpack(packed)
         holding = self.world.holdings.get(gid)
         if holding is not None and holding.leaving:
             piece = self._piece(holding.job)
@@ -229,45 +240,80 @@ class DecidingReplay(Overlay, Replay):
         self.log.append(Decision(self.now, RANK, 0, 0, order=fair_share_order(self.world.fair_share, self.world.index)))
 
     # ---------------------------------------------------------------- decisions
-    def _try(self, entry: _Entry, memo: PassMemo) -> bool:
+    def _try(self, entry: Entry, memo: PassMemo) -> bool:
         self._feed_workload(entry.job)
         self._overlay_rebuild()
-        outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
         job, piece = entry.job, self._piece(entry.job)
+        begin = self._period_start(job)
+        outcome = self._decide(entry, memo)
+        if outcome is EXPIRED:
+            return True
         periods = self.world.periods
-        if periods is not None and periods.crosses(self.now, self.now + job.requested_s):
+        start = self.now if begin is None else begin
+        if periods is not None and periods.crosses(start, start + job.requested_s):
             self.crossing.add((self.now, piece))
         if outcome is None:
             if not memo.skipped:  # one the pass had no victim search left for was not tried: nothing decided
-                self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job)))
+                self.log.append(Decision(self.now, REFUSED, piece, job.line, reason=self._why(job, begin), ahead=begin))
             return False
         self._open[piece] = job
-        self._admitted[piece] = len(self._admitted) + 1
+        if piece not in self._admitted:
+            self._made_count += 1
+            self._admitted[piece] = self._made_count
         if isinstance(outcome, Start):
-            self.log.append(Decision(self.now, START, piece, job.line, units=units_of(outcome.units, job.shape)))
-            self._start(entry, outcome)
+            self.log.append(Decision(self.now, START, piece, job.line, units=units_of(outcome.units, job.shape),
+                                     ahead=begin))
+            self._started(entry, outcome)
         else:
+            assert isinstance(outcome, Reclaim)
             self._reclaim(entry, outcome)
         return True
 
-    def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
-        victims = tuple((self._piece(self.world.holdings[v.allocation_id].job), v.units) for v in reclaim.victims)
+    def _reclaim(self, entry: Entry, reclaim: Reclaim) -> None:
+        world = self.world
+        victims = tuple((self._piece(world.job_of(v.allocation_id)), v.units) for v in reclaim.victims)
+        begin = self._period_start(entry.job)
+        newest = max(self.promises, default=0)
         super()._reclaim(entry, reclaim)
-        promise_id = max(self.promises)  # the newest: promise ids only grow
-        promise = self.promises[promise_id]
-        units = units_of(promise.start.units, entry.job.shape) if promise.start is not None else ()
-        self.log.append(Decision(self.now, RECLAIM, self._piece(entry.job), entry.job.line, units=units,
-                                 victims=victims))
-        if promise.start is not None:
+        self.log.append(Decision(self.now, RECLAIM, self._piece(entry.job), entry.job.line,
+                                 units=units_of(self.booked, entry.job.shape), victims=victims, ahead=begin))
+        made = max(self.promises, default=0)
+        if made <= newest:
+            return  # no victim runs out a notice: every one was approved ahead and is gone already
+        promise = self.promises[made]
+        if promise.entry is entry and promise.start is not None:
             self._promise_counts(entry, reclaim.per_unit, +1)
             self.world.promised_on[-self._piece(entry.job)] = (promise.start.pool, [u.node for u in promise.start.units])
-        self._leave_at_once(promise_id)
+        self._leave_at_once(made)
+
+    def _take_scheduled(self, victim: algebra.Victim) -> None:
+        """A grant approved ahead taken at once: the units it keeps stay admitted."""
+        holding = self.world.scheduled[victim.allocation_id]
+        piece = self._piece(holding.job)
+        if victim.units >= len(holding.units):
+            self._open.pop(piece, None)
+        else:
+            self._open[piece] = _with_quantity(holding.job, len(holding.units) - victim.units)
+        super()._take_scheduled(victim)
+
+    def _schedule(self, entry: Entry, start: Start, begin: float) -> None:
+        super()._schedule(entry, start, begin)
+        self.world.scheduled[max(self.world.scheduled)].age = self._admitted[self._piece(entry.job)]
+
+    def _begin(self, gid: int) -> None:
+        """A grant approved ahead begins (``begin``)."""
+        self._submit_until()
+        self._in_promise = True
+        try:
+            super()._begin(gid)
+        finally:
+            self._in_promise = False
 
     def _leave_at_once(self, promise_id: int) -> None:
         """A victim without notice leaves within the decision, as the portal's approval reclaims
         it at once, before anything else is tried: the rest of the pass may use what it frees."""
         now = [event for event in self.events
-               if event[0] == self.now and event[1] == LEAVE_EVENT and _unpack(event[3])[0] == promise_id]
+               if event[0] == self.now and event[1] == LEAVE_EVENT and unpack(event[3])[0] == promise_id]
         if not now:
             return
         self.memo.forget()
@@ -276,7 +322,7 @@ class DecidingReplay(Overlay, Replay):
         for event in sorted(now):
             self._leave(event[3])
 
-    def _promise_counts(self, entry: _Entry, unit: Decimal, sign: int) -> None:
+    def _promise_counts(self, entry: Entry, unit: Decimal, sign: int) -> None:
         """A request booked where its victims were counts for quota from the reclaim on, as the
         portal's scheduled grant does (next to the victims, until their notice ends), and is never
         taken itself (``planning.reclaim_beneficiaries``); room on one node finds its units on
@@ -322,7 +368,7 @@ class DecidingReplay(Overlay, Replay):
     def _grants(self) -> list[algebra.Grant]:
         return [*self._world_grants(), *self._promised.values()]
 
-    def _start(self, entry: _Entry, start: Start, *, since: float | None = None) -> None:
+    def _start(self, entry: Entry, start: Start, *, since: float | None = None) -> None:
         if self._piece(entry.job) in self._promised:
             self._promise_counts(entry, start.per_unit, -1)
         super()._start(entry, start, since=since)
@@ -332,11 +378,13 @@ class DecidingReplay(Overlay, Replay):
             self.log.append(Decision(self.now, BEGIN, self._piece(entry.job), entry.job.line))
         self._idle_note(entry.job, min(self.now + entry.job.runtime_s, holding.asked_end))
 
-    def _promise_since(self, promise: _Promise) -> float | None:
+    def _promise_since(self, promise: Promise) -> float | None:
         """A reclaim's beneficiary's period began when the reclaim was decided (the portal's
-        scheduled grant keeps the interval it was asked for): a run that its victims' notice pushed
-        past its period's end ends there, as the portal's grant expires."""
-        return promise.decided
+        scheduled grant keeps the interval it was asked for; booked ahead, from its start, already
+        past): a run that its victims' notice pushed past its period's end ends there, as the
+        portal's grant expires."""
+        begin = self._period_start(promise.entry.job) if promise.entry is not None else None
+        return promise.decided if begin is None else begin
 
     def _idle_note(self, job: Job, ends: float) -> None:
         """The ladder's moves on a grant that starts now, as the replay reckons them at its start
@@ -350,27 +398,23 @@ class DecidingReplay(Overlay, Replay):
         if times.acts_at is not None:
             self._idle_log.append(Decision(times.acts_at, IDLE_ACT, piece, job.line, reason=times.rule.name))
 
-    def _why(self, job: Job) -> str:
-        """Why a request that cannot start now waits, as admission words its refusal: ``quota``
-        when the quota checks fail over its period and (with reclaims) nothing it may take frees
-        enough quota, else ``capacity`` (``allocations.admission.planning._taking``)."""
-        if not self.mode.quotas:
-            return "capacity"
+    def _why(self, job: Job, begin: float | None = None) -> str:
+        """Why a request that cannot start now waits (``modes.refusal_reason``), over its period
+        (from ``begin``, booked ahead; on its own picture where its decision was)."""
         world = self.world
-        ask = world.ask(job, per_unit(self.mode, job) * job.quantity)
-        weighed = world.weigh(job, ask)
-        if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
-            return "capacity"
-        if self.mode.reclaims:
-            picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
-            if victims.plan(picture.tree, picture.grants(), picture.ask).admitted:
-                return "capacity"
-        return "quota"
+        world.period_start, world.picturing = begin, self._picture is not None
+        try:
+            return refusal_reason(self.mode, world, job)
+        finally:
+            world.period_start, world.picturing = None, False
 
     def _feed_workload(self, job: Job) -> None:
         """A fresh placement policy on the portal's workload for this try (see the docstring)."""
         weights = dict(self._catalogue)
-        for open_job in self._open.values():
+        pending = [waiting for waiting in self._ahead.values()  # booked ahead, made, not yet admitted
+                   if waiting is not job and waiting.starts_at is not None
+                   and waiting.starts_at + waiting.requested_s > self.now]
+        for open_job in [*self._open.values(), *pending]:
             key = unit_key(open_job.shape)
             weights[key] = weights.get(key, 0.0) + open_job.quantity
         key = unit_key(job.shape)

@@ -22,87 +22,43 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from allocations.fair_share.queue import factor_of, queue_key
 from allocations.quotas import algebra
-from placement import Node
+from placement import Node, Placement
 from twin.policy import Policy
+from twin.replay.ahead import Cut, meets
 from twin.replay.modes import MODES, PassMemo, Reclaim, Start, admit
 from twin.replay.periods import Periods
+from twin.replay.picturing import admit_on_picture, period_pictures
+from twin.replay.records import Entry, JobRecord, Outcome, Promise, Run, bucket_key, pack, unpack
 from twin.replay.rules import FairShareClock, IdleWatch, window_steps
 from twin.replay.state import Holding, Pools, partition, workload_of
 from twin.replay.world import World
 from twin.workload import Job
 
-END, LEAVE, IDLE, WINDOW, NOTICE, ARRIVE = 0, 1, 2, 3, 4, 5  # at one instant: what frees first, quota edges, then arrivals
+END, LEAVE, IDLE, WINDOW, NOTICE, ARRIVE, BEGIN = 0, 1, 2, 3, 4, 5, 6  # at one instant: what frees first, quota edges,
+# then arrivals, then grants approved ahead beginning
 
 
-@dataclass
-class JobRecord:
-    job: Job
-    department: int
-    in_guarantee: bool = False
-    first_start: float | None = None
-    finish: float | None = None
-    restarts: int = 0
-
-
-@dataclass(frozen=True)
-class Run:
-    """A unit-set of a grant held from ``start`` to ``end``: ``held`` GPU-equivalents booked,
-    ``native`` those its request asks; ``lost``: ended by a reclaim."""
-
-    record: int
-    department: int
-    start: float
-    end: float
-    held: float
-    native: float
-    busy: float
-    lost: bool = False
-
-
-@dataclass
-class Outcome:
-    policy: str
-    records: list[JobRecord]
-    runs: list[Run]
-    horizon: float
-    stop: float
-    installed: int
-    reclaims: int = 0
-    events: int = 0
-    wall_s: float = 0.0
-    departments: tuple[str, ...] = ()
-    guarantees: tuple[float, ...] = ()
-    notice_s: float = 0.0
-    idle_warnings: int = 0  # grants an idle policy warned
-    idle_reclaims: int = 0  # grants an idle policy reclaimed (ended after their notice)
-    window_edges: int = 0  # changes of a department's effective quota replayed
-    shrink_reclaims: int = 0  # grants a window's lower limit took back (shrink policy ``reclaim``)
-
-
-@dataclass(order=True)
-class _Entry:
-    key: tuple[float, ...]
-    record: int = field(compare=False)
-    job: Job = field(compare=False)
-
-
-@dataclass
-class _Promise:
-    entry: _Entry | None  # None: a window's shrink took the victims back, for nobody
-    left: int  # victims still running out their notice
-    start: Start | None  # its units, booked where the victims' units were
-    decided: float = 0.0  # when the reclaim was decided
+EXPIRED = object()  # a request's period ended while it waited (``Replay._decide``)
 
 
 class Replay:
     def __init__(self, jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *,
                  horizon: float | None = None, drain_s: float = 86400.0) -> None:
         self.mode = MODES[mode]
+        # Booking ahead (the portal's policies): a request that asks a later start is decided at
+        # its submission over its own period (``twin.replay.ahead``); the baselines know no
+        # booking ahead: such a request arrives at its start.
+        self.books_ahead = self.mode.quotas
+        self.nodes = list(nodes)
+        self._ahead: dict[int, Job] = {}  # id -> a request waiting to be decided over its own later period
+        self._scheduled: dict[int, tuple[Entry, Start]] = {}  # a grant approved ahead -> its request, units
+        self._picture: Callable[[Cut], Pools] | None = None  # the last decision's picture (``_on_picture``)
+        self.booked: list[Placement] = []  # the units the last reclaim booked for its request
         policy.check_jobs(list(jobs))
         workload = workload_of(jobs, whole=self.mode.whole)
         groups = partition(nodes, [float(d.guarantee) for d in policy.departments]) if self.mode.partitioned else [
@@ -117,9 +73,9 @@ class Replay:
         self.records = [JobRecord(job, self.world.department(job)) for job in self.jobs]
         self.runs: list[Run] = []
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, payload)
-        self.buckets: dict[tuple[object, ...], list[_Entry]] = {}
+        self.buckets: dict[tuple[object, ...], list[Entry]] = {}
         self.memo = PassMemo()  # the pass under way's (``_pass``)
-        self.promises: dict[int, _Promise] = {}
+        self.promises: dict[int, Promise] = {}
         self.reclaims = 0
         self._seq = 0
         self.now = 0.0
@@ -145,13 +101,18 @@ class Replay:
         priority = -self.world.priority_class(job).value if self.mode.by_priority else 0
         return (priority, job.eligible_at, job.line)
 
+    def _asks_ahead(self, job: Job) -> bool:
+        return self.books_ahead and job.starts_at is not None and job.starts_at > job.submit_at
+
     def _enqueue(self, record: int, job: Job) -> None:
+        if self._asks_ahead(job) and job.starts_at is not None and job.starts_at > self.now:
+            self._ahead[id(job)] = job  # decided over its own period, from its start
         self.world.waiting[self.world.department(job)] += job.milli / 1000
-        heapq.heappush(self.buckets.setdefault(self._bucket_of(job), []), _Entry(self._key(job), record, job))
+        heapq.heappush(self.buckets.setdefault(self._bucket_of(job), []), Entry(self._key(job), record, job))
 
     def run(self) -> Outcome:
         for index, job in enumerate(self.jobs):
-            self._push(job.eligible_at, ARRIVE, index)
+            self._push(job.submit_at if self._asks_ahead(job) else job.eligible_at, ARRIVE, index)
         for index, step in enumerate(self.steps):
             self._window(index) if step.at <= 0 else self._push(step.at, WINDOW, index)
         count, began = 0, time.perf_counter()
@@ -168,6 +129,8 @@ class Replay:
                     fresh.add(self._arrive(payload))
                 elif kind == NOTICE:
                     self._idle_notice(payload)
+                elif kind == BEGIN:
+                    self._begin(payload)
                 else:
                     freed = True
                     (self._end, self._leave, self._idle_end, self._window)[kind](payload)
@@ -208,10 +171,12 @@ class Replay:
 
     def _bucket_of(self, job: Job) -> tuple[object, ...]:
         """The FIFO bucket a request waits in; weighed over their periods (with windows), requests
-        that ask different periods are not identical, nor (with flavors' quotas) two flavors."""
-        return _bucket(job, period=self.world.periods is not None, flavor=self.world.flavored)
+        that ask different periods are not identical, nor (with flavors' quotas) two flavors, nor
+        two booked ahead for different starts."""
+        return bucket_key(job, period=self.world.periods is not None, flavor=self.world.flavored,
+                          ahead=self._asks_ahead(job))
 
-    def _order(self, entry: _Entry) -> tuple[float, ...]:
+    def _order(self, entry: Entry) -> tuple[float, ...]:
         """A bucket head's place in a pass: priority, then (with fair share) its department's
         factor, the least served first, then submission."""
         if self.fair is None:
@@ -220,17 +185,86 @@ class Replay:
         factor = factor_of(self.world.fair_share, self.world.department(entry.job))
         return queue_key(priority=-int(priority), factor=factor, submitted=submitted, tiebreak=int(line))
 
-    def _try(self, entry: _Entry, memo: PassMemo) -> bool:
-        outcome = admit(self.mode, self.world, entry.job, memo, self.reclaim_depth)
-        if outcome is None:
+    def _try(self, entry: Entry, memo: PassMemo) -> bool:
+        decided = self._decide(entry, memo)
+        if decided is None:
             return False
-        if isinstance(outcome, Start):
-            self._start(entry, outcome)
+        if decided is EXPIRED:
+            return True
+        if isinstance(decided, Start):
+            self._started(entry, decided)
         else:
-            self._reclaim(entry, outcome)
+            assert isinstance(decided, Reclaim)
+            self._reclaim(entry, decided)
         return True
 
-    def _start(self, entry: _Entry, start: Start, *, since: float | None = None) -> None:
+    def _period_start(self, job: Job) -> float | None:
+        """When the request's period begins where it asked a later start and is decided over its
+        own period (``_ahead``); None: now."""
+        return job.starts_at if id(job) in self._ahead else None
+
+    def _decide(self, entry: Entry, memo: PassMemo) -> Start | Reclaim | None | object:
+        """The request's decision (``modes.admit``) over its period, on a picture of its own where
+        it lies ahead or meets a grant approved ahead (``_on_picture``); ``EXPIRED``: its period
+        ended while it waited (the portal's pending request expires), it is not tried again."""
+        job, world = entry.job, self.world
+        start = self._period_start(job)
+        if start is not None and start + job.requested_s <= self.now:
+            world.waiting[world.department(job)] -= job.milli / 1000
+            del self._ahead[id(job)]
+            return EXPIRED
+        self._picture = None
+        world.period_start = start
+        try:
+            begin = self.now if start is None else start
+            interval = (begin, begin + job.requested_s)
+            if begin > self.now or any(meets((h.since, h.asked_end), interval) for h in world.scheduled.values()):
+                return self._on_picture(job, memo, interval)
+            return admit(self.mode, world, job, memo, self.reclaim_depth)
+        finally:
+            world.period_start = None
+
+    def _on_picture(self, job: Job, memo: PassMemo, interval: tuple[float, float]) -> Start | Reclaim | None:
+        """The decision on the picture of the request's period (``picturing.admit_on_picture``),
+        kept (``_picture``) for the units a reclaim books."""
+        self._picture = period_pictures(self.world, list(self.promises.values()), self.nodes, interval)
+        return admit_on_picture(self.mode, self.world, job, memo, self.reclaim_depth, self._picture)
+
+    def _started(self, entry: Entry, start: Start) -> None:
+        """A request admitted without victims starts now (decided on a picture: booked on the pools
+        of now then), or, decided ahead, is scheduled to begin at its start."""
+        begin = self._period_start(entry.job)
+        if begin is not None and begin > self.now:
+            self._schedule(entry, start, begin)
+            return
+        self._ahead.pop(id(entry.job), None)
+        if self._picture is not None:
+            self.world.pools.apply(start.pool, start.units)
+        self._start(entry, start, since=begin)
+
+    def _schedule(self, entry: Entry, start: Start, begin: float) -> None:
+        """A grant approved ahead: it holds its units and counts for quota over its period only."""
+        job, world = entry.job, self.world
+        world.waiting[world.department(job)] -= job.milli / 1000
+        del self._ahead[id(job)]
+        holding = Holding(world.new_gid(), job, world.department(job), world.priority_class(job).value, start.per_unit,
+                          list(start.units), start.pool, begin, record=entry.record, since=job.starts_at or begin)
+        holding.asked_end = holding.since + job.requested_s
+        world.schedule(holding)
+        self._scheduled[holding.gid] = (entry, start)
+        self._push(begin, BEGIN, holding.gid)
+
+    def _begin(self, gid: int) -> None:
+        """A grant approved ahead begins: its units are booked on the pools of now."""
+        if gid not in self.world.scheduled:
+            return  # a reclaim took it before it began
+        holding = self.world.unschedule(gid)
+        entry, start = self._scheduled.pop(gid)
+        self.world.pools.apply(start.pool, holding.units)
+        self.world.waiting[self.world.department(entry.job)] += entry.job.milli / 1000  # ``_start`` counts it off
+        self._start(entry, Start(holding.units, start.per_unit, start.pool), since=holding.since)
+
+    def _start(self, entry: Entry, start: Start, *, since: float | None = None) -> None:
         """Start the request's run now; its period began at ``since`` (default: now) and ends
         ``requested_s`` later, where its run ends at the latest (the portal's grant expires)."""
         self.world.waiting[self.world.department(entry.job)] -= entry.job.milli / 1000
@@ -299,25 +333,65 @@ class Replay:
         for department, class_id, flavor in sorted(self.shrinks_pending, key=lambda key: (key[0], key[2] or 0, key[1] or 0)):
             self._shrink(department, class_id, flavor)
 
-    def _reclaim(self, entry: _Entry, reclaim: Reclaim) -> None:
+    def _reclaim(self, entry: Entry, reclaim: Reclaim) -> None:
         """Mark the victims' units leaving (they leave the GPUs now), book the request there, and
-        start it once the last victim's notice ends."""
+        start it once the last victim's notice ends. Decided on a picture (``_on_picture``), the
+        request is booked on the picture without its victims; a victim approved ahead is taken at
+        once (it runs nowhere yet). Decided ahead, the running victims' units stay on their GPUs
+        until they leave and the request begins at its start or, if later, once they have left."""
         self.reclaims += 1
-        leaving = [(self.world.mark_leaving(victim), victim.units) for victim in reclaim.victims]
-        units = self.world.pools.place_all(reclaim.pool, reclaim.request, entry.job.quantity)
+        world, job = self.world, entry.job
+        begin = self._period_start(job)
+        ahead = begin is not None and begin > self.now
+        units: list[Placement] | None = None
+        if self._picture is not None:
+            cut = frozenset((victim.allocation_id, victim.units) for victim in reclaim.victims)
+            units = self._picture(cut).place_all(0, reclaim.request, job.quantity)
+        running = [victim for victim in reclaim.victims if victim.allocation_id not in world.scheduled]
+        for victim in reclaim.victims:
+            if victim.allocation_id in world.scheduled:
+                self._take_scheduled(victim)
+        leaving = [(world.mark_leaving(victim, parked=ahead), victim.units) for victim in running]
+        if self._picture is None:
+            units = world.pools.place_all(reclaim.pool, reclaim.request, job.quantity)
+        self.booked = units or []
         start = Start(units, reclaim.per_unit, reclaim.pool) if units is not None else None
-        self._take(entry, leaving, start)
+        if ahead and start is not None:
+            assert begin is not None
+            deadline = max((self.now + world.priority_class(h.job).notice_s for h, _ in leaving), default=begin)
+            if leaving:
+                self._take(None, leaving, None)  # they run out their notice for nobody booked now
+            self._schedule(entry, start, max(begin, deadline))
+        elif not leaving and start is not None:  # its victims, approved ahead, are gone already
+            self._started(entry, start)
+        else:
+            if self._picture is not None and start is not None:
+                world.pools.apply(start.pool, start.units)
+            self._take(entry, leaving, start)
 
-    def _take(self, entry: _Entry | None, leaving: list[tuple[Holding, int]], start: Start | None) -> None:
+    def _take_scheduled(self, victim: algebra.Victim) -> None:
+        """A reclaim takes units of a grant approved ahead, at once: its request is made again for
+        them (decided ahead again while its start lies ahead)."""
+        holding = self.world.scheduled[victim.allocation_id]
+        taken = holding.units[len(holding.units) - victim.units:]
+        if victim.units >= len(holding.units):
+            self.world.unschedule(holding.gid)
+            del self._scheduled[holding.gid]
+        else:
+            del holding.units[len(holding.units) - victim.units:]
+            self.world._version += 1
+        self._enqueue(holding.record, replace(holding.job, quantity=len(taken)))
+
+    def _take(self, entry: Entry | None, leaving: list[tuple[Holding, int]], start: Start | None) -> None:
         """The victims run out their notice (each its class's) for ``entry`` (None: for nobody)."""
         promise_id = self._seq + 1
-        self.promises[promise_id] = _Promise(entry, len(leaving), start, self.now)
+        self.promises[promise_id] = Promise(entry, len(leaving), start, self.now)
         for holding, count in leaving:
             notice = self.world.priority_class(holding.job).notice_s
             self._seq += 1
-            heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, _pack(promise_id, holding.gid, count)))
+            heapq.heappush(self.events, (self.now + notice, LEAVE, self._seq, pack(promise_id, holding.gid, count)))
 
-    def _promise_since(self, promise: _Promise) -> float | None:
+    def _promise_since(self, promise: Promise) -> float | None:
         """When a reclaim's beneficiary's period begins: at its start (None) in the plain replay,
         so that its run never outlasts its period."""
         return None
@@ -331,7 +405,7 @@ class Replay:
         self.world.give_back(holding, len(holding.units))
 
     def _leave(self, packed: int) -> None:
-        promise_id, gid, units = _unpack(packed)
+        promise_id, gid, units = unpack(packed)
         holding = self.world.holdings.get(gid)
         if holding is not None and holding.leaving:
             units = min(units, holding.leaving)
@@ -361,28 +435,6 @@ class Replay:
         self.now = self.stop
         for holding in list(self.world.holdings.values()):
             self._record_run(holding, len(holding.units), lost=False)
-
-
-def _bucket(job: Job, *, period: bool = False, flavor: bool = False) -> tuple[object, ...]:
-    """``flavor``: flavors' quotas weigh: requests of two flavors of one shape are not identical."""
-    key: tuple[object, ...] = (job.department, job.priority_class, job.shape, job.quantity)
-    if period:
-        key += (job.requested_s,)
-    return key + (job.flavor,) if flavor else key
-
-
-_UNITS = 1 << 20
-_GRANTS = 1 << 40
-
-
-def _pack(promise: int, gid: int, units: int) -> int:
-    return (promise * _GRANTS + gid) * _UNITS + units
-
-
-def _unpack(packed: int) -> tuple[int, int, int]:
-    rest, units = divmod(packed, _UNITS)
-    promise, gid = divmod(rest, _GRANTS)
-    return promise, gid, units
 
 
 def replay(jobs: Sequence[Job], nodes: Sequence[Node], policy: Policy, mode: str, *, horizon: float | None = None,

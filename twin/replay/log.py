@@ -48,7 +48,9 @@ class Decision:
     (for ``shrink``, the department and the numbers its pending reclaim was met against);
     ``share``: for those, the priority class whose share of the quota it is (None: the quota
     itself); ``flavor``: for those, the flavor whose quota of the department's it is (None: the
-    department's own)."""
+    department's own); ``ahead``: for ``submit``, ``start``, ``reclaim`` and ``refused`` of a
+    request booked ahead, the start of the period it is decided over (its ``starts_at``), the
+    same request asked again at each try."""
 
     at: float
     kind: str
@@ -62,9 +64,11 @@ class Decision:
     quota: tuple[str, Decimal, Decimal] | None = None
     share: str | None = None
     flavor: str | None = None
+    ahead: float | None = None
 
-    def __repr__(self) -> str:  # as the dataclass writes it; ``share`` and ``flavor`` only where set (the pinned digests)
-        shown = [f for f in dataclasses.fields(self) if f.name not in ("share", "flavor") or getattr(self, f.name) is not None]
+    def __repr__(self) -> str:  # as the dataclass writes it; the optional fields only where set (the pinned digests)
+        shown = [f for f in dataclasses.fields(self)
+                 if f.name not in ("share", "flavor", "ahead") or getattr(self, f.name) is not None]
         return f"Decision({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
 
 

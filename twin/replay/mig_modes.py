@@ -43,6 +43,12 @@ class MigModes:
                 if gpu.mig_geometry is not None:
                     self.geometry[(row, cluster._slot[row][gpu.index])] = gpu.mig_geometry
 
+    def alike(self, cluster: Cluster) -> MigModes:
+        """The same GPUs' geometries on ``cluster``, a copy of this one's cluster (its slots)."""
+        other = MigModes.__new__(MigModes)
+        other.cluster, other.geometry = cluster, self.geometry
+        return other
+
     def __bool__(self) -> bool:
         return bool(self.geometry)
 

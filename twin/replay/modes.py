@@ -162,6 +162,23 @@ def admit(mode: Mode, world: World, job: Job, memo: PassMemo, reclaim_depth: int
     return Reclaim(chosen, request, unit, pool)
 
 
+def refusal_reason(mode: Mode, world: World, job: Job) -> str:
+    """Why a request that cannot start waits, as admission words its refusal: ``quota`` when the
+    quota checks fail over its period and (with reclaims) nothing it may take frees enough quota,
+    else ``capacity`` (``allocations.admission.planning._taking``)."""
+    if not mode.quotas:
+        return "capacity"
+    ask = world.ask(job, per_unit(mode, job) * job.quantity)
+    weighed = world.weigh(job, ask)
+    if weighed.quota_fits() if weighed is not None else world.quota_fits(ask):
+        return "capacity"
+    if mode.reclaims:
+        picture = picture_of(world, ask, weighed or world.weigh(job, ask, victims=True))
+        if victims.plan(picture.tree, picture.grants(), picture.ask).admitted:
+            return "capacity"
+    return "quota"
+
+
 def _victims(world: World, picture: Picture, pool: int, request: Request, quantity: int, *,
              quota_ok: bool) -> tuple[algebra.Victim, ...] | None:
     """The portal's victim choice for the request, or None if nothing it may take lets it in."""
@@ -199,6 +216,7 @@ def _node_plan(world: World, picture: Picture, pool: int, request: Request,
         return None  # ``node_room_plan``'s own first answer, before the nodes are listed for it
     units_on = {h.gid: [unit.node for unit in h.units] for h in world.holdings.values() if h.pool == pool}
     units_on.update({gid: nodes for gid, (where, nodes) in world.promised_on.items() if where == pool})
+    units_on.update({h.gid: [unit.node for unit in h.units] for h in world.scheduled.values() if h.pool == pool})
     view = world.cut_view(pool)
     try:
         plan = node_room_plan(picture.tree, picture.grants(), picture.ask, units_on=units_on,
@@ -233,7 +251,8 @@ def _grants_plan(world: World, picture: Picture, pool: int, request: Request, qu
                 bound.append(RoomBound(world.pools, pool, request, world.holdings))
             if shortcuts and not world.shares.room_after(pool, request, world.tree, world.held, ask):
                 return None  # no room even with every grant that could be a candidate gone (``shortcuts``)
-            room = victims.room_facts(tree, picture.grants(), ask, local=world.on_pool.get(pool, set()), view=kept)
+            local = world.on_pool.get(pool, set()) | {h.gid for h in world.scheduled.values() if h.pool == pool}
+            room = victims.room_facts(tree, picture.grants(), ask, local=local, view=kept)
         plan = victims.plan(tree, picture.grants(), ask, capacity_fits=fits, capacity_candidates=room, view=kept)
     finally:
         view.restore()

@@ -15,8 +15,10 @@ from decimal import Decimal
 
 from allocations.quotas import algebra, victims
 from allocations.quotas.shrinking import shrink_plan
-from placement import Node, Placement, Request
+from placement import Node, Placement
 from twin.policy import Policy, PriorityClass
+from twin.replay.ahead import PictureCut
+from twin.replay.cuts import CutView
 from twin.replay.periods import Periods, Spanned, Weighed
 from twin.replay.shortcuts import HeldShares
 from twin.replay.state import Holding, Pools
@@ -93,7 +95,14 @@ class World:
         # The plain replay chooses on its picture of now (off); the fidelity replay sets it.
         self.stepped_victims = False
         self._plain_periods: Periods | None = None
-        self._pictures: dict[tuple[int, float, float], Weighed] = {}  # (version, now, end) -> the grants over it
+        self._pictures: dict[tuple[int, float, float, float], Weighed] = {}  # (version, now, start, end) -> the grants over it
+        # Booking ahead (``twin.replay.ahead``): grants approved ahead of their start, by grant id,
+        # holding their units from their period's start only; while a decision is taken on a
+        # picture of its own (``picturing``), the start of the period it weighs.
+        self.scheduled: dict[int, Holding] = {}
+        self.period_start: float | None = None
+        self.picturing = False
+        self.picture_cut: PictureCut | None = None
 
     @property
     def version(self) -> int:
@@ -135,45 +144,84 @@ class World:
         return known
 
     def weigh(self, job: Job, ask: algebra.Ask, *, victims: bool = False) -> Weighed | None:
-        """``ask`` over the request's period ``[now, now + requested_s)`` step by step, as the
+        """``ask`` over the request's period ``[start, start + requested_s)`` step by step, as the
         portal's admission weighs it, where a window changes a number within it, and always where
         a window sets a class's share or a department has a flavor's quota (``weighs_all``), or,
-        with ``victims`` and ``stepped_victims``, for the victim choice's picture; None where the
-        flat picture of now (``quota_fits``, ``grants``) decides alike and faster: the grants only
-        end within the period, so for the quota checks what holds now binds."""
+        with ``victims`` and ``stepped_victims``, for the victim choice's picture, or for a
+        decision on a picture of its own (``picturing``: booking ahead, whose scheduled grants
+        count over their own periods only) unless ``_bound_fits``; None where the flat picture of
+        now (``quota_fits``, ``grants``) decides alike and faster: the grants only end within the
+        period, so for the quota checks what holds now binds. ``start``: ``period_start`` where
+        set, else now."""
         periods = self.periods
-        end = self.now + job.requested_s
-        crossing = periods is not None and periods.crosses(self.now, end)
+        start = self.now if self.period_start is None else self.period_start
+        end = start + job.requested_s
+        crossing = periods is not None and periods.crosses(start, end)
         if not (crossing or self.weighs_all or (victims and self.stepped_victims)):
-            return None
+            if not self.picturing or self._bound_fits(ask, start, end):
+                return None
         if periods is None:  # no windows: the quotas' own numbers, step by step at the grants' ends
             if self._plain_periods is None:
                 self._plain_periods = Periods(self.policy, quota_tree(self.policy, Decimal(self.installed)), ())
             periods = self._plain_periods
-        key = (self._version, self.now, end)
+        key = (self._version, self.now, start, end)
         picture = self._pictures.get(key)
         if picture is None:  # the grants over this period, once per state of the grants (many asks share it)
             spanned = []
-            for grant in self.grants():
+            for grant in [*self.grants(), *self.scheduled_grants()]:
                 held = self.job_of(grant.allocation_id)
                 if self.flavored:
                     grant = dataclasses.replace(grant, amounts=self.in_flavor(grant.amounts, held, grant.units))
                 spanned.append(Spanned(grant, *self.span_of(grant.allocation_id), self.class_number[held.priority_class]))
-            picture = periods.picture(self.now, end, spanned)
+            picture = periods.picture(start, end, spanned)
             self._pictures = {k: v for k, v in self._pictures.items() if k[0] == self._version}
             self._pictures[key] = picture
         if self.flavored:
             ask = dataclasses.replace(ask, amounts=self.in_flavor(ask.amounts, job, job.quantity))
-        return periods.asking(picture, ask, self.now, end, class_id=self.class_number[job.priority_class])
+        return periods.asking(picture, ask, start, end, class_id=self.class_number[job.priority_class])
+
+    def _bound_fits(self, ask: algebra.Ask, start: float, end: float) -> bool:
+        """Whether ``ask`` fits with what holds now and every scheduled grant meeting ``[start,
+        end)`` held at once: no step of the period holds more (a grant holding now only ends, a
+        scheduled one holds within its own period), so the checks step by step fit too, as the
+        flat ones of now do (a decision on a picture then weighs nothing step by step)."""
+        held = dict(self.held)
+        for holding in self.scheduled.values():
+            if holding.since < end and holding.asked_end > start:
+                held[(holding.department, None)] += holding.amount
+        return all(check.fits for check in algebra.checks_from_totals(self.tree, held, ask))
+
+    def scheduled_grants(self) -> list[algebra.Grant]:
+        """The grants approved ahead, not begun: each may be taken (at once: it runs nowhere yet)."""
+        return [algebra.Grant(allocation_id=h.gid, department_id=h.department, amounts={None: h.amount},
+                              priority=h.priority, age=h.age or h.gid, takeable=True, units=len(h.units),
+                              fair_share=self.fair_share.get(h.department, 1.0))
+                for h in self.scheduled.values()]
+
+    def schedule(self, holding: Holding) -> None:
+        """A grant approved ahead of its start (``Holding.since``): it holds nothing now."""
+        self.scheduled[holding.gid] = holding
+        self._version += 1
+
+    def unschedule(self, gid: int) -> Holding:
+        """A scheduled grant begins, or a reclaim takes it (at once)."""
+        self._version += 1
+        return self.scheduled.pop(gid)
+
+    def new_gid(self) -> int:
+        gid = self._next
+        self._next += 1
+        return gid
 
     def span_of(self, grant_id: int) -> tuple[float, float]:
-        """A grant's period: from when it was decided until its asked end."""
-        holding = self.holdings[grant_id]
+        """A grant's period: from when it was decided (approved ahead: its start) until its asked end."""
+        holding = self.holdings.get(grant_id) or self.scheduled[grant_id]
         return holding.since, holding.asked_end
 
     def job_of(self, grant_id: int) -> Job:
         """The request a grant holds for."""
-        return self.holdings[grant_id].job
+        holding = self.holdings.get(grant_id) or self.scheduled[grant_id]
+        return holding.job
 
     def in_flavor(self, amounts: Mapping[algebra.Scope, Decimal], job: Job, units: int) -> dict[algebra.Scope, Decimal]:
         """``amounts`` with ``units`` in the scope of the job's flavor where the policy has flavors'
@@ -305,8 +353,10 @@ class World:
             self._all_stale = True
             self._version += 1
 
-    def cut_view(self, pool: int) -> CutView:
-        return CutView(self, pool)
+    def cut_view(self, pool: int) -> CutView | PictureCut:
+        """The victim choice's capacity callback on the pool (on a decision's own picture: the
+        picture's, ``twin.replay.ahead``)."""
+        return self.picture_cut if self.picture_cut is not None else CutView(self.pools, self.holdings, pool)
 
     def mark_idle_notice(self, holding: Holding) -> None:
         """An idle policy's reclaim began: the grant keeps its units and its quota until its notice
@@ -379,47 +429,3 @@ class World:
         self._stale.add(holding.gid)
         self._version += 1
         return holding
-
-
-class CutView:
-    """The pool as it would be without some grants' units, for the victim choice's capacity
-    callback: the units of the cut asked last stay released, so that the next cut (the plan adds,
-    drops or trims one victim at a time) costs only its difference. ``restore`` puts every unit
-    back; nothing else may book on the pool in between."""
-
-    def __init__(self, world: World, pool: int) -> None:
-        self.world, self.pool = world, pool
-        self.released: dict[int, list[Placement]] = {}
-        self.last: victims.Cut = frozenset()
-
-    def _put_back(self, gid: int) -> None:
-        self.world.pools.apply(self.pool, self.released.pop(gid))
-
-    def _take(self, gid: int, units: int) -> None:
-        holding = self.world.holdings[gid]
-        end = len(holding.units) - holding.leaving
-        gone = holding.units[end - units:end]
-        self.world.pools.release(self.pool, gone)
-        self.released[gid] = gone
-
-    def fits(self, request: Request, quantity: int, cut: victims.Cut) -> bool:
-        """Whether ``quantity`` units of ``request`` fit once the units of ``cut`` (grant id, units:
-        the last ones before those already leaving) are gone."""
-        for gid, _ in self.last - cut:
-            if gid in self.released:
-                self._put_back(gid)
-        for gid, units in cut - self.last:
-            if self.world.holdings[gid].pool == self.pool:
-                self._take(gid, units)
-        self.last = cut
-        if quantity == 1:  # one unit fits where the engine finds a feasible node: no need to choose one
-            return self.world.pools.fits(self.pool, request)
-        placed = self.world.pools.place_all(self.pool, request, quantity)
-        if placed is not None:
-            self.world.pools.release(self.pool, placed)
-        return placed is not None
-
-    def restore(self) -> None:
-        for gid in list(self.released):
-            self._put_back(gid)
-        self.last = frozenset()

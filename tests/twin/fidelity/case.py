@@ -165,7 +165,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
                   idle: bool = False, windows: bool = False, within: bool = False, mig_nodes: int = 0,
                   shrink_policy: str = "wait", factors: Mapping[str, Decimal] | None = None,
                   limit_ratio: Decimal | None = None, nested: bool = False, share_windows: bool = False,
-                  flavor_quotas: bool = False, flavor_windows: bool = False) -> Case:
+                  flavor_quotas: bool = False, flavor_windows: bool = False, ahead_share: float = 0.15) -> Case:
     """``requests`` lines over ``hours``, on ``nodes`` nodes of 8 GPUs; with ``half_life_s``,
     waiting requests are ordered by fair share (``SHARES``, usage decaying with that half-life);
     with ``idle``, the ``IDLE_RULES`` watch the grants; with ``windows``, ``window_rules``, or with
@@ -177,7 +177,8 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
     guaranteed within nlp's guarantee, asking part of nlp's demand beside nlp's own projects;
     ``share_windows``: ``share_window_rules`` (windows of one class's share) besides any others;
     ``flavor_quotas``: the departments' ``FLAVOR_QUOTAS``, and with ``flavor_windows`` the
-    ``flavor_window_rules`` on them."""
+    ``flavor_window_rules`` on them; ``ahead_share``: the share of the lines (with ``scheduled``)
+    that ask a later start, half an hour to five and a half hours after their submission."""
     rng = random.Random(seed)
     model = MIG_MODEL if mig_nodes else MODEL
     cluster = [Node(f"node-{k:02d}", 128000, 1048576,
@@ -214,7 +215,7 @@ def fidelity_case(requests: int, *, seed: int = 1, nodes: int = 6, shares: bool 
         quantity = rng.choice((1, 1, 2, 2, 3, 4, 6, 8))
         runtime = float(rng.randrange(15, 16 * 60) * 60)
         priority = rng.choices(class_names, weights=[0.15, 0.6, 0.25][: len(class_names)] if classes else [1])[0]
-        starts = at + rng.randrange(1, 12) * 1800.0 if scheduled and rng.random() < 0.15 else None
+        starts = at + rng.randrange(1, 12) * 1800.0 if scheduled and rng.random() < ahead_share else None
         submit = float(int(at))
         jobs.append(Job(line, submit, department, f"{department}-work", policy.flavors[flavor], quantity, runtime,
                         float(-(-runtime // 3600) * 3600), priority, round(rng.random(), 2), flavor,

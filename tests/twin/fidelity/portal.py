@@ -83,6 +83,8 @@ class PortalReplay:
         self.held_units: dict[int, int] = {}  # piece -> the units it holds (booked)
         self._fair_ticked: float | None = None
         self.idle: IdleTicks | None = None  # the idle evaluation's ticks, where the case has idle policies
+        self.pending: dict[int, int] = {}  # piece -> its request made ahead (at its submission), not yet admitted
+        self.scheduled: set[int] = set()  # pieces approved ahead of their start, not begun
 
     def run(self, log: list[Decision]) -> Comparison:
         handlers = {SUBMIT: self._submit, START: self._decide, RECLAIM: self._decide, REFUSED: self._decide,
@@ -113,19 +115,29 @@ class PortalReplay:
             f"t={decision.at:.0f}s line {decision.line} (request {decision.piece}) {decision.kind}: {text}")
 
     def _submit(self, decision: Decision) -> None:
+        """Notes the units the request asks; one booked ahead (``ahead``) is made now, for its own
+        period, and each try of the twin's approves it again."""
         self.quantities[decision.piece] = decision.quantity
+        if decision.ahead is not None:
+            self.pending[decision.piece] = self._make(decision, starts=decision.ahead)
         self.result.count(SUBMIT)
 
     def _request(self, decision: Decision) -> int:
-        """The request made now, for the units the twin tries, over the period its line asks (from
-        now until ``requested_s`` later: the twin weighs it over the same period)."""
+        """The request the twin tries: the one made ahead and still pending, else one made now,
+        for the units the twin tries, over the period its line asks (from now until
+        ``requested_s`` later: the twin weighs it over the same period)."""
+        pending = self.pending.get(decision.piece)
+        return pending if pending is not None else self._make(decision, starts=None)
+
+    def _make(self, decision: Decision, *, starts: float | None) -> int:
         job, world = self.jobs[decision.line], self.world
         assert job.flavor is not None
+        begin = None if starts is None else EPOCH + datetime.timedelta(seconds=starts)
         allocation = services.allocation_request(
             actor=world.requesters[job.department], project=world.projects[job.department],
             flavor=world.flavors[job.flavor], quantity=self.quantities[decision.piece],
-            priority_class=world.classes[job.priority_class], starts_at=None,
-            ends_at=clock_now() + datetime.timedelta(seconds=job.requested_s),
+            priority_class=world.classes[job.priority_class], starts_at=begin,
+            ends_at=(begin or clock_now()) + datetime.timedelta(seconds=job.requested_s),
             justification=f"workload line {job.line}",
         )
         self.allocations[decision.piece] = allocation.pk
@@ -133,22 +145,38 @@ class PortalReplay:
         self.notice_s[decision.piece] = world.classes[job.priority_class].notice * 60
         return allocation.pk
 
+    def _expire_pending(self) -> None:
+        """Requests booked ahead and never admitted expire once their period has ended, as the
+        timeline task (every 30 seconds under beat) expires them; until then the portal counts
+        them as asked for (``placement_workload``), as the twin does."""
+        for piece, allocation_id in list(self.pending.items()):
+            if services.allocation_expire(allocation_id=allocation_id, now=clock_now()):
+                del self.pending[piece]
+
     def _decide(self, decision: Decision) -> None:
+        self._expire_pending()
         allocation_id = self._request(decision)
         self.result.count(decision.kind)
         try:
             services.allocation_approve(actor=self.world.decider, allocation_id=allocation_id, comment="fidelity")
         except (QuotaExceeded, CapacityExceeded) as refusal:
-            self._withdraw(decision, allocation_id)
+            if decision.piece not in self.pending:
+                self._withdraw(decision, allocation_id)
             return self._refused(decision, "quota" if isinstance(refusal, QuotaExceeded) else "capacity",
                                  refusal.message)
         if decision.kind == REFUSED:
             return self._differ(decision, f"the twin refused it ({decision.reason}); the portal admitted it, placed on "
                                           f"{_words(self._units(allocation_id))}, victims (request, units) "
                                           f"{self._victims(allocation_id)}")
+        self.pending.pop(decision.piece, None)
         state = Allocation.objects.values_list("state", flat=True).get(pk=allocation_id)
-        waits = decision.kind == RECLAIM and any(self.notice_s[victim] for victim, _ in decision.victims)
-        expected = AllocationState.SCHEDULED if waits else AllocationState.APPROVED
+        waits = decision.kind == RECLAIM and any(self.notice_s[victim] for victim, _ in decision.victims
+                                                 if victim not in self.scheduled)  # approved ahead: taken at once
+        ahead = decision.ahead is not None and decision.ahead > decision.at
+        expected = AllocationState.SCHEDULED if waits or ahead else AllocationState.APPROVED
+        self._scheduled_taken(decision)
+        if ahead:
+            self.scheduled.add(decision.piece)
         if state != expected:
             self._differ(decision, f"the portal left it {state}, the twin {expected}")
         units = self._units(allocation_id)
@@ -162,6 +190,14 @@ class PortalReplay:
             self._differ(decision, f"victims (request, units) {victims} by the portal, {tuple(sorted(decision.victims))} "
                                    "by the twin")
         return None
+
+    def _scheduled_taken(self, decision: Decision) -> None:
+        """Units a reclaim takes from grants approved ahead are gone at once."""
+        for victim, units in decision.victims:
+            if victim in self.scheduled:
+                self.held_units[victim] -= units
+                if self.held_units[victim] <= 0:
+                    self.scheduled.discard(victim)
 
     def _activate(self, decision: Decision, allocation_id: int) -> None:
         assert self.idle is not None
@@ -276,6 +312,8 @@ class PortalReplay:
             self._ticked = decision.at
         self.result.count(decision.kind)
         allocation = Allocation.objects.get(pk=self.allocations[decision.piece])
+        if decision.kind == BEGIN:
+            self.scheduled.discard(decision.piece)
         if decision.kind == BEGIN and allocation.state not in (AllocationState.APPROVED, AllocationState.ACTIVE):
             self._differ(decision, f"the twin starts it now; the portal left it {allocation.state}")
         elif decision.kind == BEGIN and self.idle is not None:

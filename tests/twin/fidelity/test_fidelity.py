@@ -72,6 +72,41 @@ def test_the_full_policy_decides_every_request_as_the_portal_does() -> None:
     assert compared.get("reclaim", 0) > 0 and compared.get(REFUSED, 0) > 0
 
 
+def _ahead_counts(log: list[Decision], replay: DecidingReplay) -> Counter[str]:
+    """The decisions of requests booked ahead: admitted or refused before their start
+    (``start-ahead``, ``reclaim-ahead``, ``refused-ahead``) and tried again once it passed
+    (``...-past``); ``scheduled-victims``: units of grants approved ahead that a reclaim took."""
+    counts: Counter[str] = Counter()
+    ahead = {decision.piece for decision in log if decision.kind == SUBMIT and decision.ahead is not None}
+    for decision in log:
+        if decision.ahead is not None and decision.kind != SUBMIT:
+            counts[f"{decision.kind}-ahead" + ("-past" if decision.ahead <= decision.at else "")] += 1
+        counts["scheduled-victims"] += sum(units for piece, units in decision.victims if piece in ahead and any(
+            d.piece == piece and d.kind in (START, RECLAIM) and d.ahead is not None and d.ahead > decision.at
+            for d in log[:log.index(decision)]))
+    return counts
+
+
+@POSTGRES
+@pytest.mark.django_db
+def test_requests_booked_ahead_are_decided_as_the_portal_decides_them() -> None:
+    """Half the lines ask a later start: each is made at its submission and decided then over its
+    own period, on both sides; the grants it is booked beside are those whose periods meet it,
+    each GPU holding the most held at one instant; a grant approved ahead begins at its start
+    (``begin``) and may be taken before it, at once; a refused one is approved again at the
+    twin's next try, over the same period, even once its start has passed."""
+    case = fidelity_case(200, hours=60, ahead_share=0.5)
+    log, replay = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
+    counts = _ahead_counts(log, replay)
+    sys.stdout.write(f"fidelity, booked ahead: decisions compared: {result.compared}; ahead: {dict(counts)}\n")
+    assert not result.differences, f"{len(result.differences)} decisions differ of {result.compared}:\n" + \
+        "\n".join(result.differences[:30])
+    for kind in ("start-ahead", "reclaim-ahead", "refused-ahead", "start-ahead-past", "refused-ahead-past",
+                 "scheduled-victims"):
+        assert counts[kind] > 0, (kind, counts)
+
+
 @POSTGRES
 @pytest.mark.django_db
 def test_the_rules_over_time_decide_as_the_portal_does(settings: Any) -> None:
@@ -119,7 +154,7 @@ def _changed(log: list[Decision], kind: str) -> tuple[list[Decision], str, float
 @pytest.mark.django_db
 @pytest.mark.parametrize("kind", [WINDOW, RANK, IDLE_WARN])
 def test_a_rule_the_portal_applied_otherwise_is_named(kind: str) -> None:
-    case = fidelity_case(20, nodes=3, hours=8, half_life_s=half_life_seconds(), idle=True, windows=True)
+    case = fidelity_case(24, nodes=3, hours=8, half_life_s=half_life_seconds(), idle=True, windows=True)
     log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     changed, words, at = _changed(log, kind)
     differences = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(changed).differences
