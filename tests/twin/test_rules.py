@@ -392,13 +392,14 @@ def test_a_shrink_that_a_leaving_grant_stands_in_the_way_of_waits_then_takes_it_
 def test_a_request_the_pass_has_no_victim_search_left_for_writes_no_line() -> None:
     """The shrink case's first draw (40 lines on 2 nodes): at 78,536 s the pass has spent its 16
     victim searches before request 44. It waits untried, and the decision log says nothing of it
-    (the portal is not asked); with searches enough, the same try reclaims."""
+    (the portal is not asked); with searches enough, the same try reclaims. Its lines that ask a
+    later start arrive at their start, as when this was found (``books_ahead`` off)."""
     case = fidelity_case(40, nodes=2, hours=18, windows=True, within=True, shrink_policy="reclaim",
                          factors={"gpu-standard": Decimal("1.5")}, seed=1)
     lines = {}
     for depth in (16, 10**6):
         replay_ = DecidingReplay(case.jobs, case.nodes, case.policy, "full")
-        replay_.reclaim_depth = depth
+        replay_.reclaim_depth, replay_.books_ahead = depth, False
         replay_.run()
         lines[depth] = [d.kind for d in replay_.log if d.at == 78536.0 and d.piece == 44]
     assert lines == {16: [], 10**6: ["reclaim"]}
@@ -409,9 +410,13 @@ def test_a_victim_without_notice_frees_its_room_for_the_rest_of_the_pass() -> No
     114,009 s a reclaim takes all three units of request 105, preemptible and so without notice,
     for one unit of request 146. They leave within the decision (as the portal's approval reclaims
     them), and request 151, refused for capacity earlier in the same pass, starts on the GPU one
-    of them freed, as the portal places it; the pass does not remember its earlier refusal."""
+    of them freed, as the portal places it; the pass does not remember its earlier refusal. Its
+    lines that ask a later start arrive at their start, as when this was found (``books_ahead`` off)."""
     case = fidelity_case(60, nodes=3, hours=27, seed=1, factors=OVERSUBSCRIBING, limit_ratio=Decimal("1.2"))
-    log, _ = replay_decisions(case.jobs, case.nodes, case.policy, "full")
+    replay_ = DecidingReplay(case.jobs, case.nodes, case.policy, "full")
+    replay_.books_ahead = False
+    replay_.run()
+    log = replay_.log
     instant = [(d.kind, d.piece, d.victims, tuple((u.node, u.gpus) for u in d.units))
                for d in log if d.at == 114009.0 and d.piece in (105, 146, 151)]
     assert ("reclaim", 146, ((105, 3), (143, 1)), (("node-00", (5,)),)) in instant
