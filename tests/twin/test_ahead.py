@@ -13,6 +13,8 @@ import pytest
 from placement import GEOMETRIES, Gpu, Node, Placement, Request
 from placement.held import held_gpu
 from tests.twin.fidelity.case import fidelity_case
+from tests.twin.test_replay import NODES
+from tests.twin.test_rules import window_rules
 from twin.policy import Department, Policy, PriorityClass
 from twin.replay.ahead import Booked, meets, picture_nodes
 from twin.replay.decisions import BEGIN, RECLAIM, REFUSED, START, SUBMIT, replay_decisions
@@ -134,6 +136,19 @@ def test_a_request_booked_ahead_whose_period_ends_while_it_waits_expires() -> No
     assert refused == [(0.0, HOUR)]
     assert deciding.records[1].first_start is None and deciding.records[2].first_start == 5 * HOUR
     assert not [d for d in log if d.line == 2 and d.at > 0]  # not tried once its period is over
+
+
+def test_a_period_ahead_is_weighed_against_the_window_in_force_then_not_the_numbers_of_now() -> None:
+    """a's limit is 2, lowered to 1 from 50 s to 150 s. At 10 s, with one GPU held through the
+    window, a request for 60 s to 90 s lies wholly inside it (no edge within its period): it is
+    refused for quota, as the portal's admission weighs it, though the numbers of now would let it
+    borrow (found by a fidelity case: the flat check of now had stood in for the window's). Without
+    the window it is booked ahead."""
+    workload = jobs({"submit_at": 0, "runtime_s": 400, "requested_s": 400},
+                    {"submit_at": 10, "starts_at": 60, "runtime_s": 30, "requested_s": 30})
+    for rules, expected in ((window_rules(limit=1), (REFUSED, "quota")), (window_rules(limit_delta=0), (START, ""))):
+        log, _ = replay_decisions(workload, NODES, rules, "full", drain_s=600)
+        assert [(d.kind, d.reason) for d in log if d.line == 2 and d.at == 10][1:] == [expected]
 
 
 def test_a_gpu_held_whole_is_not_opened_for_mig_instances() -> None:

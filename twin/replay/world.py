@@ -151,12 +151,14 @@ class World:
         decision on a picture of its own (``picturing``: booking ahead, whose scheduled grants
         count over their own periods only) unless ``_bound_fits``; None where the flat picture of
         now (``quota_fits``, ``grants``) decides alike and faster: the grants only end within the
-        period, so for the quota checks what holds now binds. ``start``: ``period_start`` where
-        set, else now."""
+        period, so for the quota checks what holds now binds (a period that lies ahead is weighed
+        step by step where a window changes a number from now until its end). ``start``:
+        ``period_start`` where set, else now."""
         periods = self.periods
         start = self.now if self.period_start is None else self.period_start
         end = start + job.requested_s
-        crossing = periods is not None and periods.crosses(start, end)
+        # a window's edge between now and a period that lies ahead changes the numbers it starts with
+        crossing = periods is not None and periods.crosses(min(self.now, start), end)
         if not (crossing or self.weighs_all or (victims and self.stepped_victims)):
             if not self.picturing or self._bound_fits(ask, start, end):
                 return None
