@@ -94,8 +94,10 @@ def test_requests_booked_ahead_are_decided_as_the_portal_decides_them() -> None:
     own period, on both sides; the grants it is booked beside are those whose periods meet it,
     each GPU holding the most held at one instant; a grant approved ahead begins at its start
     (``begin``) and may be taken before it, at once; a refused one is approved again at the
-    twin's next try, over the same period, even once its start has passed."""
-    case = fidelity_case(200, hours=60, ahead_share=0.5)
+    twin's next try, over the same period, even once its start has passed. 120 lines over 36 hours
+    by default (``GPUPORTAL_FIDELITY_AHEAD_REQUESTS``, arriving over 0.3 hours a line)."""
+    requests = int(os.environ.get("GPUPORTAL_FIDELITY_AHEAD_REQUESTS", "120"))
+    case = fidelity_case(requests, hours=requests * 0.3, ahead_share=0.5)
     log, replay = replay_decisions(case.jobs, case.nodes, case.policy, "full")
     result = PortalReplay(portal_world_build(case.policy, case.nodes), case.jobs).run(log)
     counts = _ahead_counts(log, replay)
